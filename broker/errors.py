@@ -1,0 +1,31 @@
+"""Errors shared by every layer; each carries the exit code the command line turns it into."""
+
+from __future__ import annotations
+
+
+class KafkactlError(Exception):
+    """A failure a user can cause or fix: reported as one line, never as a traceback."""
+
+    exit_code = 1
+
+
+class UsageError(KafkactlError):
+    """Arguments that cannot be acted on (exit code 2, as for command-line usage errors)."""
+
+    exit_code = 2
+
+
+class CorruptRecordError(KafkactlError):
+    """Bytes that do not frame, decode or checksum as a record batch."""
+
+
+class OffsetOutOfRangeError(KafkactlError):
+    """An offset before the log start or past the log end."""
+
+
+class LogDirLockedError(KafkactlError):
+    """A log dir held by a running broker."""
+
+
+class RecordTooLargeError(KafkactlError):
+    """A batch larger than `max.message.bytes` (Kafka's MESSAGE_TOO_LARGE)."""

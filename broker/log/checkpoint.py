@@ -1,0 +1,88 @@
+"""Offset checkpoint files of a log dir and the clean-shutdown marker.
+
+`recovery-point-offset-checkpoint`, `replication-offset-checkpoint` and `log-start-offset-checkpoint`
+share Kafka's text format::
+
+    0                      version
+    2                      number of entries
+    orders 0 1234          topic, partition, offset
+    orders 1 1180
+
+A checkpoint is written to `<name>.tmp`, fsynced, renamed over the old file and the directory
+fsynced, so a crash at any moment leaves either the old or the new file whole.
+`.kafka_cleanshutdown` exists only between a clean shutdown and the next start.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from broker.errors import KafkactlError
+
+RECOVERY_POINT = "recovery-point-offset-checkpoint"
+REPLICATION = "replication-offset-checkpoint"
+LOG_START = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+VERSION = 0
+
+TopicPartition = tuple[str, int]
+
+
+class CheckpointError(KafkactlError):
+    """A checkpoint file that does not parse."""
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new content, never a mix."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class OffsetCheckpointFile:
+    """One `topic partition offset` checkpoint file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, offsets: dict[TopicPartition, int]) -> None:
+        lines = [str(VERSION), str(len(offsets))]
+        lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
+        write_atomically(self.path, ("\n".join(lines) + "\n").encode())
+
+    def read(self) -> dict[TopicPartition, int]:
+        """The checkpointed offsets ({} when the file does not exist)."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{self.path}: not a text checkpoint file") from None
+        lines = text.splitlines()
+        try:
+            version, count = int(lines[0]), int(lines[1])
+            if version != VERSION:
+                raise CheckpointError(f"{self.path}: unknown checkpoint version {version}")
+            entries = lines[2 : 2 + count]
+            if len(entries) != count:
+                raise CheckpointError(f"{self.path}: expected {count} entries, found {len(entries)}")
+            out: dict[TopicPartition, int] = {}
+            for line in entries:
+                topic, partition, offset = line.split(" ")
+                out[(topic, int(partition))] = int(offset)
+            return out
+        except (IndexError, ValueError):
+            raise CheckpointError(f"{self.path}: malformed checkpoint file") from None

@@ -1,0 +1,49 @@
+"""The per-partition settings of a log, under the topic-level names of Kafka's configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+MAX_LONG = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """What a partition log needs to know: roll, index, flush, retention and size limits."""
+
+    segment_bytes: int = 1073741824  # segment.bytes / log.segment.bytes
+    segment_ms: int = 7 * 24 * 3600 * 1000  # segment.ms / log.roll.ms
+    index_interval_bytes: int = 4096  # index.interval.bytes
+    index_max_bytes: int = 10485760  # segment.index.bytes / log.index.size.max.bytes
+    flush_messages: int = MAX_LONG  # flush.messages / log.flush.interval.messages
+    flush_ms: int = MAX_LONG  # flush.ms / log.flush.interval.ms
+    retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms (-1: forever)
+    retention_bytes: int = -1  # retention.bytes (-1: no limit)
+    max_message_bytes: int = 1048588  # max.message.bytes / message.max.bytes
+    message_timestamp_type: str = "CreateTime"  # or LogAppendTime
+
+    #: topic-level key → field
+    KEYS = {
+        "segment.bytes": "segment_bytes",
+        "segment.ms": "segment_ms",
+        "index.interval.bytes": "index_interval_bytes",
+        "segment.index.bytes": "index_max_bytes",
+        "flush.messages": "flush_messages",
+        "flush.ms": "flush_ms",
+        "retention.ms": "retention_ms",
+        "retention.bytes": "retention_bytes",
+        "max.message.bytes": "max_message_bytes",
+        "message.timestamp.type": "message_timestamp_type",
+    }
+
+    def with_overrides(self, overrides: dict[str, Any]) -> LogConfig:
+        """A copy with topic-level keys applied; an unknown key raises KeyError naming it."""
+        changes: dict[str, Any] = {}
+        types = {f.name: f.type for f in fields(self)}
+        for key, value in overrides.items():
+            if key not in self.KEYS:
+                raise KeyError(key)
+            name = self.KEYS[key]
+            changes[name] = value if types[name] == "str" else int(value)
+        return replace(self, **changes)

@@ -1,0 +1,361 @@
+"""A partition log: the ordered segments of one topic partition in `<log dir>/<topic>-<partition>/`.
+
+The sorted list of segment base offsets is the paper's in-memory offset index: bisect it for the
+segment, then the segment's sparse `.index` for a position. Appends validate each batch (framing,
+magic, CRC, size) and assign offsets by rewriting the 16 bytes outside the CRC; the record bytes are
+written as received. Reads return `FetchSlice`s — descriptor, position, length — for `sendfile`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from broker.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from broker.log import recovery
+from broker.log.config import LogConfig
+from broker.log.index import IndexCorruptError
+from broker.log.scanner import Damage, read_batch
+from broker.log.segment import LogSegment
+from broker.records.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    PREFIX,
+    TIMESTAMP_TYPE_BIT,
+    iter_records,
+)
+from broker.records.crc import crc32c
+
+Buffer = bytes | bytearray | memoryview
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+_MAX_TS = struct.Struct(">q")
+_MAX_TS_OFFSET = 35
+_ATTRS = struct.Struct(">h")
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) from a `<topic>-<partition>` dir name, or None."""
+    m = _PARTITION_DIR.match(name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+class AppendResult(NamedTuple):
+    first_offset: int
+    last_offset: int
+    record_count: int
+    batch_count: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the log stamps LogAppendTime
+
+
+class FetchSlice(NamedTuple):
+    """Bytes of a segment file ready for `sendfile(fd, position, length)`."""
+
+    fd: int
+    position: int
+    length: int
+    first_offset: int  # base offset of the first batch in the slice
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+
+def validate_batches(data: Buffer, max_batch_bytes: int) -> list[tuple[int, int, int, int, int]]:
+    """Check that `data` is whole, checksummed v2 batches; returns (position, size, count, delta, max ts) each.
+
+    Raises CorruptRecordError (bad framing, magic or CRC) or RecordTooLargeError; nothing is appended then.
+    """
+    out = []
+    pos, end = 0, len(data)
+    if end == 0:
+        raise CorruptRecordError("empty record set")
+    while pos < end:
+        item = read_batch(data, pos, end)
+        if isinstance(item, Damage):
+            raise CorruptRecordError(f"record batch at byte {pos}: {item.reason}")
+        if item.magic != 2:
+            raise CorruptRecordError(f"record batch at byte {pos}: magic {item.magic} (only magic 2 is accepted)")
+        if not item.crc_ok:
+            raise CorruptRecordError(f"record batch at byte {pos}: CRC mismatch")
+        if item.size > max_batch_bytes:
+            raise RecordTooLargeError(f"record batch of {item.size} bytes is over max.message.bytes ({max_batch_bytes})")
+        h = item.header
+        if h.record_count <= 0:
+            raise CorruptRecordError(f"record batch at byte {pos} holds no records")
+        out.append((pos, item.size, h.record_count, h.last_offset_delta, h.max_timestamp))
+        pos = item.end
+    return out
+
+
+class PartitionLog:
+    """One partition's segments, with append, read, time lookup, roll, flush, retention and truncation."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig | None = None,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.dir = Path(directory)
+        parsed = parse_partition_dir(self.dir.name)
+        self.topic, self.partition = parsed if parsed else (self.dir.name, 0)
+        self.config = config or LogConfig()
+        self.clock = clock
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.recovery_plan: recovery.PartitionPlan | None = None
+        if not clean:
+            plan = recovery.plan_partition(self.dir, from_offset=recovery_point)
+            if plan.needs_cut or plan.needs_index_rebuild:
+                recovery.execute(plan)
+            self.recovery_plan = plan
+        self.segments: dict[int, LogSegment] = {}
+        self.bases: list[int] = []
+        for base, _ in recovery.segment_files(self.dir):
+            self._open_segment(base)
+        if not self.bases:
+            self._open_segment(max(log_start_offset, recovery_point if not clean else 0))
+        self.log_start_offset = max(log_start_offset, self.bases[0])
+        self.recovery_point = self.log_end_offset if not clean else max(recovery_point, self.bases[0])
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def _open_segment(self, base: int) -> LogSegment:
+        seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
+        if seg.size and not (seg.index.path.exists() and seg.time_index.path.exists()):
+            seg.close()
+            recovery.rebuild_indexes(self.dir, base, quarantine_dir=None)
+            seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
+        try:
+            seg.load_indexes()
+        except IndexCorruptError:
+            seg.close()
+            recovery.rebuild_indexes(self.dir, base, quarantine_dir=None)
+            seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
+            seg.load_indexes()
+        self.segments[base] = seg
+        bisect.insort(self.bases, base)
+        return seg
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[self.bases[-1]]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments.values())
+
+    # -- append --------------------------------------------------------------------------------
+
+    def append(self, data: Buffer, *, leader_epoch: int = -1, assign_offsets: bool = True) -> AppendResult:
+        """Validate and append whole batches; with `assign_offsets` they get the next offsets of the log.
+
+        Without it (a follower copying its leader) the batches keep their offsets, which must move forward.
+        """
+        mv = memoryview(data)
+        batches = validate_batches(mv, self.config.max_message_bytes)
+        total = sum(b[1] for b in batches)
+        now = self._now_ms()
+        self._maybe_roll(total, now)
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        next_offset = self.log_end_offset
+        first = next_offset if assign_offsets else _base_offset(mv, 0)
+        iov: list = []
+        notes: list[tuple[int, int, int]] = []
+        records = 0
+        max_ts = -1
+        for pos, size, count, delta, batch_max_ts in batches:
+            base = next_offset if assign_offsets else _base_offset(mv, pos)
+            if base < next_offset:
+                raise CorruptRecordError(f"batch offset {base} is below the log end offset {next_offset}")
+            if log_append:
+                body = bytearray(mv[pos + 16 : pos + size])
+                batch_max_ts = now
+                attrs = _ATTRS.unpack_from(body, ATTRIBUTES_OFFSET - 16)[0] | TIMESTAMP_TYPE_BIT
+                _ATTRS.pack_into(body, ATTRIBUTES_OFFSET - 16, attrs)
+                _MAX_TS.pack_into(body, _MAX_TS_OFFSET - 16, now)
+                struct.pack_into(">I", body, CRC_OFFSET - 16, crc32c(memoryview(body)[ATTRIBUTES_OFFSET - 16 :]))
+                rest: Buffer = body
+            else:
+                rest = mv[pos + 16 : pos + size]
+            iov.append(PREFIX.pack(base, size - 12, leader_epoch))
+            iov.append(rest)
+            notes.append((size, base + delta, batch_max_ts))
+            records += count
+            max_ts = max(max_ts, batch_max_ts)
+            next_offset = base + delta + 1
+        self.active.append(iov, notes)
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendResult(first, next_offset - 1, records, len(batches), max_ts, now if log_append else -1)
+
+    def _maybe_roll(self, incoming: int, now_ms: int) -> None:
+        seg = self.active
+        if not seg.size:
+            return
+        full = seg.size + incoming > self.config.segment_bytes
+        index_full = (len(seg.index.keys) + 1) * 8 > self.config.index_max_bytes
+        aged = now_ms - seg.rolling_base_ms > self.config.segment_ms
+        if full or index_full or aged:
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        old = self.active
+        if not old.size:
+            return old
+        old.time_index.maybe_append(old.max_timestamp, old.next_offset - 1)
+        old.flush()
+        return self._open_segment(old.next_offset)
+
+    # -- flush ---------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment holding data past the recovery point, then move the recovery point."""
+        i = max(bisect.bisect_right(self.bases, self.recovery_point) - 1, 0)
+        for base in self.bases[i:]:
+            self.segments[base].flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+
+    def maybe_flush(self, now_ms: int | None = None) -> bool:
+        """Flush when the log has been dirty for `flush.ms`; returns whether it flushed."""
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        if self.recovery_point < self.log_end_offset and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FetchSlice | None:
+        """Batches from the one holding `offset`, at most `max_bytes` (but always one whole batch).
+
+        `max_offset` (exclusive, e.g. the high watermark) stops the slice at the batch that reaches it.
+        Returns None when nothing is there to read yet; raises OffsetOutOfRangeError outside the log.
+        """
+        leo = self.log_end_offset
+        if offset < self.log_start_offset or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside {self.topic}-{self.partition} [{self.log_start_offset}, {leo}]"
+            )
+        limit = leo if max_offset is None else min(max_offset, leo)
+        if offset >= limit:
+            return None
+        i = bisect.bisect_right(self.bases, offset) - 1
+        for base in self.bases[max(i, 0) :]:
+            seg = self.segments[base]
+            head = seg.find(offset)
+            if head is None:
+                continue  # the offset fell in a gap at the segment's end
+            if head.base_offset >= limit:
+                return None
+            end = seg.size
+            if limit < seg.next_offset:
+                stop = seg.find(limit)  # the batch holding `limit` is not served (HWs sit on batch boundaries)
+                end = stop.position if stop is not None else end
+            length = min(end - head.position, max(max_bytes, head.size))
+            return FetchSlice(seg.fd, head.position, length, head.base_offset)
+        return None
+
+    def read_records(self, offset: int, max_bytes: int = 1 << 20):
+        """Decoded records from `offset` (for tools and tests; the broker sends slices instead)."""
+        sl = self.read(offset, max_bytes)
+        if sl is None:
+            return []
+        data = sl.read()
+        out, pos = [], 0
+        while pos < len(data):
+            item = read_batch(data, pos, len(data), verify_crc=False)
+            if isinstance(item, Damage):
+                break
+            out.extend(r for r in iter_records(data, pos, item.header) if r.offset >= offset)
+            pos = item.end
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped >= `timestamp`, or None if there is none."""
+        for base in self.bases:
+            seg = self.segments[base]
+            if seg.max_timestamp < timestamp:
+                continue
+            head = seg.find_timestamp(timestamp)
+            if head is None:
+                continue
+            data = seg.read(head.position, head.size)
+            for r in iter_records(data):
+                if r.timestamp >= timestamp and r.offset >= self.log_start_offset:
+                    return r.offset, r.timestamp
+        return None
+
+    # -- retention and truncation ---------------------------------------------------------------
+
+    def delete_retained(self, now_ms: int | None = None) -> list[int]:
+        """Delete whole segments past `retention.ms` or beyond `retention.bytes`; returns their bases."""
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        deleted: list[int] = []
+        cfg = self.config
+        if cfg.retention_ms >= 0:
+            for base in list(self.bases):
+                seg = self.segments[base]
+                if not seg.size or now_ms - seg.max_timestamp <= cfg.retention_ms:
+                    break
+                if base == self.bases[-1]:
+                    self.roll()
+                deleted.append(self._delete_segment(base))
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes - cfg.retention_bytes
+            for base in list(self.bases[:-1]):
+                seg = self.segments[base]
+                if excess - seg.size < 0:
+                    break
+                excess -= seg.size
+                deleted.append(self._delete_segment(base))
+        if deleted:
+            self.log_start_offset = max(self.log_start_offset, self.bases[0])
+        return deleted
+
+    def _delete_segment(self, base: int) -> int:
+        self.segments.pop(base).delete()
+        self.bases.remove(base)
+        return base
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch from the one holding `offset` on (a follower's truncation to its HW)."""
+        if offset >= self.log_end_offset:
+            return
+        for base in [b for b in self.bases if b >= offset and b != self.bases[0]]:
+            self._delete_segment(base)
+        seg = self.active
+        head = seg.find(offset)
+        if head is not None:
+            seg.truncate_to_position(head.position)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    def close(self) -> None:
+        for seg in self.segments.values():
+            seg.close()
+
+
+def _base_offset(mv: memoryview, pos: int) -> int:
+    return struct.unpack_from(">q", mv, pos)[0]

@@ -1,0 +1,182 @@
+"""The log manager: every partition log of a broker, over one or more log dirs.
+
+A log dir holds `<topic>-<partition>/` dirs, `meta.properties`, the three offset checkpoints
+(`broker.log.checkpoint`), the clean-shutdown marker and a `.lock` file the running broker holds
+with flock, which is how offline tools (`kafkactl recover`) know to keep off. At start-up a dir
+without the marker had an unclean stop: its logs are recovered from their recovery points.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.errors import LogDirLockedError
+from broker.log.checkpoint import (
+    CLEAN_SHUTDOWN,
+    LOG_START,
+    RECOVERY_POINT,
+    REPLICATION,
+    OffsetCheckpointFile,
+    TopicPartition,
+    fsync_dir,
+    write_atomically,
+)
+from broker.log.config import LogConfig
+from broker.log.log import PartitionLog, parse_partition_dir
+
+log = logging.getLogger(__name__)
+LOCK_FILE = ".lock"
+META = "meta.properties"
+
+
+def is_locked(log_dir: Path) -> bool:
+    """Whether a running broker holds `log_dir`."""
+    path = Path(log_dir) / LOCK_FILE
+    if not path.exists():
+        return False
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    return False
+
+
+def is_log_dir(path: Path) -> bool:
+    """A dir that looks like a Kafka log dir (meta.properties or a checkpoint file)."""
+    return any((path / n).exists() for n in (META, RECOVERY_POINT, REPLICATION, LOG_START, CLEAN_SHUTDOWN))
+
+
+class LogManager:
+    """Loads, creates, flushes, retains and checkpoints the partition logs of a set of log dirs."""
+
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        config: LogConfig | None = None,
+        *,
+        broker_id: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.config = config or LogConfig()
+        self.broker_id = broker_id
+        self.clock = clock
+        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._locks: list[int] = []
+        self.unclean_dirs: list[Path] = []
+        self.high_watermarks: dict[TopicPartition, int] = {}
+
+    def startup(self, topic_configs: dict[str, LogConfig] | None = None) -> None:
+        """Lock every log dir and load its logs, recovering those of a dir that was not shut down cleanly."""
+        topic_configs = topic_configs or {}
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            self._lock(d)
+            self._write_meta(d)
+            marker = d / CLEAN_SHUTDOWN
+            clean = marker.exists()
+            if not clean and any(parse_partition_dir(e.name) for e in os.scandir(d) if e.is_dir()):
+                self.unclean_dirs.append(d)
+                log.warning("log dir %s was not shut down cleanly: recovering its logs", d)
+            recovery = OffsetCheckpointFile(d / RECOVERY_POINT).read()
+            starts = OffsetCheckpointFile(d / LOG_START).read()
+            self.high_watermarks.update(OffsetCheckpointFile(d / REPLICATION).read())
+            for entry in sorted(os.scandir(d), key=lambda e: e.name):
+                tp = parse_partition_dir(entry.name) if entry.is_dir() else None
+                if tp is None:
+                    continue
+                cfg = topic_configs.get(tp[0], self.config)
+                self.logs[tp] = PartitionLog(
+                    Path(entry.path), cfg, recovery_point=recovery.get(tp, 0),
+                    log_start_offset=starts.get(tp, 0), clean=clean, clock=self.clock,
+                )  # fmt: skip
+                self._dir_of[tp] = d
+            marker.unlink(missing_ok=True)
+
+    def _lock(self, d: Path) -> None:
+        fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirLockedError(f"log dir {d} is in use by another broker") from None
+        self._locks.append(fd)
+
+    def _write_meta(self, d: Path) -> None:
+        meta = d / META
+        if not meta.exists():
+            write_atomically(meta, f"version=0\nbroker.id={self.broker_id}\n".encode())
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
+        """The partition's log, created in the log dir holding the fewest partitions if it is new."""
+        tp = (topic, partition)
+        if tp not in self.logs:
+            counts = {d: 0 for d in self.log_dirs}
+            for owner in self._dir_of.values():
+                counts[owner] += 1
+            d = min(self.log_dirs, key=lambda x: counts[x])
+            self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
+            self._dir_of[tp] = d
+            fsync_dir(d)
+        return self.logs[tp]
+
+    def delete(self, topic: str, partition: int) -> None:
+        """Remove a partition's log (topic deletion): close it and rename its dir away, then remove it."""
+        tp = (topic, partition)
+        plog = self.logs.pop(tp, None)
+        if plog is None:
+            return
+        plog.close()
+        self._dir_of.pop(tp, None)
+        self.high_watermarks.pop(tp, None)
+        doomed = plog.dir.with_name(f"{plog.dir.name}.{int(self.clock() * 1000)}-delete")
+        os.replace(plog.dir, doomed)
+        for f in os.scandir(doomed):
+            os.unlink(f.path)
+        os.rmdir(doomed)
+
+    def flush_dirty(self, now_ms: int | None = None) -> int:
+        """Flush every log dirty for longer than its `flush.ms`; returns how many were flushed."""
+        return sum(plog.maybe_flush(now_ms) for plog in self.logs.values())
+
+    def run_retention(self, now_ms: int | None = None) -> dict[TopicPartition, list[int]]:
+        """Apply retention to every log; returns the deleted segment bases per partition."""
+        out = {}
+        for tp, plog in self.logs.items():
+            deleted = plog.delete_retained(now_ms)
+            if deleted:
+                out[tp] = deleted
+        return out
+
+    def checkpoint(self) -> None:
+        """Write the recovery-point, log-start and high-watermark checkpoints of every log dir."""
+        for d in self.log_dirs:
+            tps = [tp for tp, owner in self._dir_of.items() if owner == d]
+            OffsetCheckpointFile(d / RECOVERY_POINT).write({tp: self.logs[tp].recovery_point for tp in tps})
+            OffsetCheckpointFile(d / LOG_START).write({tp: self.logs[tp].log_start_offset for tp in tps})
+            hws = {tp: self.high_watermarks[tp] for tp in tps if tp in self.high_watermarks}
+            OffsetCheckpointFile(d / REPLICATION).write(hws)
+
+    def shutdown(self) -> None:
+        """Clean shutdown: flush every log, write the checkpoints and the marker, release the locks."""
+        for plog in self.logs.values():
+            plog.flush()
+        self.checkpoint()
+        for plog in self.logs.values():
+            plog.close()
+        for d in self.log_dirs:
+            write_atomically(d / CLEAN_SHUTDOWN, b"")
+        for fd in self._locks:
+            os.close(fd)
+        self._locks.clear()

@@ -1,0 +1,323 @@
+"""CRC recovery of a partition log: plan what to cut, then cut it into quarantine files.
+
+Broker start-up after an unclean stop and `kafkactl recover` share this module, and both read the
+segments through the one scanner (`broker.log.scanner`). Planning walks every segment from the
+recovery point; a batch is valid when its framing holds, its CRC matches and its offsets move
+forward. At the first invalid batch:
+
+- plain recovery (Kafka's rule) keeps the valid prefix and cuts the rest of that segment and every
+  later segment;
+- salvage cuts only the damaged region, up to the next batch that frames, checksums and continues
+  the offsets, and goes on from there.
+
+Damage is "tail" when no valid batch follows it anywhere in the partition (a torn final write) and
+"mid-log" otherwise. Executing a plan never deletes a byte: every cut range is first copied to a
+quarantine file, `<segment>.log.<start>-<end>.quarantined` beside the segment or under a chosen
+quarantine dir, and whole segments are moved there; indexes of touched segments are rebuilt.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.log.index import IndexCorruptError
+from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, read_batch, scan
+from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
+
+QUARANTINE_SUFFIX = ".quarantined"
+
+
+@dataclass
+class Cut:
+    """A byte range of a segment to move into quarantine, and why."""
+
+    start: int
+    end: int
+    reason: str
+
+
+@dataclass
+class SegmentPlan:
+    """What recovery found in one segment and what it would do."""
+
+    path: Path
+    base_offset: int
+    size: int
+    valid_bytes: int = 0  # length of the valid prefix
+    first_bad_position: int | None = None
+    reason: str | None = None
+    kind: str | None = None  # "tail" or "mid-log"
+    cuts: list[Cut] = field(default_factory=list)
+    kept: list[ScannedBatch] = field(default_factory=list)
+    dropped: bool = False  # the whole segment follows damage and goes to quarantine
+    index_problem: str | None = None
+
+    @property
+    def cut_bytes(self) -> int:
+        return self.size if self.dropped else sum(c.end - c.start for c in self.cuts)
+
+    @property
+    def needs_cut(self) -> bool:
+        return self.dropped or bool(self.cuts)
+
+
+@dataclass
+class PartitionPlan:
+    """The recovery plan of one partition dir."""
+
+    dir: Path
+    salvage: bool
+    segments: list[SegmentPlan] = field(default_factory=list)
+    lost: list[tuple[int, int | None]] = field(default_factory=list)  # inclusive ranges; None: open end
+    next_offset: int = 0  # log end offset after recovery
+
+    @property
+    def needs_cut(self) -> bool:
+        return any(s.needs_cut for s in self.segments)
+
+    @property
+    def needs_index_rebuild(self) -> bool:
+        return any(s.index_problem for s in self.segments)
+
+
+def segment_files(directory: Path) -> list[tuple[int, Path]]:
+    """The segments of a partition dir as (base offset, path), sorted."""
+    out = []
+    for entry in os.scandir(directory):
+        base = parse_segment_name(entry.name)
+        if base is not None and entry.is_file():
+            out.append((base, Path(entry.path)))
+    return sorted(out)
+
+
+def plan_partition(directory: Path, *, salvage: bool = False, from_offset: int = 0) -> PartitionPlan:
+    """Scan the segments holding offsets >= `from_offset` and plan their recovery."""
+    plan = PartitionPlan(directory, salvage)
+    segments = segment_files(directory)
+    start = 0
+    for i, (base, _) in enumerate(segments):
+        if base <= from_offset:
+            start = i
+    expected = segments[start][0] if segments else from_offset
+    damaged_at: int | None = None  # plain recovery: everything after the first damage goes
+    highest_cut = -1
+    for base, path in segments[start:]:
+        sp = SegmentPlan(path, base, path.stat().st_size)
+        plan.segments.append(sp)
+        if damaged_at is not None and not salvage:
+            sp.dropped = True
+            with open_segment(path) as buf:
+                highest_cut = max(highest_cut, _highest_offset(buf, 0, sp.size))
+            continue
+        expected = max(expected, base)
+        with open_segment(path) as buf:
+            expected = _plan_segment(sp, buf, expected, plan.lost, salvage)
+            if sp.first_bad_position is not None and not salvage:
+                damaged_at = expected
+                highest_cut = _highest_offset(buf, sp.first_bad_position, sp.size)
+        sp.index_problem = _check_indexes(sp, path)
+    if damaged_at is not None:
+        plan.lost.append((damaged_at, highest_cut if highest_cut >= damaged_at else None))
+    _classify(plan)
+    plan.next_offset = expected
+    return plan
+
+
+def _plan_segment(sp: SegmentPlan, buf, expected: int, lost: list[tuple[int, int | None]], salvage: bool) -> int:
+    """Fill `sp` from a scan of `buf`; returns the next offset expected after the kept batches.
+
+    With salvage, scanning resumes after each damaged region and each region's lost offsets go to `lost`.
+    """
+    pos = 0
+    while pos < sp.size:
+        bad_reason = None
+        for item in scan(buf, pos):
+            if isinstance(item, Damage):
+                bad_reason, pos = item.reason, item.position
+                break
+            problem = _invalid(item, expected)
+            if problem:
+                bad_reason, pos = problem, item.position
+                break
+            sp.kept.append(item)
+            expected = item.last_offset + 1
+            pos = item.end
+        if bad_reason is None:
+            break
+        if sp.first_bad_position is None:
+            sp.first_bad_position, sp.reason, sp.valid_bytes = pos, bad_reason, pos
+        resume = find_next_batch(buf, pos, sp.size, min_offset=expected) if salvage else None
+        sp.cuts.append(Cut(pos, sp.size if resume is None else resume, bad_reason))
+        if resume is None:
+            if salvage:
+                lost.append((expected, None))
+            break
+        resumed_base = read_batch(buf, resume, sp.size).base_offset
+        if resumed_base > expected:
+            lost.append((expected, resumed_base - 1))
+        pos = resume
+    if sp.first_bad_position is None:
+        sp.valid_bytes = sp.size
+    return expected
+
+
+def _highest_offset(buf, start: int, end: int) -> int:
+    """The highest offset of any checksummed batch in buf[start:end] (-1 if none): what a cut loses."""
+    highest, pos = -1, start
+    while (found := find_next_batch(buf, pos, end)) is not None:
+        item = read_batch(buf, found, end)
+        highest = max(highest, item.last_offset)
+        pos = item.end - 1  # the search starts one byte after `pos`
+    return highest
+
+
+def _invalid(item: ScannedBatch, expected: int) -> str | None:
+    if not item.crc_ok:
+        return f"CRC mismatch (stored {item.stored_crc:#010x}, computed {item.computed_crc:#010x})"
+    if item.magic != 2:
+        return f"magic {item.magic} batch in a log of magic 2"
+    if item.base_offset < expected:
+        return f"offset {item.base_offset} goes backwards (expected >= {expected})"
+    return None
+
+
+def _check_indexes(sp: SegmentPlan, path: Path) -> str | None:
+    seg = LogSegment(path.parent, sp.base_offset)
+    try:
+        if not seg.index.path.exists() or not seg.time_index.path.exists():
+            return "index missing"
+        seg.size = sp.valid_bytes
+        seg.load_indexes()
+        return None
+    except IndexCorruptError as exc:
+        return str(exc)
+    finally:
+        seg.close()
+
+
+def _classify(plan: PartitionPlan) -> None:
+    """Mark each damage tail or mid-log: mid-log when any valid batch follows it."""
+    for i, sp in enumerate(plan.segments):
+        if sp.first_bad_position is None:
+            continue
+        later_data = any(s.size for s in plan.segments[i + 1 :])
+        valid_after = len(sp.cuts) > 1 or (sp.cuts and sp.cuts[-1].end < sp.size)
+        if not valid_after and not plan.salvage:
+            with open_segment(sp.path) as buf:
+                valid_after = find_next_batch(buf, sp.first_bad_position, sp.size) is not None
+        sp.kind = "mid-log" if later_data or valid_after else "tail"
+
+
+def _quarantine_path(directory: Path, quarantine_dir: Path | None, name: str) -> Path:
+    target_dir = quarantine_dir / directory.name if quarantine_dir else directory
+    target_dir.mkdir(parents=True, exist_ok=True)
+    path = target_dir / (name + QUARANTINE_SUFFIX)
+    if path.exists():
+        path = target_dir / f"{name}.{int(time.time() * 1000)}{QUARANTINE_SUFFIX}"
+    return path
+
+
+def _copy_range(src: Path, start: int, end: int, dest: Path) -> None:
+    with open(src, "rb") as f, open(dest, "wb") as out:
+        f.seek(start)
+        remaining = end - start
+        while remaining:
+            chunk = f.read(min(remaining, 1 << 20))
+            if not chunk:
+                break
+            out.write(chunk)
+            remaining -= len(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def execute(plan: PartitionPlan, *, quarantine_dir: Path | None = None) -> list[Path]:
+    """Carry out `plan`; returns the quarantine files written. Indexes of touched segments are rebuilt."""
+    written: list[Path] = []
+    d = plan.dir
+    for sp in plan.segments:
+        if sp.dropped:
+            for suffix_path in (sp.path, *_index_paths(sp)):
+                if suffix_path.exists():
+                    q = _quarantine_path(d, quarantine_dir, suffix_path.name)
+                    _move(suffix_path, q)
+                    written.append(q)
+            continue
+        if sp.cuts:
+            for cut in sp.cuts:
+                q = _quarantine_path(d, quarantine_dir, f"{sp.path.name}.{cut.start}-{cut.end}")
+                _copy_range(sp.path, cut.start, cut.end, q)
+                written.append(q)
+            _keep_only(sp)
+        if sp.index_problem:
+            written += rebuild_indexes(d, sp.base_offset, quarantine_dir=quarantine_dir)
+        elif sp.cuts:
+            _rebuild(sp)
+    return written
+
+
+def _index_paths(sp: SegmentPlan) -> tuple[Path, Path]:
+    stem = sp.path.with_suffix("")
+    return stem.with_suffix(INDEX_SUFFIX), stem.with_suffix(TIMEINDEX_SUFFIX)
+
+
+def _move(src: Path, dest: Path) -> None:
+    try:
+        os.replace(src, dest)
+    except OSError:  # another file system: copy, fsync, then remove the original
+        _copy_range(src, 0, src.stat().st_size, dest)
+        src.unlink()
+
+
+def _keep_only(sp: SegmentPlan) -> None:
+    """Rewrite the segment to hold just its kept batches (a plain truncation for a tail cut)."""
+    if len(sp.cuts) == 1 and sp.cuts[0].end == sp.size:
+        with open(sp.path, "r+b") as f:
+            f.truncate(sp.cuts[0].start)
+            f.flush()
+            os.fsync(f.fileno())
+        return
+    tmp = sp.path.with_name(sp.path.name + ".tmp")
+    with open(sp.path, "rb") as src, open(tmp, "wb") as out:
+        for b in _merge_ranges(sp.kept):
+            src.seek(b[0])
+            out.write(src.read(b[1] - b[0]))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, sp.path)
+
+
+def _merge_ranges(batches: Iterable[ScannedBatch]) -> list[tuple[int, int]]:
+    ranges: list[tuple[int, int]] = []
+    for b in batches:
+        if ranges and ranges[-1][1] == b.position:
+            ranges[-1] = (ranges[-1][0], b.end)
+        else:
+            ranges.append((b.position, b.end))
+    return ranges
+
+
+def rebuild_indexes(directory: Path, base_offset: int, *, quarantine_dir: Path | None = None) -> list[Path]:
+    """Move a segment's existing (suspect) index files to quarantine and rebuild both from the log."""
+    sp = SegmentPlan(directory / segment_name(base_offset), base_offset, 0)
+    moved = []
+    for p in _index_paths(sp):
+        if p.exists() and p.stat().st_size:
+            q = _quarantine_path(directory, quarantine_dir, p.name)
+            _move(p, q)
+            moved.append(q)
+    _rebuild(sp)
+    return moved
+
+
+def _rebuild(sp: SegmentPlan) -> None:
+    seg = LogSegment(sp.path.parent, sp.base_offset)
+    try:
+        with open_segment(sp.path) as buf:
+            seg.rebuild_indexes(item for item in scan(buf, verify_crc=False) if not isinstance(item, Damage))
+    finally:
+        seg.close()

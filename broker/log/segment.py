@@ -1,0 +1,213 @@
+"""One segment of a partition log: `<base offset, 20 digits>.log` with its `.index` and `.timeindex`.
+
+The `.log` holds whole batches back to back (framing in `broker.log.scanner`); its name is the first
+offset it may hold. Appends go to the end through one O_APPEND descriptor; reads hand out
+(descriptor, position, length) slices for `sendfile`. The segment keeps in memory only what its
+indexes and a short tail read give it: size, next offset, largest timestamp.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from broker.log.index import OffsetIndex, TimeIndex
+from broker.log.scanner import ScannedBatch
+from broker.records.batch import LOG_OVERHEAD, MAGIC_OFFSET
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+_NAME = re.compile(r"^(\d{20})\.log$")
+# baseOffset, batchLength, epoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp
+_HEAD = struct.Struct(">qiibIhiqq")
+
+
+def segment_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
+    """Kafka's file name for a segment: the base offset zero-padded to 20 digits."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset a `.log` file name encodes, or None if it is not a segment name."""
+    m = _NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+class BatchHead(NamedTuple):
+    """The part of a batch header the read path needs, read with one pread."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+class LogSegment:
+    """A segment file and its two indexes."""
+
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int = 4096) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / segment_name(base_offset)
+        self.index = OffsetIndex(directory / segment_name(base_offset, INDEX_SUFFIX), base_offset)
+        self.time_index = TimeIndex(directory / segment_name(base_offset, TIMEINDEX_SUFFIX), base_offset)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        st = os.fstat(self.fd)
+        self.size = st.st_size
+        self.created_ms = int(st.st_mtime * 1000) if self.size else int(time.time() * 1000)
+        if not self.size:  # a new segment starts with its (empty) indexes, as Kafka's do
+            self.index.path.touch()
+            self.time_index.path.touch()
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.first_timestamp = -1  # max timestamp of the first batch: the clock segment.ms rolls by
+        self._bytes_since_index = 0
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load_indexes(self) -> None:
+        """Read both indexes and the tail after the last index entry; IndexCorruptError if they lie."""
+        self.index.load(self.size)
+        self._load_tail()
+        self.time_index.load(self.next_offset)
+        self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp)
+
+    def rebuild_indexes(self, batches: Iterable[ScannedBatch]) -> None:
+        """Rebuild both indexes from a scan of this segment's valid batches, and flush them."""
+        self.index.reset()
+        self.time_index.reset()
+        self._bytes_since_index = 0
+        self.next_offset, self.max_timestamp, self.first_timestamp = self.base_offset, -1, -1
+        for b in batches:
+            self._note_batch(b.position, b.size, b.last_offset, b.max_timestamp)
+        self.flush()
+
+    def _load_tail(self) -> None:
+        entries = self.index.keys
+        start = self.index.values[-1] if entries else 0
+        self.next_offset = self.base_offset
+        for head in self.heads(start):
+            self.next_offset = head.last_offset + 1
+            self.max_timestamp = max(self.max_timestamp, head.max_timestamp)
+        if self.size:
+            first = self.read_head(0)
+            self.first_timestamp = first.max_timestamp if first else -1
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _note_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
+        if position == 0:
+            self.first_timestamp = max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+        if self._bytes_since_index > self.index_interval_bytes:  # Kafka's rule, checked before adding
+            self.index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, last_offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
+        self.next_offset = last_offset + 1
+        self.size = position + size
+
+    def append(self, iov: list, batches: list[tuple[int, int, int]]) -> None:
+        """Write `iov` (whole batches) at the end; `batches` gives (size, last offset, max timestamp)."""
+        total = sum(len(b) for b in iov)
+        written = os.writev(self.fd, iov)
+        if written != total:  # a short write: finish it
+            rest = b"".join(bytes(b) for b in iov)[written:]
+            while rest:
+                n = os.write(self.fd, rest)
+                rest = rest[n:]
+        pos = self.size
+        for size, last_offset, max_ts in batches:
+            self._note_batch(pos, size, last_offset, max_ts)
+            pos += size
+
+    def flush(self) -> None:
+        """fsync the log, then write and fsync the new index entries."""
+        os.fsync(self.fd)
+        self.index.flush()
+        self.time_index.flush()
+
+    def truncate_to_position(self, position: int) -> None:
+        """Cut the log at `position` (a batch boundary) and forget index entries past it."""
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.index.truncate_to_position(position)
+        self._load_tail()
+        self.time_index.truncate_to_offset(self.next_offset)
+        self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp) if self.size else -1
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read_head(self, position: int) -> BatchHead | None:
+        """The header of the batch at `position`, or None past the end or where the framing breaks."""
+        data = os.pread(self.fd, _HEAD.size, position)
+        if len(data) < MAGIC_OFFSET + 1:
+            return None
+        base_offset, length = struct.unpack_from(">qi", data)
+        size = length + LOG_OVERHEAD
+        if length <= 0 or position + size > self.size:
+            return None
+        if data[MAGIC_OFFSET] != 2 or len(data) < _HEAD.size:  # legacy message: one offset each
+            return BatchHead(position, size, base_offset, base_offset, -1)
+        f = _HEAD.unpack(data)
+        return BatchHead(position, size, base_offset, base_offset + f[6], f[8])
+
+    def heads(self, position: int = 0) -> Iterator[BatchHead]:
+        """Batch headers from `position` to the end."""
+        while position < self.size:
+            head = self.read_head(position)
+            if head is None:
+                return
+            yield head
+            position += head.size
+
+    def find(self, offset: int) -> BatchHead | None:
+        """The first batch whose last offset is >= `offset`, or None if the segment ends before it."""
+        if offset >= self.next_offset:
+            return None
+        for head in self.heads(self.index.lookup(offset)):
+            if head.last_offset >= offset:
+                return head
+        return None
+
+    def find_timestamp(self, timestamp: int) -> BatchHead | None:
+        """The first batch with a max timestamp >= `timestamp`, starting from the time index's hint."""
+        start_offset = self.time_index.lookup(timestamp)
+        head = self.find(start_offset)
+        if head is None:
+            return None
+        for h in self.heads(head.position):
+            if h.max_timestamp >= timestamp:
+                return h
+        return None
+
+    def read(self, position: int, length: int) -> bytes:
+        return os.pread(self.fd, length, position)
+
+    @property
+    def rolling_base_ms(self) -> int:
+        return self.first_timestamp if self.first_timestamp >= 0 else self.created_ms
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def files(self) -> list[Path]:
+        return [self.log_path, self.index.path, self.time_index.path]
+
+    def delete(self) -> None:
+        """Close and remove the segment's files (retention: expired data, not damage)."""
+        self.close()
+        for p in self.files():
+            p.unlink(missing_ok=True)
+

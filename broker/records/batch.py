@@ -1,0 +1,278 @@
+"""RecordBatch v2 (magic 2): the only record format kafkactl writes, on disk and on the wire.
+
+Batch header, 61 bytes, big-endian::
+
+    off  field                 type    in CRC
+    0    baseOffset            int64   no
+    8    batchLength           int32   no    bytes after this field
+    12   partitionLeaderEpoch  int32   no
+    16   magic (= 2)           int8    no
+    17   crc                   uint32  -     CRC-32C of bytes 21..end
+    21   attributes            int16   yes   bits 0-2 codec, 3 timestamp type (1 = LogAppendTime),
+                                             4 transactional, 5 control
+    23   lastOffsetDelta       int32   yes
+    27   baseTimestamp         int64   yes
+    35   maxTimestamp          int64   yes
+    43   producerId            int64   yes
+    51   producerEpoch         int16   yes
+    53   baseSequence          int32   yes
+    57   recordCount           int32   yes
+    61   records                             one compressed block when the codec is not none
+
+Record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint, keyLength varint
+(-1 = null), key, valueLength varint (-1 = null), value, headerCount varint, then per header:
+keyLength varint, key (UTF-8), valueLength varint (-1 = null), value. Varints are zigzag
+(`broker.records.varint`).
+
+baseOffset and partitionLeaderEpoch sit outside the CRC, so a broker assigns offsets and stamps its
+epoch by rewriting the first 16 bytes, without touching the rest.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+from broker.errors import CorruptRecordError
+from broker.records.compression import Codec, compress, decompress
+from broker.records.crc import crc32c
+from broker.records.varint import decode_varint, encode_varint
+
+Buffer = bytes | bytearray | memoryview
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = struct.calcsize(">qi")  # baseOffset + batchLength: 12
+MAGIC_OFFSET = struct.calcsize(">qii")  # 16
+CRC_OFFSET = MAGIC_OFFSET + 1  # 17
+ATTRIBUTES_OFFSET = CRC_OFFSET + 4  # 21
+PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+MAGIC_V2 = 2
+
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+NO_TIMESTAMP = -1
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a RecordBatch v2, decoded."""
+
+    base_offset: int
+    length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch takes, header included."""
+        return self.length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return (self.attributes & TIMESTAMP_TYPE_BIT) >> 3
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+
+class Record(NamedTuple):
+    """One record with absolute offset and timestamp; headers are (str, bytes | None) pairs."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    attributes: int = 0
+
+
+def decode_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Decode the batch header at `pos`; the caller has checked 61 bytes are there and magic is 2."""
+    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+
+
+def compute_crc(buf: Buffer, pos: int, size: int) -> int:
+    """CRC-32C over the CRC-covered part of the batch of `size` bytes at `pos`."""
+    return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+
+
+def crc_ok(buf: Buffer, pos: int, header: BatchHeader) -> bool:
+    """Whether the batch at `pos` carries the CRC of its contents."""
+    return compute_crc(buf, pos, header.size) == header.crc
+
+
+def rewrite_prefix(base_offset: int, length: int, partition_leader_epoch: int) -> bytes:
+    """The first 16 bytes of a batch (outside the CRC) with a new base offset and epoch."""
+    return PREFIX.pack(base_offset, length, partition_leader_epoch) + b"\x02"
+
+
+def _encode_bytes(value: bytes | None) -> bytes:
+    if value is None:
+        return b"\x01"  # zigzag(-1)
+    return encode_varint(len(value)) + value
+
+
+def encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
+    """One record's bytes, length prefix included."""
+    parts = [
+        bytes((record.attributes & 0xFF,)),
+        encode_varint(record.timestamp - base_timestamp),
+        encode_varint(record.offset - base_offset),
+        _encode_bytes(record.key),
+        _encode_bytes(record.value),
+        encode_varint(len(record.headers)),
+    ]
+    for hkey, hvalue in record.headers:
+        kb = hkey.encode()
+        parts.append(encode_varint(len(kb)) + kb)
+        parts.append(_encode_bytes(hvalue))
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def build_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int | None = None,
+    codec: Codec | int = Codec.NONE,
+    timestamp_type: int = CREATE_TIME,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """Encode `records` (absolute offsets, ascending) as one RecordBatch v2.
+
+    `base_offset` defaults to the first record's offset; records keep their offset deltas from it.
+    """
+    if not records:
+        raise ValueError("a record batch holds at least one record")
+    if base_offset is None:
+        base_offset = records[0].offset
+    base_ts = records[0].timestamp
+    max_ts = max(r.timestamp for r in records)
+    body = b"".join([encode_record(r, base_offset, base_ts) for r in records])
+    if codec:
+        body = compress(Codec(codec), body)
+    attributes = int(codec) & CODEC_MASK
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_BIT
+    if transactional:
+        attributes |= TRANSACTIONAL_BIT
+    if control:
+        attributes |= CONTROL_BIT
+    size = BATCH_HEADER_SIZE + len(body)
+    buf = bytearray(size)
+    HEADER.pack_into(
+        buf, 0,
+        base_offset, size - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
+        attributes, records[-1].offset - base_offset, base_ts, max_ts,
+        producer_id, producer_epoch, base_sequence, len(records),
+    )  # fmt: skip
+    buf[BATCH_HEADER_SIZE:] = body
+    struct.pack_into(">I", buf, CRC_OFFSET, compute_crc(buf, 0, size))
+    return bytes(buf)
+
+
+def records_from_values(
+    values: Iterable[bytes | None],
+    *,
+    keys: Iterable[bytes | None] | None = None,
+    first_offset: int = 0,
+    timestamp: int | None = None,
+) -> list[Record]:
+    """Records with consecutive offsets and one timestamp (now by default); a convenience for tools."""
+    ts = int(time.time() * 1000) if timestamp is None else timestamp
+    vals = list(values)
+    ks = list(keys) if keys is not None else [None] * len(vals)
+    return [Record(first_offset + i, ts, k, v) for i, (k, v) in enumerate(zip(ks, vals, strict=True))]
+
+
+def iter_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None) -> Iterator[Record]:
+    """Decode the records of the batch at `pos` (decompressing them first if needed).
+
+    Raises CorruptRecordError when the records do not parse or disagree with the header's count.
+    """
+    if header is None:
+        header = decode_header(buf, pos)
+    mv = memoryview(buf)
+    data: Buffer = mv[pos + BATCH_HEADER_SIZE : pos + header.size]
+    if len(data) != header.size - BATCH_HEADER_SIZE:
+        raise CorruptRecordError("record batch is truncated")
+    if header.codec:
+        data = decompress(header.codec, data)
+    base_offset, base_ts = header.base_offset, header.base_timestamp
+    log_append = header.timestamp_type == LOG_APPEND_TIME
+    p, end, count = 0, len(data), 0
+    try:
+        while p < end:
+            length, p = decode_varint(data, p)
+            rec_end = p + length
+            if length < 0 or rec_end > end:
+                raise CorruptRecordError(f"record length {length} runs past the batch")
+            attributes = data[p]
+            ts_delta, p = decode_varint(data, p + 1)
+            off_delta, p = decode_varint(data, p)
+            key, p = _decode_bytes(data, p)
+            value, p = _decode_bytes(data, p)
+            nheaders, p = decode_varint(data, p)
+            headers = []
+            for _ in range(nheaders):
+                hk, p = _decode_bytes(data, p)
+                hv, p = _decode_bytes(data, p)
+                if hk is None:
+                    raise CorruptRecordError("record header with a null key")
+                headers.append((hk.decode("utf-8", "replace"), hv))
+            if p != rec_end:
+                raise CorruptRecordError("record length disagrees with its fields")
+            count += 1
+            ts = header.max_timestamp if log_append else base_ts + ts_delta
+            yield Record(base_offset + off_delta, ts, key, value, tuple(headers), attributes)
+    except IndexError:
+        raise CorruptRecordError("record runs past the batch") from None
+    if count != header.record_count:
+        raise CorruptRecordError(f"batch says {header.record_count} records but holds {count}")
+
+
+def _decode_bytes(data: Buffer, p: int) -> tuple[bytes | None, int]:
+    n, p = decode_varint(data, p)
+    if n < 0:
+        return None, p
+    if p + n > len(data):
+        raise CorruptRecordError("record field runs past the batch")
+    return bytes(data[p : p + n]), p + n
