@@ -119,7 +119,7 @@ def plan_partition(directory: Path, *, salvage: bool = False, from_offset: int =
             if sp.first_bad_position is not None and not salvage:
                 damaged_at = expected
                 highest_cut = _highest_offset(buf, sp.first_bad_position, sp.size)
-        sp.index_problem = _check_indexes(sp, path)
+        sp.index_problem = None if sp.cuts else _check_indexes(sp, path)  # a cut segment is reindexed anyway
     if damaged_at is not None:
         plan.lost.append((damaged_at, highest_cut if highest_cut >= damaged_at else None))
     _classify(plan)

@@ -1,0 +1,10 @@
+_kafkactl_completion() {
+    local IFS=$'
+'
+    COMPREPLY=( $( env COMP_WORDS="${COMP_WORDS[*]}" \
+                   COMP_CWORD=$COMP_CWORD \
+                   _KAFKACTL_COMPLETE=complete_bash $1 ) )
+    return 0
+}
+
+complete -o default -F _kafkactl_completion kafkactl

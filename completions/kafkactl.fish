@@ -1,0 +1,1 @@
+complete --command kafkactl --no-files --arguments "(env _KAFKACTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) kafkactl)" --condition "env _KAFKACTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) kafkactl"

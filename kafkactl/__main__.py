@@ -1,0 +1,3 @@
+from kafkactl.app import main
+
+main()

@@ -1,0 +1,103 @@
+"""The root `kafkactl` app: global options, one sub-app per noun, and errors turned into exit codes.
+
+Every failure a user can cause ends as one line on stderr, `kafkactl: error: …`, with a non-zero
+exit code (2 for usage errors); a traceback is printed only with `--debug`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+from typer.exceptions import Abort, Exit
+from typer.main import get_command
+
+from broker import __version__
+from broker.errors import KafkactlError
+from kafkactl.commands import bench, inspect, recover
+from kafkactl.render import error_line
+
+app = typer.Typer(
+    name="kafkactl",
+    help="Run and operate a Kafka-style commit log: brokers, topics, clients, inspection and recovery.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(inspect.app, name="inspect")
+app.command("recover")(recover.recover)
+app.add_typer(bench.app, name="bench")
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"kafkactl {__version__}")
+        raise Exit(0)
+
+
+@app.callback()
+def root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.", envvar="KAFKACTL_DEBUG")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """kafkactl: a Kafka-style distributed commit log and the tools to operate it."""
+    _state["debug"] = debug
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def command():
+    """The click command tree behind the app (for docs, completions and tests)."""
+    return get_command(app)
+
+
+def run(argv: list[str]) -> int:
+    """Run kafkactl with `argv`; returns the exit code instead of exiting."""
+    _state["debug"] = "--debug" in argv
+    try:
+        rv = command().main(args=argv, prog_name="kafkactl", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0  # without standalone mode, Exit(n) comes back as n
+    except Exit as exc:
+        return exc.exit_code
+    except Abort:
+        error_line("aborted")
+        return 130
+    except KeyboardInterrupt:
+        error_line("interrupted")
+        return 130
+    except KafkactlError as exc:
+        if _state["debug"]:
+            raise
+        error_line(str(exc))
+        return exc.exit_code
+    except typer.TyperException as exc:  # usage errors from the parser
+        message = exc.format_message()
+        if message:  # empty when a group was called bare and has already printed its help
+            error_line(message)
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: still one line unless --debug
+        if _state["debug"]:
+            raise
+        error_line(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
+        return 1
+
+
+def main() -> None:
+    """Console-script entry point."""
+    code = run(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    sys.exit(code)

@@ -1,0 +1,48 @@
+"""`kafkactl bench`: re-runnable benchmarks of kafkactl's parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from broker.bench import log as log_bench
+from broker.errors import UsageError
+from kafkactl.render import Output, json_line, progress, table
+
+app = typer.Typer(help="Benchmarks anyone can re-run.", no_args_is_help=True)
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """'1GiB', '16k', '4096' → bytes."""
+    s = text.strip().lower()
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = s[len(num) :]
+    if not num or unit not in _UNITS:
+        raise UsageError(f"invalid size {text!r} (e.g. 4096, 16KiB, 1GiB)")
+    return int(float(num) * _UNITS[unit])
+
+
+@app.command("log")
+def log(
+    size: Annotated[str, typer.Option("--size", help="Bytes to append (e.g. 1GiB).")] = "1GiB",
+    batch_size: Annotated[str, typer.Option("--batch-size", help="Bytes per batch.")] = "16KiB",
+    read_size: Annotated[str, typer.Option("--read-size", help="Bytes per slice read.")] = "1MiB",
+    directory: Annotated[Path | None, typer.Option("--dir", help="Where the temporary log goes.")] = None,
+    fsync: Annotated[bool, typer.Option("--fsync", help="fsync before stopping the append clock.")] = False,
+    output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
+) -> None:
+    """Append batches to a partition log with CRC validation, then read them back as sendfile slices."""
+    total, batch, read = parse_size(size), parse_size(batch_size), parse_size(read_size)
+    if batch < 200 or total < batch:
+        raise UsageError("--batch-size must be at least 200 bytes and --size at least one batch")
+    with progress("appending", total // batch) as advance:
+        result = log_bench.run(total, batch, read, directory, fsync, advance)
+    if output == Output.json:
+        json_line(result)
+    else:
+        table(["metric", "value"], result.items(), title="kafkactl bench log")

@@ -1,0 +1,76 @@
+"""How results reach a person or a program: tables and progress bars on a terminal, JSON lines otherwise."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from enum import Enum
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+
+class Output(str, Enum):
+    """`-o/--output`: text for people, json for programs."""
+
+    text = "text"
+    json = "json"
+
+
+def stdout_console() -> Console:
+    return Console(soft_wrap=True, highlight=False)
+
+
+def error_line(message: str) -> None:
+    """The one line a failure prints: `kafkactl: error: …` on stderr."""
+    first = " ".join(str(message).split("\n")).strip()
+    print(f"kafkactl: error: {first}", file=sys.stderr)
+
+
+def warn_line(message: str) -> None:
+    print(f"kafkactl: warning: {message}", file=sys.stderr)
+
+
+def json_line(obj: dict[str, Any]) -> None:
+    """One JSON object on its own line (bytes as text where they decode)."""
+    sys.stdout.write(json.dumps(obj, default=_json_default, separators=(",", ":")) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    if isinstance(value, set | tuple):
+        return list(value)
+    return str(value)
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None) -> None:
+    """A table on a terminal, tab-separated columns in a pipe."""
+    rows = list(rows)
+    if sys.stdout.isatty():
+        t = Table(*columns, title=title, header_style="bold")
+        for row in rows:
+            t.add_row(*("" if v is None else str(v) for v in row))
+        stdout_console().print(t)
+    else:
+        print("\t".join(columns))
+        for row in rows:
+            print("\t".join("" if v is None else str(v) for v in row))
+
+
+@contextmanager
+def progress(description: str, total: int | None) -> Iterator:
+    """A transient progress bar on a terminal (stderr); a no-op advance function in a pipe."""
+    if not sys.stderr.isatty():
+        yield lambda n=1: None
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task(description, total=total)
+        yield lambda n=1: bar.advance(task, n)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install what kafkactl needs on a Debian machine: system packages (as root, only those missing)
+# and a virtualenv in .venv with kafkactl and the given extras. Safe to run again.
+#   usage: scripts/setup.sh [extras]     e.g. scripts/setup.sh test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+
+need=()
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+command -v gcc >/dev/null || need+=(gcc python3-dev)   # crcmod's C extension
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing ${need[*]}; run as root or install them" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v -i "warning" || true
+spec="."
+[ -n "$extras" ] && spec=".[$extras]"
+.venv/bin/python -m pip install -q -e "$spec" 2>&1 | grep -v -i "warning" || true
+.venv/bin/python -c 'import broker, kafkactl' # fail loudly if the install did not take

@@ -1,0 +1,120 @@
+"""`kafkactl inspect segments`: every batch and record reported, damage reported and skipped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli.conftest import TS, kafkactl
+
+
+def _events(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def test_json_batches_cover_every_offset(log_dir: Path) -> None:
+    r = kafkactl("inspect", "segments", log_dir, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    evs = _events(r.stdout)
+    for p in (0, 1):
+        batches = [e for e in evs if e["type"] == "batch" and f"/t-{p}/" in e["file"]]
+        assert [b["base_offset"] for b in batches] == list(range(0, 60, 3))
+        assert all(b["valid"] and b["crc"] == b["computed_crc"] and b["count"] == 3 for b in batches)
+        assert all(b["magic"] == 2 and b["codec"] == "none" and b["producer_id"] == -1 for b in batches)
+        assert [b["create_time"] for b in batches] == [TS + i for i in range(20)]
+    summary = evs[-1]
+    assert summary == {"type": "summary", "files": summary["files"], "batches": 40, "records": 120,
+                       "invalid": 0, "errors": 0}  # fmt: skip
+    assert summary["files"] > 2  # the small segment size rolled several segments
+
+
+def test_deep_print_data_shows_every_record(log_dir: Path) -> None:
+    r = kafkactl("inspect", "segments", log_dir / "t-1", "-o", "json", "--print-data")
+    evs = [e for e in _events(r.stdout) if e["type"] == "record"]
+    assert [e["offset"] for e in evs] == list(range(60))
+    for e in evs:
+        b, i = divmod(e["offset"], 3)
+        assert e["key"] == f"k{b}-{i}" and e["value"] == f"value 1/{b}/{i}"
+        assert e["headers"] == [["h", "x"]] and e["timestamp"] == TS + b
+
+
+def test_decode_hex_and_base64(log_dir: Path) -> None:
+    seg = sorted((log_dir / "t-0").glob("*.log"))[0]
+    r = kafkactl("inspect", "segments", seg, "-o", "json", "--print-data", "--decode", "hex")
+    rec = next(e for e in _events(r.stdout) if e["type"] == "record")
+    assert rec["value"] == b"value 0/0/0".hex()
+    r = kafkactl("inspect", "segments", seg, "-o", "json", "--print-data", "--decode", "base64")
+    rec = next(e for e in _events(r.stdout) if e["type"] == "record")
+    assert rec["key"] == "azAtMA=="
+
+
+def test_text_output_has_a_line_per_batch(log_dir: Path) -> None:
+    r = kafkactl("inspect", "segments", log_dir / "t-0", "--deep")
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    assert sum(line.startswith("base_offset: ") for line in lines) == 20
+    assert sum(line.startswith("| offset: ") for line in lines) == 60
+    assert lines[-1].startswith("Summary: ")
+
+
+def test_verify_index_clean_then_garbage(log_dir: Path) -> None:
+    r = kafkactl("inspect", "segments", log_dir, "--verify-index", "-o", "json")
+    assert r.returncode == 0 and not [e for e in _events(r.stdout) if e["type"] == "index"]
+    idx = sorted((log_dir / "t-0").glob("*.index"))[0]
+    idx.write_bytes(b"\xff" * 13)
+    r = kafkactl("inspect", "segments", log_dir / "t-0", "--verify-index", "-o", "json")
+    assert r.returncode == 3
+    kinds = {e["kind"] for e in _events(r.stdout) if e["type"] == "index"}
+    assert "garbage" in kinds
+
+
+def test_crc_damage_is_reported_and_scan_goes_on(log_dir: Path) -> None:
+    seg = sorted((log_dir / "t-0").glob("*.log"))[0]
+    data = bytearray(seg.read_bytes())
+    data[70] ^= 0xFF  # inside the first batch's records: CRC mismatch, framing intact
+    seg.write_bytes(bytes(data))
+    r = kafkactl("inspect", "segments", seg, "-o", "json")
+    assert r.returncode == 3
+    batches = [e for e in _events(r.stdout) if e["type"] == "batch"]
+    assert batches[0]["valid"] is False and all(b["valid"] for b in batches[1:])
+    assert len(batches) > 1
+
+
+def test_framing_damage_skips_to_next_batch(log_dir: Path) -> None:
+    seg = sorted((log_dir / "t-0").glob("*.log"))[0]
+    data = bytearray(seg.read_bytes())
+    n_before = len([e for e in _events(kafkactl("inspect", "segments", seg, "-o", "json").stdout) if e["type"] == "batch"])
+    data[8:12] = (2**31 - 1).to_bytes(4, "big")  # first batch length points past the file
+    seg.write_bytes(bytes(data))
+    r = kafkactl("inspect", "segments", seg, "-o", "json")
+    evs = _events(r.stdout)
+    errors = [e for e in evs if e["type"] == "error"]
+    assert errors and "past the end" in errors[0]["message"] and errors[0]["position"] == 0
+    assert len([e for e in evs if e["type"] == "batch"]) == n_before - 1
+    assert r.returncode == 3
+
+
+def test_bad_inputs_are_reported_and_inspect_keeps_going(tmp_path: Path, log_dir: Path) -> None:
+    good = sorted((log_dir / "t-0").glob("*.log"))[0]
+    empty = tmp_path / "00000000000000000000.log"
+    empty.write_bytes(b"")
+    truncated = tmp_path / "00000000000000000099.log"
+    truncated.write_bytes(good.read_bytes()[:50])
+    badname = tmp_path / "notanoffset.log"
+    badname.write_bytes(good.read_bytes())
+    negative = tmp_path / "00000000000000000007.log"
+    negative.write_bytes(b"\0" * 8 + (-5).to_bytes(4, "big", signed=True) + b"\0" * 60)
+    notalog = tmp_path / "empty-dir"
+    notalog.mkdir()
+    r = kafkactl("inspect", "segments", empty, truncated, badname, negative, notalog, tmp_path / "nope", good,
+                 "-o", "json")  # fmt: skip
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    evs = _events(r.stdout)
+    msgs = {Path(e["file"]).name: e["message"] for e in evs if e["type"] == "error"}
+    assert "truncated" in msgs["00000000000000000099.log"]
+    assert "not a 20-digit offset" in msgs["notanoffset.log"]
+    assert "negative batch length" in msgs["00000000000000000007.log"]
+    assert "not a log dir" in msgs["empty-dir"]
+    assert "no such file" in msgs["nope"]
+    assert "00000000000000000000.log" not in msgs  # an empty segment is valid
+    assert any(e["type"] == "batch" and e["file"] == str(good) for e in evs)  # kept going to the end
