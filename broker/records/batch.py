@@ -120,8 +120,14 @@ class Record(NamedTuple):
 
 
 def decode_header(buf: Buffer, pos: int = 0) -> BatchHeader:
-    """Decode the batch header at `pos`; the caller has checked 61 bytes are there and magic is 2."""
-    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+    """Decode the batch header at `pos`; the caller has checked magic is 2.
+
+    Raises CorruptRecordError when fewer than 61 bytes follow `pos`.
+    """
+    try:
+        return BatchHeader._make(HEADER.unpack_from(buf, pos))
+    except struct.error:
+        raise CorruptRecordError("truncated record batch header") from None
 
 
 def compute_crc(buf: Buffer, pos: int, size: int) -> int:
@@ -251,6 +257,8 @@ def iter_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None) -
             key, p = _decode_bytes(data, p)
             value, p = _decode_bytes(data, p)
             nheaders, p = decode_varint(data, p)
+            if nheaders < 0:
+                raise CorruptRecordError(f"record with a negative header count {nheaders}")
             headers = []
             for _ in range(nheaders):
                 hk, p = _decode_bytes(data, p)

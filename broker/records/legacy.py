@@ -4,7 +4,8 @@ Each entry: offset int64, messageSize int32, then the message: crc uint32 (CRC-3
 magic int8, attributes int8 (bits 0-2 codec, bit 3 timestamp type on magic 1), timestamp int64
 (magic 1 only), key (int32 length, -1 = null), value (likewise). A compressed message is a wrapper
 whose value is a compressed inner message set; on magic 1 the inner offsets are relative and the
-wrapper carries the absolute offset of the last inner message.
+wrapper carries the absolute offset of the last inner message, and when the wrapper's timestamp type is
+LogAppendTime its timestamp is that of every inner message (as Kafka reads them).
 
 The first 17 bytes frame like a v2 batch (offset, size, then magic at byte 16), so one scanner
 serves both.
@@ -23,6 +24,7 @@ from broker.records.crc import crc32
 Buffer = bytes | bytearray | memoryview
 
 ENTRY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+TIMESTAMP_TYPE_BIT = 0x08  # magic 1: 1 = LogAppendTime
 LOG_OVERHEAD = 12
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -85,6 +87,8 @@ def inner_messages(wrapper: LegacyMessage) -> Iterator[LegacyMessage]:
     if wrapper.magic == 1 and inner:
         first = wrapper.offset - inner[-1].offset
         inner = [m._replace(offset=first + m.offset) for m in inner]
+        if wrapper.attributes & TIMESTAMP_TYPE_BIT:
+            inner = [m._replace(timestamp=wrapper.timestamp) for m in inner]
     yield from inner
 
 
