@@ -42,7 +42,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.", envvar="KAFKACTL_DEBUG")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks and debug logs.", envvar="KAFKACTL_DEBUG")
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,

@@ -84,7 +84,9 @@ def record_events(path: Path, buf, b: ScannedBatch, print_data: bool) -> Iterato
     """One event per record of a batch (or an error event if the records do not decode)."""
     try:
         if b.header is not None:
-            records = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in iter_records(buf, b.position, b.header)]
+            records = [
+                (r.offset, r.timestamp, r.key, r.value, r.headers) for r in iter_records(buf, b.position, b.header)
+            ]
         else:
             records = [(m.offset, m.timestamp, m.key, m.value, ()) for m in inner_messages(b.legacy)]
     except CorruptRecordError as exc:
@@ -174,8 +176,8 @@ def verify_indexes(path: Path, base: int, batches: list[ScannedBatch], size: int
             elif b is None:
                 yield finding("mismatch", index, f"entry {i} points at byte {pos}, where no batch starts")
             elif b.last_offset != base + rel:
-                yield finding("mismatch", index,
-                              f"entry {i}: offset {base + rel} but the batch at {pos} ends at {b.last_offset}")  # fmt: skip
+                message = f"entry {i}: offset {base + rel} but the batch at {pos} ends at {b.last_offset}"
+                yield finding("mismatch", index, message)
             last = (rel, pos)
     if not tindex.exists():
         yield finding("missing", tindex, "time index is missing")
@@ -195,7 +197,9 @@ def verify_indexes(path: Path, base: int, batches: list[ScannedBatch], size: int
         elif b is None:
             yield finding("mismatch", tindex, f"entry {i}: offset {off} is not the last offset of any batch")
         elif b.max_timestamp > ts:
-            yield finding("mismatch", tindex, f"entry {i}: timestamp {ts} but the batch ending at {off} has {b.max_timestamp}")
+            yield finding(
+                "mismatch", tindex, f"entry {i}: timestamp {ts} but the batch ending at {off} has {b.max_timestamp}"
+            )
         last_ts, last_off = ts, off
 
 
@@ -220,4 +224,3 @@ def inspect_paths(
             total["errors"] += 1
             yield {"type": "error", "file": str(path), "position": None, "message": f"cannot read: {exc}"}
     yield {"type": "summary", **total}
-

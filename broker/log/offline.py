@@ -64,7 +64,9 @@ def plan(path: Path, *, salvage: bool = False, advance: Callable[[int], None] = 
     return run
 
 
-def execute(run: RecoveryRun, *, quarantine_dir: Path | None = None, advance: Callable[[int], None] = lambda n: None) -> None:
+def execute(
+    run: RecoveryRun, *, quarantine_dir: Path | None = None, advance: Callable[[int], None] = lambda n: None
+) -> None:
     """Apply every plan (quarantining all it cuts) and bring the checkpoints in line."""
     for p in run.plans:
         if p.needs_cut or p.needs_index_rebuild:

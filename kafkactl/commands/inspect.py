@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,7 +16,7 @@ from kafkactl.render import Output, json_line
 app = typer.Typer(help="Inspect what kafkactl (or Apache Kafka) stored.", no_args_is_help=True)
 
 
-class Decode(str, Enum):
+class Decode(StrEnum):
     utf8 = "utf8"
     hex = "hex"
     base64 = "base64"
@@ -69,13 +69,17 @@ def _text(ev: dict[str, Any]) -> str:
 @app.command("segments")
 def segments(
     paths: Annotated[list[Path], typer.Argument(help="Segment .log files, partition dirs or log dirs.")],
-    deep: Annotated[bool, typer.Option("--deep", help="A line per record: offset, timestamp, sizes, header keys.")] = False,
+    deep: Annotated[
+        bool, typer.Option("--deep", help="A line per record: offset, timestamp, sizes, header keys.")
+    ] = False,
     print_data: Annotated[bool, typer.Option("--print-data", help="Show record keys, values and headers.")] = False,
     decode: Annotated[Decode, typer.Option("--decode", help="How --print-data shows bytes.")] = Decode.utf8,
     verify_index: Annotated[
         bool, typer.Option("--verify-index", help="Check .index and .timeindex against the log.")
     ] = False,
-    output: Annotated[Output, typer.Option("-o", "--output", help="text, or json (one object per line).")] = Output.text,
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="text, or json (one object per line).")
+    ] = Output.text,
 ) -> None:
     """Dump the batches of segment files and check their CRCs, offsets and indexes.
 

@@ -57,7 +57,16 @@ def recover(
                    "partitions": len(run.plans), "quarantined": [str(q) for q in run.quarantined]})  # fmt: skip
     else:
         if rows:
-            cols = ["partition", "segment", "size", "valid_bytes", "first_bad_position", "damage", "cut_bytes", "reason"]
+            cols = [
+                "partition",
+                "segment",
+                "size",
+                "valid_bytes",
+                "first_bad_position",
+                "damage",
+                "cut_bytes",
+                "reason",
+            ]
             table(cols, ([r[c] for c in cols] for r in rows), title="Recovery plan")
             for r in rows:
                 if r["index_problem"]:

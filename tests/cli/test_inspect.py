@@ -83,7 +83,9 @@ def test_crc_damage_is_reported_and_scan_goes_on(log_dir: Path) -> None:
 def test_framing_damage_skips_to_next_batch(log_dir: Path) -> None:
     seg = sorted((log_dir / "t-0").glob("*.log"))[0]
     data = bytearray(seg.read_bytes())
-    n_before = len([e for e in _events(kafkactl("inspect", "segments", seg, "-o", "json").stdout) if e["type"] == "batch"])
+    n_before = len(
+        [e for e in _events(kafkactl("inspect", "segments", seg, "-o", "json").stdout) if e["type"] == "batch"]
+    )
     data[8:12] = (2**31 - 1).to_bytes(4, "big")  # first batch length points past the file
     seg.write_bytes(bytes(data))
     r = kafkactl("inspect", "segments", seg, "-o", "json")
