@@ -76,8 +76,10 @@ class OffsetCheckpointFile:
             version, count = int(lines[0]), int(lines[1])
             if version != VERSION:
                 raise CheckpointError(f"{self.path}: unknown checkpoint version {version}")
-            entries = lines[2 : 2 + count]
-            if len(entries) != count:
+            entries = lines[2:]
+            while entries and not entries[-1].strip():  # trailing blank lines are no entries
+                entries.pop()
+            if len(entries) != count:  # fewer or more: a torn or foreign file (Kafka refuses both)
                 raise CheckpointError(f"{self.path}: expected {count} entries, found {len(entries)}")
             out: dict[TopicPartition, int] = {}
             for line in entries:

@@ -84,7 +84,9 @@ def validate_batches(data: Buffer, max_batch_bytes: int) -> list[tuple[int, int,
         if not item.crc_ok:
             raise CorruptRecordError(f"record batch at byte {pos}: CRC mismatch")
         if item.size > max_batch_bytes:
-            raise RecordTooLargeError(f"record batch of {item.size} bytes is over max.message.bytes ({max_batch_bytes})")
+            raise RecordTooLargeError(
+                f"record batch of {item.size} bytes is over max.message.bytes ({max_batch_bytes})"
+            )
         h = item.header
         if h.record_count <= 0:
             raise CorruptRecordError(f"record batch at byte {pos} holds no records")
@@ -116,7 +118,7 @@ class PartitionLog:
         if not clean:
             plan = recovery.plan_partition(self.dir, from_offset=recovery_point)
             if plan.needs_cut or plan.needs_index_rebuild:
-                recovery.execute(plan)
+                recovery.execute(plan, index_interval_bytes=self.config.index_interval_bytes)
             self.recovery_plan = plan
         self.segments: dict[int, LogSegment] = {}
         self.bases: list[int] = []
@@ -132,18 +134,23 @@ class PartitionLog:
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
+    def _new_segment(self, base: int) -> LogSegment:
+        return LogSegment(
+            self.dir, base, index_interval_bytes=self.config.index_interval_bytes, created_ms=self._now_ms()
+        )
+
     def _open_segment(self, base: int) -> LogSegment:
-        seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
+        seg = self._new_segment(base)
         if seg.size and not (seg.index.path.exists() and seg.time_index.path.exists()):
             seg.close()
-            recovery.rebuild_indexes(self.dir, base, quarantine_dir=None)
-            seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
+            recovery.rebuild_indexes(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
+            seg = self._new_segment(base)
         try:
             seg.load_indexes()
         except IndexCorruptError:
             seg.close()
-            recovery.rebuild_indexes(self.dir, base, quarantine_dir=None)
-            seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
+            recovery.rebuild_indexes(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
+            seg = self._new_segment(base)
             seg.load_indexes()
         self.segments[base] = seg
         bisect.insort(self.bases, base)
@@ -213,7 +220,10 @@ class PartitionLog:
         if not seg.size:
             return
         full = seg.size + incoming > self.config.segment_bytes
-        index_full = (len(seg.index.keys) + 1) * 8 > self.config.index_max_bytes
+        # Kafka's isFull: no room for another offset entry, or for another time entry besides the one
+        # reserved for the roll
+        max_bytes = self.config.index_max_bytes
+        index_full = len(seg.index.keys) >= max_bytes // 8 or len(seg.time_index.keys) >= max_bytes // 12 - 1
         aged = now_ms - seg.rolling_base_ms > self.config.segment_ms
         if full or index_full or aged:
             self.roll()
@@ -239,7 +249,7 @@ class PartitionLog:
         self._last_flush_ms = self._now_ms()
 
     def maybe_flush(self, now_ms: int | None = None) -> bool:
-        """Flush when the log has been dirty for `flush.ms`; returns whether it flushed."""
+        """Flush unflushed data when the last flush is `flush.ms` old (Kafka's rule); returns whether it flushed."""
         now_ms = self._now_ms() if now_ms is None else now_ms
         if self.recovery_point < self.log_end_offset and now_ms - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
@@ -274,6 +284,8 @@ class PartitionLog:
             if limit < seg.next_offset:
                 stop = seg.find(limit)  # the batch holding `limit` is not served (HWs sit on batch boundaries)
                 end = stop.position if stop is not None else end
+            if end <= head.position:
+                return None  # `limit` falls inside the batch holding `offset`: none of it may be served
             length = min(end - head.position, max(max_bytes, head.size))
             return FetchSlice(seg.fd, head.position, length, head.base_offset)
         return None
@@ -295,17 +307,21 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record stamped >= `timestamp`, or None if there is none."""
+        start = self.log_start_offset
         for base in self.bases:
             seg = self.segments[base]
-            if seg.max_timestamp < timestamp:
+            if seg.max_timestamp < timestamp or seg.next_offset <= start:
                 continue
             head = seg.find_timestamp(timestamp)
             if head is None:
                 continue
-            data = seg.read(head.position, head.size)
-            for r in iter_records(data):
-                if r.timestamp >= timestamp and r.offset >= self.log_start_offset:
-                    return r.offset, r.timestamp
+            # the records of a batch before the log start do not count: go on to the next batches
+            for h in seg.heads(head.position):
+                if h.max_timestamp < timestamp or h.last_offset < start:
+                    continue
+                for r in iter_records(seg.read(h.position, h.size)):
+                    if r.timestamp >= timestamp and r.offset >= start:
+                        return r.offset, r.timestamp
         return None
 
     # -- retention and truncation ---------------------------------------------------------------
@@ -318,7 +334,12 @@ class PartitionLog:
         if cfg.retention_ms >= 0:
             for base in list(self.bases):
                 seg = self.segments[base]
-                if not seg.size or now_ms - seg.max_timestamp <= cfg.retention_ms:
+                if not seg.size:
+                    if base == self.bases[-1]:
+                        break
+                    deleted.append(self._delete_segment(base))  # an empty segment (left by salvage) holds nothing
+                    continue
+                if now_ms - seg.max_timestamp <= cfg.retention_ms:
                     break
                 if base == self.bases[-1]:
                     self.roll()

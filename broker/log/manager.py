@@ -77,9 +77,14 @@ class LogManager:
     def startup(self, topic_configs: dict[str, LogConfig] | None = None) -> None:
         """Lock every log dir and load its logs, recovering those of a dir that was not shut down cleanly."""
         topic_configs = topic_configs or {}
+        try:  # every dir or none: a refused start leaves no dir locked behind it
+            for d in self.log_dirs:
+                d.mkdir(parents=True, exist_ok=True)
+                self._lock(d)
+        except LogDirLockedError:
+            self._unlock()
+            raise
         for d in self.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
-            self._lock(d)
             self._write_meta(d)
             marker = d / CLEAN_SHUTDOWN
             clean = marker.exists()
@@ -99,6 +104,9 @@ class LogManager:
                     log_start_offset=starts.get(tp, 0), clean=clean, clock=self.clock,
                 )  # fmt: skip
                 self._dir_of[tp] = d
+                hw = self.high_watermarks.get(tp)
+                if hw is not None and hw > self.logs[tp].log_end_offset:  # recovery cut what the HW covered
+                    self.high_watermarks[tp] = self.logs[tp].log_end_offset
             marker.unlink(missing_ok=True)
 
     def _lock(self, d: Path) -> None:
@@ -177,6 +185,9 @@ class LogManager:
             plog.close()
         for d in self.log_dirs:
             write_atomically(d / CLEAN_SHUTDOWN, b"")
+        self._unlock()
+
+    def _unlock(self) -> None:
         for fd in self._locks:
-            os.close(fd)
+            os.close(fd)  # closing the descriptor releases its flock
         self._locks.clear()

@@ -29,6 +29,7 @@ from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segme
 from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
 
 QUARANTINE_SUFFIX = ".quarantined"
+DEFAULT_INDEX_INTERVAL = 4096  # index.interval.bytes when the partition's own setting is not known
 
 
 @dataclass
@@ -105,6 +106,7 @@ def plan_partition(directory: Path, *, salvage: bool = False, from_offset: int =
     expected = segments[start][0] if segments else from_offset
     damaged_at: int | None = None  # plain recovery: everything after the first damage goes
     highest_cut = -1
+    lost = _LostRanges(plan.lost)
     for base, path in segments[start:]:
         sp = SegmentPlan(path, base, path.stat().st_size)
         plan.segments.append(sp)
@@ -115,11 +117,12 @@ def plan_partition(directory: Path, *, salvage: bool = False, from_offset: int =
             continue
         expected = max(expected, base)
         with open_segment(path) as buf:
-            expected = _plan_segment(sp, buf, expected, plan.lost, salvage)
+            expected = _plan_segment(sp, buf, expected, lost, salvage)
             if sp.first_bad_position is not None and not salvage:
                 damaged_at = expected
                 highest_cut = _highest_offset(buf, sp.first_bad_position, sp.size)
         sp.index_problem = None if sp.cuts else _check_indexes(sp, path)  # a cut segment is reindexed anyway
+    lost.finish()
     if damaged_at is not None:
         plan.lost.append((damaged_at, highest_cut if highest_cut >= damaged_at else None))
     _classify(plan)
@@ -127,7 +130,31 @@ def plan_partition(directory: Path, *, salvage: bool = False, from_offset: int =
     return plan
 
 
-def _plan_segment(sp: SegmentPlan, buf, expected: int, lost: list[tuple[int, int | None]], salvage: bool) -> int:
+class _LostRanges:
+    """The offsets salvage loses: a range opens at a damage and closes at the next kept batch, which may
+    sit in a later segment; a range still open at the end of the partition has no known end (None)."""
+
+    def __init__(self, out: list[tuple[int, int | None]]) -> None:
+        self.out = out
+        self.start: int | None = None
+
+    def damage(self, expected: int) -> None:
+        if self.start is None:
+            self.start = expected
+
+    def kept(self, base_offset: int) -> None:
+        if self.start is not None:
+            if base_offset > self.start:
+                self.out.append((self.start, base_offset - 1))
+            self.start = None
+
+    def finish(self) -> None:
+        if self.start is not None:
+            self.out.append((self.start, None))
+            self.start = None
+
+
+def _plan_segment(sp: SegmentPlan, buf, expected: int, lost: _LostRanges, salvage: bool) -> int:
     """Fill `sp` from a scan of `buf`; returns the next offset expected after the kept batches.
 
     With salvage, scanning resumes after each damaged region and each region's lost offsets go to `lost`.
@@ -144,6 +171,8 @@ def _plan_segment(sp: SegmentPlan, buf, expected: int, lost: list[tuple[int, int
                 bad_reason, pos = problem, item.position
                 break
             sp.kept.append(item)
+            if salvage:
+                lost.kept(item.base_offset)
             expected = item.last_offset + 1
             pos = item.end
         if bad_reason is None:
@@ -152,13 +181,10 @@ def _plan_segment(sp: SegmentPlan, buf, expected: int, lost: list[tuple[int, int
             sp.first_bad_position, sp.reason, sp.valid_bytes = pos, bad_reason, pos
         resume = find_next_batch(buf, pos, sp.size, min_offset=expected) if salvage else None
         sp.cuts.append(Cut(pos, sp.size if resume is None else resume, bad_reason))
+        if salvage:
+            lost.damage(expected)  # closed by the next kept batch, in this segment or a later one
         if resume is None:
-            if salvage:
-                lost.append((expected, None))
             break
-        resumed_base = read_batch(buf, resume, sp.size).base_offset
-        if resumed_base > expected:
-            lost.append((expected, resumed_base - 1))
         pos = resume
     if sp.first_bad_position is None:
         sp.valid_bytes = sp.size
@@ -167,7 +193,7 @@ def _plan_segment(sp: SegmentPlan, buf, expected: int, lost: list[tuple[int, int
 
 def _highest_offset(buf, start: int, end: int) -> int:
     """The highest offset of any checksummed batch in buf[start:end] (-1 if none): what a cut loses."""
-    highest, pos = -1, start
+    highest, pos = -1, start - 1  # find_next_batch looks after `pos`: a batch at `start` counts
     while (found := find_next_batch(buf, pos, end)) is not None:
         item = read_batch(buf, found, end)
         highest = max(highest, item.last_offset)
@@ -186,10 +212,10 @@ def _invalid(item: ScannedBatch, expected: int) -> str | None:
 
 
 def _check_indexes(sp: SegmentPlan, path: Path) -> str | None:
+    if not all(p.exists() for p in _index_paths(sp)):  # checked first: planning creates no file
+        return "index missing" if sp.valid_bytes else None
     seg = LogSegment(path.parent, sp.base_offset)
     try:
-        if not seg.index.path.exists() or not seg.time_index.path.exists():
-            return "index missing"
         seg.size = sp.valid_bytes
         seg.load_indexes()
         return None
@@ -204,12 +230,21 @@ def _classify(plan: PartitionPlan) -> None:
     for i, sp in enumerate(plan.segments):
         if sp.first_bad_position is None:
             continue
-        later_data = any(s.size for s in plan.segments[i + 1 :])
+        later_data = any(_holds_a_valid_batch(s) for s in plan.segments[i + 1 :])
         valid_after = len(sp.cuts) > 1 or (sp.cuts and sp.cuts[-1].end < sp.size)
         if not valid_after and not plan.salvage:
             with open_segment(sp.path) as buf:
                 valid_after = find_next_batch(buf, sp.first_bad_position, sp.size) is not None
         sp.kind = "mid-log" if later_data or valid_after else "tail"
+
+
+def _holds_a_valid_batch(sp: SegmentPlan) -> bool:
+    if sp.kept:
+        return True
+    if not sp.size or not sp.dropped:
+        return False
+    with open_segment(sp.path) as buf:
+        return find_next_batch(buf, -1, sp.size) is not None
 
 
 def _quarantine_path(directory: Path, quarantine_dir: Path | None, name: str) -> Path:
@@ -235,8 +270,11 @@ def _copy_range(src: Path, start: int, end: int, dest: Path) -> None:
         os.fsync(out.fileno())
 
 
-def execute(plan: PartitionPlan, *, quarantine_dir: Path | None = None) -> list[Path]:
-    """Carry out `plan`; returns the quarantine files written. Indexes of touched segments are rebuilt."""
+def execute(
+    plan: PartitionPlan, *, quarantine_dir: Path | None = None, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL
+) -> list[Path]:
+    """Carry out `plan`; returns the quarantine files written. Indexes of touched segments are rebuilt
+    (one entry per `index_interval_bytes`: the partition's `index.interval.bytes`)."""
     written: list[Path] = []
     d = plan.dir
     for sp in plan.segments:
@@ -254,9 +292,11 @@ def execute(plan: PartitionPlan, *, quarantine_dir: Path | None = None) -> list[
                 written.append(q)
             _keep_only(sp)
         if sp.index_problem:
-            written += rebuild_indexes(d, sp.base_offset, quarantine_dir=quarantine_dir)
+            written += rebuild_indexes(
+                d, sp.base_offset, quarantine_dir=quarantine_dir, index_interval_bytes=index_interval_bytes
+            )
         elif sp.cuts:
-            _rebuild(sp)
+            _rebuild(sp, index_interval_bytes)
     return written
 
 
@@ -301,7 +341,13 @@ def _merge_ranges(batches: Iterable[ScannedBatch]) -> list[tuple[int, int]]:
     return ranges
 
 
-def rebuild_indexes(directory: Path, base_offset: int, *, quarantine_dir: Path | None = None) -> list[Path]:
+def rebuild_indexes(
+    directory: Path,
+    base_offset: int,
+    *,
+    quarantine_dir: Path | None = None,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL,
+) -> list[Path]:
     """Move a segment's existing (suspect) index files to quarantine and rebuild both from the log."""
     sp = SegmentPlan(directory / segment_name(base_offset), base_offset, 0)
     moved = []
@@ -310,12 +356,12 @@ def rebuild_indexes(directory: Path, base_offset: int, *, quarantine_dir: Path |
             q = _quarantine_path(directory, quarantine_dir, p.name)
             _move(p, q)
             moved.append(q)
-    _rebuild(sp)
+    _rebuild(sp, index_interval_bytes)
     return moved
 
 
-def _rebuild(sp: SegmentPlan) -> None:
-    seg = LogSegment(sp.path.parent, sp.base_offset)
+def _rebuild(sp: SegmentPlan, index_interval_bytes: int) -> None:
+    seg = LogSegment(sp.path.parent, sp.base_offset, index_interval_bytes=index_interval_bytes)
     try:
         with open_segment(sp.path) as buf:
             seg.rebuild_indexes(item for item in scan(buf, verify_crc=False) if not isinstance(item, Damage))

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.log.index import OffsetIndex, TimeIndex
+from broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from broker.log.scanner import ScannedBatch
 from broker.records.batch import LOG_OVERHEAD, MAGIC_OFFSET
 
@@ -52,7 +52,9 @@ class BatchHead(NamedTuple):
 class LogSegment:
     """A segment file and its two indexes."""
 
-    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int = 4096) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, *, index_interval_bytes: int = 4096, created_ms: int | None = None
+    ) -> None:
         self.dir = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -62,10 +64,15 @@ class LogSegment:
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         st = os.fstat(self.fd)
         self.size = st.st_size
-        self.created_ms = int(st.st_mtime * 1000) if self.size else int(time.time() * 1000)
+        # segment.ms counts from the first batch's timestamp, else from creation (on the log's clock)
+        if self.size:
+            self.created_ms = int(st.st_mtime * 1000)
+        else:
+            self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
         if not self.size:  # a new segment starts with its (empty) indexes, as Kafka's do
-            self.index.path.touch()
-            self.time_index.path.touch()
+            for p in (self.index.path, self.time_index.path):
+                if not p.exists():
+                    p.touch()
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.first_timestamp = -1  # max timestamp of the first batch: the clock segment.ms rolls by
@@ -81,22 +88,34 @@ class LogSegment:
         self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp)
 
     def rebuild_indexes(self, batches: Iterable[ScannedBatch]) -> None:
-        """Rebuild both indexes from a scan of this segment's valid batches, and flush them."""
+        """Rebuild both indexes from a scan of this segment's valid batches, and flush them.
+
+        As Kafka's recovery does, the time index ends with the segment's largest timestamp, the entry
+        a roll or a clean close writes.
+        """
         self.index.reset()
         self.time_index.reset()
         self._bytes_since_index = 0
         self.next_offset, self.max_timestamp, self.first_timestamp = self.base_offset, -1, -1
         for b in batches:
             self._note_batch(b.position, b.size, b.last_offset, b.max_timestamp)
+        if self.next_offset > self.base_offset:
+            self.time_index.maybe_append(self.max_timestamp, self.next_offset - 1)
         self.flush()
 
     def _load_tail(self) -> None:
         entries = self.index.keys
         start = self.index.values[-1] if entries else 0
+        if entries:  # the last entry must point at a batch, or the tail read would start inside one
+            head = self.read_head(start)
+            if head is None or not self.base_offset <= head.base_offset <= entries[-1]:
+                raise IndexCorruptError(f"{self.index.path.name}: last entry points at no batch holding its offset")
         self.next_offset = self.base_offset
         for head in self.heads(start):
             self.next_offset = head.last_offset + 1
             self.max_timestamp = max(self.max_timestamp, head.max_timestamp)
+        if entries and entries[-1] >= self.next_offset:
+            raise IndexCorruptError(f"{self.index.path.name}: last entry is past the end of the log")
         if self.size:
             first = self.read_head(0)
             self.first_timestamp = first.max_timestamp if first else -1
@@ -141,9 +160,12 @@ class LogSegment:
         os.ftruncate(self.fd, position)
         self.size = position
         self.index.truncate_to_position(position)
+        # the timestamps of the cut batches go with them: recompute from the kept entries and the tail
+        self.max_timestamp = self.first_timestamp = -1
+        self._bytes_since_index = 0
         self._load_tail()
         self.time_index.truncate_to_offset(self.next_offset)
-        self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp) if self.size else -1
+        self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -210,4 +232,3 @@ class LogSegment:
         self.close()
         for p in self.files():
             p.unlink(missing_ok=True)
-
