@@ -95,3 +95,14 @@ def run(
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def median(results: list[dict]) -> dict:
+    """The run with the median append rate, with every run's append and read rates beside it."""
+    ordered = sorted(results, key=lambda r: r["append_mb_per_s"])
+    out = dict(ordered[len(ordered) // 2])
+    if len(results) > 1:
+        out["runs"] = len(results)
+        out["append_mb_per_s_each"] = [r["append_mb_per_s"] for r in results]
+        out["read_mb_per_s_each"] = [r["read_mb_per_s"] for r in results]
+    return out

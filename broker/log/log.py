@@ -209,7 +209,7 @@ class PartitionLog:
             records += count
             max_ts = max(max_ts, batch_max_ts)
             next_offset = base + delta + 1
-        self.active.append(iov, notes)
+        self.active.append(iov, notes, total)
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()

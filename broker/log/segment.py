@@ -135,9 +135,10 @@ class LogSegment:
         self.next_offset = last_offset + 1
         self.size = position + size
 
-    def append(self, iov: list, batches: list[tuple[int, int, int]]) -> None:
-        """Write `iov` (whole batches) at the end; `batches` gives (size, last offset, max timestamp)."""
-        total = sum(len(b) for b in iov)
+    def append(self, iov: list, batches: list[tuple[int, int, int]], total: int | None = None) -> None:
+        """Write `iov` (whole batches, `total` bytes) at the end; `batches` gives (size, last offset, max ts)."""
+        if total is None:
+            total = sum(len(b) for b in iov)
         written = os.writev(self.fd, iov)
         if written != total:  # a short write: finish it
             rest = b"".join(bytes(b) for b in iov)[written:]

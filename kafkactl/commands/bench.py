@@ -34,14 +34,18 @@ def log(
     read_size: Annotated[str, typer.Option("--read-size", help="Bytes per slice read.")] = "1MiB",
     directory: Annotated[Path | None, typer.Option("--dir", help="Where the temporary log goes.")] = None,
     fsync: Annotated[bool, typer.Option("--fsync", help="fsync before stopping the append clock.")] = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs; the median is reported.")] = 1,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
 ) -> None:
     """Append batches to a partition log with CRC validation, then read them back as sendfile slices."""
     total, batch, read = parse_size(size), parse_size(batch_size), parse_size(read_size)
     if batch < 200 or total < batch:
         raise UsageError("--batch-size must be at least 200 bytes and --size at least one batch")
-    with progress("appending", total // batch) as advance:
-        result = log_bench.run(total, batch, read, directory, fsync, advance)
+    results = []
+    for i in range(repeat):
+        with progress(f"run {i + 1}/{repeat}: appending", total // batch) as advance:
+            results.append(log_bench.run(total, batch, read, directory, fsync, advance))
+    result = log_bench.median(results)
     if output == Output.json:
         json_line(result)
     else:

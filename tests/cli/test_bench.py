@@ -17,6 +17,14 @@ def test_bench_log_small(tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []  # the temporary log is removed
 
 
+def test_bench_log_repeat_reports_every_run(tmp_path) -> None:
+    r = kafkactl("bench", "log", "--size", "1MiB", "--repeat", "3", "--dir", tmp_path, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["runs"] == 3 and len(res["append_mb_per_s_each"]) == 3 and len(res["read_mb_per_s_each"]) == 3
+    assert res["append_mb_per_s"] == sorted(res["append_mb_per_s_each"])[1]
+
+
 def test_bench_bad_size_is_usage_error() -> None:
     r = kafkactl("bench", "log", "--size", "lots")
     assert r.returncode == 2 and "invalid size" in r.stderr
