@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from broker.errors import CorruptRecordError
+from broker.records.batch import TIMESTAMP_TYPE_BIT  # the same bit 3 on magic 1
 from broker.records.compression import decompress
 from broker.records.crc import crc32
 
 Buffer = bytes | bytearray | memoryview
 
 ENTRY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
-TIMESTAMP_TYPE_BIT = 0x08  # magic 1: 1 = LogAppendTime
 LOG_OVERHEAD = 12
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
