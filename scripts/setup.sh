@@ -21,8 +21,13 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v -i "warning" || true
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
-.venv/bin/python -m pip install -q -e "$spec" 2>&1 | grep -v -i "warning" || true
+# pip's output goes to a log, shown only when the install fails
+if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e "$spec"; } \
+    >.venv/pip.log 2>&1; then
+  cat .venv/pip.log >&2
+  echo "setup: pip install failed (log above)" >&2
+  exit 1
+fi
 .venv/bin/python -c 'import broker, kafkactl' # fail loudly if the install did not take
