@@ -31,10 +31,6 @@ def error_line(message: str) -> None:
     print(f"kafkactl: error: {first}", file=sys.stderr)
 
 
-def warn_line(message: str) -> None:
-    print(f"kafkactl: warning: {message}", file=sys.stderr)
-
-
 def json_line(obj: dict[str, Any]) -> None:
     """One JSON object on its own line (bytes as text where they decode)."""
     sys.stdout.write(json.dumps(obj, default=_json_default, separators=(",", ":")) + "\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog
 from broker.records.batch import Record, build_batch
-from broker.records.crc import BACKEND
+from broker.records.crc import BACKEND, crc32c
 
 
 def template_batch(batch_bytes: int, record_bytes: int = 200) -> tuple[bytes, int]:
@@ -27,6 +27,16 @@ def template_batch(batch_bytes: int, record_bytes: int = 200) -> tuple[bytes, in
     value = os.urandom(record_bytes // 2).hex().encode()[:record_bytes]
     batch = build_batch([Record(i, ts, None, value) for i in range(count)])
     return batch, count
+
+
+def crc_rate(data: bytes, seconds: float = 0.5) -> float:
+    """MB/s of the CRC-32C backend in use over `data`, for at least `seconds`."""
+    n, t0 = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - t0) < seconds:
+        for _ in range(100):
+            crc32c(data)
+        n += 100
+    return n * len(data) / elapsed / 1e6
 
 
 def _drain(sock: socket.socket) -> None:
@@ -82,6 +92,7 @@ def run(
         return {
             "bench": "log",
             "crc_backend": BACKEND,
+            "crc_mb_per_s": round(crc_rate(batch), 1),
             "batch_bytes": len(batch),
             "batches": n,
             "records": n * per_batch,

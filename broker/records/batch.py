@@ -140,11 +140,6 @@ def crc_ok(buf: Buffer, pos: int, header: BatchHeader) -> bool:
     return compute_crc(buf, pos, header.size) == header.crc
 
 
-def rewrite_prefix(base_offset: int, length: int, partition_leader_epoch: int) -> bytes:
-    """The first 16 bytes of a batch (outside the CRC) with a new base offset and epoch."""
-    return PREFIX.pack(base_offset, length, partition_leader_epoch) + b"\x02"
-
-
 def _encode_bytes(value: bytes | None) -> bytes:
     if value is None:
         return b"\x01"  # zigzag(-1)

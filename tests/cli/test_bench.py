@@ -13,7 +13,7 @@ def test_bench_log_small(tmp_path) -> None:
     res = json.loads(r.stdout)
     assert res["bytes"] == res["batches"] * res["batch_bytes"] and res["bytes"] >= 4 * 2**20 - res["batch_bytes"]
     assert res["read_bytes"] == res["bytes"]  # every byte appended came back through the slice API
-    assert res["append_mb_per_s"] > 0 and res["read_mb_per_s"] > 0
+    assert res["append_mb_per_s"] > 0 and res["read_mb_per_s"] > 0 and res["crc_mb_per_s"] > 0
     assert list(tmp_path.iterdir()) == []  # the temporary log is removed
 
 
