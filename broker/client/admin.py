@@ -1,0 +1,155 @@
+"""Topic administration over the wire protocol: create, list, describe, alter and delete topics."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from broker.client.cluster import Cluster
+from broker.errors import KafkactlError
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, error_name
+from broker.protocol.messages.admin import TOPIC_RESOURCE
+from broker.protocol.messages.fetch import EARLIEST, LATEST
+
+
+class AdminError(KafkactlError):
+    """The broker refused an admin request; the message carries its error name and text."""
+
+
+def _check(code: int, message: str | None, what: str) -> None:
+    if code:
+        raise AdminError(f"{what}: {error_name(code)}" + (f" ({message})" if message else ""))
+
+
+@dataclass
+class PartitionDescription:
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    log_start_offset: int | None = None
+    log_end_offset: int | None = None
+    size: int | None = None
+    error: str | None = None
+
+
+class Admin:
+    def __init__(self, bootstrap: str, *, timeout: float = 30.0) -> None:
+        self.cluster = Cluster(bootstrap, client_id="kafkactl-admin", timeout=timeout)
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _any(self, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
+        return self.cluster.any_connection().request(api, body)
+
+    def list_topics(self) -> dict[str, int]:
+        """{topic: partition count}."""
+        md = self.cluster.metadata(None)
+        return {t["name"]: len(t["partitions"]) for t in sorted(md["topics"], key=lambda t: t["name"])}
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = -1,
+                     config: dict[str, str] | None = None, *, validate_only: bool = False) -> None:  # fmt: skip
+        body = {"topics": [{
+            "name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+            "assignments": [], "configs": [{"name": k, "value": v} for k, v in (config or {}).items()],
+        }], "timeout_ms": 30000, "validate_only": validate_only}  # fmt: skip
+        answer = self._any(ApiKey.CREATE_TOPICS, body)
+        t = answer["topics"][0]
+        _check(t["error_code"], t.get("error_message"), f"cannot create topic {name!r}")
+
+    def delete_topic(self, name: str) -> None:
+        answer = self._any(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 30000})
+        r = answer["responses"][0]
+        _check(r["error_code"], None, f"cannot delete topic {name!r}")
+
+    def describe_config(self, name: str) -> dict[str, tuple[str | None, bool]]:
+        """{key: (value, is_override)} of a topic."""
+        body = {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name, "configuration_keys": None}]}
+        answer = self._any(ApiKey.DESCRIBE_CONFIGS, body)
+        res = answer["results"][0]
+        _check(res["error_code"], res.get("error_message"), f"cannot describe topic {name!r}")
+        out = {}
+        for c in res["configs"]:
+            override = c.get("config_source", -1) == 1 if "config_source" in c else not c.get("is_default", True)
+            out[c["name"]] = (c["value"], override)
+        return out
+
+    def alter_config(self, name: str, set_: dict[str, str], delete: list[str] = ()) -> dict[str, str]:
+        """Set and delete overrides of a topic, keeping the others; returns the new overrides."""
+        current = {k: v for k, (v, override) in self.describe_config(name).items() if override and v is not None}
+        for key in delete:
+            if key not in current:
+                raise AdminError(f"topic {name!r} has no override of {key!r} to delete")
+            del current[key]
+        current.update(set_)
+        body = {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name,
+                               "configs": [{"name": k, "value": v} for k, v in current.items()]}],
+                "validate_only": False}  # fmt: skip
+        answer = self._any(ApiKey.ALTER_CONFIGS, body)
+        r = answer["responses"][0]
+        _check(r["error_code"], r.get("error_message"), f"cannot alter topic {name!r}")
+        return current
+
+    def describe_topic(self, name: str) -> list[PartitionDescription]:
+        """Per partition: leader, replicas, ISR, and from the leader its log start, end and size."""
+        md = self.cluster.metadata([name])
+        t = md["topics"][0]
+        if t["error_code"]:
+            _check(t["error_code"], None, f"topic {name!r}")
+        parts = [
+            PartitionDescription(
+                p["partition_index"],
+                p["leader_id"],
+                p["replica_nodes"],
+                p["isr_nodes"],
+                error=error_name(p["error_code"]) if p["error_code"] else None,
+            )  # fmt: skip
+            for p in sorted(t["partitions"], key=lambda p: p["partition_index"])
+        ]
+        by_leader: dict[int, list[PartitionDescription]] = defaultdict(list)
+        for p in parts:
+            if p.leader >= 0:
+                by_leader[p.leader].append(p)
+        for leader, ps in by_leader.items():
+            try:
+                conn = self.cluster.connection(leader)
+            except KafkactlError as exc:
+                for p in ps:
+                    p.error = str(exc)
+                continue
+            for which, attr in ((EARLIEST, "log_start_offset"), (LATEST, "log_end_offset")):
+                body = {"replica_id": -1, "topics": [{"name": name, "partitions": [
+                    {"partition_index": p.partition, "timestamp": which} for p in ps]}]}  # fmt: skip
+                answer = conn.request(ApiKey.LIST_OFFSETS, body)
+                got = {x["partition_index"]: x for x in answer["topics"][0]["partitions"]}
+                for p in ps:
+                    x = got.get(p.partition)
+                    if x and not x["error_code"]:
+                        off = x["offset"] if "offset" in x else (x["old_style_offsets"] or [None])[0]
+                        setattr(p, attr, off)
+                    elif x:
+                        p.error = error_name(x["error_code"])
+            try:
+                body = {"topics": [{"topic": name, "partitions": [p.partition for p in ps]}]}
+                answer = conn.request(ApiKey.DESCRIBE_LOG_DIRS, body)
+            except KafkactlError:
+                continue  # a broker without DescribeLogDirs: sizes stay unknown
+            for d in answer["results"]:
+                for tt in d["topics"]:
+                    for x in tt["partitions"]:
+                        for p in ps:
+                            if p.partition == x["partition_index"]:
+                                p.size = (p.size or 0) + x["partition_size"]
+        return parts
+
+
+__all__ = ["Admin", "AdminError", "PartitionDescription", "ErrorCode"]

@@ -1,0 +1,109 @@
+"""One blocking connection to one broker: version negotiation, then request/response by correlation id.
+
+The connection asks ApiVersions first and speaks, per API, the highest version both sides serve,
+so the same client works against kafkactl's broker and Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from typing import Any
+
+from broker.errors import KafkactlError
+from broker.protocol.api import APIS, ApiKey
+from broker.protocol.framing import encode_request
+from broker.protocol.primitives import I32, Reader
+
+
+class ProtocolError(KafkactlError):
+    """The broker answered something this client cannot read, or closed the connection."""
+
+
+def parse_address(text: str, default_port: int = 9092) -> tuple[str, int]:
+    host, sep, port = text.strip().rpartition(":")
+    if not sep:
+        return text.strip(), default_port
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        raise KafkactlError(f"address {text!r}: port is not a number") from None
+
+
+class Connection:
+    def __init__(self, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise KafkactlError(f"cannot connect to broker {host}:{port}: {exc.strerror or exc}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._ids = itertools.count(1)
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._negotiate()
+
+    def _negotiate(self) -> None:
+        answer = self.request(ApiKey.API_VERSIONS, {}, version=2)
+        if answer["error_code"]:
+            answer = self.request(ApiKey.API_VERSIONS, {}, version=0)
+        self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
+
+    def version_for(self, api_key: int) -> int:
+        api = APIS[api_key]
+        theirs = self.versions.get(api_key)
+        if theirs is None:
+            raise KafkactlError(f"broker {self.host}:{self.port} does not serve {ApiKey(api_key).name}")
+        v = min(api.served[1], theirs[1])
+        if v < max(api.served[0], theirs[0]):
+            raise KafkactlError(f"no {ApiKey(api_key).name} version in common with {self.host}:{self.port}")
+        return v
+
+    def send(self, api_key: int, body: dict[str, Any], version: int | None = None) -> tuple[int, int]:
+        """Send a request; returns (correlation id, version) for `receive`."""
+        v = self.version_for(api_key) if version is None else version
+        cid = next(self._ids)
+        parts = encode_request(api_key, v, cid, self.client_id, APIS[api_key].request, body)
+        try:
+            self.sock.sendall(b"".join(bytes(p) for p in parts))
+        except OSError as exc:
+            raise ProtocolError(f"lost the connection to {self.host}:{self.port}: {exc}") from None
+        return cid, v
+
+    def receive(self, api_key: int, cid: int, version: int) -> dict[str, Any]:
+        size = I32.unpack(self._read(4))[0]
+        frame = self._read(size)
+        r = Reader(frame)
+        got = r.int32()
+        if got != cid:
+            raise ProtocolError(f"answer for request {got} while waiting for {cid}")
+        return APIS[api_key].response.read(r, version)
+
+    def request(self, api_key: int, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+        cid, v = self.send(api_key, body, version)
+        return self.receive(api_key, cid, v)
+
+    def _read(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            try:
+                k = self.sock.recv_into(view[got:])
+            except TimeoutError:
+                raise ProtocolError(f"no answer from {self.host}:{self.port} in time") from None
+            except OSError as exc:
+                raise ProtocolError(f"lost the connection to {self.host}:{self.port}: {exc}") from None
+            if k == 0:
+                raise ProtocolError(f"broker {self.host}:{self.port} closed the connection")
+            got += k
+        return bytes(buf)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

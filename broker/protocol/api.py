@@ -1,0 +1,75 @@
+"""The APIs kafkactl speaks: key, schemas, the versions advertised in ApiVersions and those served.
+
+A version advertised but not served (Produce 0-2, kept so old librdkafka keeps compression on)
+is answered with UNSUPPORTED_VERSION. Group APIs join this table with the group coordinator.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import NamedTuple
+
+from broker.protocol.messages import admin, fetch, metadata, produce
+from broker.protocol.schema import Struct
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+
+
+class Api(NamedTuple):
+    key: ApiKey
+    request: Struct
+    response: Struct
+    advertised: tuple[int, int]
+    served: tuple[int, int]
+
+    def serves(self, version: int) -> bool:
+        return self.served[0] <= version <= self.served[1]
+
+
+def _api(key: ApiKey, request: Struct, response: Struct, lo: int, hi: int, served_lo: int | None = None) -> Api:
+    return Api(key, request, response, (lo, hi), (lo if served_lo is None else served_lo, hi))
+
+
+APIS: dict[int, Api] = {
+    a.key: a
+    for a in (
+        _api(ApiKey.PRODUCE, produce.PRODUCE_REQUEST, produce.PRODUCE_RESPONSE, 0, 8, served_lo=3),
+        _api(ApiKey.FETCH, fetch.FETCH_REQUEST, fetch.FETCH_RESPONSE, 4, 11),
+        _api(ApiKey.LIST_OFFSETS, fetch.LIST_OFFSETS_REQUEST, fetch.LIST_OFFSETS_RESPONSE, 0, 5),
+        _api(ApiKey.METADATA, metadata.METADATA_REQUEST, metadata.METADATA_RESPONSE, 0, 8),
+        _api(ApiKey.API_VERSIONS, metadata.API_VERSIONS_REQUEST, metadata.API_VERSIONS_RESPONSE, 0, 2),
+        _api(ApiKey.CREATE_TOPICS, admin.CREATE_TOPICS_REQUEST, admin.CREATE_TOPICS_RESPONSE, 0, 4),
+        _api(ApiKey.DELETE_TOPICS, admin.DELETE_TOPICS_REQUEST, admin.DELETE_TOPICS_RESPONSE, 0, 3),
+        _api(ApiKey.INIT_PRODUCER_ID, produce.INIT_PRODUCER_ID_REQUEST, produce.INIT_PRODUCER_ID_RESPONSE, 0, 1),
+        _api(ApiKey.DESCRIBE_CONFIGS, admin.DESCRIBE_CONFIGS_REQUEST, admin.DESCRIBE_CONFIGS_RESPONSE, 0, 3),
+        _api(ApiKey.ALTER_CONFIGS, admin.ALTER_CONFIGS_REQUEST, admin.ALTER_CONFIGS_RESPONSE, 0, 1),
+        _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 1),
+    )
+}
+
+
+def api_versions_table() -> list[dict[str, int]]:
+    """The `api_keys` list of an ApiVersions answer."""
+    return [
+        {"api_key": int(a.key), "min_version": a.advertised[0], "max_version": a.advertised[1]}
+        for a in sorted(APIS.values(), key=lambda a: a.key)
+    ]

@@ -1,0 +1,87 @@
+"""Fetch (1) and ListOffsets (2)."""
+
+from broker.protocol.schema import (
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    RECORDS,
+    STRING,
+    Array,
+    F,
+    Struct,
+)  # fmt: skip
+
+FETCH_REQUEST = Struct(
+    F("replica_id", INT32, default=-1),
+    F("max_wait_ms", INT32),
+    F("min_bytes", INT32),
+    F("max_bytes", INT32, "3+", default=0x7FFFFFFF),
+    F("isolation_level", INT8, "4+"),
+    F("session_id", INT32, "7+"),
+    F("session_epoch", INT32, "7+", default=-1),
+    F("topics", Array(Struct(
+        F("topic", STRING),
+        F("partitions", Array(Struct(
+            F("partition", INT32),
+            F("current_leader_epoch", INT32, "9+", default=-1),
+            F("fetch_offset", INT64),
+            F("log_start_offset", INT64, "5+", default=-1),
+            F("partition_max_bytes", INT32),
+        ))),
+    ))),
+    F("forgotten_topics_data", Array(Struct(F("topic", STRING), F("partitions", Array(INT32)))), "7+"),
+    F("rack_id", STRING, "11+"),
+)  # fmt: skip
+
+FETCH_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16, "7+"),
+    F("session_id", INT32, "7+"),
+    F("topics", Array(Struct(
+        F("topic", STRING),
+        F("partitions", Array(Struct(
+            F("partition_index", INT32),
+            F("error_code", INT16),
+            F("high_watermark", INT64, default=-1),
+            F("last_stable_offset", INT64, "4+", default=-1),
+            F("log_start_offset", INT64, "5+", default=-1),
+            F("aborted_transactions", Array(Struct(F("producer_id", INT64), F("first_offset", INT64)),
+                                            nullable_from=4), "4+"),
+            F("preferred_read_replica", INT32, "11+", default=-1),
+            F("records", RECORDS),
+        ))),
+    ))),
+)  # fmt: skip
+
+LIST_OFFSETS_REQUEST = Struct(
+    F("replica_id", INT32, default=-1),
+    F("isolation_level", INT8, "2+"),
+    F("topics", Array(Struct(
+        F("name", STRING),
+        F("partitions", Array(Struct(
+            F("partition_index", INT32),
+            F("current_leader_epoch", INT32, "4+", default=-1),
+            F("timestamp", INT64),
+            F("max_num_offsets", INT32, "0", default=1),
+        ))),
+    ))),
+)  # fmt: skip
+
+LIST_OFFSETS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "2+"),
+    F("topics", Array(Struct(
+        F("name", STRING),
+        F("partitions", Array(Struct(
+            F("partition_index", INT32),
+            F("error_code", INT16),
+            F("old_style_offsets", Array(INT64), "0"),
+            F("timestamp", INT64, "1+", default=-1),
+            F("offset", INT64, "1+", default=-1),
+            F("leader_epoch", INT32, "4+", default=-1),
+        ))),
+    ))),
+)  # fmt: skip
+
+EARLIEST = -2
+LATEST = -1

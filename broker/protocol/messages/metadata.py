@@ -1,0 +1,55 @@
+"""ApiVersions (18) and Metadata (3)."""
+
+from broker.protocol.schema import (
+    BOOLEAN,
+    INT16,
+    INT32,
+    NULLABLE_STRING,
+    STRING,
+    Array,
+    F,
+    Struct,
+)  # fmt: skip
+
+API_VERSIONS_REQUEST = Struct()  # v0-v2 carry no fields
+
+API_VERSIONS_RESPONSE = Struct(
+    F("error_code", INT16),
+    F("api_keys", Array(Struct(F("api_key", INT16), F("min_version", INT16), F("max_version", INT16)))),
+    F("throttle_time_ms", INT32, "1+"),
+)
+
+METADATA_REQUEST = Struct(
+    F("topics", Array(Struct(F("name", STRING)), nullable_from=1)),
+    F("allow_auto_topic_creation", BOOLEAN, "4+", default=True),
+    F("include_cluster_authorized_operations", BOOLEAN, "8+"),
+    F("include_topic_authorized_operations", BOOLEAN, "8+"),
+)
+
+METADATA_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "3+"),
+    F("brokers", Array(Struct(
+        F("node_id", INT32),
+        F("host", STRING),
+        F("port", INT32),
+        F("rack", NULLABLE_STRING, "1+"),
+    ))),
+    F("cluster_id", NULLABLE_STRING, "2+"),
+    F("controller_id", INT32, "1+", default=-1),
+    F("topics", Array(Struct(
+        F("error_code", INT16),
+        F("name", STRING),
+        F("is_internal", BOOLEAN, "1+"),
+        F("partitions", Array(Struct(
+            F("error_code", INT16),
+            F("partition_index", INT32),
+            F("leader_id", INT32, default=-1),
+            F("leader_epoch", INT32, "7+", default=-1),
+            F("replica_nodes", Array(INT32)),
+            F("isr_nodes", Array(INT32)),
+            F("offline_replicas", Array(INT32), "5+"),
+        ))),
+        F("topic_authorized_operations", INT32, "8+", default=-2147483648),
+    ))),
+    F("cluster_authorized_operations", INT32, "8+", default=-2147483648),
+)  # fmt: skip

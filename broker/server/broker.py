@@ -1,0 +1,331 @@
+"""A broker's lifecycle: load the logs, join ZooKeeper, serve the wire protocol, shut down cleanly.
+
+Start-up order: listen (a busy port fails before anything else is touched), connect to ZooKeeper,
+read topic configs, load and recover the logs, accept connections, register `/brokers/ids/<id>`,
+try for `/controller`, watch brokers and topics. Shutdown reverses it: deregister, stop serving,
+flush, write the checkpoints and the clean-shutdown marker, close the ZooKeeper session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from broker.log.log import PartitionLog
+from broker.log.manager import LogManager
+from broker.protocol.errors import ErrorCode
+from broker.server.cache import MetadataCache, PartitionInfo
+from broker.server.config import BrokerConfig, log_config_for
+from broker.server.network import Server
+from broker.server.producers import ProducerIdPool, ProducerStates
+from broker.server.purgatory import Purgatory
+from broker.zk import client as zkclient
+from broker.zk import paths, registry
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class Broker:
+    """One broker process's state; the handlers in `broker.server.handlers` act on it."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.id = config.broker_id
+        self.cache = MetadataCache()
+        self.logs = LogManager(config.log_dirs, config.log, broker_id=self.id)
+        self.purgatory = Purgatory()
+        self.producer_states: dict[TopicPartition, ProducerStates] = defaultdict(ProducerStates)
+        self.pid_pool = ProducerIdPool()
+        self.zk: KazooClient | None = None
+        self.server: Server | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopping: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._config_watched: set[str] = set()
+        self._session_lost = False
+        self._registered = False
+        self._closing = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from broker.server.handlers import dispatcher
+
+        self.loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        cfg = self.config
+        self.server = Server(
+            cfg.host, cfg.port, dispatcher(self), max_request_bytes=cfg.socket_request_max_bytes,
+            send_buffer=cfg.socket_send_buffer_bytes, receive_buffer=cfg.socket_receive_buffer_bytes,
+        )  # fmt: skip
+        self.server.bind()
+        try:
+            self._connect_zookeeper()
+            zk = self.zk
+            assert zk is not None
+            registry.ensure_roots(zk)
+            self.cache.cluster_id = registry.cluster_id(zk)
+            topic_configs = {t: log_config_for(cfg.log, registry.topic_config(zk, t)) for t in registry.topic_names(zk)}
+            self.logs.startup(topic_configs)
+            self.server.start()
+            registry.register_broker(zk, self.id, cfg.advertised_host, cfg.advertised_port)
+            self._registered = True
+            zk.add_listener(self._on_zk_state)
+            self.cache.controller_id = registry.elect_controller(zk, self.id)
+            self._watch()
+        except BaseException:
+            await self._abort_start()
+            raise
+        self._tasks = [
+            self.loop.create_task(self._every(cfg.retention_check_interval_ms, self._retention)),
+            self.loop.create_task(self._every(min(cfg.flush_scheduler_interval_ms, 2**31), self._flush)),
+            self.loop.create_task(self._every(60_000, self.logs.checkpoint)),
+        ]
+        stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))
+        if stray:
+            log.warning("logs of topics unknown to ZooKeeper are kept but not served: %s", ", ".join(stray))
+
+    async def _abort_start(self) -> None:
+        if self.server is not None:
+            await self.server.close()
+        if self.logs._locks:
+            self.logs.shutdown()
+        if self.zk is not None:
+            zkclient.close(self.zk)
+
+    def _connect_zookeeper(self) -> None:
+        cfg = self.config
+        self.zk = zkclient.connect(cfg.zookeeper_connect, session_timeout_s=cfg.zk_session_timeout_ms / 1000,
+                                   connect_timeout_s=cfg.zk_connection_timeout_ms / 1000)  # fmt: skip
+
+    async def run(self, on_ready: Callable[[Broker], None] | None = None) -> None:
+        """Start, serve until SIGTERM/SIGINT or `stop()`, then shut down cleanly."""
+        await self.start()
+        assert self.loop is not None and self.stopping is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.loop.add_signal_handler(sig, self.stopping.set)
+        if on_ready is not None:
+            on_ready(self)
+        try:
+            await self.stopping.wait()
+        finally:
+            await self.shutdown()
+
+    def stop(self) -> None:
+        if self.loop is not None and self.stopping is not None:
+            self.loop.call_soon_threadsafe(self.stopping.set)
+
+    async def shutdown(self) -> None:
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        zk = self.zk
+        if zk is not None and self._registered:
+            with contextlib.suppress(Exception):
+                registry.deregister_broker(zk, self.id)
+        if self.server is not None:
+            await self.server.close()
+        self.logs.shutdown()
+        if zk is not None:
+            zkclient.close(zk)
+        log.info("broker %d shut down cleanly", self.id)
+
+    async def _every(self, interval_ms: int, fn: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                fn()
+            except Exception:
+                log.exception("background task %s failed", getattr(fn, "__name__", fn))
+
+    def _retention(self) -> None:
+        for (topic, p), bases in self.logs.run_retention().items():
+            log.info("retention deleted %d segment(s) of %s-%d", len(bases), topic, p)
+
+    def _flush(self) -> None:
+        self.logs.flush_dirty()
+
+    # -- ZooKeeper ---------------------------------------------------------------------------------
+
+    def _on_zk_state(self, state: str) -> None:
+        """kazoo's thread: after a lost session comes back, register again (ephemerals died with it)."""
+        if self._closing:
+            return
+        if state == KazooState.LOST:
+            self._session_lost = True
+            log.warning("ZooKeeper session expired; will re-register when it reconnects")
+        elif state == KazooState.CONNECTED and self._session_lost and self.zk is not None:
+            self._session_lost = False
+            self.zk.handler.spawn(self._reregister)
+
+    def _reregister(self) -> None:
+        zk = self.zk
+        assert zk is not None
+        try:
+            registry.register_broker(zk, self.id, self.config.advertised_host, self.config.advertised_port)
+            controller = registry.elect_controller(zk, self.id)
+            self._call(self._set_controller, controller)
+            log.warning("re-registered broker %d in ZooKeeper", self.id)
+        except Exception:
+            log.exception("re-registration in ZooKeeper failed")
+
+    def _call(self, fn: Callable, *args: Any) -> None:
+        """Run `fn(*args)` on the event loop (from kazoo's thread)."""
+        if self.loop is not None and not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(fn, *args)
+
+    def _watch(self) -> None:
+        zk = self.zk
+        assert zk is not None
+        self.cache.brokers = registry.live_brokers(zk)
+        for topic in registry.topic_names(zk):  # first fill, synchronously, so the first request sees it all
+            self._load_topic(topic, now=True)
+        ChildrenWatch(zk, paths.BROKER_IDS, self._on_brokers)
+        ChildrenWatch(zk, paths.TOPICS, self._on_topics)
+        DataWatch(zk, paths.CONTROLLER, self._on_controller)
+
+    def _on_brokers(self, children: list[str]) -> None:
+        brokers = registry.live_brokers(self.zk)  # type: ignore[arg-type]
+        self._call(setattr, self.cache, "brokers", brokers)
+
+    def _on_topics(self, children: list[str]) -> None:
+        names = set(children)
+        known = set(self.cache.topics)
+        for topic in sorted(names - known):
+            self._load_topic(topic)
+        for topic in sorted(known - names):
+            self._call(self._drop_topic, topic)
+
+    def _on_controller(self, data: bytes | None, stat: Any) -> None:
+        if data is None and self.zk is not None and self.zk.connected:
+            with contextlib.suppress(Exception):
+                self._call(self._set_controller, registry.elect_controller(self.zk, self.id))
+        elif data is not None:
+            self._call(self._set_controller, int((paths.loads(data) or {}).get("brokerid", -1)))
+
+    def _set_controller(self, broker_id: int) -> None:
+        self.cache.controller_id = broker_id
+
+    def _load_topic(self, topic: str, *, now: bool = False) -> bool:
+        """Read a topic's assignment, states and config from ZooKeeper and apply them on the loop."""
+        zk = self.zk
+        assert zk is not None
+        assignment = registry.assignment(zk, topic)
+        if assignment is None:
+            return False
+        states = {p: registry.partition_state(zk, topic, p) for p in assignment}
+        config = registry.topic_config(zk, topic)
+        if now:
+            self._apply_topic(topic, assignment, states, config)
+        else:
+            self._call(self._apply_topic, topic, assignment, states, config)
+        if topic not in self._config_watched:
+            self._config_watched.add(topic)
+            DataWatch(zk, paths.topic_config(topic), self._config_watcher(topic))
+        return True
+
+    def _config_watcher(self, topic: str) -> Callable[[bytes | None, Any], bool | None]:
+        def on_change(data: bytes | None, stat: Any) -> bool | None:
+            if topic not in self._config_watched:
+                return False  # the topic went away: stop watching
+            if data is not None:
+                self._call(self._apply_config, topic, paths.parse_config(data))
+            return None
+
+        return on_change
+
+    def _apply_topic(self, topic: str, assignment: dict[int, list[int]], states: dict[int, dict | None],
+                     config: dict[str, str]) -> None:  # fmt: skip
+        self.cache.set_topic(topic, assignment, states)
+        self._apply_config(topic, config)
+
+    def _apply_config(self, topic: str, config: dict[str, str]) -> None:
+        self.cache.configs[topic] = config
+        parts = self.cache.topics.get(topic, {})
+        lc = log_config_for(self.config.log, config)
+        for p, info in parts.items():
+            if info.leader == self.id:
+                plog = self.logs.get_or_create(topic, p, lc)
+                plog.config = lc
+
+    def _drop_topic(self, topic: str) -> None:
+        self.cache.drop_topic(topic)
+        self._config_watched.discard(topic)
+        for t, p in [tp for tp in self.logs.logs if tp[0] == topic]:
+            self.logs.delete(t, p)
+            self.producer_states.pop((t, p), None)
+            self.purgatory.notify((t, p))
+        log.info("deleted the local logs of topic %s", topic)
+
+    # -- what handlers ask -------------------------------------------------------------------------
+
+    async def blocking(self, fn: Callable, *args: Any) -> Any:
+        """Run a blocking call (ZooKeeper) off the event loop."""
+        assert self.loop is not None
+        return await self.loop.run_in_executor(None, fn, *args)
+
+    async def refresh_topic(self, topic: str) -> bool:
+        """Fill a cache miss from ZooKeeper; True if the topic exists."""
+        zk = self.zk
+        if zk is None:
+            return False
+        found = await self.blocking(self._read_topic, topic)
+        if found is None:
+            return False
+        self._apply_topic(topic, *found)
+        if topic not in self._config_watched:
+            self._config_watched.add(topic)
+            DataWatch(zk, paths.topic_config(topic), self._config_watcher(topic))
+        return True
+
+    def _read_topic(self, topic: str) -> tuple | None:
+        zk = self.zk
+        assert zk is not None
+        try:
+            assignment = registry.assignment(zk, topic)
+            if assignment is None:
+                return None
+            states = {p: registry.partition_state(zk, topic, p) for p in assignment}
+            return assignment, states, registry.topic_config(zk, topic)
+        except NoNodeError:
+            return None
+
+    async def leader_log(
+        self, topic: str, partition: int
+    ) -> tuple[ErrorCode, PartitionLog | None, PartitionInfo | None]:
+        """The local log of a partition this broker leads, or the error to answer."""
+        info = self.cache.partition(topic, partition)
+        if info is None and topic not in self.cache.topics:
+            await self.refresh_topic(topic)
+            info = self.cache.partition(topic, partition)
+        if info is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, None
+        if info.leader != self.id:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, None, info
+        plog = self.logs.get(topic, partition)
+        if plog is None:
+            plog = self.logs.get_or_create(
+                topic, partition, log_config_for(self.config.log, self.cache.configs.get(topic, {}))
+            )
+        return ErrorCode.NONE, plog, info
+
+    def high_watermark(self, plog: PartitionLog) -> int:
+        """Without followers the ISR is the leader alone, so the high watermark is the log end offset."""
+        return plog.log_end_offset
+
+    def min_insync(self, topic: str) -> int:
+        value = self.cache.configs.get(topic, {}).get("min.insync.replicas")
+        return int(value) if value is not None else self.config.min_insync_replicas

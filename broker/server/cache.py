@@ -1,0 +1,42 @@
+"""What a broker knows of the cluster: live brokers, topic assignments, partition states, topic configs.
+
+Filled from ZooKeeper watches (kazoo's thread hands each update to the event loop) and read by the
+request handlers on the loop; a miss can be filled on demand with `refresh_topic`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PartitionInfo:
+    replicas: list[int]
+    leader: int
+    leader_epoch: int = 0
+    isr: list[int] = field(default_factory=list)
+
+
+@dataclass
+class MetadataCache:
+    brokers: dict[int, tuple[str, int, str | None]] = field(default_factory=dict)
+    topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    controller_id: int = -1
+    cluster_id: str | None = None
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        parts = self.topics.get(topic)
+        return None if parts is None else parts.get(partition)
+
+    def set_topic(self, topic: str, assignment: dict[int, list[int]], states: dict[int, dict | None]) -> None:
+        parts = {}
+        for p, replicas in assignment.items():
+            st = states.get(p) or {}
+            leader = st.get("leader", replicas[0] if replicas else -1)
+            parts[p] = PartitionInfo(list(replicas), leader, st.get("leader_epoch", 0), list(st.get("isr", [leader])))
+        self.topics[topic] = parts
+
+    def drop_topic(self, topic: str) -> None:
+        self.topics.pop(topic, None)
+        self.configs.pop(topic, None)

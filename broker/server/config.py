@@ -1,0 +1,298 @@
+"""Broker configuration: `server.properties` plus `--override key=value`, under Kafka's key names.
+
+The keys and defaults are those of CONFIG.md. A key that Kafka has but kafkactl does not need
+(JVM thread counts) is accepted and logged once as ignored; any other key is an error naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.errors import KafkactlError, UsageError
+from broker.home import default_log_dir
+from broker.log.config import LogConfig
+
+log = logging.getLogger(__name__)
+
+MAX_LONG = 2**63 - 1
+
+#: key → default (as text, as a properties file would hold it); None: no default
+DEFAULTS: dict[str, str | None] = {
+    "broker.id": "0",
+    "listeners": "PLAINTEXT://127.0.0.1:9092",
+    "port": None,
+    "host.name": None,
+    "advertised.listeners": None,
+    "log.dirs": None,
+    "log.dir": None,
+    "zookeeper.connect": "localhost:2181",
+    "zookeeper.session.timeout.ms": "18000",
+    "zookeeper.connection.timeout.ms": None,
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "min.insync.replicas": "1",
+    "auto.create.topics.enable": "true",
+    "delete.topic.enable": "true",
+    "log.segment.bytes": "1073741824",
+    "log.roll.hours": "168",
+    "log.roll.ms": None,
+    "log.retention.hours": "168",
+    "log.retention.minutes": None,
+    "log.retention.ms": None,
+    "log.retention.bytes": "-1",
+    "log.retention.check.interval.ms": "300000",
+    "log.flush.interval.messages": str(MAX_LONG),
+    "log.flush.interval.ms": None,
+    "log.flush.scheduler.interval.ms": str(MAX_LONG),
+    "log.index.interval.bytes": "4096",
+    "log.index.size.max.bytes": "10485760",
+    "log.message.timestamp.type": "CreateTime",
+    "num.recovery.threads.per.data.dir": "1",
+    "message.max.bytes": "1048588",
+    "socket.request.max.bytes": "104857600",
+    "socket.send.buffer.bytes": "102400",
+    "socket.receive.buffer.bytes": "102400",
+    "queued.max.requests": "500",
+    "num.replica.fetchers": "1",
+    "replica.lag.time.max.ms": "30000",
+    "replica.fetch.max.bytes": "1048576",
+    "replica.fetch.wait.max.ms": "500",
+    "unclean.leader.election.enable": "false",
+    "controlled.shutdown.enable": "true",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+}
+
+#: accepted and ignored: one event loop does the work of Kafka's thread pools
+IGNORED = frozenset({
+    "num.network.threads", "num.io.threads", "background.threads", "num.recovery.threads.per.data.dir",
+    "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr", "group.initial.rebalance.delay.ms",
+})  # fmt: skip
+
+
+def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
+    """Java properties: `key=value` or `key: value`, `#`/`!` comments, `\\` line continuations."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        lineno = i + 1
+        i += 1
+        while line.endswith("\\") and i < len(lines):
+            line = line[:-1] + lines[i].strip()
+            i += 1
+        if not line or line[0] in "#!":
+            continue
+        cut = min((line.find(c) for c in "=:" if c in line), default=-1)
+        if cut < 0:
+            parts = line.split(None, 1)
+            if len(parts) != 2:
+                raise UsageError(f"{source}:{lineno}: expected key=value, got {line!r}")
+            key, value = parts
+        else:
+            key, value = line[:cut], line[cut + 1 :]
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"--override {text!r}: expected key=value")
+    return key.strip(), value.strip()
+
+
+def _int(props: dict[str, str], key: str) -> int:
+    value = props[key]
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise KafkactlError(f"config {key}={value!r}: not an integer") from None
+
+
+def _bool(props: dict[str, str], key: str) -> bool:
+    value = (props[key] or "").lower()
+    if value not in ("true", "false"):
+        raise KafkactlError(f"config {key}={props[key]!r}: expected true or false")
+    return value == "true"
+
+
+def parse_listener(text: str) -> tuple[str, int]:
+    """(host, port) of the PLAINTEXT listener in `PLAINTEXT://host:port[,...]`."""
+    for item in text.split(","):
+        proto, sep, rest = item.strip().partition("://")
+        if not sep:
+            raise KafkactlError(f"listener {item!r}: expected PLAINTEXT://host:port")
+        if proto.upper() != "PLAINTEXT":
+            raise KafkactlError(f"listener {item!r}: only PLAINTEXT listeners are served")
+        host, _, port = rest.rpartition(":")
+        try:
+            return host.strip("[]") or "127.0.0.1", int(port)
+        except ValueError:
+            raise KafkactlError(f"listener {item!r}: port is not a number") from None
+    raise KafkactlError("no listener configured")
+
+
+@dataclass
+class BrokerConfig:
+    """The broker's settings, typed; `props` keeps every key as given for DescribeConfigs."""
+
+    props: dict[str, str] = field(default_factory=dict)
+    broker_id: int = 0
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str = "127.0.0.1"
+    advertised_port: int = 9092
+    log_dirs: list[Path] = field(default_factory=list)
+    zookeeper_connect: str = "localhost:2181"
+    zk_session_timeout_ms: int = 18000
+    zk_connection_timeout_ms: int = 18000
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    auto_create_topics: bool = True
+    delete_topic_enable: bool = True
+    log: LogConfig = field(default_factory=LogConfig)
+    retention_check_interval_ms: int = 300000
+    flush_scheduler_interval_ms: int = MAX_LONG
+    socket_request_max_bytes: int = 104857600
+    socket_send_buffer_bytes: int = 102400
+    socket_receive_buffer_bytes: int = 102400
+    queued_max_requests: int = 500
+    explicit: frozenset[str] = frozenset()
+
+    @classmethod
+    def load(cls, file: Path | None = None, overrides: dict[str, str] | None = None) -> BrokerConfig:
+        given: dict[str, str] = {}
+        if file is not None:
+            try:
+                text = Path(file).read_text()
+            except OSError as exc:
+                raise KafkactlError(f"cannot read config file {file}: {exc.strerror}") from None
+            given.update(parse_properties(text, str(file)))
+        given.update(overrides or {})
+        for key in given:
+            if key in IGNORED:
+                log.info("config key %s is accepted and ignored (one event loop serves everything)", key)
+            elif key not in DEFAULTS:
+                raise KafkactlError(f"unknown configuration key {key!r}")
+        props = {k: v for k, v in DEFAULTS.items() if v is not None}
+        props.update(given)
+        return cls.from_props(props, frozenset(given))
+
+    @classmethod
+    def from_props(cls, props: dict[str, str], explicit: frozenset[str]) -> BrokerConfig:
+        c = cls(props=props, explicit=explicit)
+        c.broker_id = _int(props, "broker.id")
+        if "listeners" in explicit or "port" not in props:
+            c.host, c.port = parse_listener(props["listeners"])
+        else:
+            c.host, c.port = props.get("host.name") or "127.0.0.1", _int(props, "port")
+        if props.get("advertised.listeners"):
+            c.advertised_host, c.advertised_port = parse_listener(props["advertised.listeners"])
+        else:
+            c.advertised_host = "127.0.0.1" if c.host in ("", "0.0.0.0", "::") else c.host
+            c.advertised_port = c.port
+        dirs = props.get("log.dirs") or props.get("log.dir")
+        c.log_dirs = [Path(d).expanduser() for d in dirs.split(",") if d.strip()] if dirs else [
+            default_log_dir(c.broker_id)
+        ]  # fmt: skip
+        c.zookeeper_connect = props["zookeeper.connect"]
+        c.zk_session_timeout_ms = _int(props, "zookeeper.session.timeout.ms")
+        c.zk_connection_timeout_ms = (
+            _int(props, "zookeeper.connection.timeout.ms") if props.get("zookeeper.connection.timeout.ms")
+            else c.zk_session_timeout_ms
+        )  # fmt: skip
+        c.num_partitions = _int(props, "num.partitions")
+        c.default_replication_factor = _int(props, "default.replication.factor")
+        c.min_insync_replicas = _int(props, "min.insync.replicas")
+        c.auto_create_topics = _bool(props, "auto.create.topics.enable")
+        c.delete_topic_enable = _bool(props, "delete.topic.enable")
+        c.retention_check_interval_ms = _int(props, "log.retention.check.interval.ms")
+        c.flush_scheduler_interval_ms = _int(props, "log.flush.scheduler.interval.ms")
+        c.socket_request_max_bytes = _int(props, "socket.request.max.bytes")
+        c.socket_send_buffer_bytes = _int(props, "socket.send.buffer.bytes")
+        c.socket_receive_buffer_bytes = _int(props, "socket.receive.buffer.bytes")
+        c.queued_max_requests = _int(props, "queued.max.requests")
+        c.log = c._log_config()
+        return c
+
+    def _log_config(self) -> LogConfig:
+        p = self.props
+        if p.get("log.retention.ms"):
+            retention = _int(p, "log.retention.ms")
+        elif p.get("log.retention.minutes"):
+            retention = _int(p, "log.retention.minutes") * 60_000
+        else:
+            retention = _int(p, "log.retention.hours") * 3_600_000
+        roll = _int(p, "log.roll.ms") if p.get("log.roll.ms") else _int(p, "log.roll.hours") * 3_600_000
+        flush_ms = _int(p, "log.flush.interval.ms") if p.get("log.flush.interval.ms") else MAX_LONG
+        ts_type = p["log.message.timestamp.type"]
+        if ts_type not in ("CreateTime", "LogAppendTime"):
+            raise KafkactlError(f"config log.message.timestamp.type={ts_type!r}: expected CreateTime or LogAppendTime")
+        return LogConfig(
+            segment_bytes=_int(p, "log.segment.bytes"), segment_ms=roll,
+            index_interval_bytes=_int(p, "log.index.interval.bytes"),
+            index_max_bytes=_int(p, "log.index.size.max.bytes"),
+            flush_messages=_int(p, "log.flush.interval.messages"), flush_ms=flush_ms,
+            retention_ms=-1 if retention < 0 else retention, retention_bytes=_int(p, "log.retention.bytes"),
+            max_message_bytes=_int(p, "message.max.bytes"), message_timestamp_type=ts_type,
+        )  # fmt: skip
+
+    #: topic-level key → the broker key whose value is its default
+    TOPIC_DEFAULTS = {
+        "segment.bytes": "log.segment.bytes",
+        "segment.ms": "log.roll.ms",
+        "retention.ms": "log.retention.ms",
+        "retention.bytes": "log.retention.bytes",
+        "max.message.bytes": "message.max.bytes",
+        "message.timestamp.type": "log.message.timestamp.type",
+        "flush.messages": "log.flush.interval.messages",
+        "flush.ms": "log.flush.interval.ms",
+        "index.interval.bytes": "log.index.interval.bytes",
+        "segment.index.bytes": "log.index.size.max.bytes",
+        "min.insync.replicas": "min.insync.replicas",
+        "cleanup.policy": None,
+    }
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Each topic-level key with the value a topic without overrides gets."""
+        lc = self.log
+        return {
+            "cleanup.policy": "delete", "segment.bytes": str(lc.segment_bytes), "segment.ms": str(lc.segment_ms),
+            "retention.ms": str(lc.retention_ms), "retention.bytes": str(lc.retention_bytes),
+            "max.message.bytes": str(lc.max_message_bytes), "message.timestamp.type": lc.message_timestamp_type,
+            "flush.messages": str(lc.flush_messages), "flush.ms": str(lc.flush_ms),
+            "index.interval.bytes": str(lc.index_interval_bytes), "segment.index.bytes": str(lc.index_max_bytes),
+            "min.insync.replicas": str(self.min_insync_replicas),
+        }  # fmt: skip
+
+
+def topic_config_error(config: dict[str, str]) -> str | None:
+    """Why a topic's overrides are unacceptable (unknown key, bad value), or None."""
+    for key, value in config.items():
+        if key not in BrokerConfig.TOPIC_DEFAULTS:
+            return f"unknown topic configuration key {key!r}"
+        if key == "cleanup.policy":
+            if value != "delete":
+                return f"cleanup.policy={value!r}: only 'delete' is supported"
+            continue
+        if key == "message.timestamp.type":
+            if value not in ("CreateTime", "LogAppendTime"):
+                return f"message.timestamp.type={value!r}: expected CreateTime or LogAppendTime"
+            continue
+        try:
+            int(value)
+        except (TypeError, ValueError):
+            return f"{key}={value!r}: not an integer"
+    return None
+
+
+def log_config_for(base: LogConfig, overrides: dict[str, str]) -> LogConfig:
+    """A topic's LogConfig: the broker's with the topic's overrides (keys LogConfig does not hold skipped)."""
+    return base.with_overrides({k: v for k, v in overrides.items() if k in LogConfig.KEYS})

@@ -1,0 +1,74 @@
+"""Request dispatch: parse the header, check the API and version, decode the body, run its handler.
+
+A frame whose header or body does not parse, an unknown API key or a version outside the advertised
+range ends the connection (`BadRequest`, one log line). ApiVersions above v2 gets the v0-format
+answer with UNSUPPORTED_VERSION and the list, so the client can retry at a version we speak.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from broker.protocol.api import APIS, ApiKey, api_versions_table
+from broker.protocol.errors import ErrorCode
+from broker.protocol.framing import RequestHeader, encode_response, read_request_header
+from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
+from broker.protocol.primitives import DecodeError, Reader
+from broker.server.handlers import admin, fetch, metadata, produce
+from broker.server.network import BadRequest
+
+if TYPE_CHECKING:
+    from broker.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: api key → handler(broker, header, body) → answer body (or None: no answer)
+Handler = Callable[["Broker", RequestHeader, dict[str, Any]], Awaitable[dict[str, Any] | None]]
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.PRODUCE: produce.handle_produce,
+    ApiKey.INIT_PRODUCER_ID: produce.handle_init_producer_id,
+    ApiKey.FETCH: fetch.handle_fetch,
+    ApiKey.LIST_OFFSETS: fetch.handle_list_offsets,
+    ApiKey.METADATA: metadata.handle_metadata,
+    ApiKey.API_VERSIONS: metadata.handle_api_versions,
+    ApiKey.CREATE_TOPICS: admin.handle_create_topics,
+    ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+    ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
+    ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
+}
+
+
+def dispatcher(broker: Broker) -> Callable[[memoryview, str], Awaitable[list[Any] | None]]:
+    async def dispatch(frame: memoryview, peer: str) -> list[Any] | None:
+        r = Reader(frame)
+        try:
+            header = read_request_header(r)
+        except DecodeError as exc:
+            raise BadRequest(f"unreadable request header: {exc}") from None
+        api = APIS.get(header.api_key)
+        if api is None:
+            raise BadRequest(f"unknown API key {header.api_key}")
+        v = header.api_version
+        if header.api_key == ApiKey.API_VERSIONS and v > api.advertised[1]:
+            body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_versions_table()}
+            return encode_response(header.correlation_id, API_VERSIONS_RESPONSE, body, 0)
+        if not api.advertised[0] <= v <= api.advertised[1]:
+            raise BadRequest(
+                f"{ApiKey(header.api_key).name} v{v} is not spoken (v{api.advertised[0]}-{api.advertised[1]})"
+            )
+        try:
+            body = api.request.read(r, v)
+        except DecodeError as exc:
+            raise BadRequest(f"malformed {ApiKey(header.api_key).name} v{v} request: {exc}") from None
+        if r.remaining():
+            raise BadRequest(f"{ApiKey(header.api_key).name} v{v} request has {r.remaining()} bytes after its body")
+        answer = await HANDLERS[header.api_key](broker, header, body)
+        if answer is None:
+            return None
+        return encode_response(header.correlation_id, api.response, answer, v)
+
+    return dispatch

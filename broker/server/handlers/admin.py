@@ -1,0 +1,160 @@
+"""CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs and DescribeLogDirs.
+
+Topic changes are written to ZooKeeper; every broker learns them from its watches (and the one that
+wrote them at once). AlterConfigs replaces a topic's whole set of overrides, as Kafka's does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker.protocol.errors import ErrorCode
+from broker.protocol.framing import RequestHeader
+from broker.protocol.messages.admin import (
+    BROKER_RESOURCE,
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STATIC_BROKER_CONFIG,
+    TOPIC_RESOURCE,
+)
+from broker.server.config import topic_config_error
+from broker.server.handlers.metadata import create_topic
+from broker.topics import topic_name_error
+from broker.zk import registry
+
+if TYPE_CHECKING:
+    from broker.server.broker import Broker
+
+
+async def handle_create_topics(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    out = []
+    for t in req["topics"]:
+        code, message = await _create_one(b, t, req.get("validate_only", False))
+        out.append({"name": t["name"], "error_code": code, "error_message": message})
+    return {"topics": out}
+
+
+async def _create_one(b: Broker, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
+    name = t["name"]
+    why = topic_name_error(name)
+    if why:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, why
+    config = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
+    why = topic_config_error(config)
+    if why:
+        return ErrorCode.INVALID_CONFIG, why
+    assignment = None
+    if t["assignments"]:
+        if t["num_partitions"] != -1 or t["replication_factor"] != -1:
+            return ErrorCode.INVALID_REQUEST, "give either an assignment or partitions and replication factor"
+        assignment = {a["partition_index"]: list(a["broker_ids"]) for a in t["assignments"]}
+        if sorted(assignment) != list(range(len(assignment))) or any(not r or len(set(r)) != len(r)
+                                                                     for r in assignment.values()):  # fmt: skip
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be 0..N-1, each with distinct brokers"
+    partitions = b.config.num_partitions if t["num_partitions"] == -1 else t["num_partitions"]
+    rf = b.config.default_replication_factor if t["replication_factor"] == -1 else t["replication_factor"]
+    if partitions < 1:
+        return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, not {partitions}"
+    if rf < 1:
+        return ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be at least 1, not {rf}"
+    if name in b.cache.topics:
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+    try:
+        code = await create_topic(b, name, partitions, rf, assignment, config, validate_only)
+    except ValueError as exc:
+        return ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)
+    if code == ErrorCode.TOPIC_ALREADY_EXISTS:
+        return code, f"topic {name!r} already exists"
+    return code, None
+
+
+async def handle_delete_topics(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    out = []
+    for name in req["topic_names"]:
+        if not b.config.delete_topic_enable:
+            out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
+            continue
+        try:
+            await b.blocking(registry.delete_topic, b.zk, name)
+        except registry.UnknownTopicError:
+            out.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+            continue
+        b._drop_topic(name)
+        out.append({"name": name, "error_code": 0})
+    return {"responses": out}
+
+
+async def handle_describe_configs(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    for res in req["resources"]:
+        rtype, rname, keys = res["resource_type"], res["resource_name"], res["configuration_keys"]
+        out: dict[str, Any] = {"error_code": 0, "resource_type": rtype, "resource_name": rname, "configs": []}
+        results.append(out)
+        if rtype == TOPIC_RESOURCE:
+            if rname not in b.cache.topics and not await b.refresh_topic(rname):
+                out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out["error_message"] = f"topic {rname!r} does not exist"
+                continue
+            overrides = b.cache.configs.get(rname, {})
+            values = b.config.topic_defaults() | overrides
+            sources = {k: DYNAMIC_TOPIC_CONFIG if k in overrides else DEFAULT_CONFIG for k in values}
+        elif rtype == BROKER_RESOURCE and rname in ("", str(b.id)):
+            values = dict(b.config.props)
+            sources = {k: STATIC_BROKER_CONFIG if k in b.config.explicit else DEFAULT_CONFIG for k in values}
+        else:
+            out["error_code"] = ErrorCode.INVALID_REQUEST
+            out["error_message"] = f"resource type {rtype} {rname!r} is not described here"
+            continue
+        for key in sorted(values):
+            if keys is not None and key not in keys:
+                continue
+            out["configs"].append({
+                "name": key, "value": values[key], "read_only": rtype == BROKER_RESOURCE,
+                "is_default": sources[key] == DEFAULT_CONFIG, "config_source": sources[key],
+                "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None,
+            })  # fmt: skip
+    return {"results": results}
+
+
+async def handle_alter_configs(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    out = []
+    for res in req["resources"]:
+        rtype, rname = res["resource_type"], res["resource_name"]
+        item: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": rname}
+        out.append(item)
+        if rtype != TOPIC_RESOURCE:
+            item["error_code"], item["error_message"] = ErrorCode.INVALID_REQUEST, "only topic configs can be altered"
+            continue
+        config = {c["name"]: c["value"] for c in res["configs"] if c["value"] is not None}
+        why = topic_config_error(config)
+        if why:
+            item["error_code"], item["error_message"] = ErrorCode.INVALID_CONFIG, why
+            continue
+        if req["validate_only"]:
+            continue
+        try:
+            await b.blocking(registry.set_topic_config, b.zk, rname, config)
+        except registry.UnknownTopicError as exc:
+            item["error_code"], item["error_message"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+            continue
+        b._apply_config(rname, config)
+    return {"responses": out}
+
+
+async def handle_describe_log_dirs(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    wanted = None if req["topics"] is None else {(t["topic"], p) for t in req["topics"] for p in t["partitions"]}
+    results = []
+    for d in b.logs.log_dirs:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, owner in sorted(b.logs._dir_of.items()):
+            if owner != d or (wanted is not None and tp not in wanted):
+                continue
+            plog = b.logs.logs[tp]
+            by_topic.setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "partition_size": plog.size_bytes, "offset_lag": 0, "is_future_key": False}
+            )
+        results.append({
+            "error_code": 0, "log_dir": str(d),
+            "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())],
+        })  # fmt: skip
+    return {"results": results}

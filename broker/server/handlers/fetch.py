@@ -1,0 +1,119 @@
+"""Fetch and ListOffsets: file slices of the leader's log for consumers, offsets by position or time.
+
+A fetch answers at once when `min_bytes` are there (or it asked for no wait); otherwise it waits in
+the purgatory until an append brings enough or `max_wait_ms` passes. Each partition's records
+leave as a `sendfile` of its segment file, at most `partition_max_bytes` (but always one whole batch
+for the first partition with data) and `max_bytes` in all.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from broker.errors import OffsetOutOfRangeError
+from broker.protocol.errors import ErrorCode
+from broker.protocol.framing import RequestHeader
+from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.server.network import FileRegion
+
+if TYPE_CHECKING:
+    from broker.server.broker import Broker
+
+
+async def handle_fetch(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    deadline = time.monotonic() + max(req["max_wait_ms"], 0) / 1000
+    min_bytes = req["min_bytes"]
+    wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
+    while True:
+        topics, total, errors = await _read_all(b, wanted, req["max_bytes"])
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or errors or remaining <= 0 or not wanted:
+            return {"error_code": 0, "session_id": 0, "topics": topics}
+        _release(topics)
+        await b.purgatory.wait([(t, p["partition"]) for t, p in wanted], remaining)
+
+
+def _release(topics: list[dict[str, Any]]) -> None:
+    for t in topics:
+        for p in t["partitions"]:
+            rec = p.get("records")
+            if isinstance(rec, FileRegion):
+                os.close(rec.fd)
+
+
+async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]],
+                    max_bytes: int) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
+    topics: list[dict[str, Any]] = []
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    total = 0
+    errors = False
+    for topic, p in wanted:
+        index = p["partition"]
+        out: dict[str, Any] = {"partition_index": index, "error_code": 0, "aborted_transactions": [], "records": b""}
+        parts = by_name.get(topic)
+        if parts is None:
+            parts = by_name[topic] = []
+            topics.append({"topic": topic, "partitions": parts})
+        parts.append(out)
+        code, plog, _ = await b.leader_log(topic, index)
+        if plog is None:
+            out["error_code"] = code
+            errors = True
+            continue
+        hw = b.high_watermark(plog)
+        out["high_watermark"] = out["last_stable_offset"] = hw
+        out["log_start_offset"] = plog.log_start_offset
+        budget = min(p["partition_max_bytes"], max_bytes - total)
+        if budget <= 0 and total > 0:
+            continue
+        try:
+            sl = plog.read(p["fetch_offset"], max(budget, 1), max_offset=hw)
+        except OffsetOutOfRangeError:
+            out["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+            errors = True
+            continue
+        if sl is None:
+            continue
+        length = sl.length if total == 0 else min(sl.length, budget)
+        if length < sl.length and total > 0 and length < _first_batch_size(sl):
+            continue  # not even one batch fits in what is left of the response
+        out["records"] = FileRegion(os.dup(sl.fd), sl.position, length)
+        total += length
+    return topics, total, errors
+
+
+def _first_batch_size(sl: Any) -> int:
+    head = os.pread(sl.fd, 12, sl.position)
+    return 12 + int.from_bytes(head[8:12], "big", signed=True) if len(head) == 12 else sl.length
+
+
+async def handle_list_offsets(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    version = header.api_version
+    topics = []
+    for t in req["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            out: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": 0}
+            parts.append(out)
+            code, plog, info = await b.leader_log(t["name"], p["partition_index"])
+            if plog is None or info is None:
+                out["error_code"] = code
+                continue
+            ts = p["timestamp"]
+            if ts == EARLIEST:
+                offset, found_ts = plog.log_start_offset, -1
+            elif ts == LATEST:
+                offset, found_ts = b.high_watermark(plog), -1
+            elif ts < 0:
+                out["error_code"] = ErrorCode.INVALID_REQUEST
+                continue
+            else:
+                hit = plog.offset_for_timestamp(ts)
+                offset, found_ts = hit if hit is not None and hit[0] < b.high_watermark(plog) else (-1, -1)
+            out["offset"], out["timestamp"], out["leader_epoch"] = offset, found_ts, info.leader_epoch
+            if version == 0:
+                out["old_style_offsets"] = [offset] if offset >= 0 else []
+        topics.append({"name": t["name"], "partitions": parts})
+    return {"topics": topics}

@@ -1,0 +1,131 @@
+"""Produce and InitProducerId: validate each partition's batches, check producer sequences, append.
+
+The record set is appended as received (only the 16 bytes outside the CRC are rewritten by the log);
+a bad CRC or framing rejects that partition's batches with CORRUPT_MESSAGE and appends nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from broker.errors import CorruptRecordError, RecordTooLargeError
+from broker.protocol.errors import ErrorCode
+from broker.protocol.framing import RequestHeader
+from broker.records.batch import HEADER, LOG_OVERHEAD
+from broker.server.network import BadRequest
+from broker.zk import registry
+
+if TYPE_CHECKING:
+    from broker.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+_NO_PRODUCER = -1
+
+
+def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
+    """(producer id, epoch, first sequence, last sequence) of an idempotent record set, else None."""
+    if len(records) < HEADER.size:
+        return None
+    h = HEADER.unpack_from(records, 0)
+    # HEADER: base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch, seq, count
+    pid, pepoch, first_seq = h[9], h[10], h[11]
+    if pid < 0 or first_seq < 0:
+        return None
+    total = 0
+    pos, end = 0, len(records)
+    while pos + LOG_OVERHEAD <= end:  # sum the records of every batch in the set (usually one)
+        hh = HEADER.unpack_from(records, pos) if pos + HEADER.size <= end else None
+        if hh is None:
+            break
+        total += hh[6] + 1
+        pos += LOG_OVERHEAD + hh[1]
+    return pid, pepoch, first_seq, (first_seq + total - 1) % (2**31)
+
+
+async def handle_produce(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None:
+    acks = req["acks"]
+    version = header.api_version
+    failed: list[str] = []
+    topics_out = []
+    for t in req["topics"]:
+        name = t["name"]
+        parts_out = []
+        for p in t["partitions"]:
+            out = await _produce_partition(b, name, p["index"], p["records"], acks, version)
+            if out["error_code"]:
+                failed.append(f"{name}-{p['index']}: {ErrorCode(out['error_code']).name}")
+            parts_out.append(out)
+        topics_out.append({"name": name, "partitions": parts_out})
+    if acks == 0:
+        if failed:  # no answer can carry the error: close the connection so the client refreshes (as Kafka)
+            raise BadRequest(f"acks=0 produce failed ({', '.join(failed[:3])})")
+        return None
+    return {"topics": topics_out}
+
+
+async def _produce_partition(b: Broker, topic: str, partition: int, records: memoryview | None,
+                             acks: int, version: int) -> dict[str, Any]:  # fmt: skip
+    out: dict[str, Any] = {"index": partition, "error_code": 0}
+    if version < 3:
+        out["error_code"] = ErrorCode.UNSUPPORTED_VERSION
+        return out
+    if acks not in (0, 1, -1):
+        out["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
+        return out
+    code, plog, info = await b.leader_log(topic, partition)
+    if plog is None or info is None:
+        out["error_code"] = code
+        return out
+    if acks == -1 and len(info.isr) < b.min_insync(topic):
+        out["error_code"] = ErrorCode.NOT_ENOUGH_REPLICAS
+        out["error_message"] = f"ISR {info.isr} is smaller than min.insync.replicas={b.min_insync(topic)}"
+        return out
+    if not records:
+        out["error_code"] = ErrorCode.CORRUPT_MESSAGE
+        out["error_message"] = "empty record set"
+        return out
+    span = _producer_span(records)
+    tp = (topic, partition)
+    if span is not None:
+        states = b.producer_states[tp]
+        err, dup_offset = states.check(*span)
+        if err:
+            out["error_code"] = err
+            out["error_message"] = f"producer {span[0]} epoch {span[1]} sequence {span[2]}: {err.name}"
+            return out
+        if dup_offset >= 0:
+            out["base_offset"] = dup_offset
+            out["log_start_offset"] = plog.log_start_offset
+            return out
+    try:
+        result = plog.append(records, leader_epoch=info.leader_epoch)
+    except CorruptRecordError as exc:
+        log.info("rejected a produce to %s-%d: %s", topic, partition, exc)
+        out["error_code"] = ErrorCode.CORRUPT_MESSAGE
+        out["error_message"] = str(exc)
+        return out
+    except RecordTooLargeError as exc:
+        out["error_code"] = ErrorCode.MESSAGE_TOO_LARGE
+        out["error_message"] = str(exc)
+        return out
+    if span is not None:
+        b.producer_states[tp].record(*span, result.first_offset)
+    b.purgatory.notify(tp)
+    out["base_offset"] = result.first_offset
+    out["log_append_time_ms"] = result.log_append_time
+    out["log_start_offset"] = plog.log_start_offset
+    return out
+
+
+async def handle_init_producer_id(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if req["transactional_id"] is not None:
+        return {"error_code": ErrorCode.INVALID_REQUEST}  # transactions are not supported
+    pid = b.pid_pool.take()
+    if pid is None:
+        assert b.zk is not None
+        first, last = await b.blocking(registry.allocate_producer_ids, b.zk, b.id)
+        b.pid_pool.add_block(first, last)
+        pid = b.pid_pool.take()
+    return {"error_code": 0, "producer_id": pid, "producer_epoch": 0}

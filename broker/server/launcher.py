@@ -1,0 +1,145 @@
+"""Running a broker process: the embedded ZooKeeper when none answers, the pid file, the event loop.
+
+`kafkactl broker start` calls `run_broker` in the foreground, or `start_broker_daemon` to run the
+same command detached and wait until the broker is registered and listening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+
+from broker.daemon import read_pid, remove_pid_file, start_daemon, stop_process, wait_port, write_pid_file
+from broker.errors import KafkactlError
+from broker.home import default_zookeeper_dir, log_file, pid_file
+from broker.server.broker import Broker
+from broker.server.config import BrokerConfig
+from broker.zk.server import ZooKeeperServer, is_serving
+
+log = logging.getLogger(__name__)
+
+_LOCAL = ("127.0.0.1", "localhost", "::1")
+
+
+def split_connect(connect: str) -> tuple[list[tuple[str, int]], str]:
+    """(hosts, chroot) of `host:port[,host:port...][/chroot]`."""
+    hosts_part, slash, chroot = connect.partition("/")
+    hosts = []
+    for item in hosts_part.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host:
+            host, port = item.strip(), "2181"
+        try:
+            hosts.append((host, int(port)))
+        except ValueError:
+            raise KafkactlError(f"ZooKeeper address {item!r}: port is not a number") from None
+    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
+def maybe_embedded_zookeeper(connect: str, announce: Callable[[str], None]) -> ZooKeeperServer | None:
+    """Start a private ZooKeeper when none answers at a local `connect` address; None when one does."""
+    hosts, _ = split_connect(connect)
+    if any(is_serving("127.0.0.1" if h == "localhost" else h, p) for h, p in hosts):
+        return None
+    host, port = hosts[0]
+    if host not in _LOCAL or len(hosts) > 1:
+        return None  # a remote ensemble that does not answer: the connection timeout will say so
+    zk = ZooKeeperServer(default_zookeeper_dir(), port=port)
+    zk.start()
+    announce(f"no ZooKeeper answered at {host}:{port}: started a private one (pid {zk.pid}, data {zk.data_dir})")
+    return zk
+
+
+def ensure_chroot(connect: str) -> None:
+    """Create the chroot of `connect` if it is missing (as Kafka does), so the broker can build under it."""
+    hosts, chroot = split_connect(connect)
+    if not chroot:
+        return
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=",".join(f"{h}:{p}" for h, p in hosts))
+    try:
+        zk.start(timeout=15)
+        zk.ensure_path(chroot)
+    except Exception:  # the broker's own connection reports an unreachable ZooKeeper properly
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            zk.stop()
+            zk.close()
+
+
+def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
+               announce: Callable[[str], None] = print) -> None:  # fmt: skip
+    """Run one broker in this process until SIGTERM or Ctrl-C; a clean shutdown either way."""
+    zk_server = maybe_embedded_zookeeper(config.zookeeper_connect, announce) if embedded_zookeeper else None
+    pid_path = pid_file(f"broker-{config.broker_id}")
+    other = read_pid(pid_path)
+    if other is not None and other != os.getpid():
+        if zk_server is not None:
+            zk_server.stop()
+        raise KafkactlError(f"broker {config.broker_id} is already running here (pid {other}, {pid_path})")
+    try:
+        ensure_chroot(config.zookeeper_connect)
+        write_pid_file(pid_path, os.getpid())
+        broker = Broker(config)
+
+        def ready(b: Broker) -> None:
+            dirs = ",".join(str(d) for d in config.log_dirs)
+            announce(
+                f"broker {config.broker_id} serving on {config.host}:{b.server.port if b.server else config.port} "
+                f"(ZooKeeper {config.zookeeper_connect}, log dirs {dirs}, pid {os.getpid()})"
+            )
+            sys.stdout.flush()
+
+        try:
+            asyncio.run(broker.run(ready))
+        except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+            pass
+    finally:
+        remove_pid_file(pid_path, os.getpid())
+        if zk_server is not None:
+            zk_server.stop()
+
+
+def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 60.0) -> int:
+    """Run `kafkactl broker start ...` (argv without --daemon) detached; returns its pid once it listens."""
+    name = f"broker-{config.broker_id}"
+    other = read_pid(pid_file(name))
+    if other is not None:
+        raise KafkactlError(f"broker {config.broker_id} is already running here (pid {other})")
+    host = "127.0.0.1" if config.host in ("", "0.0.0.0") else config.host
+
+    def ready() -> bool:
+        return wait_port(host, config.port, 0.2)
+
+    return start_daemon([sys.executable, "-m", "kafkactl", *argv], log_file(name), pid_file(name), ready,
+                        timeout=timeout, what=f"broker {config.broker_id}")  # fmt: skip
+
+
+def stop_broker(broker_id: int, timeout: float = 60.0) -> int:
+    """SIGTERM the broker with this id started on this machine; returns its pid."""
+    path = pid_file(f"broker-{broker_id}")
+    pid = read_pid(path)
+    if pid is None:
+        raise KafkactlError(f"no broker {broker_id} is running here (no live pid in {path})")
+    stop_process(pid, timeout)
+    remove_pid_file(path, pid)
+    return pid
+
+
+def running_brokers() -> dict[int, int]:
+    """{broker id: pid} of the brokers this machine's pid files name."""
+    out = {}
+    run = pid_file("x").parent
+    if run.is_dir():
+        for f in sorted(run.glob("broker-*.pid")):
+            with contextlib.suppress(ValueError):
+                pid = read_pid(f)
+                if pid is not None:
+                    out[int(f.stem.removeprefix("broker-"))] = pid
+    return out

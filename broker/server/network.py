@@ -1,0 +1,247 @@
+"""The broker's socket server: one asyncio loop, raw non-blocking sockets, one request at a time per connection.
+
+Each connection reads a frame (int32 size + request), hands it to the dispatcher and writes the
+answer before reading the next, so answers keep request order as Kafka's do. Answers are lists of
+parts: bytes go out with `sendmsg`, `FileRegion`s (segment file slices) with `sendfile`. A frame
+that cannot be framed or parsed closes only its own connection, with one log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
+
+from broker.protocol.primitives import I32
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 256 * 1024
+_CORK = getattr(socket, "TCP_CORK", None)
+
+
+class FileRegion(NamedTuple):
+    """A slice of a file to send with `sendfile`; the server closes `fd` (a dup) once it is sent."""
+
+    fd: int
+    position: int
+    length: int
+
+
+class BadRequest(Exception):
+    """A request that ends its connection (the message goes to the log)."""
+
+
+#: (frame, peer) → the answer's parts, or None when no answer is due (acks=0)
+Dispatch = Callable[[memoryview, str], Awaitable[list[Any] | None]]
+
+
+class Connection:
+    """One client socket: buffered frame reads, vectored and zero-copy writes."""
+
+    def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.max_request_bytes = max_request_bytes
+        self.loop = asyncio.get_running_loop()
+        self.buf = bytearray()
+
+    async def _recv_some(self) -> None:
+        data = await self.loop.sock_recv(self.sock, _CHUNK)
+        if not data:
+            raise ConnectionResetError("closed by peer")
+        self.buf += data
+
+    async def read_frame(self) -> memoryview | None:
+        """The next request frame (without its size), or None at a clean end of stream."""
+        while len(self.buf) < 4:
+            try:
+                await self._recv_some()
+            except ConnectionResetError:
+                if self.buf:
+                    raise BadRequest(f"connection closed inside a frame size ({len(self.buf)} of 4 bytes)") from None
+                return None
+        size = I32.unpack_from(self.buf, 0)[0]
+        if size < 8 or size > self.max_request_bytes:  # 8: the smallest request header
+            raise BadRequest(f"frame size {size} is outside [8, socket.request.max.bytes={self.max_request_bytes}]")
+        have = len(self.buf) - 4
+        if have >= size:
+            frame = bytes(self.buf[4 : 4 + size])
+            del self.buf[: 4 + size]
+            return memoryview(frame)
+        frame = bytearray(size)
+        frame[:have] = self.buf[4:]
+        self.buf = bytearray()
+        view = memoryview(frame)
+        while have < size:
+            n = await self.loop.sock_recv_into(self.sock, view[have:])
+            if n == 0:
+                raise BadRequest(f"connection closed inside a frame ({have} of {size} bytes)")
+            have += n
+        return view
+
+    async def _writable(self) -> None:
+        fut = self.loop.create_future()
+        fd = self.sock.fileno()
+        self.loop.add_writer(fd, fut.set_result, None)
+        try:
+            await fut
+        finally:
+            self.loop.remove_writer(fd)
+
+    async def send(self, parts: list[Any]) -> None:
+        """Write an answer: runs of bytes with sendmsg, file regions with sendfile."""
+        corked = _CORK is not None and any(isinstance(p, FileRegion) for p in parts)
+        if corked:
+            self.sock.setsockopt(socket.IPPROTO_TCP, _CORK, 1)
+        try:
+            pending: list[Any] = []
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    if pending:
+                        await self._sendmsg(pending)
+                        pending = []
+                    await self._sendfile(part)
+                else:
+                    pending.append(part)
+            if pending:
+                await self._sendmsg(pending)
+        finally:
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    os.close(part.fd)
+            if corked:
+                try:
+                    self.sock.setsockopt(socket.IPPROTO_TCP, _CORK, 0)
+                except OSError:
+                    pass
+
+    async def _sendmsg(self, buffers: list[Any]) -> None:
+        views = [memoryview(b).cast("B") for b in buffers]
+        while views:
+            try:
+                sent = self.sock.sendmsg(views[:512])
+            except (BlockingIOError, InterruptedError):
+                await self._writable()
+                continue
+            while sent and views:
+                n = len(views[0])
+                if sent >= n:
+                    sent -= n
+                    views.pop(0)
+                else:
+                    views[0] = views[0][sent:]
+                    sent = 0
+
+    async def _sendfile(self, region: FileRegion) -> None:
+        pos, left = region.position, region.length
+        out = self.sock.fileno()
+        while left > 0:
+            try:
+                n = os.sendfile(out, region.fd, pos, left)
+            except (BlockingIOError, InterruptedError):
+                await self._writable()
+                continue
+            if n == 0:  # the file is shorter than promised (truncated under us): the frame cannot be finished
+                raise BadRequest(f"segment file ended {left} bytes early while sending a fetch answer")
+            pos += n
+            left -= n
+
+
+class Server:
+    """Accepts connections and serves each on its own task until it closes or misbehaves."""
+
+    def __init__(self, host: str, port: int, dispatch: Dispatch, *, max_request_bytes: int,
+                 send_buffer: int = -1, receive_buffer: int = -1) -> None:  # fmt: skip
+        self.host, self.port = host, port
+        self.dispatch = dispatch
+        self.max_request_bytes = max_request_bytes
+        self.send_buffer, self.receive_buffer = send_buffer, receive_buffer
+        self.sock: socket.socket | None = None
+        self.tasks: set[asyncio.Task] = set()
+        self.connections: set[socket.socket] = set()
+        self._accept_task: asyncio.Task | None = None
+
+    def bind(self) -> None:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            reason = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise OSError(exc.errno, f"cannot listen on {self.host}:{self.port}: {reason}") from None
+        sock.listen(512)
+        sock.setblocking(False)
+        self.sock = sock
+        self.port = sock.getsockname()[1]
+
+    def start(self) -> None:
+        if self.sock is None:
+            self.bind()
+        self._accept_task = asyncio.get_running_loop().create_task(self._accept_loop())
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self.sock is not None
+        while True:
+            try:
+                client, addr = await loop.sock_accept(self.sock)
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    log.warning("cannot accept: %s", exc.strerror)
+                    await asyncio.sleep(0.1)
+                    continue
+                raise
+            client.setblocking(False)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.send_buffer > 0:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+            if self.receive_buffer > 0:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+            peer = f"{addr[0]}:{addr[1]}"
+            task = loop.create_task(self._serve(client, peer))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _serve(self, sock: socket.socket, peer: str) -> None:
+        conn = Connection(sock, peer, self.max_request_bytes)
+        self.connections.add(sock)
+        try:
+            while True:
+                frame = await conn.read_frame()
+                if frame is None:
+                    return
+                answer = await self.dispatch(frame, peer)
+                if answer is not None:
+                    await conn.send(answer)
+        except BadRequest as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
+        except (ConnectionError, BrokenPipeError, TimeoutError):
+            pass
+        except OSError as exc:
+            log.info("connection from %s ended: %s", peer, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a handler bug: this connection ends, the broker stays up
+            log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            self.connections.discard(sock)
+            sock.close()
+
+    async def close(self) -> None:
+        """Stop accepting and end every connection."""
+        if self._accept_task is not None:
+            self._accept_task.cancel()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)

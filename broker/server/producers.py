@@ -1,0 +1,74 @@
+"""Idempotent producers: producer ids handed out in blocks, and per-partition sequence checks.
+
+Each partition remembers, per producer id, its epoch and the sequence ranges and offsets of its
+last five batches (as Kafka does). A batch repeating one of them is a duplicate: it is not
+appended again and its first answer is repeated. A batch that skips sequences is refused with
+OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A producer the partition
+has no state for (a new one, or after a restart) is accepted at any sequence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from broker.protocol.errors import ErrorCode
+
+MAX_SEQ = 2**31 - 1
+KEEP = 5
+
+
+@dataclass
+class _Entry:
+    epoch: int
+    batches: deque = field(default_factory=lambda: deque(maxlen=KEEP))  # (first_seq, last_seq, first_offset)
+
+
+class ProducerStates:
+    """Sequence state of every producer writing to one partition."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, _Entry] = {}
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> tuple[ErrorCode, int]:
+        """(NONE, -1) to append; (NONE, offset) for a duplicate first appended at `offset`; or an error."""
+        e = self.entries.get(producer_id)
+        if e is None:
+            return ErrorCode.NONE, -1
+        if epoch < e.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH, -1
+        if epoch > e.epoch:
+            return (ErrorCode.NONE, -1) if first_seq == 0 else (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+        for f, last, offset in e.batches:
+            if f == first_seq and last == last_seq:
+                return ErrorCode.NONE, offset
+        if not e.batches:
+            return ErrorCode.NONE, -1
+        expected = (e.batches[-1][1] + 1) % (MAX_SEQ + 1)
+        if first_seq != expected:
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+        return ErrorCode.NONE, -1
+
+    def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int) -> None:
+        e = self.entries.get(producer_id)
+        if e is None or epoch != e.epoch:
+            e = self.entries[producer_id] = _Entry(epoch)
+        e.batches.append((first_seq, last_seq, first_offset))
+
+
+class ProducerIdPool:
+    """Producer ids from cluster-wide blocks; `refill` claims the next block (a blocking ZooKeeper call)."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.end = -1
+
+    def take(self) -> int | None:
+        if self.next > self.end:
+            return None
+        pid = self.next
+        self.next += 1
+        return pid
+
+    def add_block(self, first: int, last: int) -> None:
+        self.next, self.end = first, last

@@ -1,0 +1,39 @@
+"""Topic rules shared by the broker and the tools: legal names and round-robin replica assignment."""
+
+from __future__ import annotations
+
+import re
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why `name` is not a legal Kafka topic name, or None when it is."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"topic name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
+    if not _LEGAL.match(name):
+        return f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def assign_replicas(
+    brokers: list[int], partitions: int, replication_factor: int, start: int = 0
+) -> dict[int, list[int]]:
+    """Spread partitions over `brokers` round-robin: partition p leads on broker (start + p), then the next ones.
+
+    Raises ValueError when there are fewer live brokers than replicas.
+    """
+    ids = sorted(brokers)
+    if partitions < 1:
+        raise ValueError(f"number of partitions must be at least 1, not {partitions}")
+    if replication_factor < 1:
+        raise ValueError(f"replication factor must be at least 1, not {replication_factor}")
+    if replication_factor > len(ids):
+        raise ValueError(f"replication factor {replication_factor} is larger than the {len(ids)} live broker(s)")
+    n = len(ids)
+    return {p: [ids[(start + p + j) % n] for j in range(replication_factor)] for p in range(partitions)}

@@ -1,0 +1,39 @@
+"""Opening a kazoo session with one clear error when ZooKeeper does not answer."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+
+from broker.errors import KafkactlError
+
+
+def connect(hosts: str, *, session_timeout_s: float = 18.0, connect_timeout_s: float = 15.0) -> KazooClient:
+    """A started client for `host:port[,...][/chroot]`; KafkactlError when nothing answers in time."""
+    zk = KazooClient(hosts=hosts, timeout=session_timeout_s)
+    try:
+        zk.start(timeout=connect_timeout_s)
+    except (KazooTimeoutError, ValueError) as exc:
+        close(zk)
+        reason = "no answer" if isinstance(exc, KazooTimeoutError) else str(exc)
+        raise KafkactlError(f"cannot reach ZooKeeper at {hosts} within {connect_timeout_s:g}s: {reason}") from None
+    return zk
+
+
+def close(zk: KazooClient) -> None:
+    with contextlib.suppress(Exception):
+        zk.stop()
+    with contextlib.suppress(Exception):
+        zk.close()
+
+
+@contextlib.contextmanager
+def session(hosts: str, *, connect_timeout_s: float = 15.0) -> Iterator[KazooClient]:
+    zk = connect(hosts, connect_timeout_s=connect_timeout_s)
+    try:
+        yield zk
+    finally:
+        close(zk)

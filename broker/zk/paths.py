@@ -1,0 +1,133 @@
+"""Every znode path kafkactl reads or writes, and the JSON of each, in ZooKeeper-mode Kafka's layout.
+
+| znode | mode | data |
+|---|---|---|
+| /brokers/ids/<id> | ephemeral | {"version":5,"host","port","jmx_port":-1,"timestamp","endpoints",...} |
+| /brokers/topics/<t> | persistent | {"version":2,"partitions":{"0":[1,2]},"adding_replicas","removing_replicas"} |
+| /brokers/topics/<t>/partitions/<p>/state | persistent | {"version":1,"leader","leader_epoch",
+  "controller_epoch","isr"} |
+| /controller | ephemeral | {"version":1,"brokerid","timestamp"} |
+| /controller_epoch | persistent | decimal |
+| /config/topics/<t> | persistent | {"version":1,"config":{...}} |
+| /admin/delete_topics/<t> | persistent | (empty) — deletion in progress |
+| /cluster/id | persistent | {"version":"1","id":"<22-char base64 uuid>"} |
+| /latest_producer_id_block | persistent | {"version":1,"broker","block_start","block_end"} |
+| /consumers/<g>/ids/<c>, /owners/<t>/<p>, /offsets/<t>/<p> | | the paper's consumer registries |
+
+Timestamps are decimal strings of epoch milliseconds, as Kafka writes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from typing import Any
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+ISR_CHANGE = "/isr_change_notification"
+CONSUMERS = "/consumers"
+
+#: the persistent parents a cluster needs (Kafka creates the same set)
+ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE, "/cluster", CONSUMERS)
+
+
+def broker(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic(name: str) -> str:
+    return f"{TOPICS}/{name}"
+
+
+def partition_state(name: str, partition: int) -> str:
+    return f"{TOPICS}/{name}/partitions/{partition}/state"
+
+
+def topic_config(name: str) -> str:
+    return f"{CONFIG_TOPICS}/{name}"
+
+
+def delete_topic(name: str) -> str:
+    return f"{DELETE_TOPICS}/{name}"
+
+
+def now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def loads(data: bytes | None) -> Any:
+    return json.loads(data) if data else None
+
+
+def broker_json(host: str, port: int, rack: str | None = None) -> bytes:
+    return dumps({
+        "version": 5, "host": host, "port": port, "jmx_port": -1, "timestamp": now_ms(),
+        "endpoints": [f"PLAINTEXT://{host}:{port}"], "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "rack": rack, "features": {},
+    })  # fmt: skip
+
+
+def parse_broker(data: bytes) -> tuple[str, int, str | None]:
+    """(host, port, rack) from a broker registration: the PLAINTEXT endpoint, else host/port."""
+    obj = loads(data) or {}
+    for ep in obj.get("endpoints") or []:
+        proto, _, rest = ep.partition("://")
+        if proto == "PLAINTEXT" and rest:
+            host, _, port = rest.rpartition(":")
+            return host.strip("[]") or "127.0.0.1", int(port), obj.get("rack")
+    return obj.get("host") or "127.0.0.1", int(obj.get("port", -1)), obj.get("rack")
+
+
+def assignment_json(assignment: dict[int, list[int]]) -> bytes:
+    return dumps({
+        "version": 2, "partitions": {str(p): r for p, r in sorted(assignment.items())},
+        "adding_replicas": {}, "removing_replicas": {},
+    })  # fmt: skip
+
+
+def parse_assignment(data: bytes) -> dict[int, list[int]]:
+    obj = loads(data) or {}
+    return {int(p): [int(b) for b in r] for p, r in (obj.get("partitions") or {}).items()}
+
+
+def state_json(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1) -> bytes:
+    return dumps({"version": 1, "leader": leader, "leader_epoch": leader_epoch,
+                  "controller_epoch": controller_epoch, "isr": isr})  # fmt: skip
+
+
+def config_json(config: dict[str, str]) -> bytes:
+    return dumps({"version": 1, "config": config})
+
+
+def parse_config(data: bytes | None) -> dict[str, str]:
+    obj = loads(data) or {}
+    return {str(k): str(v) for k, v in (obj.get("config") or {}).items()}
+
+
+def controller_json(broker_id: int) -> bytes:
+    return dumps({"version": 1, "brokerid": broker_id, "timestamp": now_ms()})
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def cluster_id_json(cluster_id: str) -> bytes:
+    return dumps({"version": "1", "id": cluster_id})
+
+
+def producer_block_json(broker_id: int, start: int, end: int) -> bytes:
+    return dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})

@@ -1,0 +1,222 @@
+"""The broker registry, topic assignments, partition states, topic configs and ids, kept in ZooKeeper.
+
+Blocking kazoo calls over `broker.zk.paths`; the broker runs them off its event loop or on cache
+misses. Each function does one registry operation, atomically where ZooKeeper allows it.
+"""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from broker.errors import KafkactlError
+from broker.zk import paths
+
+
+class BrokerIdTakenError(KafkactlError):
+    """Another live broker already holds this id."""
+
+
+class TopicExistsError(KafkactlError):
+    pass
+
+
+class UnknownTopicError(KafkactlError):
+    pass
+
+
+def ensure_roots(zk: KazooClient) -> None:
+    for path in paths.ROOTS:
+        zk.ensure_path(path)
+
+
+def cluster_id(zk: KazooClient) -> str:
+    """The cluster's id, created on first use."""
+    try:
+        zk.create(paths.CLUSTER_ID, paths.cluster_id_json(paths.new_cluster_id()), makepath=True)
+    except NodeExistsError:
+        pass
+    data, _ = zk.get(paths.CLUSTER_ID)
+    return paths.loads(data)["id"]
+
+
+def register_broker(zk: KazooClient, broker_id: int, host: str, port: int, rack: str | None = None) -> None:
+    """Create the ephemeral `/brokers/ids/<id>`; refuse an id another session holds."""
+    path = paths.broker(broker_id)
+    try:
+        zk.create(path, paths.broker_json(host, port, rack), ephemeral=True, makepath=True)
+    except NodeExistsError:
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:  # it expired meanwhile: try once more
+            zk.create(path, paths.broker_json(host, port, rack), ephemeral=True, makepath=True)
+            return
+        if stat.ephemeralOwner == zk.client_id[0]:
+            return  # ours already (a re-registration after a reconnect)
+        other_host, other_port, _ = paths.parse_broker(data)
+        raise BrokerIdTakenError(
+            f"broker id {broker_id} is already registered in ZooKeeper by {other_host}:{other_port}; "
+            "pick another --broker-id (a killed broker's registration expires after its session timeout)"
+        ) from None
+
+
+def deregister_broker(zk: KazooClient, broker_id: int) -> None:
+    try:
+        zk.delete(paths.broker(broker_id))
+    except NoNodeError:
+        pass
+
+
+def live_brokers(zk: KazooClient) -> dict[int, tuple[str, int, str | None]]:
+    """{id: (host, port, rack)} of the registered brokers."""
+    out = {}
+    for child in zk.get_children(paths.BROKER_IDS):
+        try:
+            data, _ = zk.get(paths.broker(int(child)))
+        except (NoNodeError, ValueError):
+            continue
+        out[int(child)] = paths.parse_broker(data)
+    return dict(sorted(out.items()))
+
+
+def topic_names(zk: KazooClient) -> list[str]:
+    try:
+        return sorted(zk.get_children(paths.TOPICS))
+    except NoNodeError:
+        return []
+
+
+def assignment(zk: KazooClient, topic: str) -> dict[int, list[int]] | None:
+    """{partition: replicas} of a topic, or None when it does not exist."""
+    try:
+        data, _ = zk.get(paths.topic(topic))
+    except NoNodeError:
+        return None
+    return paths.parse_assignment(data)
+
+
+def partition_state(zk: KazooClient, topic: str, partition: int) -> dict | None:
+    try:
+        data, _ = zk.get(paths.partition_state(topic, partition))
+    except NoNodeError:
+        return None
+    return paths.loads(data)
+
+
+def topic_config(zk: KazooClient, topic: str) -> dict[str, str]:
+    try:
+        data, _ = zk.get(paths.topic_config(topic))
+    except NoNodeError:
+        return {}
+    return paths.parse_config(data)
+
+
+def is_being_deleted(zk: KazooClient, topic: str) -> bool:
+    return zk.exists(paths.delete_topic(topic)) is not None
+
+
+def create_topic(zk: KazooClient, topic: str, replicas: dict[int, list[int]], config: dict[str, str]) -> None:
+    """Write a topic's config, assignment and partition states in one transaction.
+
+    Without replication, each partition's leader is its first replica and the ISR is that leader.
+    """
+    if zk.exists(paths.topic(topic)) is not None or is_being_deleted(zk, topic):
+        raise TopicExistsError(f"topic {topic!r} already exists")
+    zk.ensure_path(paths.CONFIG_TOPICS)
+    tx = zk.transaction()
+    cfg_path = paths.topic_config(topic)
+    if zk.exists(cfg_path) is None:
+        tx.create(cfg_path, paths.config_json(config))
+    else:
+        tx.set_data(cfg_path, paths.config_json(config))
+    tx.create(paths.topic(topic), paths.assignment_json(replicas))
+    tx.create(f"{paths.topic(topic)}/partitions")
+    for p, reps in sorted(replicas.items()):
+        tx.create(f"{paths.topic(topic)}/partitions/{p}")
+        tx.create(paths.partition_state(topic, p), paths.state_json(reps[0], 0, [reps[0]]))
+    results = tx.commit()
+    for res in results:
+        if isinstance(res, NodeExistsError):
+            raise TopicExistsError(f"topic {topic!r} already exists")
+        if isinstance(res, Exception) and not _rolled_back(res):
+            raise res
+
+
+def _rolled_back(exc: Exception) -> bool:
+    return type(exc).__name__ == "RolledBackError"
+
+
+def delete_topic(zk: KazooClient, topic: str) -> None:
+    """Mark the topic for deletion, remove its znodes, then the mark; brokers drop its logs on the watch."""
+    if zk.exists(paths.topic(topic)) is None:
+        raise UnknownTopicError(f"topic {topic!r} does not exist")
+    zk.ensure_path(paths.delete_topic(topic))
+    zk.delete(paths.topic(topic), recursive=True)
+    try:
+        zk.delete(paths.topic_config(topic))
+    except NoNodeError:
+        pass
+    zk.delete(paths.delete_topic(topic))
+
+
+def set_topic_config(zk: KazooClient, topic: str, config: dict[str, str]) -> None:
+    """Replace a topic's overrides (the whole map, as AlterConfigs does)."""
+    if zk.exists(paths.topic(topic)) is None:
+        raise UnknownTopicError(f"topic {topic!r} does not exist")
+    data = paths.config_json(config)
+    try:
+        zk.set(paths.topic_config(topic), data)
+    except NoNodeError:
+        zk.create(paths.topic_config(topic), data, makepath=True)
+
+
+def elect_controller(zk: KazooClient, broker_id: int) -> int:
+    """Try to become controller (first to create `/controller` wins); returns the controller's id."""
+    try:
+        zk.create(paths.CONTROLLER, paths.controller_json(broker_id), ephemeral=True)
+    except NodeExistsError:
+        return controller_id(zk)
+    while True:  # bump the controller epoch, conditionally
+        try:
+            data, stat = zk.get(paths.CONTROLLER_EPOCH)
+        except NoNodeError:
+            try:
+                zk.create(paths.CONTROLLER_EPOCH, b"1")
+                break
+            except NodeExistsError:
+                continue
+        try:
+            zk.set(paths.CONTROLLER_EPOCH, str(int(data or b"0") + 1).encode(), version=stat.version)
+            break
+        except BadVersionError:
+            continue
+    return broker_id
+
+
+def controller_id(zk: KazooClient) -> int:
+    try:
+        data, _ = zk.get(paths.CONTROLLER)
+    except NoNodeError:
+        return -1
+    return int((paths.loads(data) or {}).get("brokerid", -1))
+
+
+def allocate_producer_ids(zk: KazooClient, broker_id: int, size: int = 1000) -> tuple[int, int]:
+    """Claim the next block of producer ids cluster-wide; returns (first, last)."""
+    while True:
+        try:
+            data, stat = zk.get(paths.PRODUCER_ID_BLOCK)
+        except NoNodeError:
+            try:
+                zk.create(paths.PRODUCER_ID_BLOCK, paths.producer_block_json(broker_id, 0, size - 1))
+                return 0, size - 1
+            except NodeExistsError:
+                continue
+        prev = paths.loads(data) if data else None
+        start = int(prev["block_end"]) + 1 if prev else 0
+        try:
+            zk.set(paths.PRODUCER_ID_BLOCK, paths.producer_block_json(broker_id, start, start + size - 1),
+                   version=stat.version)  # fmt: skip
+            return start, start + size - 1
+        except BadVersionError:
+            continue

@@ -1,0 +1,131 @@
+"""`kafkactl topic`: create, list, describe, alter and delete topics through a broker."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from broker.client.admin import Admin
+from broker.errors import UsageError
+from broker.server.config import parse_override
+from kafkactl import contexts
+from kafkactl.render import Output, json_line, table
+
+app = typer.Typer(help="Create, list, describe, alter and delete topics.", no_args_is_help=True)
+
+OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
+ConfigOpt = Annotated[list[str] | None, typer.Option("--config", help="key=value topic override (repeatable).")]
+
+
+def _configs(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, value = parse_override(item)
+        out[key] = value
+    return out
+
+
+@app.command("create")
+def create(
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    partitions: Annotated[
+        int, typer.Option("--partitions", "-p", help="Partitions (default: the broker's num.partitions).")
+    ] = -1,
+    replication_factor: Annotated[
+        int, typer.Option("--replication-factor", "-r", help="Replicas per partition (default: the broker's).")
+    ] = -1,
+    config: ConfigOpt = None,
+    if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="No error when it exists already.")] = False,
+    bootstrap: contexts.Bootstrap = None,
+) -> None:
+    """Create a topic; partitions are spread over the live brokers round-robin."""
+    if partitions == 0 or partitions < -1:
+        raise UsageError(f"--partitions {partitions}: must be at least 1")
+    if replication_factor == 0 or replication_factor < -1:
+        raise UsageError(f"--replication-factor {replication_factor}: must be at least 1")
+    with Admin(contexts.bootstrap(bootstrap)) as admin:
+        if if_not_exists and name in admin.list_topics():
+            print(f"topic {name} exists already")
+            return
+        admin.create_topic(name, partitions, replication_factor, _configs(config))
+        count = admin.list_topics().get(name, partitions)
+    print(f"created topic {name} with {count} partition(s)")
+
+
+@app.command("list")
+def list_(bootstrap: contexts.Bootstrap = None, output: OutputOpt = Output.text) -> None:
+    """Every topic, with its partition count."""
+    with Admin(contexts.bootstrap(bootstrap)) as admin:
+        topics = admin.list_topics()
+    if output == Output.json:
+        for name, n in topics.items():
+            json_line({"topic": name, "partitions": n})
+        return
+    table(["TOPIC", "PARTITIONS"], topics.items())
+
+
+@app.command("describe")
+def describe(
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    bootstrap: contexts.Bootstrap = None,
+    output: OutputOpt = Output.text,
+) -> None:
+    """Per partition: leader, replicas, ISR, log start and end offsets, size; and the topic's overrides."""
+    with Admin(contexts.bootstrap(bootstrap)) as admin:
+        parts = admin.describe_topic(name)
+        config = admin.describe_config(name)
+    overrides = {k: v for k, (v, over) in config.items() if over}
+    if output == Output.json:
+        json_line({"topic": name, "partitions": [asdict(p) for p in parts], "config": overrides})
+        return
+    rows = [
+        (p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+         _n(p.log_start_offset), _n(p.log_end_offset), _n(p.size), p.error or "")
+        for p in parts
+    ]  # fmt: skip
+    extra = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    table(["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "LOG END", "SIZE", "ERROR"], rows,
+          title=f"{name}" + (f" ({extra})" if extra else ""))  # fmt: skip
+
+
+def _n(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+@app.command("alter")
+def alter(
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    config: ConfigOpt = None,
+    delete_config: Annotated[
+        list[str] | None, typer.Option("--delete-config", help="Remove an override (repeatable).")
+    ] = None,
+    bootstrap: contexts.Bootstrap = None,
+) -> None:
+    """Set or remove per-topic configuration overrides; the others stay."""
+    sets = _configs(config)
+    if not sets and not delete_config:
+        raise UsageError("nothing to change: give --config key=value or --delete-config key")
+    with Admin(contexts.bootstrap(bootstrap)) as admin:
+        now = admin.alter_config(name, sets, list(delete_config or []))
+    print(f"topic {name}: " + (", ".join(f"{k}={v}" for k, v in sorted(now.items())) or "no overrides"))
+
+
+@app.command("delete")
+def delete(
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    execute: Annotated[bool, typer.Option("--execute", help="Really delete (otherwise: show what would go).")] = False,
+    bootstrap: contexts.Bootstrap = None,
+) -> None:
+    """Delete a topic and all its data. Shows the plan unless --execute."""
+    with Admin(contexts.bootstrap(bootstrap)) as admin:
+        parts = admin.describe_topic(name)
+        if not execute:
+            msgs = sum((p.log_end_offset or 0) - (p.log_start_offset or 0) for p in parts)
+            size = sum(p.size or 0 for p in parts)
+            print(f"would delete topic {name}: {len(parts)} partition(s), {msgs} message offset(s), {size} bytes; "
+                  "run again with --execute")  # fmt: skip
+            return
+        admin.delete_topic(name)
+    print(f"deleted topic {name}")

@@ -1,0 +1,75 @@
+"""Where the cluster is: `-b/--bootstrap-server` and `-z/--zookeeper`, from the command, the root
+options, `KAFKACTL_*` environment variables or a context of `~/.config/kafkactl/config.toml`.
+
+    current-context = "local"
+    [contexts.local]
+    bootstrap-server = "localhost:9092"
+    zookeeper = "localhost:2181"
+
+The first of these that names a value wins, in that order; then the defaults (localhost).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from broker.errors import UsageError
+
+DEFAULTS = {"bootstrap-server": "localhost:9092", "zookeeper": "localhost:2181"}
+ENV = {"bootstrap-server": "KAFKACTL_BOOTSTRAP_SERVER", "zookeeper": "KAFKACTL_ZOOKEEPER"}
+
+root: dict[str, str | None] = {"bootstrap-server": None, "zookeeper": None, "context": None}
+
+Bootstrap = Annotated[
+    str | None,
+    typer.Option("-b", "--bootstrap-server", help="Brokers to start from (host:port,...).", show_default=False),
+]
+ZooKeeper = Annotated[
+    str | None, typer.Option("-z", "--zookeeper", help="ZooKeeper (host:port[/chroot]).", show_default=False)
+]
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "kafkactl" / "config.toml"
+
+
+def _context_values() -> dict[str, str]:
+    path = config_path()
+    name = root.get("context") or os.environ.get("KAFKACTL_CONTEXT")
+    if not path.exists():
+        if name:
+            raise UsageError(f"context {name!r} named, but {path} does not exist")
+        return {}
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+    name = name or doc.get("current-context")
+    if not name:
+        return {}
+    contexts = doc.get("contexts") or {}
+    if name not in contexts:
+        raise UsageError(f"no context {name!r} in {path} (have: {', '.join(sorted(contexts)) or 'none'})")
+    return {str(k): str(v) for k, v in contexts[name].items()}
+
+
+def resolve(key: str, option: str | None) -> str:
+    """The value of `bootstrap-server` or `zookeeper` for this command."""
+    for value in (option, root.get(key), os.environ.get(ENV[key])):
+        if value:
+            return value
+    return _context_values().get(key) or DEFAULTS[key]
+
+
+def bootstrap(option: str | None = None) -> str:
+    return resolve("bootstrap-server", option)
+
+
+def zookeeper(option: str | None = None) -> str:
+    return resolve("zookeeper", option)
