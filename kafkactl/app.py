@@ -16,7 +16,9 @@ from typer.main import get_command
 
 from broker import __version__
 from broker.errors import KafkactlError
-from kafkactl.commands import bench, inspect, recover
+from kafkactl import contexts
+from kafkactl.commands import bench, inspect, recover, topic, zookeeper
+from kafkactl.commands import broker as broker_cmd
 from kafkactl.render import error_line
 
 app = typer.Typer(
@@ -30,6 +32,9 @@ app = typer.Typer(
 app.add_typer(inspect.app, name="inspect")
 app.command("recover")(recover.recover)
 app.add_typer(bench.app, name="bench")
+app.add_typer(zookeeper.app, name="zookeeper")
+app.add_typer(broker_cmd.app, name="broker")
+app.add_typer(topic.app, name="topic")
 
 _state = {"debug": False}
 
@@ -48,9 +53,15 @@ def root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    bootstrap: contexts.Bootstrap = None,
+    zookeeper: contexts.ZooKeeper = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="A context of ~/.config/kafkactl/config.toml.", show_default=False)
+    ] = None,
 ) -> None:
     """kafkactl: a Kafka-style distributed commit log and the tools to operate it."""
     _state["debug"] = debug
+    contexts.root.update({"bootstrap-server": bootstrap, "zookeeper": zookeeper, "context": context})
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -30,7 +30,7 @@ Bootstrap = Annotated[
     typer.Option("-b", "--bootstrap-server", help="Brokers to start from (host:port,...).", show_default=False),
 ]
 ZooKeeper = Annotated[
-    str | None, typer.Option("-z", "--zookeeper", help="ZooKeeper (host:port[/chroot]).", show_default=False)
+    str | None, typer.Option("-z", "--zookeeper", help="ZooKeeper (host:port, optionally /chroot).", show_default=False)
 ]
 
 

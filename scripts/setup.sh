@@ -10,12 +10,17 @@ need=()
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v gcc >/dev/null || need+=(gcc python3-dev)   # crcmod's C extension
+# a real ZooKeeper server (`kafkactl zookeeper start`, integration tests) and the Java it runs on
+test -f /usr/share/java/zookeeper.jar || need+=(zookeeper)   # no service is started by it
+command -v java >/dev/null || need+=(default-jre-headless)
+case ",$extras," in *,test,*) command -v kcat >/dev/null || need+=(kcat) ;; esac   # compatibility tests
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: missing ${need[*]}; run as root or install them" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  mkdir -p /usr/share/man/man1   # slim images lack it, and the JRE's postinst fails without it
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi

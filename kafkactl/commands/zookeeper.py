@@ -1,0 +1,109 @@
+"""`kafkactl zookeeper`: run a local Apache ZooKeeper server for brokers to register in."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.exceptions import Exit
+
+from broker import home
+from broker.daemon import port_open, read_pid, run_foreground, start_daemon, stop_process
+from broker.errors import KafkactlError
+from broker.zk.server import ZooKeeperServer, is_serving, server_info
+from kafkactl.render import Output, json_line
+
+app = typer.Typer(help="Run a local ZooKeeper server (Apache ZooKeeper, as a child JVM).", no_args_is_help=True)
+
+Port = Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Client port.")]
+ListenHost = Annotated[str, typer.Option("--host", help="Address to listen on.")]
+ServerHost = Annotated[str, typer.Option("--host", help="Address of the server.")]
+
+
+def _name(port: int) -> str:
+    return f"zookeeper-{port}"
+
+
+@app.command("start")
+def start(
+    port: Port = 2181,
+    host: ListenHost = "127.0.0.1",
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Data dir (snapshots, logs, zoo.cfg); default $KAFKACTL_HOME/zookeeper."),
+    ] = None,
+    daemon: Annotated[
+        bool, typer.Option("--daemon", "-d", help="Run in the background and return once serving.")
+    ] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait until it serves.")] = 60.0,
+) -> None:
+    """Start a ZooKeeper server: in the foreground until Ctrl-C or SIGTERM, or with --daemon in the background."""
+    pid_path = home.pid_file(_name(port))
+    running = read_pid(pid_path)
+    if running is not None and running != os.getpid():  # a daemon's parent wrote our own pid already
+        raise KafkactlError(f"zookeeper on port {port} is already running (pid {running})")
+    data_dir = (data_dir or home.default_zookeeper_dir()).expanduser().resolve()
+    if daemon:
+        if port_open(host, port):
+            raise KafkactlError(f"cannot start zookeeper: {host}:{port} is already in use")
+        argv = [sys.executable, "-m", "kafkactl", "zookeeper", "start", "--port", str(port), "--host", host,
+                "--data-dir", str(data_dir), "--timeout", str(timeout)]  # fmt: skip
+        pid = start_daemon(
+            argv, home.log_file(_name(port)), pid_path, lambda: is_serving(host, port),
+            timeout=timeout + 5, what="zookeeper",
+        )  # fmt: skip
+        print(f"zookeeper started on {host}:{port} (pid {pid}, data {data_dir})")
+        return
+    server = ZooKeeperServer(data_dir, port, host)
+    code = run_foreground(
+        pid_path,
+        start=lambda: server.start(timeout),
+        wait=server.wait,
+        stop=server.stop,
+        on_ready=lambda: print(
+            f"zookeeper serving on {host}:{port} (pid {os.getpid()}, java pid {server.pid}, data {data_dir}); "
+            "Ctrl-C stops it",
+            flush=True,
+        ),
+    )
+    if code is not None:
+        raise KafkactlError(f"zookeeper exited by itself with code {code} (log: {server.log_path})")
+
+
+@app.command("stop")
+def stop(
+    port: Port = 2181,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before SIGKILL.")] = 30.0,
+) -> None:
+    """Stop the ZooKeeper server that `kafkactl zookeeper start` runs on this port."""
+    pid = read_pid(home.pid_file(_name(port)))
+    if pid is None:
+        raise KafkactlError(f"no zookeeper started by kafkactl is running on port {port}")
+    stop_process(pid, timeout)
+    print(f"zookeeper on port {port} stopped (pid {pid})")
+
+
+@app.command("status")
+def status(
+    port: Port = 2181,
+    host: ServerHost = "127.0.0.1",
+    output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
+) -> None:
+    """Whether a ZooKeeper server serves on host:port (exit code 0) or not (1), with its mode and version."""
+    info = server_info(host, port)
+    pid = read_pid(home.pid_file(_name(port)))
+    result = {"address": f"{host}:{port}", "serving": info is not None, "pid": pid, **(info or {})}
+    if output == Output.json:
+        json_line(result)
+    elif info is None:
+        print(f"zookeeper on {host}:{port}: not running" + (f" (pid {pid} runs, not serving)" if pid else ""))
+    else:
+        parts = [f"mode {info['mode']}", f"version {info['version']}"]
+        parts += [f"pid {pid}"] if pid else []
+        parts += [f"{info['znodes']} znodes"] if info.get("znodes") is not None else []
+        print(f"zookeeper on {host}:{port}: serving, " + ", ".join(parts))
+    if info is None:
+        raise Exit(1)
