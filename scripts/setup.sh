@@ -13,7 +13,7 @@ command -v gcc >/dev/null || need+=(gcc python3-dev)   # crcmod's C extension
 # a real ZooKeeper server (`kafkactl zookeeper start`, integration tests) and the Java it runs on
 test -f /usr/share/java/zookeeper.jar || need+=(zookeeper)   # no service is started by it
 command -v java >/dev/null || need+=(default-jre-headless)
-case ",$extras," in *,test,*) command -v kcat >/dev/null || need+=(kcat) ;; esac   # compatibility tests
+command -v kcat >/dev/null || need+=(kcat)   # the load generator of `bench broker`, a client in the quick start and tests
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: missing ${need[*]}; run as root or install them" >&2

@@ -216,8 +216,11 @@ class BrokerConfig:
         c.retention_check_interval_ms = _int(props, "log.retention.check.interval.ms")
         c.flush_scheduler_interval_ms = _int(props, "log.flush.scheduler.interval.ms")
         c.socket_request_max_bytes = _int(props, "socket.request.max.bytes")
-        c.socket_send_buffer_bytes = _int(props, "socket.send.buffer.bytes")
-        c.socket_receive_buffer_bytes = _int(props, "socket.receive.buffer.bytes")
+        # Only sizes set on purpose are applied: on Linux a fixed SO_SNDBUF/SO_RCVBUF turns off the kernel's
+        # buffer autotuning, and Kafka's 100 KiB default then caps a sendfile fetch to ~100 KiB per wake-up.
+        for key, attr in (("socket.send.buffer.bytes", "socket_send_buffer_bytes"),
+                          ("socket.receive.buffer.bytes", "socket_receive_buffer_bytes")):  # fmt: skip
+            setattr(c, attr, _int(props, key) if key in explicit else -1)
         c.queued_max_requests = _int(props, "queued.max.requests")
         c.log = c._log_config()
         return c

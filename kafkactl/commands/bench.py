@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from broker.bench import broker as broker_bench
 from broker.bench import log as log_bench
 from broker.errors import UsageError
 from kafkactl.render import Output, json_line, progress, table
@@ -50,3 +51,27 @@ def log(
         json_line(result)
     else:
         table(["metric", "value"], result.items(), title="kafkactl bench log")
+
+
+@app.command("broker")
+def broker(
+    messages: Annotated[int, typer.Option("--messages", min=1, help="Messages per produce run.")] = 5_000_000,
+    size: Annotated[int, typer.Option("--size", min=1, help="Bytes per produced message.")] = 200,
+    fetch_messages: Annotated[
+        int, typer.Option("--fetch-messages", min=1, help="Messages read per fetch run.")
+    ] = 1_000_000,
+    fetch_size: Annotated[int, typer.Option("--fetch-size", min=1, help="Bytes per fetched message.")] = 1024,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs of each; the median is reported.")] = 3,
+    bootstrap: Annotated[
+        str | None, typer.Option("-b", "--bootstrap-server", help="Use this broker instead of a scratch one.")
+    ] = None,
+    directory: Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.")] = None,
+    output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
+) -> None:
+    """Produce (acks=1) and fetch throughput of one broker, with kcat as the load generator."""
+    with progress("kcat runs", 2 * repeat) as advance:
+        result = broker_bench.run(messages, size, fetch_messages, fetch_size, repeat, bootstrap, directory, advance)
+    if output == Output.json:
+        json_line(result)
+    else:
+        table(["metric", "value"], result.items(), title="kafkactl bench broker")
