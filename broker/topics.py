@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 MAX_NAME_LENGTH = 249
+#: more partitions than this in one topic is refused: one request must not stall the broker building them
+MAX_PARTITIONS = 10000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -29,8 +31,8 @@ def assign_replicas(
     Raises ValueError when there are fewer live brokers than replicas.
     """
     ids = sorted(brokers)
-    if partitions < 1:
-        raise ValueError(f"number of partitions must be at least 1, not {partitions}")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ValueError(f"number of partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}")
     if replication_factor < 1:
         raise ValueError(f"replication factor must be at least 1, not {replication_factor}")
     if replication_factor > len(ids):

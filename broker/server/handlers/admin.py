@@ -19,7 +19,7 @@ from broker.protocol.messages.admin import (
 )
 from broker.server.config import topic_config_error
 from broker.server.handlers.metadata import create_topic
-from broker.topics import topic_name_error
+from broker.topics import MAX_PARTITIONS, topic_name_error
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ async def _create_one(b: Broker, t: dict[str, Any], validate_only: bool) -> tupl
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be 0..N-1, each with distinct brokers"
     partitions = b.config.num_partitions if t["num_partitions"] == -1 else t["num_partitions"]
     rf = b.config.default_replication_factor if t["replication_factor"] == -1 else t["replication_factor"]
-    if partitions < 1:
-        return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, not {partitions}"
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be between 1 and {MAX_PARTITIONS}"
     if rf < 1:
         return ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be at least 1, not {rf}"
     if name in b.cache.topics:

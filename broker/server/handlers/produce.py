@@ -35,10 +35,10 @@ def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
         return None
     total = 0
     pos, end = 0, len(records)
-    while pos + LOG_OVERHEAD <= end:  # sum the records of every batch in the set (usually one)
-        hh = HEADER.unpack_from(records, pos) if pos + HEADER.size <= end else None
-        if hh is None:
-            break
+    while pos + HEADER.size <= end:  # sum the records of every batch in the set (usually one)
+        hh = HEADER.unpack_from(records, pos)
+        if hh[1] < HEADER.size - LOG_OVERHEAD or pos + LOG_OVERHEAD + hh[1] > end:
+            return None  # misframed: validation answers CORRUPT_MESSAGE before any sequence is looked at
         total += hh[6] + 1
         pos += LOG_OVERHEAD + hh[1]
     return pid, pepoch, first_seq, (first_seq + total - 1) % (2**31)
