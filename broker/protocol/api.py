@@ -1,7 +1,9 @@
 """The APIs kafkactl speaks: key, schemas, the versions advertised in ApiVersions and those served.
 
 A version advertised but not served (Produce 0-2, kept so old librdkafka keeps compression on)
-is answered with UNSUPPORTED_VERSION. Group APIs join this table with the group coordinator.
+is answered with UNSUPPORTED_VERSION. FindCoordinator is here before the group coordinator (it
+answers COORDINATOR_NOT_AVAILABLE) because librdkafka enables LZ4 only for brokers that list it;
+the other group APIs join this table with the coordinator.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import NamedTuple
 
-from broker.protocol.messages import admin, fetch, metadata, produce
+from broker.protocol.messages import admin, fetch, groups, metadata, produce
 from broker.protocol.schema import Struct
 
 
@@ -56,6 +58,7 @@ APIS: dict[int, Api] = {
         _api(ApiKey.FETCH, fetch.FETCH_REQUEST, fetch.FETCH_RESPONSE, 4, 11),
         _api(ApiKey.LIST_OFFSETS, fetch.LIST_OFFSETS_REQUEST, fetch.LIST_OFFSETS_RESPONSE, 0, 5),
         _api(ApiKey.METADATA, metadata.METADATA_REQUEST, metadata.METADATA_RESPONSE, 0, 8),
+        _api(ApiKey.FIND_COORDINATOR, groups.FIND_COORDINATOR_REQUEST, groups.FIND_COORDINATOR_RESPONSE, 0, 2),
         _api(ApiKey.API_VERSIONS, metadata.API_VERSIONS_REQUEST, metadata.API_VERSIONS_RESPONSE, 0, 2),
         _api(ApiKey.CREATE_TOPICS, admin.CREATE_TOPICS_REQUEST, admin.CREATE_TOPICS_RESPONSE, 0, 4),
         _api(ApiKey.DELETE_TOPICS, admin.DELETE_TOPICS_REQUEST, admin.DELETE_TOPICS_RESPONSE, 0, 3),

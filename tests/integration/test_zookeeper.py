@@ -19,7 +19,7 @@ from broker.daemon import free_port, is_alive, port_open, read_pid, stop_process
 from broker.errors import KafkactlError
 from broker.zk.server import PID_FILE, ZooKeeperServer, four_letter, is_serving, server_info
 from tests.cli.conftest import kafkactl
-from tests.integration.conftest import zk_client
+from tests.fixtures import zk_client
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader, encode_response, read_request_header
 from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
 from broker.protocol.primitives import DecodeError, Reader
-from broker.server.handlers import admin, fetch, metadata, produce
+from broker.server.handlers import admin, fetch, groups, metadata, produce
 from broker.server.network import BadRequest
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_OFFSETS: fetch.handle_list_offsets,
     ApiKey.METADATA: metadata.handle_metadata,
     ApiKey.API_VERSIONS: metadata.handle_api_versions,
+    ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
     ApiKey.CREATE_TOPICS: admin.handle_create_topics,
     ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
     ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
