@@ -66,6 +66,8 @@ def root(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not debug:  # kazoo's retry chatter; what matters reaches the user as kafkactl's own one line
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
 def command():

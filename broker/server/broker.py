@@ -90,7 +90,7 @@ class Broker:
         self._tasks = [
             self.loop.create_task(self._every(cfg.retention_check_interval_ms, self._retention)),
             self.loop.create_task(self._every(min(cfg.flush_scheduler_interval_ms, 2**31), self._flush)),
-            self.loop.create_task(self._every(60_000, self.logs.checkpoint)),
+            self.loop.create_task(self._every(60_000, self.checkpoint)),
         ]
         stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))
         if stray:
@@ -137,6 +137,7 @@ class Broker:
                 registry.deregister_broker(zk, self.id)
         if self.server is not None:
             await self.server.close()
+        self._record_high_watermarks()
         self.logs.shutdown()
         if zk is not None:
             zkclient.close(zk)
@@ -149,6 +150,17 @@ class Broker:
                 fn()
             except Exception:
                 log.exception("background task %s failed", getattr(fn, "__name__", fn))
+
+    def checkpoint(self) -> None:
+        """Write the log dirs' checkpoints, high watermarks included."""
+        self._record_high_watermarks()
+        self.logs.checkpoint()
+
+    def _record_high_watermarks(self) -> None:
+        for (topic, p), plog in self.logs.logs.items():
+            info = self.cache.partition(topic, p)
+            if info is not None and info.leader == self.id:
+                self.logs.high_watermarks[(topic, p)] = self.high_watermark(plog)
 
     def _retention(self) -> None:
         for (topic, p), bases in self.logs.run_retention().items():

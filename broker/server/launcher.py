@@ -113,11 +113,21 @@ def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 
     if other is not None:
         raise KafkactlError(f"broker {config.broker_id} is already running here (pid {other})")
     host = "127.0.0.1" if config.host in ("", "0.0.0.0") else config.host
+    log_path = log_file(name)
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    serving = f"broker {config.broker_id} serving on"
 
-    def ready() -> bool:
+    def ready() -> bool:  # listening is not enough: the line comes once it is registered in ZooKeeper
+        try:
+            with open(log_path, "rb") as f:
+                f.seek(offset)
+                if serving.encode() not in f.read():
+                    return False
+        except OSError:
+            return False
         return wait_port(host, config.port, 0.2)
 
-    return start_daemon([sys.executable, "-m", "kafkactl", *argv], log_file(name), pid_file(name), ready,
+    return start_daemon([sys.executable, "-m", "kafkactl", *argv], log_path, pid_file(name), ready,
                         timeout=timeout, what=f"broker {config.broker_id}")  # fmt: skip
 
 

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
+from broker.errors import KafkactlError
 from broker.protocol.primitives import I32
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ class Server:
         except OSError as exc:
             sock.close()
             reason = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-            raise OSError(exc.errno, f"cannot listen on {self.host}:{self.port}: {reason}") from None
+            raise KafkactlError(f"cannot listen on {self.host}:{self.port}: {reason}") from None
         sock.listen(512)
         sock.setblocking(False)
         self.sock = sock

@@ -1,0 +1,282 @@
+"""Three real brokers in one cluster: registration in ZooKeeper, partition spread, routing to leaders, and
+what the others say when one broker stops.
+
+The read-only tests share one module-wide cluster (each with its own topics); the test that stops a
+broker has a cluster of its own (`cluster3`).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
+from broker.protocol.messages.fetch import LATEST
+from tests.integration.helpers import (
+    cli,
+    connect,
+    fetch,
+    fetch_body,
+    json_lines,
+    kcat_produce,
+    leaders,
+    log_files_size,
+    make_batch,
+    metadata,
+    ok,
+    produce,
+    produce_body,
+    records_of,
+    running_cluster,
+    tsv,
+    wait_until,
+    zk_json,
+    zk_session,
+)
+
+NOT_LEADER = ErrorCode.NOT_LEADER_OR_FOLLOWER  # 6
+LEADER_NOT_AVAILABLE = ErrorCode.LEADER_NOT_AVAILABLE  # 5
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server, tmp_path_factory):
+    with running_cluster(zk_server.connect_string, tmp_path_factory.mktemp("cluster3")) as brokers:
+        yield brokers
+
+
+def by_id(brokers) -> dict:
+    return {b.broker_id: b for b in brokers}
+
+
+def assignment(zk_connect: str, topic: str) -> dict[int, list[int]]:
+    with zk_session(zk_connect) as zk:
+        return {int(p): r for p, r in zk_json(zk, f"/brokers/topics/{topic}")["partitions"].items()}
+
+
+def wait_same_leaders(brokers, topic: str, expected: dict[int, int]) -> None:
+    """Until every broker's Metadata names `expected` leaders for `topic` (brokers learn topics by watches)."""
+    for b in brokers:
+        wait_until(lambda b=b: leaders(metadata(b.bootstrap, [topic]), topic) == expected, 10,
+                   f"broker {b.broker_id} sees the leaders of {topic}")  # fmt: skip
+
+
+# --- registration ----------------------------------------------------------------------------------
+
+
+def test_registration_znodes(cluster):
+    zk_connect = cluster[0].zk_connect
+    with zk_session(zk_connect) as zk:
+        assert sorted(zk.get_children("/brokers/ids"), key=int) == ["1", "2", "3"]
+        owners = set()
+        for b in cluster:
+            data, stat = zk.get(f"/brokers/ids/{b.broker_id}")
+            reg = zk_json(zk, f"/brokers/ids/{b.broker_id}")
+            assert stat.ephemeralOwner != 0
+            owners.add(stat.ephemeralOwner)
+            assert reg["version"] == 5
+            assert (reg["host"], reg["port"], reg["jmx_port"]) == ("127.0.0.1", b.port, -1)
+            assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{b.port}"]
+            assert reg["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
+            assert reg["rack"] is None
+            assert reg["features"] == {}
+            assert re.fullmatch(r"\d{13}", reg["timestamp"]), reg
+        assert len(owners) == 3  # one session per broker
+
+        cluster_id = zk_json(zk, "/cluster/id")
+        assert cluster_id["version"] == "1"
+        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id["id"]), cluster_id
+
+        ctrl = zk_json(zk, "/controller")
+        assert ctrl["version"] == 1
+        assert ctrl["brokerid"] in (1, 2, 3)
+        assert re.fullmatch(r"\d{13}", ctrl["timestamp"]), ctrl
+        _, stat = zk.get("/controller")
+        assert stat.ephemeralOwner != 0
+        epoch, _ = zk.get("/controller_epoch")
+        assert int(epoch) >= 1
+
+    for b in cluster:  # every broker tells the same story
+        md = metadata(b.bootstrap)
+        assert md["cluster_id"] == cluster_id["id"]
+        assert md["controller_id"] == ctrl["brokerid"]
+        assert [(x["node_id"], x["host"], x["port"]) for x in md["brokers"]] == [
+            (c.broker_id, "127.0.0.1", c.port) for c in cluster
+        ]
+
+
+# --- spread ----------------------------------------------------------------------------------------
+
+
+def test_six_partitions_with_two_replicas_spread_round_robin(cluster):
+    ok(cli("topic", "create", "spread", "-p", "6", "-r", "2", "-b", cluster[0].bootstrap))
+    zk_connect = cluster[0].zk_connect
+    replicas = assignment(zk_connect, "spread")
+    assert sorted(replicas) == list(range(6))
+    for p, reps in replicas.items():
+        assert len(reps) == 2 and len(set(reps)) == 2 and set(reps) <= {1, 2, 3}, (p, reps)
+    lead = {p: reps[0] for p, reps in replicas.items()}
+    order = [1, 2, 3]
+    for p in range(5):  # round-robin: each next partition leads on the next broker
+        assert lead[p + 1] == order[(order.index(lead[p]) + 1) % 3], lead
+    assert sorted(list(lead.values()).count(i) for i in (1, 2, 3)) == [2, 2, 2]
+    for reps in replicas.values():  # the second replica is the broker after the leader
+        assert reps[1] == order[(order.index(reps[0]) + 1) % 3], replicas
+
+    with zk_session(zk_connect) as zk:
+        for p, reps in replicas.items():
+            state = zk_json(zk, f"/brokers/topics/spread/partitions/{p}/state")
+            assert (state["leader"], state["leader_epoch"], state["isr"]) == (reps[0], 0, [reps[0]])
+
+    wait_same_leaders(cluster, "spread", lead)
+    for b in cluster:  # describe through any broker shows the same
+        (doc,) = json_lines(ok(cli("topic", "describe", "spread", "-o", "json", "-b", b.bootstrap)))
+        assert [(p["partition"], p["leader"], p["replicas"], p["isr"], p["log_end_offset"], p["error"])
+                for p in doc["partitions"]] == [
+            (p, replicas[p][0], replicas[p], [replicas[p][0]], 0, None) for p in range(6)
+        ]  # fmt: skip
+
+
+# --- any broker bootstraps a client ----------------------------------------------------------------
+
+
+def test_clients_bootstrap_from_any_broker(cluster):
+    b1, b2, b3 = cluster
+    ok(cli("topic", "create", "anywhere", "-p", "3", "-b", b2.bootstrap))
+    lead = {p: r[0] for p, r in assignment(b1.zk_connect, "anywhere").items()}
+    assert sorted(lead.values()) == [1, 2, 3]
+    wait_same_leaders(cluster, "anywhere", lead)
+
+    for b in cluster:
+        md = metadata(b.bootstrap, ["anywhere"])
+        assert sorted(x["node_id"] for x in md["brokers"]) == [1, 2, 3]
+
+    counts = {0: 3, 1: 4, 2: 5}
+    for p, n in counts.items():  # kcat knows only broker 3 and finds each leader from its metadata
+        kcat_produce(b3.bootstrap, "anywhere", p, [f"v{p}-{i}" for i in range(n)])
+    out = subprocess.run(
+        ["/usr/bin/kcat", "-C", "-b", b1.bootstrap, "-t", "anywhere", "-o", "beginning", "-e", "-q", "-f", "%p %s\\n"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    got = sorted(out.stdout.split("\n")[:-1])
+    assert got == sorted(f"{p} v{p}-{i}" for p, n in counts.items() for i in range(n))
+
+    docs = [json_lines(ok(cli("topic", "describe", "anywhere", "-o", "json", "-b", b.bootstrap)))[0] for b in cluster]
+    assert docs[0] == docs[1] == docs[2]
+    by_broker = by_id(cluster)
+    for p in docs[0]["partitions"]:
+        i = p["partition"]
+        assert (p["leader"], p["log_end_offset"]) == (lead[i], counts[i])
+        assert p["size"] == log_files_size(by_broker[lead[i]].log_dir / f"anywhere-{i}")
+
+
+# --- requests to a broker that does not lead the partition -----------------------------------------
+
+
+def test_produce_and_fetch_to_a_non_leader_get_not_leader_or_follower(cluster):
+    ok(cli("topic", "create", "routing", "-p", "3", "-r", "2", "-b", cluster[0].bootstrap))
+    replicas = assignment(cluster[0].zk_connect, "routing")
+    lead = {p: r[0] for p, r in replicas.items()}
+    wait_same_leaders(cluster, "routing", lead)
+    brokers = by_id(cluster)
+
+    for p in range(3):
+        leader = brokers[lead[p]]
+        others = [b for b in cluster if b.broker_id != lead[p]]
+        follower = next(b for b in others if b.broker_id in replicas[p])  # a replica, but not the leader
+        stranger = next(b for b in others if b.broker_id not in replicas[p])  # holds no replica at all
+        batch = make_batch([f"p{p}-a".encode(), f"p{p}-b".encode()])
+        for wrong in (follower, stranger):
+            with connect(wrong.bootstrap) as conn:
+                (t,) = conn.request(ApiKey.PRODUCE, produce_body("routing", p, batch))["topics"]
+                (answer,) = t["partitions"]
+                assert (answer["index"], answer["error_code"], answer["base_offset"]) == (p, NOT_LEADER, -1)
+                (t,) = conn.request(ApiKey.FETCH, fetch_body("routing", p))["topics"]
+                (answer,) = t["partitions"]
+                assert answer["error_code"] == NOT_LEADER, answer
+                assert not answer["records"]
+                body = {
+                    "replica_id": -1,
+                    "isolation_level": 0,
+                    "topics": [{"name": "routing", "partitions": [{"partition_index": p, "timestamp": LATEST}]}],
+                }
+                (t,) = conn.request(ApiKey.LIST_OFFSETS, body)["topics"]
+                assert t["partitions"][0]["error_code"] == NOT_LEADER
+            assert log_files_size(wrong.log_dir / f"routing-{p}") == 0  # nothing appended there
+
+        with connect(leader.bootstrap) as conn:  # the same batch to the leader is taken
+            (t,) = conn.request(ApiKey.PRODUCE, produce_body("routing", p, batch))["topics"]
+            (answer,) = t["partitions"]
+            assert (answer["error_code"], answer["base_offset"]) == (0, 0), answer
+            assert produce(conn, "routing", p, [b"third"])["base_offset"] == 2
+            got = fetch(conn, "routing", p)
+            assert (got["error_code"], got["high_watermark"]) == (0, 3)
+            assert [r.value for r in records_of(got["records"])] == [f"p{p}-a".encode(), f"p{p}-b".encode(), b"third"]
+            assert [r.offset for r in records_of(got["records"])] == [0, 1, 2]
+
+
+# --- a broker leaves -------------------------------------------------------------------------------
+
+
+def test_a_cleanly_stopped_broker_leaves_the_cluster(cluster3, zk_chroot):
+    ok(cli("topic", "create", "orphans", "-p", "6", "-b", cluster3[0].bootstrap))
+    lead = {p: r[0] for p, r in assignment(zk_chroot, "orphans").items()}
+    assert sorted(lead.values()) == [1, 1, 2, 2, 3, 3]
+    wait_same_leaders(cluster3, "orphans", lead)
+    with zk_session(zk_chroot) as zk:
+        controller = zk_json(zk, "/controller")["brokerid"]
+
+    victim = by_id(cluster3)[controller]  # the controller itself goes: another must take over
+    survivors = [b for b in cluster3 if b is not victim]
+    live = sorted(b.broker_id for b in survivors)
+    assert victim.stop() == 0
+    assert "Traceback" not in victim.log_text()
+
+    # deregistered before it exited: gone from `broker list` at once
+    rows = json_lines(ok(cli("broker", "list", "-z", zk_chroot, "-o", "json")))
+    assert [r["id"] for r in rows] == live
+    assert [r["port"] for r in rows] == [b.port for b in survivors]
+    table = tsv(ok(cli("broker", "list", "-z", zk_chroot)))
+    assert [r[0] for r in table[1:]] == [str(i) for i in live]
+
+    with zk_session(zk_chroot) as zk:
+        new_controller = wait_until(lambda: zk.exists("/controller") and zk_json(zk, "/controller")["brokerid"], 15,
+                                    "a new controller")  # fmt: skip
+    assert new_controller in live
+    assert [r["controller"] for r in json_lines(ok(cli("broker", "list", "-z", zk_chroot, "-o", "json")))] == [
+        i == new_controller for i in live
+    ]
+
+    for b in survivors:
+        wait_until(lambda b=b: sorted(x["node_id"] for x in metadata(b.bootstrap)["brokers"]) == live, 10,
+                   f"broker {b.broker_id} forgets broker {victim.broker_id}")  # fmt: skip
+        md = metadata(b.bootstrap, ["orphans"])
+        assert md["controller_id"] == new_controller
+        (t,) = md["topics"]
+        assert t["error_code"] == 0
+        for p in t["partitions"]:
+            i = p["partition_index"]
+            if lead[i] == victim.broker_id:
+                assert (p["error_code"], p["leader_id"]) == (LEADER_NOT_AVAILABLE, -1), p
+                assert p["isr_nodes"] == []
+                assert p["offline_replicas"] == [victim.broker_id]
+            else:
+                assert (p["error_code"], p["leader_id"], p["isr_nodes"]) == (0, lead[i], [lead[i]]), p
+                assert p["offline_replicas"] == []
+            assert p["replica_nodes"] == [lead[i]]
+
+    (doc,) = json_lines(ok(cli("topic", "describe", "orphans", "-o", "json", "-b", survivors[0].bootstrap)))
+    for p in doc["partitions"]:
+        if lead[p["partition"]] == victim.broker_id:
+            assert (p["leader"], p["error"]) == (-1, "LEADER_NOT_AVAILABLE"), p
+        else:
+            assert (p["leader"], p["error"], p["log_end_offset"]) == (lead[p["partition"]], None, 0), p
+
+    # the partitions the survivors lead still take writes
+    for p, owner in lead.items():
+        if owner != victim.broker_id:
+            with connect(by_id(cluster3)[owner].bootstrap) as conn:
+                assert produce(conn, "orphans", p, [b"still here"])["error_code"] == 0
