@@ -7,7 +7,7 @@ import re
 MAX_NAME_LENGTH = 249
 #: more partitions than this in one topic is refused: one request must not stall the broker building them
 MAX_PARTITIONS = 10000
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 def topic_name_error(name: str) -> str | None:
@@ -18,7 +18,7 @@ def topic_name_error(name: str) -> str | None:
         return f"topic name cannot be {name!r}"
     if len(name) > MAX_NAME_LENGTH:
         return f"topic name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         return f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
     return None
 

@@ -7,6 +7,7 @@ The keys and defaults are those of CONFIG.md. A key that Kafka has but kafkactl 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +75,10 @@ IGNORED = frozenset({
 })  # fmt: skip
 
 
+#: the key ends at the first `=`, `:` or blank; then blanks and at most one `=` or `:` separate it from the value
+_PROPERTY = re.compile(r"([^=:\s]+)\s*[=:]?\s*(.*)")
+
+
 def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
     """Java properties: `key=value` or `key: value`, `#`/`!` comments, `\\` line continuations."""
     out: dict[str, str] = {}
@@ -83,20 +88,15 @@ def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
         line = lines[i].strip()
         lineno = i + 1
         i += 1
+        if not line or line[0] in "#!":
+            continue  # comments never continue onto the next line
         while line.endswith("\\") and i < len(lines):
             line = line[:-1] + lines[i].strip()
             i += 1
-        if not line or line[0] in "#!":
-            continue
-        cut = min((line.find(c) for c in "=:" if c in line), default=-1)
-        if cut < 0:
-            parts = line.split(None, 1)
-            if len(parts) != 2:
-                raise UsageError(f"{source}:{lineno}: expected key=value, got {line!r}")
-            key, value = parts
-        else:
-            key, value = line[:cut], line[cut + 1 :]
-        out[key.strip()] = value.strip()
+        m = _PROPERTY.match(line)
+        if m is None:
+            raise UsageError(f"{source}:{lineno}: expected key=value, got {line!r}")
+        out[m.group(1)] = m.group(2).strip()
     return out
 
 
@@ -199,7 +199,7 @@ class BrokerConfig:
             c.advertised_host = "127.0.0.1" if c.host in ("", "0.0.0.0", "::") else c.host
             c.advertised_port = c.port
         dirs = props.get("log.dirs") or props.get("log.dir")
-        c.log_dirs = [Path(d).expanduser() for d in dirs.split(",") if d.strip()] if dirs else [
+        c.log_dirs = [Path(d.strip()).expanduser() for d in dirs.split(",") if d.strip()] if dirs else [
             default_log_dir(c.broker_id)
         ]  # fmt: skip
         c.zookeeper_connect = props["zookeeper.connect"]

@@ -1,0 +1,164 @@
+"""Idempotent producer state: sequence checks per partition and producer ids handed out in blocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.protocol.errors import ErrorCode
+from broker.server.producers import KEEP, MAX_SEQ, ProducerIdPool, ProducerStates
+
+OK = (ErrorCode.NONE, -1)
+OUT_OF_ORDER = (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+BAD_EPOCH = (ErrorCode.INVALID_PRODUCER_EPOCH, -1)
+
+
+def append(states: ProducerStates, pid: int, epoch: int, first: int, last: int, offset: int) -> tuple:
+    """What the log does: check, and record only what is to be appended."""
+    verdict = states.check(pid, epoch, first, last)
+    if verdict == OK:
+        states.record(pid, epoch, first, last, offset)
+    return verdict
+
+
+def test_constants() -> None:
+    assert MAX_SEQ == 2**31 - 1
+    assert KEEP == 5
+
+
+@pytest.mark.parametrize("first", [0, 1, 17, MAX_SEQ])
+def test_new_producer_is_accepted_at_any_sequence(first: int) -> None:
+    s = ProducerStates()
+    assert s.check(1000, 0, first, first) == OK
+    assert s.check(1000, 7, first, first) == OK
+
+
+def test_next_sequence_is_accepted() -> None:
+    s = ProducerStates()
+    assert append(s, 1, 0, 0, 9, 100) == OK  # ten records
+    assert s.check(1, 0, 10, 10) == OK
+    assert append(s, 1, 0, 10, 14, 110) == OK
+    assert s.check(1, 0, 15, 20) == OK
+
+
+def test_gap_is_out_of_order() -> None:
+    s = ProducerStates()
+    append(s, 1, 0, 0, 4, 0)
+    assert s.check(1, 0, 6, 6) == OUT_OF_ORDER
+    assert s.check(1, 0, 4, 6) == OUT_OF_ORDER  # overlaps the last batch without repeating it
+    assert s.check(1, 0, 3, 4) == OUT_OF_ORDER  # the tail of a batch is not a duplicate of it
+    assert s.check(1, 0, 0, 3) == OUT_OF_ORDER
+
+
+def test_duplicate_of_any_of_the_last_five_batches_returns_its_offset() -> None:
+    s = ProducerStates()
+    offsets = {}
+    for i in range(KEEP):
+        first = i * 3
+        assert append(s, 1, 0, first, first + 2, 1000 + 10 * i) == OK
+        offsets[first] = 1000 + 10 * i
+    for first, offset in offsets.items():
+        assert s.check(1, 0, first, first + 2) == (ErrorCode.NONE, offset)
+    # the duplicate was not recorded again: the next sequence is still 15
+    assert s.check(1, 0, 15, 15) == OK
+
+
+def test_older_duplicates_beyond_five_are_out_of_order() -> None:
+    s = ProducerStates()
+    for i in range(KEEP + 2):  # batches 0..6, one record each; 2..6 are remembered
+        assert append(s, 1, 0, i, i, 50 + i) == OK
+    assert s.check(1, 0, 0, 0) == OUT_OF_ORDER
+    assert s.check(1, 0, 1, 1) == OUT_OF_ORDER
+    for i in range(2, KEEP + 2):
+        assert s.check(1, 0, i, i) == (ErrorCode.NONE, 50 + i)
+    assert s.check(1, 0, KEEP + 2, KEEP + 2) == OK
+
+
+def test_older_epoch_is_refused() -> None:
+    s = ProducerStates()
+    append(s, 1, 3, 0, 0, 0)
+    assert s.check(1, 2, 1, 1) == BAD_EPOCH
+    assert s.check(1, 0, 0, 0) == BAD_EPOCH
+    assert s.check(1, 2, 0, 0) == BAD_EPOCH  # even a "duplicate" under an old epoch
+
+
+def test_newer_epoch_must_start_at_zero() -> None:
+    s = ProducerStates()
+    append(s, 1, 0, 0, 4, 0)
+    assert s.check(1, 1, 5, 5) == OUT_OF_ORDER
+    assert s.check(1, 1, 1, 1) == OUT_OF_ORDER
+    assert append(s, 1, 1, 0, 2, 10) == OK
+    # the new epoch replaced the old state: old sequences are gone, the old epoch is fenced
+    assert s.check(1, 1, 3, 3) == OK
+    assert s.check(1, 1, 5, 5) == OUT_OF_ORDER
+    assert s.check(1, 1, 0, 2) == (ErrorCode.NONE, 10)
+    assert s.check(1, 0, 5, 5) == BAD_EPOCH
+
+
+def test_sequence_wraps_after_max() -> None:
+    s = ProducerStates()
+    assert append(s, 1, 0, MAX_SEQ - 2, MAX_SEQ, 0) == OK
+    assert s.check(1, 0, 0, 0) == OK
+    assert s.check(1, 0, MAX_SEQ + 1, MAX_SEQ + 1) == OUT_OF_ORDER
+    assert append(s, 1, 0, 0, 4, 3) == OK
+    assert s.check(1, 0, 5, 5) == OK
+    assert s.check(1, 0, MAX_SEQ - 2, MAX_SEQ) == (ErrorCode.NONE, 0)  # still a remembered duplicate
+
+
+def test_batch_spanning_the_wrap() -> None:
+    s = ProducerStates()
+    assert append(s, 1, 0, MAX_SEQ - 1, 1, 0) == OK  # four records: MAX-1, MAX, 0, 1
+    assert s.check(1, 0, 2, 2) == OK
+    assert s.check(1, 0, 0, 0) == OUT_OF_ORDER
+    assert s.check(1, 0, MAX_SEQ - 1, 1) == (ErrorCode.NONE, 0)
+
+
+def test_producers_are_independent() -> None:
+    s = ProducerStates()
+    append(s, 1, 0, 0, 0, 0)
+    append(s, 2, 5, 100, 100, 1)
+    assert s.check(1, 0, 1, 1) == OK
+    assert s.check(2, 5, 101, 101) == OK
+    assert s.check(2, 5, 1, 1) == OUT_OF_ORDER
+    assert s.check(1, 0, 0, 0) == (ErrorCode.NONE, 0)
+    assert s.check(2, 5, 100, 100) == (ErrorCode.NONE, 1)
+    assert s.check(3, 0, 42, 42) == OK
+
+
+def test_record_keeps_only_the_last_five() -> None:
+    s = ProducerStates()
+    for i in range(12):
+        s.record(9, 0, i, i, i)
+    assert list(s.entries[9].batches) == [(i, i, i) for i in range(7, 12)]
+    assert s.entries[9].epoch == 0
+
+
+def test_state_with_no_batches_accepts_anything() -> None:
+    s = ProducerStates()
+    s.record(1, 0, 0, 0, 0)
+    s.entries[1].batches.clear()
+    assert s.check(1, 0, 77, 80) == OK
+
+
+# --- producer id blocks -----------------------------------------------------------------------
+
+
+def test_pool_starts_empty() -> None:
+    assert ProducerIdPool().take() is None
+
+
+def test_pool_hands_out_a_block_then_runs_dry() -> None:
+    pool = ProducerIdPool()
+    pool.add_block(1000, 1002)
+    assert [pool.take() for _ in range(4)] == [1000, 1001, 1002, None]
+    assert pool.take() is None
+    pool.add_block(2000, 2000)
+    assert pool.take() == 2000
+    assert pool.take() is None
+
+
+def test_pool_new_block_replaces_the_rest_of_the_old() -> None:
+    pool = ProducerIdPool()
+    pool.add_block(0, 999)
+    assert pool.take() == 0
+    pool.add_block(5000, 5001)
+    assert [pool.take(), pool.take(), pool.take()] == [5000, 5001, None]
