@@ -61,10 +61,12 @@ def _context_values() -> dict[str, str]:
 
 def resolve(key: str, option: str | None) -> str:
     """The value of `bootstrap-server` or `zookeeper` for this command."""
+    named = _context_values() if root.get("context") else None  # a named context must exist even if unused
     for value in (option, root.get(key), os.environ.get(ENV[key])):
         if value:
             return value
-    return _context_values().get(key) or DEFAULTS[key]
+    values = named if named is not None else _context_values()
+    return values.get(key) or DEFAULTS[key]
 
 
 def bootstrap(option: str | None = None) -> str:

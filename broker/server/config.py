@@ -123,19 +123,21 @@ def _bool(props: dict[str, str], key: str) -> bool:
 
 
 def parse_listener(text: str) -> tuple[str, int]:
-    """(host, port) of the PLAINTEXT listener in `PLAINTEXT://host:port[,...]`."""
+    """(host, port) of the PLAINTEXT listener in `PLAINTEXT://host:port[,...]` (the only protocol served)."""
+    seen = []
     for item in text.split(","):
         proto, sep, rest = item.strip().partition("://")
         if not sep:
-            raise KafkactlError(f"listener {item!r}: expected PLAINTEXT://host:port")
+            raise KafkactlError(f"listener {item.strip()!r}: expected PLAINTEXT://host:port")
+        seen.append(proto)
         if proto.upper() != "PLAINTEXT":
-            raise KafkactlError(f"listener {item!r}: only PLAINTEXT listeners are served")
+            continue
         host, _, port = rest.rpartition(":")
         try:
             return host.strip("[]") or "127.0.0.1", int(port)
         except ValueError:
-            raise KafkactlError(f"listener {item!r}: port is not a number") from None
-    raise KafkactlError("no listener configured")
+            raise KafkactlError(f"listener {item.strip()!r}: port is not a number") from None
+    raise KafkactlError(f"no PLAINTEXT listener in {text!r} (only PLAINTEXT is served)")
 
 
 @dataclass

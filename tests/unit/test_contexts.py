@@ -159,3 +159,11 @@ def test_bad_toml_is_a_usage_error(tmp_path: Path) -> None:
 def test_explicit_values_do_not_read_the_config_file(tmp_path: Path) -> None:
     write_config(tmp_path, "not toml at all [[[")
     assert contexts.bootstrap("cmd:1") == "cmd:1"
+
+
+def test_named_context_is_checked_even_when_an_option_gives_the_value(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(tmp_path)
+    monkeypatch.setitem(contexts.root, "context", "typo")
+    with pytest.raises(UsageError, match="no context 'typo'"):
+        contexts.bootstrap("explicit:9092")

@@ -257,6 +257,7 @@ def test_parse_listener() -> None:
     assert parse_listener("PLAINTEXT://h:1") == ("h", 1)
     assert parse_listener("plaintext://h:1") == ("h", 1)
     assert parse_listener(" PLAINTEXT://[::1]:2 , PLAINTEXT://x:3") == ("::1", 2)
+    assert parse_listener("SSL://h:9093,PLAINTEXT://p:9092") == ("p", 9092)  # the PLAINTEXT one of a list
     bad_cases = [("h:1", "expected PLAINTEXT://host:port"), ("SSL://h:1", "only PLAINTEXT"),
                  ("PLAINTEXT://h:port", "port is not a number"), ("PLAINTEXT://h", "port is not a number")]
     for bad, match in bad_cases:
