@@ -21,7 +21,6 @@ from broker.protocol.primitives import I32
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 256 * 1024
 _CORK = getattr(socket, "TCP_CORK", None)
 
 
@@ -42,47 +41,42 @@ Dispatch = Callable[[memoryview, str], Awaitable[list[Any] | None]]
 
 
 class Connection:
-    """One client socket: buffered frame reads, vectored and zero-copy writes."""
+    """One client socket: exact frame reads, vectored and zero-copy writes."""
 
     def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int) -> None:
         self.sock = sock
         self.peer = peer
         self.max_request_bytes = max_request_bytes
         self.loop = asyncio.get_running_loop()
-        self.buf = bytearray()
+        self._head = memoryview(bytearray(4))
 
-    async def _recv_some(self) -> None:
-        data = await self.loop.sock_recv(self.sock, _CHUNK)
-        if not data:
-            raise ConnectionResetError("closed by peer")
-        self.buf += data
+    async def _fill(self, view: memoryview) -> int:
+        """Receive straight into `view` until it is full or the peer closes; returns the bytes received."""
+        got, want = 0, len(view)
+        while got < want:
+            n = await self.loop.sock_recv_into(self.sock, view[got:])
+            if n == 0:
+                break
+            got += n
+        return got
 
     async def read_frame(self) -> memoryview | None:
-        """The next request frame (without its size), or None at a clean end of stream."""
-        while len(self.buf) < 4:
-            try:
-                await self._recv_some()
-            except ConnectionResetError:
-                if self.buf:
-                    raise BadRequest(f"connection closed inside a frame size ({len(self.buf)} of 4 bytes)") from None
-                return None
-        size = I32.unpack_from(self.buf, 0)[0]
+        """The next request frame (without its size), or None at a clean end of stream.
+
+        Reads exactly the size, then exactly the frame into its own buffer: no byte is copied twice.
+        """
+        got = await self._fill(self._head)
+        if got == 0:
+            return None
+        if got < 4:
+            raise BadRequest(f"connection closed inside a frame size ({got} of 4 bytes)")
+        size = I32.unpack_from(self._head, 0)[0]
         if size < 8 or size > self.max_request_bytes:  # 8: the smallest request header
             raise BadRequest(f"frame size {size} is outside [8, socket.request.max.bytes={self.max_request_bytes}]")
-        have = len(self.buf) - 4
-        if have >= size:
-            frame = bytes(self.buf[4 : 4 + size])
-            del self.buf[: 4 + size]
-            return memoryview(frame)
-        frame = bytearray(size)
-        frame[:have] = self.buf[4:]
-        self.buf = bytearray()
-        view = memoryview(frame)
-        while have < size:
-            n = await self.loop.sock_recv_into(self.sock, view[have:])
-            if n == 0:
-                raise BadRequest(f"connection closed inside a frame ({have} of {size} bytes)")
-            have += n
+        view = memoryview(bytearray(size))
+        got = await self._fill(view)
+        if got < size:
+            raise BadRequest(f"connection closed inside a frame ({got} of {size} bytes)")
         return view
 
     async def _writable(self) -> None:

@@ -863,7 +863,7 @@ def run_case(b: BrokerProcess, tail: LogTail, data: bytes) -> list[str]:
         try:
             s.sendall(data)
             s.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):
+        except OSError:  # the broker may close (even reset) before all was sent: what it read decides
             pass
         frames, how = read_until_closed(s, 1.0 if expect.end == "wait" else 6.0)
     finally:
