@@ -110,12 +110,5 @@ def cluster3(start_broker) -> list[BrokerProcess]:
 @pytest.fixture(scope="module")
 def shared_broker(zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One broker for a whole test module (tests use their own topic names)."""
-    b = BrokerProcess(1, new_chroot(zk_server.connect_string), tmp_path_factory.mktemp("shared-broker"))
-    b.start()
-    try:
+    with BrokerProcess(1, new_chroot(zk_server.connect_string), tmp_path_factory.mktemp("shared-broker")) as b:
         yield b
-    finally:
-        try:
-            b.stop(timeout=20)
-        except Exception:
-            b.kill()

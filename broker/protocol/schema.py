@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from broker.protocol.primitives import Reader, Writer
+from broker.protocol.primitives import DecodeError, Reader, Writer
 
 ANY = 10**6
 
@@ -126,6 +126,20 @@ class Struct(Type):
     def write(self, w: Writer, value: dict[str, Any], v: int) -> None:
         for name, t, default in self.at(v):
             t.write(w, value[name] if name in value else default, v)
+
+    def encode(self, value: dict[str, Any], v: int) -> bytes:
+        """The body as one bytes object (record sets included)."""
+        w = Writer()
+        self.write(w, value, v)
+        return b"".join(bytes(p) for p in w.finish())
+
+    def decode(self, data: bytes | bytearray | memoryview, v: int) -> dict[str, Any]:
+        """A whole body; bytes left over are a DecodeError."""
+        r = Reader(data)
+        got = self.read(r, v)
+        if r.remaining():
+            raise DecodeError(f"{r.remaining()} bytes left after the body")
+        return got
 
     def max_version_of(self, name: str) -> int:
         return max(f.hi for f in self.fields if f.name == name)

@@ -87,6 +87,15 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.wait(10)
 
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop(timeout=20)
+        except Exception:
+            self.kill()
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

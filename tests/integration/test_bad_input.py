@@ -73,16 +73,9 @@ LIMITS = {"socket.request.max.bytes": str(MAX_REQUEST), "message.max.bytes": "10
 @pytest.fixture(scope="module")
 def limits_broker(zk_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One broker for this module with small request and batch limits and no topic auto-creation."""
-    b = BrokerProcess(1, new_chroot(zk_server.connect_string), tmp_path_factory.mktemp("limits-broker"),
-                      overrides=LIMITS)  # fmt: skip
-    b.start()
-    try:
+    root = tmp_path_factory.mktemp("limits-broker")
+    with BrokerProcess(1, new_chroot(zk_server.connect_string), root, overrides=LIMITS) as b:
         yield b
-    finally:
-        try:
-            b.stop(timeout=20)
-        except Exception:
-            b.kill()
 
 
 def assert_healthy(b: BrokerProcess) -> None:

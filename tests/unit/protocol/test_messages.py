@@ -54,16 +54,11 @@ def plain(value: Any) -> Any:
 
 
 def encode(schema: Struct, body: dict, v: int) -> bytes:
-    w = Writer()
-    schema.write(w, body, v)
-    return b"".join(bytes(p) for p in w.finish())
+    return schema.encode(body, v)
 
 
 def decode(schema: Struct, data: bytes, v: int) -> dict:
-    r = Reader(data)
-    got = schema.read(r, v)
-    assert r.remaining() == 0, f"{r.remaining()} bytes left unread"
-    return got
+    return schema.decode(data, v)  # leftover bytes raise DecodeError
 
 
 def defaults_of(t: Any, v: int) -> Any:
