@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from broker.errors import CorruptRecordError
 from broker.records.compression import Codec, compress, decompress
@@ -224,8 +224,12 @@ def records_from_values(
     return [Record(first_offset + i, ts, k, v) for i, (k, v) in enumerate(zip(ks, vals, strict=True))]
 
 
-def iter_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None) -> Iterator[Record]:
+def iter_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
+                 make: Callable[..., Any] = Record) -> Iterator[Any]:  # fmt: skip
     """Decode the records of the batch at `pos` (decompressing them first if needed).
+
+    Each record is `make(offset, timestamp, key, value, headers, attributes)`: a `Record` unless a
+    caller (the consumer) wants its own type built directly.
 
     Raises CorruptRecordError when the records do not parse or disagree with the header's count.
     """
@@ -265,7 +269,7 @@ def iter_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None) -
                 raise CorruptRecordError("record length disagrees with its fields")
             count += 1
             ts = header.max_timestamp if log_append else base_ts + ts_delta
-            yield Record(base_offset + off_delta, ts, key, value, tuple(headers), attributes)
+            yield make(base_offset + off_delta, ts, key, value, tuple(headers), attributes)
     except IndexError:
         raise CorruptRecordError("record runs past the batch") from None
     if count != header.record_count:

@@ -1,0 +1,266 @@
+"""The asyncio core of kafkactl's clients: pipelined connections and the cluster's metadata.
+
+`AsyncConnection` keeps many requests in flight on one socket; answers come back in request order
+(Kafka's guarantee per connection), so a FIFO of pending futures matches them, checked by
+correlation id. `AsyncCluster` knows the brokers and each partition's leader, refreshes on demand
+(errors, leader changes) and holds one connection per broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.client.connection import ProtocolError, parse_address
+from broker.errors import KafkactlError
+from broker.protocol.api import APIS, ApiKey
+from broker.protocol.errors import ErrorCode
+from broker.protocol.framing import encode_request
+from broker.protocol.primitives import I32, DecodeError, Reader
+
+
+class AsyncConnection:
+    """One broker connection with pipelined requests."""
+
+    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.timeout = timeout
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._ids = itertools.count(1)
+        self._pending: collections.deque[tuple[int, int, int, asyncio.Future]] = collections.deque()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._task: asyncio.Task | None = None
+        self.closed = False
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0) -> AsyncConnection:
+        conn = cls(host, port, client_id, timeout)
+        try:
+            conn._reader, conn._writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (OSError, TimeoutError) as exc:
+            raise KafkactlError(
+                f"cannot connect to broker {host}:{port}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        conn._task = asyncio.get_running_loop().create_task(conn._read_loop())
+        answer = await conn.request(ApiKey.API_VERSIONS, {}, version=2)
+        if answer["error_code"]:
+            answer = await conn.request(ApiKey.API_VERSIONS, {}, version=0)
+        conn.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
+        return conn
+
+    def version_for(self, api_key: int) -> int:
+        api = APIS[api_key]
+        theirs = self.versions.get(api_key)
+        if theirs is None:
+            raise KafkactlError(f"broker {self.host}:{self.port} does not serve {ApiKey(api_key).name}")
+        v = min(api.served[1], theirs[1])
+        if v < max(api.served[0], theirs[0]):
+            raise KafkactlError(f"no {ApiKey(api_key).name} version in common with {self.host}:{self.port}")
+        return v
+
+    def send(self, api_key: int, body: dict[str, Any], version: int | None = None, *,
+             expect_response: bool = True) -> asyncio.Future | None:  # fmt: skip
+        """Write a request now; returns the future of its decoded answer (None when none is due)."""
+        if self.closed or self._writer is None:
+            raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
+        v = self.version_for(api_key) if version is None else version
+        cid = next(self._ids) & 0x7FFFFFFF
+        parts = encode_request(api_key, v, cid, self.client_id, APIS[api_key].request, body)
+        fut = None
+        if expect_response:
+            fut = asyncio.get_running_loop().create_future()
+            self._pending.append((cid, api_key, v, fut))
+        self._writer.writelines(parts)
+        return fut
+
+    async def request(self, api_key: int, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+        fut = self.send(api_key, body, version)
+        assert fut is not None
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.timeout)
+        except TimeoutError:
+            self._fail(ProtocolError(f"no answer from {self.host}:{self.port} within {self.timeout:g}s"))
+            raise ProtocolError(f"no answer from {self.host}:{self.port} within {self.timeout:g}s") from None
+
+    async def drain(self) -> None:
+        """Wait until the socket buffer has room (back-pressure for pipelined senders)."""
+        if self._writer is not None:
+            await self._writer.drain()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                size = I32.unpack(head)[0]
+                frame = await reader.readexactly(size)
+                if not self._pending:
+                    raise ProtocolError(f"unexpected answer from {self.host}:{self.port}")
+                cid, api_key, version, fut = self._pending.popleft()
+                r = Reader(frame)
+                got = r.int32()
+                if got != cid:
+                    raise ProtocolError(f"answer {got} from {self.host}:{self.port} while waiting for {cid}")
+                try:
+                    body = APIS[api_key].response.read(r, version)
+                except DecodeError as exc:
+                    raise ProtocolError(f"unreadable {ApiKey(api_key).name} answer: {exc}") from None
+                if not fut.done():
+                    fut.set_result(body)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            self._fail(ProtocolError(f"broker {self.host}:{self.port} closed the connection"))
+        except ProtocolError as exc:
+            self._fail(exc)
+        except asyncio.CancelledError:
+            self._fail(ProtocolError("connection closed"))
+            raise
+
+    def _fail(self, exc: Exception) -> None:
+        self.closed = True
+        while self._pending:
+            *_, fut = self._pending.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # whoever awaits it still gets the error; nobody waiting is no warning
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+
+
+@dataclass
+class PartitionMeta:
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    error: int = 0
+
+
+@dataclass
+class TopicMeta:
+    error: int
+    partitions: dict[int, PartitionMeta] = field(default_factory=dict)
+
+
+class AsyncCluster:
+    """Brokers, topic partitions and leaders, and one connection per broker."""
+
+    def __init__(self, bootstrap: str, *, client_id: str = "kafkactl", timeout: float = 30.0) -> None:
+        self.bootstrap = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
+        if not self.bootstrap:
+            raise KafkactlError("no bootstrap server given")
+        self.client_id, self.timeout = client_id, timeout
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, TopicMeta] = {}
+        self.cluster_id: str | None = None
+        self._conns: dict[int, AsyncConnection] = {}
+        self._bootstrap_conn: AsyncConnection | None = None
+        self._refreshing: asyncio.Future | None = None
+        self.last_refresh = 0.0
+
+    async def _any(self) -> AsyncConnection:
+        for conn in list(self._conns.values()):
+            if not conn.closed:
+                return conn
+        if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
+            return self._bootstrap_conn
+        errors = []
+        for host, port in self.bootstrap:
+            try:
+                self._bootstrap_conn = await AsyncConnection.open(host, port, client_id=self.client_id,
+                                                                  timeout=self.timeout)  # fmt: skip
+                return self._bootstrap_conn
+            except KafkactlError as exc:
+                errors.append(str(exc))
+        raise KafkactlError(f"no bootstrap server answered ({'; '.join(errors)})")
+
+    async def refresh(self, topics: list[str] | None = None, *, allow_create: bool = False) -> dict[str, Any]:
+        """Fetch metadata (for `topics`, or all of them) and remember it."""
+        conn = await self._any()
+        body = {"topics": None if topics is None else [{"name": t} for t in topics],
+                "allow_auto_topic_creation": allow_create}  # fmt: skip
+        try:
+            answer = await conn.request(ApiKey.METADATA, body)
+        except ProtocolError:
+            await conn.close()
+            conn = await self._any()
+            answer = await conn.request(ApiKey.METADATA, body)
+        self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in answer["brokers"]}
+        self.cluster_id = answer.get("cluster_id")
+        for t in answer["topics"]:
+            meta = TopicMeta(t["error_code"])
+            for p in t["partitions"]:
+                meta.partitions[p["partition_index"]] = PartitionMeta(
+                    p["leader_id"], p.get("leader_epoch", -1), p["replica_nodes"], p["isr_nodes"], p["error_code"]
+                )
+            self.topics[t["name"]] = meta
+        self.last_refresh = time.monotonic()
+        return answer
+
+    async def topic(self, name: str, *, allow_create: bool = False, wait_s: float = 10.0) -> TopicMeta:
+        """A topic's metadata, waiting out a just-created topic's missing leaders."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            meta = self.topics.get(name)
+            if meta is not None and meta.error == 0 and meta.partitions and all(
+                p.leader >= 0 for p in meta.partitions.values()
+            ):  # fmt: skip
+                return meta
+            await self.refresh([name], allow_create=allow_create)
+            meta = self.topics[name]
+            if meta.error not in (0, ErrorCode.LEADER_NOT_AVAILABLE) and not ErrorCode(meta.error).retriable:
+                raise KafkactlError(f"topic {name!r}: {ErrorCode(meta.error).name}")
+            if meta.error == 0 and meta.partitions and all(p.leader >= 0 for p in meta.partitions.values()):
+                return meta
+            if time.monotonic() > deadline:
+                if meta.error:
+                    raise KafkactlError(f"topic {name!r}: {ErrorCode(meta.error).name}")
+                return meta
+            await asyncio.sleep(0.1)
+
+    def leader(self, topic: str, partition: int) -> int:
+        meta = self.topics.get(topic)
+        p = meta.partitions.get(partition) if meta else None
+        return -1 if p is None else p.leader
+
+    async def connection(self, node_id: int) -> AsyncConnection:
+        conn = self._conns.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        if node_id not in self.brokers:
+            await self.refresh([])
+        if node_id not in self.brokers:
+            raise KafkactlError(f"broker {node_id} is not in the cluster's metadata")
+        host, port = self.brokers[node_id]
+        conn = self._conns[node_id] = await AsyncConnection.open(host, port, client_id=self.client_id,
+                                                                 timeout=self.timeout)  # fmt: skip
+        return conn
+
+    async def close(self) -> None:
+        for conn in list(self._conns.values()):
+            await conn.close()
+        if self._bootstrap_conn is not None:
+            await self._bootstrap_conn.close()
+        self._conns.clear()

@@ -1,0 +1,391 @@
+"""kafkactl's consumer: assigned partitions, positions, and a fetcher that prefetches while you work.
+
+One fetch task per leader keeps a Fetch request in flight for the assigned partitions it leads
+(`fetch.min.bytes`, `fetch.max.wait.ms`, `max.partition.fetch.bytes`, `fetch.max.bytes`), checks
+each batch's CRC, decodes the records from the partition's position on and queues them; `getmany`
+hands out at most `max.poll.records`. Prefetching stops while more than `fetch.max.bytes` wait
+unread. Positions are the consumer's own (no group yet): `seek`, `seek_to_beginning`,
+`seek_to_end`, `seek_to_timestamp`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from broker.client.aio import AsyncCluster
+from broker.client.connection import ProtocolError
+from broker.errors import CorruptRecordError, KafkactlError
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, error_name
+from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, crc_ok, decode_header, iter_records
+
+TopicPartition = tuple[str, int]
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    attributes: int = 0
+    timestamp_type: int = 0  # 0 CreateTime, 1 LogAppendTime
+
+
+class ConsumeError(KafkactlError):
+    def __init__(self, message: str, code: int = -1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class ConsumerConfig:
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 52428800
+    max_partition_fetch_bytes: int = 1048576
+    max_poll_records: int = 500
+    auto_offset_reset: str = "latest"  # earliest | latest | none (raise)
+    check_crcs: bool = True
+    isolation_level: int = 0
+    request_timeout_ms: int = 30000
+    client_id: str = "kafkactl-consumer"
+
+
+class AsyncConsumer:
+    def __init__(self, bootstrap: str, config: ConsumerConfig | None = None, **overrides: Any) -> None:
+        cfg = config or ConsumerConfig()
+        for key, value in overrides.items():
+            if not hasattr(cfg, key):
+                raise KafkactlError(f"unknown consumer setting {key!r}")
+            setattr(cfg, key, value)
+        self.config = cfg
+        timeout = (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000
+        self.cluster = AsyncCluster(bootstrap, client_id=cfg.client_id, timeout=timeout)
+        self.assignment: list[TopicPartition] = []
+        self.positions: dict[TopicPartition, int] = {}
+        self.high_watermarks: dict[TopicPartition, int] = {}
+        self.buffers: dict[TopicPartition, collections.deque[ConsumerRecord]] = {}
+        self.buffered = 0
+        self._errors: list[BaseException] = []
+        self._data = asyncio.Event()
+        self._room = asyncio.Event()
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._generation = 0
+        self._closed = False
+
+    async def start(self) -> AsyncConsumer:
+        await self.cluster.refresh([])
+        return self
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        meta = await self.cluster.topic(topic)
+        return sorted(meta.partitions)
+
+    async def assign(self, partitions: list[TopicPartition]) -> None:
+        """Consume exactly these partitions; positions are kept for those that stay."""
+        for topic in sorted({t for t, _ in partitions}):
+            meta = await self.cluster.topic(topic)
+            missing = [p for t, p in partitions if t == topic and p not in meta.partitions]
+            if missing:
+                raise ConsumeError(
+                    f"topic {topic!r} has no partition {missing[0]}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+        self.assignment = list(dict.fromkeys(partitions))
+        self.positions = {tp: off for tp, off in self.positions.items() if tp in self.assignment}
+        self._restart()
+
+    # -- positions ------------------------------------------------------------------------------------
+
+    async def list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        """Offsets by ListOffsets: EARLIEST (-2), LATEST (-1) or the first offset at/after a timestamp (-1: none)."""
+        by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+        for tp in tps:
+            leader = self.cluster.leader(*tp)
+            if leader < 0:
+                await self.cluster.topic(tp[0])
+                leader = self.cluster.leader(*tp)
+            by_leader[leader].append(tp)
+        out: dict[TopicPartition, int] = {}
+        for leader, group in by_leader.items():
+            conn = await self.cluster.connection(leader)
+            topics: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+            for t, p in group:
+                topics[t].append({"partition_index": p, "timestamp": timestamp, "max_num_offsets": 1})
+            answer = await conn.request(ApiKey.LIST_OFFSETS, {
+                "replica_id": -1, "isolation_level": self.config.isolation_level,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})  # fmt: skip
+            for t in answer["topics"]:
+                for p in t["partitions"]:
+                    if p["error_code"]:
+                        raise ConsumeError(f"{t['name']}-{p['partition_index']}: {error_name(p['error_code'])}",
+                                           p["error_code"])  # fmt: skip
+                    off = p["offset"] if "offset" in p else (p["old_style_offsets"] or [-1])[0]
+                    out[(t["name"], p["partition_index"])] = off
+        return out
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self.list_offsets(tps, EARLIEST)
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self.list_offsets(tps, LATEST)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        if tp not in self.assignment:
+            raise ConsumeError(f"{tp[0]}-{tp[1]} is not assigned")
+        self.positions[tp] = offset
+        self._drop_buffered(tp)
+        self._restart()
+
+    async def seek_to_beginning(self, tps: list[TopicPartition] | None = None) -> None:
+        for tp, off in (await self.beginning_offsets(tps or self.assignment)).items():
+            self.seek(tp, off)
+
+    async def seek_to_end(self, tps: list[TopicPartition] | None = None) -> None:
+        for tp, off in (await self.end_offsets(tps or self.assignment)).items():
+            self.seek(tp, off)
+
+    async def seek_to_timestamp(self, timestamp: int, tps: list[TopicPartition] | None = None) -> None:
+        """The first offset stamped at or after `timestamp`; the end where there is none."""
+        tps = tps or self.assignment
+        found = await self.list_offsets(tps, timestamp)
+        ends = await self.end_offsets([tp for tp, off in found.items() if off < 0]) if any(
+            off < 0 for off in found.values()) else {}  # fmt: skip
+        for tp, off in found.items():
+            self.seek(tp, off if off >= 0 else ends[tp])
+
+    def position(self, tp: TopicPartition) -> int | None:
+        return self.positions.get(tp)
+
+    # -- fetching -------------------------------------------------------------------------------------
+
+    def _drop_buffered(self, tp: TopicPartition) -> None:
+        buf = self.buffers.pop(tp, None)
+        if buf:
+            self.buffered -= len(buf)
+
+    def _restart(self) -> None:
+        """(Re)start one fetch task per leader of the assigned partitions."""
+        self._generation += 1
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks = {}
+        self.buffers = {tp: buf for tp, buf in self.buffers.items() if tp in self.assignment}
+        self.buffered = sum(len(b) for b in self.buffers.values())
+        self._room.set()
+
+    def _ensure_fetchers(self) -> None:
+        leaders: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+        for tp in self.assignment:
+            if tp in self.positions:
+                leaders[self.cluster.leader(*tp)].append(tp)
+        loop = asyncio.get_running_loop()
+        for leader in leaders:
+            task = self._tasks.get(leader)
+            if task is None or task.done():
+                self._tasks[leader] = loop.create_task(self._fetch_loop(leader, self._generation))
+
+    async def _reset_positions(self) -> None:
+        missing = [tp for tp in self.assignment if tp not in self.positions]
+        if not missing:
+            return
+        policy = self.config.auto_offset_reset
+        if policy == "none":
+            raise ConsumeError(f"no position for {missing[0][0]}-{missing[0][1]}: seek first")
+        found = await self.list_offsets(missing, EARLIEST if policy == "earliest" else LATEST)
+        self.positions.update(found)
+
+    async def _fetch_loop(self, leader: int, generation: int) -> None:
+        cfg = self.config
+        while generation == self._generation and not self._closed:
+            if self.buffered * 200 > cfg.fetch_max_bytes:  # plenty unread: let the application catch up
+                self._room.clear()
+                await self._room.wait()
+                continue
+            mine = [tp for tp in self.assignment if tp in self.positions and self.cluster.leader(*tp) == leader]
+            if not mine:
+                return
+            try:
+                conn = await self.cluster.connection(leader)
+                topics: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+                for t, p in mine:
+                    topics[t].append({"partition": p, "fetch_offset": self.positions[(t, p)],
+                                      "partition_max_bytes": cfg.max_partition_fetch_bytes})  # fmt: skip
+                body = {"replica_id": -1, "max_wait_ms": cfg.fetch_max_wait_ms, "min_bytes": cfg.fetch_min_bytes,
+                        "max_bytes": cfg.fetch_max_bytes, "isolation_level": cfg.isolation_level, "session_id": 0,
+                        "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                        "forgotten_topics_data": [], "rack_id": ""}  # fmt: skip
+                answer = await conn.request(ApiKey.FETCH, body)
+            except (ProtocolError, KafkactlError):
+                if generation != self._generation:
+                    return
+                await asyncio.sleep(0.2)
+                with contextlib.suppress(KafkactlError):
+                    await self.cluster.refresh(sorted({t for t, _ in mine}))
+                self._ensure_fetchers_later()
+                continue
+            if generation != self._generation:
+                return
+            moved = False
+            for t in answer["topics"]:
+                for p in t["partitions"]:
+                    moved |= self._take(t["topic"], p)
+            if moved:  # a partition's leader changed: refresh and let the right fetcher take it
+                with contextlib.suppress(KafkactlError):
+                    await self.cluster.refresh(sorted({t for t, _ in mine}))
+                self._ensure_fetchers_later()
+                if all(self.cluster.leader(*tp) != leader for tp in mine):
+                    return
+                await asyncio.sleep(0.1)
+
+    def _ensure_fetchers_later(self) -> None:
+        asyncio.get_running_loop().call_soon(self._ensure_fetchers)
+
+    def _take(self, topic: str, p: dict[str, Any]) -> bool:
+        """Queue one partition's fetched records; True when its leader must be looked up again."""
+        tp = (topic, p["partition_index"])
+        if tp not in self.positions:
+            return False
+        code = p["error_code"]
+        if code:
+            if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH):  # fmt: skip
+                return True
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE and self.config.auto_offset_reset != "none":
+                self.positions.pop(tp, None)
+                asyncio.get_running_loop().create_task(self._reset_then_fetch())
+                return False
+            self._errors.append(
+                ConsumeError(f"{topic}-{tp[1]} at offset {self.positions[tp]}: {error_name(code)}", code)
+            )
+            self._data.set()
+            return False
+        self.high_watermarks[tp] = p["high_watermark"]
+        data = p["records"]
+        if not data:
+            return False
+        position = self.positions[tp]
+        try:
+            records = decode_records(data, topic, tp[1], position, self.config.check_crcs)
+        except CorruptRecordError as exc:
+            self._errors.append(ConsumeError(f"{topic}-{tp[1]} at offset {position}: {exc}", ErrorCode.CORRUPT_MESSAGE))
+            self._data.set()
+            return False
+        if records:
+            buf = self.buffers.get(tp)
+            if buf is None:
+                buf = self.buffers[tp] = collections.deque()
+            buf.extend(records)
+            self.buffered += len(records)
+            self.positions[tp] = records[-1].offset + 1
+            self._data.set()
+        else:
+            next_offset = _next_offset_after(data, position)
+            if next_offset > position:  # only control/aborted records or records below the position
+                self.positions[tp] = next_offset
+        return False
+
+    async def _reset_then_fetch(self) -> None:
+        try:
+            await self._reset_positions()
+        except KafkactlError as exc:
+            self._errors.append(exc)
+            self._data.set()
+        self._ensure_fetchers()
+
+    async def getmany(
+        self, timeout_ms: float = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records fetched so far, at most `max_records` (default `max.poll.records`), waiting up to `timeout_ms`."""
+        if self._closed:
+            raise ConsumeError("the consumer is closed")
+        if any(tp not in self.positions for tp in self.assignment):
+            await self._reset_positions()
+        self._ensure_fetchers()
+        if self.buffered == 0 and not self._errors and timeout_ms > 0:
+            self._data.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._data.wait(), timeout_ms / 1000)
+        if self._errors:
+            raise self._errors.pop(0)
+        limit = max_records or self.config.max_poll_records
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for tp in list(self.buffers):
+            buf = self.buffers[tp]
+            take = min(limit, len(buf))
+            if take:
+                out[tp] = [buf.popleft() for _ in range(take)]
+                limit -= take
+                self.buffered -= take
+            if not buf:
+                del self.buffers[tp]
+            if limit <= 0:
+                break
+        if out:
+            self._room.set()
+        return out
+
+    async def close(self) -> None:
+        self._closed = True
+        self._generation += 1
+        for task in self._tasks.values():
+            task.cancel()
+        for task in self._tasks.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.cluster.close()
+
+
+def decode_records(
+    data: Any, topic: str, partition: int, position: int, check_crcs: bool = True
+) -> list[ConsumerRecord]:
+    """The records at or after `position` in a fetched record set (a trailing partial batch is skipped)."""
+    buf = data if isinstance(data, bytes | bytearray) else bytes(data)
+    out: list[ConsumerRecord] = []
+    make = functools.partial(ConsumerRecord, topic, partition)
+    pos, end = 0, len(buf)
+    while end - pos >= BATCH_HEADER_SIZE:
+        h = decode_header(buf, pos)
+        if pos + h.size > end:
+            break  # the fetch cut this batch: the next fetch starts at it
+        if buf[pos + MAGIC_OFFSET] != 2:
+            raise CorruptRecordError(f"batch at offset {h.base_offset} has magic {buf[pos + MAGIC_OFFSET]}")
+        if check_crcs and not crc_ok(buf, pos, h):
+            raise CorruptRecordError(f"batch at offset {h.base_offset} fails its CRC")
+        if h.last_offset >= position and not h.is_control:
+            recs = iter_records(buf, pos, h, make)
+            if h.timestamp_type:
+                out.extend(r._replace(timestamp_type=1) for r in recs if r.offset >= position)
+            elif h.base_offset >= position:
+                out.extend(recs)
+            else:
+                out.extend(r for r in recs if r.offset >= position)
+        pos += h.size
+    return out
+
+
+def _next_offset_after(data: Any, position: int) -> int:
+    """The offset after the last whole batch of a record set (to step over control batches)."""
+    buf = bytes(data)
+    pos, nxt = 0, position
+    while len(buf) - pos >= BATCH_HEADER_SIZE:
+        h = decode_header(buf, pos)
+        if pos + h.size > len(buf):
+            break
+        nxt = max(nxt, h.last_offset + 1)
+        pos += LOG_OVERHEAD + (h.size - LOG_OVERHEAD)
+    return nxt

@@ -1,0 +1,442 @@
+"""kafkactl's producer: per-partition batches, a sender task, retries, idempotence, back-pressure.
+
+`send` appends a record to its partition's open batch (a `BatchBuilder`) and returns a `Delivery`
+to await. A batch is sent when it reaches `batch.size` bytes (or `max_batch_messages`), when it has
+waited `linger.ms`, or on `flush()`. The sender groups ready batches by leader, one batch per
+partition per Produce request, with at most `max.in.flight.requests.per.connection` requests
+unanswered per broker. Retriable errors (leader moved, broker gone) refresh metadata and resend
+the same batch — with idempotence (the default) the broker drops what it already has, so a retry
+never duplicates. `buffer.memory` bounds unsent bytes; `send` waits up to `max.block.ms` for room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from broker.client.aio import AsyncCluster
+from broker.client.connection import ProtocolError
+from broker.client.partitioner import StickyPartitioner, partition_for_key
+from broker.errors import KafkactlError
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
+from broker.records.builder import BatchBuilder
+from broker.records.compression import Codec
+
+CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
+
+
+class ProduceError(KafkactlError):
+    """A message was not acknowledged; `code` is the broker's error (or -1 for a client-side failure)."""
+
+    def __init__(self, message: str, code: int = -1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int  # -1 with acks=0
+    timestamp: int
+
+
+@dataclass
+class ProducerConfig:
+    """The producer keys of CONFIG.md, under Python names."""
+
+    acks: int = -1  # 0, 1, -1 (all)
+    batch_size: int = 16384
+    linger_ms: float = 5
+    buffer_memory: int = 33554432
+    max_block_ms: int = 60000
+    max_request_size: int = 1048576
+    compression_type: str = "none"
+    retries: int = 2147483647
+    retry_backoff_ms: int = 100
+    delivery_timeout_ms: int = 120000
+    request_timeout_ms: int = 30000
+    max_in_flight: int = 5
+    enable_idempotence: bool | None = None  # None: on when acks=all, as Kafka's default
+    max_batch_messages: int = 0  # 0: no count limit (batch.size alone); kafkactl bench sets it
+    client_id: str = "kafkactl-producer"
+
+
+def parse_acks(value: str | int) -> int:
+    text = str(value).strip().lower()
+    if text in ("all", "-1"):
+        return -1
+    if text in ("0", "1"):
+        return int(text)
+    raise KafkactlError(f"acks={value!r}: expected 0, 1 or all")
+
+
+class _Batch:
+    __slots__ = ("topic", "partition", "builder", "future", "created", "sequence", "attempts", "data",
+                 "deadline", "size", "retry_at")  # fmt: skip
+
+    def __init__(self, topic: str, partition: int, codec: Codec, deadline: float) -> None:
+        self.topic, self.partition = topic, partition
+        self.builder = BatchBuilder(codec)
+        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.created = time.monotonic()
+        self.sequence = -1
+        self.attempts = 0
+        self.data: bytes | None = None
+        self.deadline = deadline
+        self.size = 0
+        self.retry_at = 0.0
+
+
+class Delivery:
+    """The outcome of one `send`: await it for its RecordMetadata (or the ProduceError)."""
+
+    __slots__ = ("batch", "delta", "timestamp")
+
+    def __init__(self, batch: _Batch, delta: int, timestamp: int) -> None:
+        self.batch, self.delta, self.timestamp = batch, delta, timestamp
+
+    def __await__(self):
+        base = yield from asyncio.shield(self.batch.future).__await__()
+        return self._metadata(base)
+
+    def _metadata(self, base: int) -> RecordMetadata:
+        b = self.batch
+        return RecordMetadata(b.topic, b.partition, base + self.delta if base >= 0 else -1, self.timestamp)
+
+    def done(self) -> bool:
+        return self.batch.future.done()
+
+    def result(self) -> RecordMetadata:
+        return self._metadata(self.batch.future.result())
+
+    def exception(self) -> BaseException | None:
+        return self.batch.future.exception()
+
+
+class AsyncProducer:
+    def __init__(self, bootstrap: str, config: ProducerConfig | None = None, **overrides: Any) -> None:
+        cfg = config or ProducerConfig()
+        for key, value in overrides.items():
+            if not hasattr(cfg, key):
+                raise KafkactlError(f"unknown producer setting {key!r}")
+            setattr(cfg, key, value)
+        cfg.acks = parse_acks(cfg.acks)
+        if cfg.compression_type not in CODECS:
+            raise KafkactlError(f"compression.type={cfg.compression_type!r}: expected one of {', '.join(CODECS)}")
+        if cfg.enable_idempotence is None:
+            cfg.enable_idempotence = cfg.acks == -1
+        elif cfg.enable_idempotence and cfg.acks != -1:
+            raise KafkactlError("enable.idempotence needs acks=all")
+        self.config = cfg
+        self.codec = CODECS[cfg.compression_type]
+        self.cluster = AsyncCluster(bootstrap, client_id=cfg.client_id, timeout=cfg.request_timeout_ms / 1000)
+        self.sticky = StickyPartitioner()
+        self.open: dict[tuple[str, int], _Batch] = {}
+        self.ready: collections.deque[_Batch] = collections.deque()
+        self.retrying: list[_Batch] = []
+        self.in_flight: dict[int, int] = collections.defaultdict(int)
+        self.unfinished: set[_Batch] = set()
+        self.buffered = 0
+        self.producer_id, self.producer_epoch = -1, -1
+        self.sequences: dict[tuple[str, int], int] = collections.defaultdict(int)
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._sender: asyncio.Task | None = None
+        self._flushing = 0
+        self._closed = False
+        self._refresh_needed = False
+
+    async def start(self) -> AsyncProducer:
+        await self.cluster.refresh([])
+        if self.config.enable_idempotence:
+            conn = await self.cluster._any()
+            answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
+                                                                   "transaction_timeout_ms": 60000})  # fmt: skip
+            if answer["error_code"]:
+                raise ProduceError(f"InitProducerId: {ErrorCode(answer['error_code']).name}", answer["error_code"])
+            self.producer_id, self.producer_epoch = answer["producer_id"], answer["producer_epoch"]
+        self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+        return self
+
+    async def __aenter__(self) -> AsyncProducer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def partitions(self, topic: str) -> int:
+        meta = self.cluster.topics.get(topic)
+        if meta is None or meta.error or not meta.partitions:
+            meta = await self.cluster.topic(topic, allow_create=True)
+        return len(meta.partitions)
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None = None, *,
+                   headers: tuple[tuple[str, bytes | None], ...] | list = (), partition: int | None = None,
+                   timestamp: int | None = None) -> Delivery:  # fmt: skip
+        """Queue one message; await the returned Delivery for its offset."""
+        if self._closed:
+            raise ProduceError("the producer is closed")
+        meta = self.cluster.topics.get(topic)
+        n = (
+            len(meta.partitions)
+            if meta is not None and not meta.error and meta.partitions
+            else await self.partitions(topic)
+        )
+        if partition is None:
+            partition = partition_for_key(key, n) if key is not None else self.sticky.partition(topic, n)
+        elif not 0 <= partition < n:
+            raise ProduceError(f"topic {topic!r} has no partition {partition} (it has {n})",
+                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
+        size = 20 + (len(key) if key else 0) + (len(value) if value else 0)
+        if size > self.config.max_request_size:
+            raise ProduceError(f"message of {size} bytes is over max.request.size ({self.config.max_request_size})",
+                               ErrorCode.MESSAGE_TOO_LARGE)  # fmt: skip
+        if self.buffered + size > self.config.buffer_memory:
+            await self._wait_for_room(size)
+        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        tp = (topic, partition)
+        batch = self.open.get(tp)
+        if batch is None:
+            batch = self.open[tp] = _Batch(topic, partition, self.codec,
+                                           time.monotonic() + self.config.delivery_timeout_ms / 1000)  # fmt: skip
+            self.unfinished.add(batch)
+            if len(self.open) == 1:
+                self._wake.set()  # the sender sleeps until the first linger deadline
+        builder = batch.builder
+        delta = builder.append(ts, key, value, headers)
+        batch.size += size
+        self.buffered += size
+        cfg = self.config
+        if len(builder.buf) + 61 >= cfg.batch_size or (cfg.max_batch_messages and delta + 1 >= cfg.max_batch_messages):
+            self._seal(tp, batch)
+        return Delivery(batch, delta, ts)
+
+    def _seal(self, tp: tuple[str, int], batch: _Batch) -> None:
+        del self.open[tp]
+        if batch.builder.count:
+            self.ready.append(batch)
+            self._wake.set()
+        if batch.partition == self.sticky.current.get(batch.topic):
+            meta = self.cluster.topics.get(batch.topic)
+            self.sticky.batch_done(batch.topic, batch.partition, len(meta.partitions) if meta else 1)
+
+    async def _wait_for_room(self, size: int) -> None:
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        while self.buffered + size > self.config.buffer_memory and self.buffered > 0:
+            self._room.clear()
+            for tp, b in list(self.open.items()):  # unsent data blocks us: send it now
+                self._seal(tp, b)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProduceError(f"buffer.memory full for {self.config.max_block_ms} ms (max.block.ms)")
+            try:
+                await asyncio.wait_for(self._room.wait(), left)
+            except TimeoutError:
+                pass
+
+    async def flush(self) -> None:
+        """Send everything queued and wait for every answer (errors stay with their deliveries)."""
+        self._flushing += 1
+        try:
+            for tp, b in list(self.open.items()):
+                self._seal(tp, b)
+            pending = [b.future for b in list(self.unfinished)]
+            if pending:
+                await asyncio.wait(pending)
+        finally:
+            self._flushing -= 1
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._sender is not None:
+                await self.flush()
+        finally:
+            self._closed = True
+            if self._sender is not None:
+                self._sender.cancel()
+                try:
+                    await self._sender
+                except (asyncio.CancelledError, Exception):
+                    pass
+            await self.cluster.close()
+
+    # -- sender --------------------------------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        linger = self.config.linger_ms / 1000
+        while True:
+            now = time.monotonic()
+            next_due = None
+            for tp, b in list(self.open.items()):  # lingered long enough: ready
+                due = b.created + linger
+                if due <= now:
+                    self._seal(tp, b)
+                elif next_due is None or due < next_due:
+                    next_due = due
+            if self.retrying:
+                due, still = [], []
+                for b in self.retrying:
+                    if b.retry_at <= now:
+                        due.append(b)
+                    else:
+                        still.append(b)
+                        next_due = b.retry_at if next_due is None else min(next_due, b.retry_at)
+                due.sort(key=lambda b: b.created)  # retries go first, in the order they were made
+                self.ready.extendleft(reversed(due))
+                self.retrying = still
+            if self._refresh_needed:
+                self._refresh_needed = False
+                try:
+                    await self.cluster.refresh(sorted({b.topic for b in self.ready}) or [])
+                except KafkactlError:
+                    pass
+            sent_any = await self._send_ready() if self.ready else False
+            if sent_any:
+                continue
+            self._wake.clear()
+            timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
+            if self.ready:  # blocked by in-flight limits: wait for an answer
+                timeout = 0.05 if timeout is None else min(timeout, 0.05)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    async def _send_ready(self) -> bool:
+        """Send what the in-flight limits allow, one request per leader; True if anything went out."""
+        by_node: dict[int, list[_Batch]] = collections.defaultdict(list)
+        keep: collections.deque[_Batch] = collections.deque()
+        seen: set[tuple[str, int]] = set()
+        now = time.monotonic()
+        full: set[int] = set()
+        while self.ready:
+            if full and len(full) >= len(self.cluster.brokers):  # every broker at its in-flight limit: stop looking
+                break
+            b = self.ready.popleft()
+            tp = (b.topic, b.partition)
+            if now > b.deadline:
+                self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms"))
+                continue
+            node = self.cluster.leader(b.topic, b.partition)
+            if node < 0:
+                self._refresh_needed = True
+                b.retry_at = now + self.config.retry_backoff_ms / 1000
+                self.retrying.append(b)
+                continue
+            if tp in seen or self.in_flight[node] >= self.config.max_in_flight:
+                keep.append(b)  # one batch per partition per request; the rest wait for the next round
+                if self.in_flight[node] >= self.config.max_in_flight:
+                    full.add(node)
+                continue
+            seen.add(tp)
+            by_node[node].append(b)
+        keep.extend(self.ready)
+        self.ready = keep
+        sent = False
+        for node, batches in by_node.items():
+            try:
+                conn = await self.cluster.connection(node)
+            except KafkactlError as exc:
+                for b in batches:
+                    self._retry(b, exc, refresh=True)
+                continue
+            topics: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+            for b in batches:
+                if b.data is None:
+                    b.sequence = -1
+                    if self.producer_id >= 0:
+                        tp = (b.topic, b.partition)
+                        b.sequence = self.sequences[tp]
+                        self.sequences[tp] = (b.sequence + b.builder.count) % (2**31)
+                    b.data = b.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                             base_sequence=b.sequence)  # fmt: skip
+                b.attempts += 1
+                topics[b.topic].append({"index": b.partition, "records": b.data})
+            body = {"transactional_id": None, "acks": self.config.acks, "timeout_ms": self.config.request_timeout_ms,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
+            acks0 = self.config.acks == 0
+            try:
+                fut = conn.send(ApiKey.PRODUCE, body, expect_response=not acks0)
+            except (ProtocolError, KafkactlError) as exc:
+                for b in batches:
+                    self._retry(b, exc, refresh=True)
+                continue
+            sent = True
+            if acks0:
+                for b in batches:
+                    self._complete(b, -1)
+                await conn.drain()
+                continue
+            self.in_flight[node] += 1
+            assert fut is not None
+            fut.add_done_callback(lambda f, n=node, bs=batches: self._on_answer(n, bs, f))
+        return sent
+
+    def _on_answer(self, node: int, batches: list[_Batch], fut: asyncio.Future) -> None:
+        self.in_flight[node] -= 1
+        self._wake.set()
+        if fut.cancelled() or fut.exception() is not None:
+            exc = fut.exception() if not fut.cancelled() else ProduceError("request cancelled")
+            for b in batches:
+                self._retry(b, exc, refresh=True)
+            return
+        answer = fut.result()
+        results = {(t["name"], p["index"]): p for t in answer["topics"] for p in t["partitions"]}
+        for b in batches:
+            p = results.get((b.topic, b.partition))
+            if p is None:
+                self._fail(b, ProduceError(f"{b.topic}-{b.partition}: no answer for this partition"))
+                continue
+            code = p["error_code"]
+            if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                self._complete(b, p["base_offset"])
+                continue
+            err = ErrorCode(code) if code in ErrorCode._value2member_map_ else None
+            message = f"{b.topic}-{b.partition}: {err.name if err else code}"
+            if p.get("error_message"):
+                message += f" ({p['error_message']})"
+            if err is not None and (err.retriable or err == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                self._retry(b, ProduceError(message, code), refresh=err != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            else:
+                self._fail(b, ProduceError(message, code))
+
+    def _retry(self, b: _Batch, exc: BaseException, *, refresh: bool) -> None:
+        if b.attempts > self.config.retries or time.monotonic() > b.deadline:
+            self._fail(b, exc if isinstance(exc, ProduceError) else ProduceError(str(exc)))
+            return
+        if refresh:
+            self._refresh_needed = True
+        b.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
+        self.retrying.append(b)
+        self._wake.set()
+
+    def _complete(self, b: _Batch, base_offset: int) -> None:
+        if not b.future.done():
+            b.future.set_result(base_offset)
+        self._finish(b)
+
+    def _fail(self, b: _Batch, exc: BaseException) -> None:
+        if not b.future.done():
+            b.future.set_exception(exc)
+            b.future.exception()  # retrieved: the error lives on in each Delivery, not as a loop warning
+        if b.sequence >= 0:  # its sequences were never appended: later batches of the partition take them over
+            tp = (b.topic, b.partition)
+            self.sequences[tp] = b.sequence
+            for x in self.unfinished:
+                if x is not b and (x.topic, x.partition) == tp and x.data is not None:
+                    x.data = None  # rebuilt with new sequences when (re)sent, in order
+        self._finish(b)
+
+    def _finish(self, b: _Batch) -> None:
+        self.unfinished.discard(b)
+        self.buffered -= b.size
+        b.size = 0
+        b.builder = None  # type: ignore[assignment]
+        b.data = None
+        self._room.set()
