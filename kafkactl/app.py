@@ -17,7 +17,7 @@ from typer.main import get_command
 from broker import __version__
 from broker.errors import KafkactlError
 from kafkactl import contexts
-from kafkactl.commands import bench, inspect, recover, topic, zookeeper
+from kafkactl.commands import bench, consume, inspect, produce, recover, topic, zookeeper
 from kafkactl.commands import broker as broker_cmd
 from kafkactl.render import error_line
 
@@ -35,6 +35,8 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(zookeeper.app, name="zookeeper")
 app.add_typer(broker_cmd.app, name="broker")
 app.add_typer(topic.app, name="topic")
+app.command("produce")(produce.produce)
+app.command("consume")(consume.consume)
 
 _state = {"debug": False}
 

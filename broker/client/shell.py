@@ -1,0 +1,355 @@
+"""What `produce` and `consume` do from a shell: lines in, messages out, and the reverse.
+
+JSON lines are the lossless form: one object per message with `topic`, `partition`, `offset`,
+`timestamp`, `key`, `value` and `headers` (a list of `{"key", "value"}`). Keys, values and header
+values are UTF-8 text when they decode, else base64 with `"key_encoding"`, `"value_encoding"` or a
+header's `"encoding"` set to `"base64"`; null stays null. `consume -o json` prints exactly what
+`produce --input json` reads. Text output uses kcat's format tokens.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.client.consumer import AsyncConsumer, ConsumerRecord
+from broker.client.offsets import OffsetSpec, resolve
+from broker.client.producer import AsyncProducer, Delivery, ProduceError
+from broker.errors import UsageError
+
+
+@dataclass
+class Message:
+    """One message to produce."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    partition: int | None = None
+    timestamp: int | None = None
+    line: int = 0  # where it came from, for error messages
+
+
+# -- encodings ---------------------------------------------------------------------------------------
+
+
+def _text_or_b64(data: bytes | None) -> tuple[str | None, bool]:
+    if data is None:
+        return None, False
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode(), True
+
+
+def record_json(r: ConsumerRecord) -> dict[str, Any]:
+    """The JSON object of a consumed record (lossless; see the module doc)."""
+    key, key_b64 = _text_or_b64(r.key)
+    value, value_b64 = _text_or_b64(r.value)
+    headers = []
+    for hk, hv in r.headers:
+        text, b64 = _text_or_b64(hv)
+        headers.append({"key": hk, "value": text, "encoding": "base64"} if b64 else {"key": hk, "value": text})
+    obj: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp}
+    if r.timestamp_type:
+        obj["timestamp_type"] = "LogAppendTime"
+    obj["key"] = key
+    if key_b64:
+        obj["key_encoding"] = "base64"
+    obj["value"] = value
+    if value_b64:
+        obj["value_encoding"] = "base64"
+    obj["headers"] = headers
+    return obj
+
+
+def _field_bytes(obj: dict[str, Any], name: str, encoding: str | None, line: int) -> bytes | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        value = json.dumps(value, separators=(",", ":"))  # a JSON value given inline: its compact text
+    if encoding in (None, "utf8", "utf-8"):
+        return value.encode()
+    if encoding == "base64":
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise UsageError(f"line {line}: {name} is not valid base64") from None
+    if encoding == "hex":
+        try:
+            return bytes.fromhex(value)
+        except ValueError:
+            raise UsageError(f"line {line}: {name} is not valid hex") from None
+    raise UsageError(f"line {line}: unknown {name} encoding {encoding!r} (utf8, base64 or hex)")
+
+
+def message_from_json(text: str, line: int) -> Message:
+    """A Message from one JSON line (the shape `record_json` writes)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"line {line}: not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise UsageError(f"line {line}: expected a JSON object")
+    headers = []
+    for h in obj.get("headers") or []:
+        if isinstance(h, dict) and isinstance(h.get("key"), str):
+            headers.append((h["key"], _field_bytes(h, "value", h.get("encoding"), line)))
+        elif isinstance(h, list | tuple) and len(h) == 2 and isinstance(h[0], str):
+            headers.append((h[0], None if h[1] is None else str(h[1]).encode()))
+        else:
+            raise UsageError(f"line {line}: a header must be {{\"key\": ..., \"value\": ...}}")
+    partition = obj.get("partition")
+    timestamp = obj.get("timestamp")
+    if partition is not None and not isinstance(partition, int):
+        raise UsageError(f"line {line}: partition must be an integer")
+    if timestamp is not None and not isinstance(timestamp, int):
+        raise UsageError(f"line {line}: timestamp must be epoch milliseconds")
+    return Message(
+        value=_field_bytes(obj, "value", obj.get("value_encoding"), line),
+        key=_field_bytes(obj, "key", obj.get("key_encoding"), line),
+        headers=headers, partition=partition, timestamp=timestamp, line=line,
+    )  # fmt: skip
+
+
+def messages_from_lines(lines: Iterable[bytes], *, input_format: str = "text", key_separator: bytes | None = None,
+                        null_literal: bytes | None = None, headers: list[tuple[str, bytes | None]] | None = None,
+                        partition: int | None = None) -> Iterator[Message]:  # fmt: skip
+    """Messages from input lines (newline already stripped or not): text with an optional key, or JSON."""
+    extra = list(headers or [])
+    for n, raw in enumerate(lines, 1):
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if input_format == "json":
+            if not line.strip():
+                continue
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UsageError(f"line {n}: JSON input must be UTF-8") from None
+            m = message_from_json(text, n)
+            m.headers = m.headers + extra
+            if partition is not None and m.partition is None:
+                m.partition = partition
+            yield m
+            continue
+        key = None
+        value: bytes | None = line
+        if key_separator is not None:
+            k, sep, v = line.partition(key_separator)
+            if not sep:
+                raise UsageError(f"line {n}: no key separator {key_separator.decode(errors='replace')!r}")
+            key, value = k, v
+        if null_literal is not None:
+            key = None if key == null_literal else key
+            value = None if value == null_literal else value
+        yield Message(value=value, key=key, headers=extra, partition=partition, line=n)
+
+
+def parse_header(text: str) -> tuple[str, bytes]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise UsageError(f"--header {text!r}: expected name=value")
+    return name, value.encode()
+
+
+# -- produce -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProduceSummary:
+    messages: int = 0
+    bytes: int = 0
+    partitions: dict[int, list[int]] = field(default_factory=dict)  # partition → [first, last] offset
+    failures: list[tuple[int, str]] = field(default_factory=list)  # (line, reason)
+    seconds: float = 0.0
+
+    def acked(self, partition: int, offset: int) -> None:
+        span = self.partitions.get(partition)
+        if span is None:
+            self.partitions[partition] = [offset, offset]
+        else:
+            span[0] = min(span[0], offset)
+            span[1] = max(span[1], offset)
+
+
+async def produce_messages(producer: AsyncProducer, topic: str, messages: Iterable[Message],
+                           advance=lambda n: None) -> ProduceSummary:  # fmt: skip
+    """Send every message and wait for every answer; a message counts only once acknowledged."""
+    summary = ProduceSummary()
+    t0 = time.perf_counter()
+    pending: list[tuple[Message, Delivery, int]] = []
+
+    def settle(upto: int) -> None:
+        for m, d, size in pending[:upto]:
+            exc = d.exception()
+            if exc is not None:
+                summary.failures.append((m.line, str(exc)))
+                continue
+            md = d.result()
+            summary.messages += 1
+            summary.bytes += size
+            if md.offset >= 0:
+                summary.acked(md.partition, md.offset)
+            else:
+                summary.partitions.setdefault(md.partition, [-1, -1])
+        del pending[:upto]
+
+    for m in messages:
+        try:
+            d = await producer.send(topic, m.value, m.key, headers=m.headers, partition=m.partition,
+                                    timestamp=m.timestamp)  # fmt: skip
+        except ProduceError as exc:
+            summary.failures.append((m.line, str(exc)))
+            continue
+        size = (len(m.value) if m.value else 0) + (len(m.key) if m.key else 0)
+        pending.append((m, d, size))
+        advance(size + 1)
+        if len(pending) >= 100_000:
+            done = 0
+            while done < len(pending) and pending[done][1].done():
+                done += 1
+            settle(done)
+    await producer.flush()
+    settle(len(pending))
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+# -- consume -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ConsumeSummary:
+    messages: int = 0
+    bytes: int = 0
+    last: dict[int, int] = field(default_factory=dict)  # partition → last offset read
+    seconds: float = 0.0
+
+
+async def start_positions(consumer: AsyncConsumer, tps: list[tuple[str, int]], spec: OffsetSpec) -> dict:
+    """Seek every partition as `spec` says; returns {tp: (start offset, end offset at start)}."""
+    starts = await consumer.beginning_offsets(tps)
+    ends = await consumer.end_offsets(tps)
+    if spec.kind == "timestamp":
+        found = await consumer.list_offsets(tps, spec.value)
+        chosen = {tp: (off if off >= 0 else ends[tp]) for tp, off in found.items()}
+    else:
+        chosen = {tp: resolve(spec, starts[tp], ends[tp]) for tp in tps}
+    for tp, off in chosen.items():
+        consumer.seek(tp, off)
+    return {tp: (chosen[tp], ends[tp]) for tp in tps}
+
+
+async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], spec: OffsetSpec, *,
+                          follow: bool, max_messages: int | None,
+                          summary: ConsumeSummary) -> AsyncIterator[list[ConsumerRecord]]:  # fmt: skip
+    """Batches of records in offset order per partition, until the pinned ends (unless following)."""
+    await consumer.assign(tps)
+    plan = await start_positions(consumer, tps, spec)
+    remaining = {tp for tp, (start, end) in plan.items() if start < end} if not follow else set(tps)
+    ends = {tp: end for tp, (_, end) in plan.items()}
+    t0 = time.perf_counter()
+    try:
+        while remaining or follow:
+            got = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            for tp, recs in got.items():
+                if not follow:
+                    end = ends[tp]
+                    if recs[-1].offset >= end - 1:
+                        recs = [r for r in recs if r.offset < end]
+                        remaining.discard(tp)
+                if max_messages is not None and summary.messages + len(recs) >= max_messages:
+                    recs = recs[: max_messages - summary.messages]
+                    remaining.clear()
+                    follow = False
+                if recs:
+                    summary.messages += len(recs)
+                    summary.bytes += sum(len(r.value or b"") + len(r.key or b"") for r in recs)
+                    summary.last[tp[1]] = recs[-1].offset
+                    yield recs
+                if not remaining and not follow:
+                    break
+    finally:
+        summary.seconds = time.perf_counter() - t0
+
+
+# -- text output -------------------------------------------------------------------------------------
+
+DECODERS = ("utf8", "hex", "base64", "json")
+
+
+def decode_bytes(data: bytes | None, how: str, null: str = "") -> str:
+    if data is None:
+        return null
+    if how == "hex":
+        return data.hex()
+    if how == "base64":
+        return base64.b64encode(data).decode()
+    if how == "json":
+        try:
+            return json.dumps(json.loads(data), indent=2, ensure_ascii=False)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            pass
+    return data.decode("utf-8", "backslashreplace")
+
+
+def compile_format(fmt: str):
+    """A function record → text for kcat's tokens: %t %p %o %k %s %h %T %K %S %%, and \\n \\t escapes."""
+    fmt = fmt.replace("\\n", "\n").replace("\\t", "\t")
+    pieces: list[Any] = []
+    i = 0
+    lit = []
+    while i < len(fmt):
+        c = fmt[i]
+        if c == "%" and i + 1 < len(fmt):
+            tok = fmt[i + 1]
+            if tok == "%":
+                lit.append("%")
+            elif tok in "tpoksThKS":
+                if lit:
+                    pieces.append(("", "".join(lit)))
+                    lit = []
+                pieces.append((tok, ""))
+            else:
+                raise UsageError(f"--format: unknown token %{tok} (have %t %p %o %k %s %h %T %K %S)")
+            i += 2
+            continue
+        lit.append(c)
+        i += 1
+    if lit:
+        pieces.append(("", "".join(lit)))
+
+    def render(r: ConsumerRecord, key_decoder: str = "utf8", value_decoder: str = "utf8") -> str:
+        out = []
+        for p, text in pieces:
+            if not p:
+                out.append(text)
+            elif p == "t":
+                out.append(r.topic)
+            elif p == "p":
+                out.append(str(r.partition))
+            elif p == "o":
+                out.append(str(r.offset))
+            elif p == "k":
+                out.append(decode_bytes(r.key, key_decoder))
+            elif p == "s":
+                out.append(decode_bytes(r.value, value_decoder))
+            elif p == "T":
+                out.append(str(r.timestamp))
+            elif p == "K":
+                out.append("-1" if r.key is None else str(len(r.key)))
+            elif p == "S":
+                out.append("-1" if r.value is None else str(len(r.value)))
+            elif p == "h":
+                out.append(",".join(f"{k}={decode_bytes(v, 'utf8')}" for k, v in r.headers))
+        return "".join(out)
+
+    return render

@@ -1,0 +1,86 @@
+"""`kafkactl produce TOPIC`: messages from stdin or a file, one per line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from broker.client import shell
+from broker.client.producer import CODECS, AsyncProducer, parse_acks
+from broker.errors import KafkactlError, UsageError
+from kafkactl import contexts
+from kafkactl.render import progress
+
+
+def produce(
+    topic: Annotated[str, typer.Argument(help="Topic to write to.")],
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="Read this file instead of stdin.")] = None,
+    key_separator: Annotated[
+        str | None, typer.Option("--key-separator", "-K", help="Split each line into key SEP value.")
+    ] = None,
+    input_format: Annotated[str, typer.Option("--input", help="text (a line a message) or json.")] = "text",
+    partition: Annotated[int | None, typer.Option("--partition", "-p", help="Write every message here.")] = None,
+    header: Annotated[list[str] | None, typer.Option("--header", "-H", help="name=value on every message.")] = None,
+    acks: Annotated[str, typer.Option("--acks", help="0, 1 or all.")] = "all",
+    compression: Annotated[str, typer.Option("--compression", "-z", help="none, gzip, snappy, lz4, zstd.")] = "none",
+    linger_ms: Annotated[float, typer.Option("--linger-ms", min=0, help="Wait this long to fill a batch.")] = 5,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Bytes per partition batch.")] = 16384,
+    null_literal: Annotated[
+        str | None, typer.Option("--null-literal", help="A key or value equal to this is sent as null.")
+    ] = None,
+    bootstrap: contexts.Bootstrap = None,
+) -> None:
+    """Produce one message per input line (text, optionally KEY<SEP>VALUE, or JSON lines as `consume -o json`
+    prints them). A summary goes to stderr; the exit code is 1 if any message was not acknowledged."""
+    if input_format not in ("text", "json"):
+        raise UsageError(f"--input {input_format!r}: expected text or json")
+    if compression not in CODECS:
+        raise UsageError(f"--compression {compression!r}: expected one of {', '.join(CODECS)}")
+    if key_separator == "":
+        raise UsageError("--key-separator cannot be empty")
+    ack = parse_acks(acks)
+    headers = [shell.parse_header(h) for h in header or []]
+    if file is not None:
+        try:
+            stream = open(file, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise KafkactlError(f"cannot read {file}: {exc.strerror}") from None
+        total = os.fstat(stream.fileno()).st_size
+    else:
+        stream, total = sys.stdin.buffer, None
+    messages = shell.messages_from_lines(
+        stream, input_format=input_format, key_separator=key_separator.encode() if key_separator else None,
+        null_literal=null_literal.encode() if null_literal is not None else None, headers=headers,
+        partition=partition,
+    )  # fmt: skip
+
+    async def run() -> shell.ProduceSummary:
+        producer = AsyncProducer(contexts.bootstrap(bootstrap), acks=ack, compression_type=compression,
+                                 linger_ms=linger_ms, batch_size=batch_size)  # fmt: skip
+        await producer.start()
+        try:
+            with progress(f"producing to {topic}", total if sys.stderr.isatty() else None) as advance:
+                return await shell.produce_messages(producer, topic, messages, advance)
+        finally:
+            await producer.close()
+
+    try:
+        summary = asyncio.run(run())
+    finally:
+        if file is not None:
+            stream.close()
+    spans = ", ".join(
+        f"p{p} {a}..{b}" if a >= 0 else f"p{p} (acks=0: no offsets)" for p, (a, b) in sorted(summary.partitions.items())
+    )
+    rate = summary.messages / summary.seconds if summary.seconds else 0
+    print(f"produced {summary.messages} message(s), {summary.bytes} bytes to {topic} in {summary.seconds:.2f}s "
+          f"({rate:,.0f} msg/s){': ' + spans if spans else ''}", file=sys.stderr)  # fmt: skip
+    if summary.failures:
+        first = summary.failures[0]
+        more = f" (and {len(summary.failures) - 1} more)" if len(summary.failures) > 1 else ""
+        raise KafkactlError(f"{len(summary.failures)} message(s) not acknowledged; line {first[0]}: {first[1]}{more}")
