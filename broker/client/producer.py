@@ -136,7 +136,8 @@ class AsyncProducer:
         self.cluster = AsyncCluster(bootstrap, client_id=cfg.client_id, timeout=cfg.request_timeout_ms / 1000)
         self.sticky = StickyPartitioner()
         self.open: dict[tuple[str, int], _Batch] = {}
-        self.ready: collections.deque[_Batch] = collections.deque()
+        #: sealed batches waiting to go, per partition in order (one per partition per request)
+        self.ready: dict[tuple[str, int], collections.deque[_Batch]] = {}
         self.retrying: list[_Batch] = []
         self.in_flight: dict[int, int] = collections.defaultdict(int)
         self.unfinished: set[_Batch] = set()
@@ -215,10 +216,20 @@ class AsyncProducer:
             self._seal(tp, batch)
         return Delivery(batch, delta, ts)
 
+    def _queue(self, b: _Batch, front: bool = False) -> None:
+        tp = (b.topic, b.partition)
+        queue = self.ready.get(tp)
+        if queue is None:
+            queue = self.ready[tp] = collections.deque()
+        if front:
+            queue.appendleft(b)
+        else:
+            queue.append(b)
+
     def _seal(self, tp: tuple[str, int], batch: _Batch) -> None:
         del self.open[tp]
         if batch.builder.count:
-            self.ready.append(batch)
+            self._queue(batch)
             self._wake.set()
         if batch.partition == self.sticky.current.get(batch.topic):
             meta = self.cluster.topics.get(batch.topic)
@@ -271,6 +282,7 @@ class AsyncProducer:
     async def _send_loop(self) -> None:
         linger = self.config.linger_ms / 1000
         while True:
+            self._wake.clear()  # before looking: a wake-up during this round is kept for the wait below
             now = time.monotonic()
             next_due = None
             for tp, b in list(self.open.items()):  # lingered long enough: ready
@@ -287,19 +299,19 @@ class AsyncProducer:
                     else:
                         still.append(b)
                         next_due = b.retry_at if next_due is None else min(next_due, b.retry_at)
-                due.sort(key=lambda b: b.created)  # retries go first, in the order they were made
-                self.ready.extendleft(reversed(due))
+                due.sort(key=lambda b: b.created, reverse=True)  # retries go first, in the order they were made
+                for b in due:
+                    self._queue(b, front=True)
                 self.retrying = still
             if self._refresh_needed:
                 self._refresh_needed = False
                 try:
-                    await self.cluster.refresh(sorted({b.topic for b in self.ready}) or [])
+                    await self.cluster.refresh(sorted({t for t, _ in self.ready}) or [])
                 except KafkactlError:
                     pass
             sent_any = await self._send_ready() if self.ready else False
             if sent_any:
                 continue
-            self._wake.clear()
             timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
             if self.ready:  # blocked by in-flight limits: wait for an answer
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
@@ -311,33 +323,23 @@ class AsyncProducer:
     async def _send_ready(self) -> bool:
         """Send what the in-flight limits allow, one request per leader; True if anything went out."""
         by_node: dict[int, list[_Batch]] = collections.defaultdict(list)
-        keep: collections.deque[_Batch] = collections.deque()
-        seen: set[tuple[str, int]] = set()
         now = time.monotonic()
-        full: set[int] = set()
-        while self.ready:
-            if full and len(full) >= len(self.cluster.brokers):  # every broker at its in-flight limit: stop looking
-                break
-            b = self.ready.popleft()
-            tp = (b.topic, b.partition)
-            if now > b.deadline:
+        for tp, queue in list(self.ready.items()):
+            while queue and now > queue[0].deadline:
+                b = queue.popleft()
                 self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms"))
+            if not queue:
+                del self.ready[tp]
                 continue
-            node = self.cluster.leader(b.topic, b.partition)
+            node = self.cluster.leader(*tp)
             if node < 0:
                 self._refresh_needed = True
-                b.retry_at = now + self.config.retry_backoff_ms / 1000
-                self.retrying.append(b)
                 continue
-            if tp in seen or self.in_flight[node] >= self.config.max_in_flight:
-                keep.append(b)  # one batch per partition per request; the rest wait for the next round
-                if self.in_flight[node] >= self.config.max_in_flight:
-                    full.add(node)
-                continue
-            seen.add(tp)
-            by_node[node].append(b)
-        keep.extend(self.ready)
-        self.ready = keep
+            if self.in_flight[node] >= self.config.max_in_flight:
+                continue  # the batch joins the next request to this broker
+            by_node[node].append(queue.popleft())  # one batch per partition per request
+            if not queue:
+                del self.ready[tp]
         sent = False
         for node, batches in by_node.items():
             try:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from broker.bench import broker as broker_bench
+from broker.bench import client as client_bench
 from broker.bench import log as log_bench
 from broker.errors import UsageError
 from kafkactl.render import Output, json_line, progress, table
@@ -75,3 +76,52 @@ def broker(
         json_line(result)
     else:
         table(["metric", "value"], result.items(), title="kafkactl bench broker")
+
+
+def _client_bench(kind: str, messages: int, size: int, batch: int, acks: str, compression: str, rate: int,
+                  bootstrap: str | None, directory: Path | None, output: Output) -> None:  # fmt: skip
+    from broker.client.producer import CODECS, parse_acks
+
+    if compression not in CODECS:
+        raise UsageError(f"--compression {compression!r}: expected one of {', '.join(CODECS)}")
+    total = messages * (2 if kind == "consume" else 1)
+    with progress(f"bench {kind}", total) as advance:
+        result = client_bench.run(kind, messages, size, batch, parse_acks(acks), compression, rate, bootstrap,
+                                  directory, advance)  # fmt: skip
+    if output == Output.json:
+        json_line(result)
+    else:
+        table(["metric", "value"], result.items(), title=f"kafkactl bench {kind}")
+
+
+Messages = Annotated[int, typer.Option("--messages", min=1, help="Messages to send.")]
+Size = Annotated[int, typer.Option("--size", min=20, help="Bytes per message.")]
+Batch = Annotated[int, typer.Option("--batch", min=1, help="Messages per produce request (the paper: 1 or 50).")]
+Acks = Annotated[str, typer.Option("--acks", help="0, 1 or all.")]
+Compression = Annotated[str, typer.Option("--compression", help="none, gzip, snappy, lz4, zstd.")]
+Bootstrap = Annotated[str | None, typer.Option("-b", "--bootstrap-server", help="Use this broker, not a scratch one.")]
+Dir = Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.")]
+Out = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
+
+
+@app.command("produce")
+def produce(messages: Messages = 10_000_000, size: Size = 200, batch: Batch = 50, acks: Acks = "1",
+            compression: Compression = "none", bootstrap: Bootstrap = None, directory: Dir = None,
+            output: Out = Output.text) -> None:  # fmt: skip
+    """kafkactl's producer: msg/s, MB/s and bytes on disk per message (the paper's producer test)."""
+    _client_bench("produce", messages, size, batch, acks, compression, 0, bootstrap, directory, output)
+
+
+@app.command("consume")
+def consume(messages: Messages = 10_000_000, size: Size = 200, batch: Batch = 50, bootstrap: Bootstrap = None,
+            directory: Dir = None, output: Out = Output.text) -> None:  # fmt: skip
+    """kafkactl's consumer reading back what the producer wrote (the paper's consumer test)."""
+    _client_bench("consume", messages, size, batch, "1", "none", 0, bootstrap, directory, output)
+
+
+@app.command("e2e")
+def e2e(messages: Annotated[int, typer.Option("--messages", min=1, help="Messages to send.")] = 100_000,
+        size: Size = 200, rate: Annotated[int, typer.Option("--rate", min=1, help="Messages per second.")] = 10_000,
+        bootstrap: Bootstrap = None, directory: Dir = None, output: Out = Output.text) -> None:  # fmt: skip
+    """End-to-end latency at a fixed rate: producer here, consumer in another process."""
+    _client_bench("e2e", messages, size, 1, "1", "none", rate, bootstrap, directory, output)

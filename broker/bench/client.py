@@ -1,0 +1,181 @@
+"""`kafkactl bench produce | consume | e2e`: the paper's experiment with kafkactl's own clients.
+
+produce: `--messages` 200-byte messages into one partition, `--batch` messages per Produce request
+(1 or 50 as in the paper), sent without waiting for each answer (up to 5 requests in flight);
+reports msg/s, MB/s and the bytes each message takes on disk beyond its value.
+consume: reads them all back from offset 0. e2e: a producer at a fixed rate (10,000 msg/s) and a
+consumer in another process; each value carries its send time, the consumer reports latency
+percentiles. The broker is a scratch one (real ZooKeeper + broker process) unless `-b` names one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.bench.broker import scratch_broker
+from broker.client.admin import Admin
+from broker.client.consumer import AsyncConsumer
+from broker.client.producer import AsyncProducer
+from broker.records.crc import BACKEND
+
+
+def _topic(kind: str) -> str:
+    return f"bench-{kind}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+
+
+async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: int, acks: int, compression: str,
+                   advance: Callable[[int], None]) -> float:  # fmt: skip
+    value = os.urandom(size // 2 + 1).hex().encode()[:size]
+    producer = AsyncProducer(bootstrap, acks=acks, compression_type=compression, linger_ms=1000,
+                             batch_size=1 << 30, max_batch_messages=batch, max_in_flight=100,
+                             buffer_memory=64 << 20, enable_idempotence=False)  # fmt: skip
+    await producer.start()
+    try:
+        await producer.partitions(topic)
+        send = producer.send
+        step = max(1, messages // 100)
+        t0 = time.perf_counter()
+        for i in range(messages):
+            await send(topic, value, partition=0)
+            if i % step == 0:
+                advance(step)
+        await producer.flush()
+        return time.perf_counter() - t0
+    finally:
+        await producer.close()
+
+
+async def _consume(bootstrap: str, topic: str, messages: int, advance: Callable[[int], None]) -> float:
+    consumer = AsyncConsumer(bootstrap, fetch_max_wait_ms=100, max_partition_fetch_bytes=8 << 20,
+                             fetch_max_bytes=64 << 20)  # fmt: skip
+    await consumer.start()
+    try:
+        await consumer.assign([(topic, 0)])
+        consumer.seek((topic, 0), 0)
+        n = 0
+        t0 = time.perf_counter()
+        while n < messages:
+            got = await consumer.getmany(timeout_ms=1000, max_records=100_000)
+            for recs in got.values():
+                n += len(recs)
+                advance(len(recs))
+        return time.perf_counter() - t0
+    finally:
+        await consumer.close()
+
+
+def run(kind: str, messages: int = 10_000_000, size: int = 200, batch: int = 50, acks: int = 1,
+        compression: str = "none", rate: int = 10_000, bootstrap: str | None = None, workdir: Path | None = None,
+        advance: Callable[[int], None] = lambda n: None) -> dict:  # fmt: skip
+    """Run one bench ("produce", "consume" or "e2e"); returns its figures."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"kafkactl-bench-{kind}-", dir=workdir))
+    try:
+        if bootstrap:
+            return _run(kind, bootstrap, messages, size, batch, acks, compression, rate, advance)
+        with scratch_broker(tmp) as servers:
+            return _run(kind, servers, messages, size, batch, acks, compression, rate, advance)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(kind: str, bootstrap: str, messages: int, size: int, batch: int, acks: int, compression: str, rate: int,
+         advance: Callable[[int], None]) -> dict:  # fmt: skip
+    topic = _topic(kind)
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic, 1, 1)
+        try:
+            out: dict = {"bench": kind, "crc_backend": BACKEND, "messages": messages, "message_bytes": size}
+            if kind == "e2e":
+                out.update(_e2e(bootstrap, topic, messages, size, rate, advance))
+                return out
+            seconds = asyncio.run(_produce(bootstrap, topic, messages, size, batch, acks, compression,
+                                           advance if kind == "produce" else (lambda n: None)))  # fmt: skip
+            part = admin.describe_topic(topic)[0]
+            if part.log_end_offset != messages:
+                raise RuntimeError(f"produced {messages} but the log ends at {part.log_end_offset}")
+            disk = part.size or 0
+            out.update({"batch": batch, "acks": acks, "compression": compression,
+                        "produce_seconds": round(seconds, 3), "produce_msgs_per_s": round(messages / seconds),
+                        "produce_mb_per_s": round(messages * size / seconds / 1e6, 1),
+                        "disk_bytes": disk,
+                        "disk_overhead_bytes_per_message": round((disk - messages * size) / messages, 2)})  # fmt: skip
+            if kind == "consume":
+                seconds = asyncio.run(_consume(bootstrap, topic, messages, advance))
+                out.update({"consume_seconds": round(seconds, 3), "consume_msgs_per_s": round(messages / seconds),
+                            "consume_mb_per_s": round(messages * size / seconds / 1e6, 1)})  # fmt: skip
+            return out
+        finally:
+            admin.delete_topic(topic)
+
+
+def _e2e_consumer(bootstrap: str, topic: str, messages: int, queue) -> None:
+    async def main() -> list[float]:
+        consumer = AsyncConsumer(bootstrap, fetch_max_wait_ms=100)
+        await consumer.start()
+        latencies = []
+        try:
+            await consumer.assign([(topic, 0)])
+            consumer.seek((topic, 0), 0)
+            queue.put("ready")
+            while len(latencies) < messages:
+                got = await consumer.getmany(timeout_ms=1000)
+                now = time.time_ns()
+                for recs in got.values():
+                    latencies.extend((now - int(r.value[:19])) / 1e6 for r in recs)
+        finally:
+            await consumer.close()
+        return latencies
+
+    queue.put(asyncio.run(main()))
+
+
+def _e2e(bootstrap: str, topic: str, messages: int, size: int, rate: int, advance: Callable[[int], None]) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_e2e_consumer, args=(bootstrap, topic, messages, queue), daemon=True)
+    proc.start()
+    if queue.get(timeout=60) != "ready":
+        raise RuntimeError("the e2e consumer did not start")
+    pad = b"x" * max(0, size - 19)
+
+    async def produce() -> float:
+        producer = AsyncProducer(bootstrap, acks=1, linger_ms=0, enable_idempotence=False)
+        await producer.start()
+        try:
+            await producer.partitions(topic)
+            t0 = time.perf_counter()
+            tick = 0.001
+            per_tick = max(1, round(rate * tick))
+            sent = 0
+            while sent < messages:
+                due = t0 + sent / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                for _ in range(min(per_tick, messages - sent)):
+                    await producer.send(topic, b"%019d" % time.time_ns() + pad, partition=0)
+                    sent += 1
+                advance(per_tick)
+            await producer.flush()
+            return time.perf_counter() - t0
+        finally:
+            await producer.close()
+
+    seconds = asyncio.run(produce())
+    latencies = sorted(queue.get(timeout=120))
+    proc.join(10)
+
+    def pct(q: float) -> float:
+        return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))], 2)
+
+    return {"rate_target": rate, "rate_achieved": round(messages / seconds), "latency_ms_p50": pct(0.50),
+            "latency_ms_p95": pct(0.95), "latency_ms_p99": pct(0.99), "latency_ms_max": round(latencies[-1], 2),
+            "latency_ms_mean": round(statistics.fmean(latencies), 2)}  # fmt: skip
