@@ -73,7 +73,8 @@ class AsyncConsumer:
         self.assignment: list[TopicPartition] = []
         self.positions: dict[TopicPartition, int] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}
-        self.buffers: dict[TopicPartition, collections.deque[ConsumerRecord]] = {}
+        #: fetched, unread records per partition, as the lists each fetch decoded (handed out whole when they fit)
+        self.buffers: dict[TopicPartition, collections.deque[list[ConsumerRecord]]] = {}
         self.buffered = 0
         self._errors: list[BaseException] = []
         self._data = asyncio.Event()
@@ -176,7 +177,7 @@ class AsyncConsumer:
     def _drop_buffered(self, tp: TopicPartition) -> None:
         buf = self.buffers.pop(tp, None)
         if buf:
-            self.buffered -= len(buf)
+            self.buffered -= sum(len(chunk) for chunk in buf)
 
     def _restart(self) -> None:
         """(Re)start one fetch task per leader of the assigned partitions."""
@@ -185,7 +186,7 @@ class AsyncConsumer:
             task.cancel()
         self._tasks = {}
         self.buffers = {tp: buf for tp, buf in self.buffers.items() if tp in self.assignment}
-        self.buffered = sum(len(b) for b in self.buffers.values())
+        self.buffered = sum(len(chunk) for b in self.buffers.values() for chunk in b)
         self._room.set()
 
     def _ensure_fetchers(self) -> None:
@@ -289,7 +290,7 @@ class AsyncConsumer:
             buf = self.buffers.get(tp)
             if buf is None:
                 buf = self.buffers[tp] = collections.deque()
-            buf.extend(records)
+            buf.append(records)
             self.buffered += len(records)
             self.positions[tp] = records[-1].offset + 1
             self._data.set()
@@ -326,11 +327,21 @@ class AsyncConsumer:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for tp in list(self.buffers):
             buf = self.buffers[tp]
-            take = min(limit, len(buf))
-            if take:
-                out[tp] = [buf.popleft() for _ in range(take)]
-                limit -= take
-                self.buffered -= take
+            taken: list[ConsumerRecord] = []
+            while buf and limit > 0:
+                chunk = buf[0]
+                if len(chunk) <= limit:
+                    buf.popleft()
+                else:  # split the chunk: the rest stays first in line
+                    chunk, buf[0] = chunk[:limit], chunk[limit:]
+                limit -= len(chunk)
+                if taken:
+                    taken.extend(chunk)
+                else:
+                    taken = chunk  # the chunk left the buffer: no copy needed
+            if taken:
+                out[tp] = taken
+                self.buffered -= len(taken)
             if not buf:
                 del self.buffers[tp]
             if limit <= 0:
