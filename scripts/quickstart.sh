@@ -12,10 +12,10 @@ $K broker start --daemon                      # broker 0 on 127.0.0.1:9092, data
 trap '$K broker stop' EXIT                    # a clean shutdown; the private ZooKeeper stops with it
 topic="quickstart-$(date +%s)"
 $K topic create "$topic" --partitions 3 -b $B
-seq 1 10000 | sed 's/.*/key-&:value-&/' | kcat -P -b $B -t "$topic" -K: -X acks=all
+seq 1 10000 | sed 's/.*/key-&:value-&/' | $K produce "$topic" -K: --acks all -b $B
 $K topic describe "$topic" -b $B
 want=$(seq 1 10000 | sed 's/.*/key-&:value-&/' | sort)
-got=$(kcat -C -b $B -t "$topic" -o beginning -e -q -f '%k:%s\n' | sort)
+got=$($K consume "$topic" --offset beginning --format '%k:%s\n' -b $B | sort)
 if [ "$want" != "$got" ]; then
   echo "quickstart: the messages read back differ from those produced" >&2
   exit 1
