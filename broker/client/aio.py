@@ -230,7 +230,9 @@ class AsyncCluster:
                 return meta
             await self.refresh([name], allow_create=allow_create)
             meta = self.topics[name]
-            if meta.error not in (0, ErrorCode.LEADER_NOT_AVAILABLE) and not ErrorCode(meta.error).retriable:
+            unknown = meta.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not allow_create
+            fatal = meta.error not in (0, ErrorCode.LEADER_NOT_AVAILABLE) and not ErrorCode(meta.error).retriable
+            if unknown or fatal:
                 raise KafkactlError(f"topic {name!r}: {ErrorCode(meta.error).name}")
             if meta.error == 0 and meta.partitions and all(p.leader >= 0 for p in meta.partitions.values()):
                 return meta

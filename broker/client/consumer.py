@@ -170,6 +170,10 @@ class AsyncConsumer:
             self.seek(tp, off if off >= 0 else ends[tp])
 
     def position(self, tp: TopicPartition) -> int | None:
+        """The offset of the next record `getmany` hands out for `tp` (records already prefetched count as unread)."""
+        buf = self.buffers.get(tp)
+        if buf:
+            return buf[0][0].offset
         return self.positions.get(tp)
 
     # -- fetching -------------------------------------------------------------------------------------

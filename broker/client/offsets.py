@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import NamedTuple
 
 from broker.errors import UsageError
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
@@ -37,14 +39,14 @@ END = OffsetSpec("end")
 
 def parse_duration_ms(text: str) -> int | None:
     """Milliseconds of '10m', '1h30m', '500ms', '2.5h'; None when it is not a duration."""
-    pos, total = 0, 0.0
+    pos, total = 0, Decimal(0)
     s = text.strip().lower()
     if not s:
         return None
     for m in _DURATION.finditer(s):
         if m.start() != pos:
             return None
-        total += float(m.group(1)) * _UNITS[m.group(2)]
+        total += Decimal(m.group(1)) * _UNITS[m.group(2)]  # decimal: '1.15h' is exactly 4,140,000 ms
         pos = m.end()
     return int(total) if pos == len(s) and pos > 0 else None
 
@@ -63,7 +65,7 @@ def parse_offset(text: str, *, relative_to_committed: bool = False, now_ms: int 
         n = int(s)
         if relative_to_committed:
             return OffsetSpec("relative", n)
-        if n >= 0:
+        if s.startswith("+"):
             raise UsageError(f"offset {text!r}: +N is relative to a group's committed offset (needs --group)")
         return OffsetSpec("from_end", -n)
     if re.fullmatch(r"@-?\d+", s):
@@ -82,7 +84,9 @@ def parse_offset(text: str, *, relative_to_committed: bool = False, now_ms: int 
             f"invalid offset {text!r}: expected beginning, end, N, -N, @epoch-ms, an ISO-8601 date-time "
             "or a duration such as 10m"
         ) from None
-    return OffsetSpec("timestamp", int(dt.timestamp() * 1000))
+    if dt.tzinfo is None:
+        dt = dt.astimezone()  # no zone given: the local one
+    return OffsetSpec("timestamp", (dt - _EPOCH) // timedelta(milliseconds=1))  # exact: no float rounding
 
 
 def resolve(spec: OffsetSpec, start: int, end: int, committed: int | None = None) -> int:

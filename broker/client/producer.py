@@ -23,6 +23,7 @@ from broker.client.partitioner import StickyPartitioner, partition_for_key
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.records.batch import decode_records
 from broker.records.builder import BatchBuilder
 from broker.records.compression import Codec
 
@@ -76,7 +77,7 @@ def parse_acks(value: str | int) -> int:
 
 class _Batch:
     __slots__ = ("topic", "partition", "builder", "future", "created", "sequence", "attempts", "data",
-                 "deadline", "size", "retry_at")  # fmt: skip
+                 "deadline", "size", "retry_at", "parent", "results")  # fmt: skip
 
     def __init__(self, topic: str, partition: int, codec: Codec, deadline: float) -> None:
         self.topic, self.partition = topic, partition
@@ -89,6 +90,8 @@ class _Batch:
         self.deadline = deadline
         self.size = 0
         self.retry_at = 0.0
+        self.parent: tuple[_Batch, int] | None = None  # a record split out of (batch, delta)
+        self.results: list[Any] | None = None  # a split batch: each record's offset or error
 
 
 class Delivery:
@@ -100,12 +103,19 @@ class Delivery:
         self.batch, self.delta, self.timestamp = batch, delta, timestamp
 
     def __await__(self):
-        base = yield from asyncio.shield(self.batch.future).__await__()
-        return self._metadata(base)
+        outcome = yield from asyncio.shield(self.batch.future).__await__()
+        return self._metadata(outcome)
 
-    def _metadata(self, base: int) -> RecordMetadata:
+    def _metadata(self, outcome: int | list) -> RecordMetadata:
         b = self.batch
-        return RecordMetadata(b.topic, b.partition, base + self.delta if base >= 0 else -1, self.timestamp)
+        if isinstance(outcome, list):  # the batch was split record by record: this record's own outcome
+            mine = outcome[self.delta]
+            if isinstance(mine, BaseException):
+                raise mine
+            offset = mine
+        else:
+            offset = outcome + self.delta if outcome >= 0 else -1
+        return RecordMetadata(b.topic, b.partition, offset, self.timestamp)
 
     def done(self) -> bool:
         return self.batch.future.done()
@@ -114,7 +124,11 @@ class Delivery:
         return self._metadata(self.batch.future.result())
 
     def exception(self) -> BaseException | None:
-        return self.batch.future.exception()
+        exc = self.batch.future.exception()
+        if exc is None and isinstance(self.batch.future.result(), list):
+            mine = self.batch.future.result()[self.delta]
+            return mine if isinstance(mine, BaseException) else None
+        return exc
 
 
 class AsyncProducer:
@@ -399,6 +413,9 @@ class AsyncProducer:
             if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 self._complete(b, p["base_offset"])
                 continue
+            if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE) and b.builder.count > 1:
+                self._split(b)  # as Kafka's client: resend record by record, so only the big one fails
+                continue
             err = ErrorCode(code) if code in ErrorCode._value2member_map_ else None
             message = f"{b.topic}-{b.partition}: {err.name if err else code}"
             if p.get("error_message"):
@@ -418,22 +435,57 @@ class AsyncProducer:
         self.retrying.append(b)
         self._wake.set()
 
+    def _split(self, b: _Batch) -> None:
+        """Replace a batch the broker found too large by one batch per record, sent first, in order."""
+        records = decode_records(b.builder.build(), 0)
+        b.results = [None] * len(records)
+        if b.sequence >= 0:
+            self._rewind(b)
+        children = []
+        for r in records:
+            child = _Batch(b.topic, b.partition, self.codec, b.deadline)
+            child.builder.append(r.timestamp, r.key, r.value, r.headers)
+            child.parent = (b, r.offset)
+            self.unfinished.add(child)
+            children.append(child)
+        for child in reversed(children):
+            self._queue(child, front=True)
+        self._wake.set()
+
+    def _child_done(self, child: _Batch, outcome: Any) -> None:
+        parent, delta = child.parent  # type: ignore[misc]
+        assert parent.results is not None
+        parent.results[delta] = outcome
+        if all(x is not None for x in parent.results):
+            if not parent.future.done():
+                parent.future.set_result(parent.results)
+            self._finish(parent)
+
     def _complete(self, b: _Batch, base_offset: int) -> None:
-        if not b.future.done():
+        if b.parent is not None:
+            self._child_done(b, base_offset)
+        elif not b.future.done():
             b.future.set_result(base_offset)
         self._finish(b)
 
     def _fail(self, b: _Batch, exc: BaseException) -> None:
-        if not b.future.done():
+        if b.parent is not None:
+            self._child_done(b, exc)
+        elif not b.future.done():
             b.future.set_exception(exc)
             b.future.exception()  # retrieved: the error lives on in each Delivery, not as a loop warning
-        if b.sequence >= 0:  # its sequences were never appended: later batches of the partition take them over
-            tp = (b.topic, b.partition)
-            self.sequences[tp] = b.sequence
-            for x in self.unfinished:
-                if x is not b and (x.topic, x.partition) == tp and x.data is not None:
-                    x.data = None  # rebuilt with new sequences when (re)sent, in order
+        if b.sequence >= 0:
+            self._rewind(b)
         self._finish(b)
+
+    def _rewind(self, b: _Batch) -> None:
+        """`b`'s sequences were never appended: later batches of its partition take them over."""
+        tp = (b.topic, b.partition)
+        self.sequences[tp] = b.sequence
+        b.sequence = -1
+        for x in self.unfinished:
+            if x is not b and (x.topic, x.partition) == tp and x.data is not None:
+                x.data = None  # rebuilt with new sequences when (re)sent, in order
 
     def _finish(self, b: _Batch) -> None:
         self.unfinished.discard(b)

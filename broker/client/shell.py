@@ -9,9 +9,12 @@ header's `"encoding"` set to `"base64"`; null stays null. `consume -o json` prin
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
+import os
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -104,7 +107,7 @@ def message_from_json(text: str, line: int) -> Message:
         elif isinstance(h, list | tuple) and len(h) == 2 and isinstance(h[0], str):
             headers.append((h[0], None if h[1] is None else str(h[1]).encode()))
         else:
-            raise UsageError(f"line {line}: a header must be {{\"key\": ..., \"value\": ...}}")
+            raise UsageError(f'line {line}: a header must be {{"key": ..., "value": ...}}')
     partition = obj.get("partition")
     timestamp = obj.get("timestamp")
     if partition is not None and not isinstance(partition, int):
@@ -120,10 +123,10 @@ def message_from_json(text: str, line: int) -> Message:
 
 def messages_from_lines(lines: Iterable[bytes], *, input_format: str = "text", key_separator: bytes | None = None,
                         null_literal: bytes | None = None, headers: list[tuple[str, bytes | None]] | None = None,
-                        partition: int | None = None) -> Iterator[Message]:  # fmt: skip
+                        partition: int | None = None, first_line: int = 1) -> Iterator[Message]:  # fmt: skip
     """Messages from input lines (newline already stripped or not): text with an optional key, or JSON."""
     extra = list(headers or [])
-    for n, raw in enumerate(lines, 1):
+    for n, raw in enumerate(lines, first_line):
         line = raw[:-1] if raw.endswith(b"\n") else raw
         if line.endswith(b"\r"):
             line = line[:-1]
@@ -163,6 +166,49 @@ def parse_header(text: str) -> tuple[str, bytes]:
 # -- produce -----------------------------------------------------------------------------------------
 
 
+async def read_lines(fd: int, chunk: int = 1 << 16) -> AsyncIterator[list[bytes]]:
+    """Lines of a file descriptor, read off the event loop: each read returns what is there (a pipe's
+    few lines at once, a file's 64 KiB), so typed lines go out at once and big inputs go in bulk."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue(maxsize=16)
+    stop = threading.Event()
+
+    def reader() -> None:
+        rest = b""
+        try:
+            while not stop.is_set():
+                data = os.read(fd, chunk)
+                if not data:
+                    break
+                lines = (rest + data).split(b"\n")
+                rest = lines.pop()
+                if lines:
+                    asyncio.run_coroutine_threadsafe(queue.put(lines), loop).result()
+            if rest and not stop.is_set():
+                asyncio.run_coroutine_threadsafe(queue.put([rest]), loop).result()
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop
+            if not stop.is_set():
+                asyncio.run_coroutine_threadsafe(queue.put(exc), loop).result()
+            return
+        if not stop.is_set():
+            asyncio.run_coroutine_threadsafe(queue.put(None), loop).result()
+
+    thread = threading.Thread(target=reader, name="kafkactl-input", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while not queue.empty():  # unblock a reader waiting to hand over a chunk
+            queue.get_nowait()
+
+
 @dataclass
 class ProduceSummary:
     messages: int = 0
@@ -180,10 +226,24 @@ class ProduceSummary:
             span[1] = max(span[1], offset)
 
 
-async def produce_messages(producer: AsyncProducer, topic: str, messages: Iterable[Message],
-                           advance=lambda n: None) -> ProduceSummary:  # fmt: skip
-    """Send every message and wait for every answer; a message counts only once acknowledged."""
-    summary = ProduceSummary()
+async def _as_async(messages: Iterable[Message] | AsyncIterator[Message]) -> AsyncIterator[Message]:
+    if hasattr(messages, "__aiter__"):
+        async for m in messages:  # type: ignore[union-attr]
+            yield m
+    else:
+        for m in messages:  # type: ignore[union-attr]
+            yield m
+
+
+async def produce_messages(producer: AsyncProducer, topic: str,
+                           messages: Iterable[Message] | AsyncIterator[Message], advance=lambda n: None,
+                           summary: ProduceSummary | None = None) -> ProduceSummary:  # fmt: skip
+    """Send every message and wait for every answer; a message counts only once acknowledged.
+
+    An input error (a bad line) stops the reading, but what was sent before it is still awaited and
+    counted in `summary` before the error propagates.
+    """
+    summary = summary if summary is not None else ProduceSummary()
     t0 = time.perf_counter()
     pending: list[tuple[Message, Delivery, int]] = []
 
@@ -202,25 +262,36 @@ async def produce_messages(producer: AsyncProducer, topic: str, messages: Iterab
                 summary.partitions.setdefault(md.partition, [-1, -1])
         del pending[:upto]
 
-    for m in messages:
-        try:
-            d = await producer.send(topic, m.value, m.key, headers=m.headers, partition=m.partition,
-                                    timestamp=m.timestamp)  # fmt: skip
-        except ProduceError as exc:
-            summary.failures.append((m.line, str(exc)))
-            continue
-        size = (len(m.value) if m.value else 0) + (len(m.key) if m.key else 0)
-        pending.append((m, d, size))
-        advance(size + 1)
-        if len(pending) >= 100_000:
-            done = 0
-            while done < len(pending) and pending[done][1].done():
-                done += 1
-            settle(done)
-    await producer.flush()
-    settle(len(pending))
-    summary.seconds = time.perf_counter() - t0
+    try:
+        async for m in _as_async(messages):
+            try:
+                d = await producer.send(topic, m.value, m.key, headers=m.headers, partition=m.partition,
+                                        timestamp=m.timestamp)  # fmt: skip
+            except ProduceError as exc:
+                summary.failures.append((m.line, str(exc)))
+                continue
+            size = (len(m.value) if m.value else 0) + (len(m.key) if m.key else 0)
+            pending.append((m, d, size))
+            advance(size + 1)
+            if len(pending) >= 100_000:
+                done = 0
+                while done < len(pending) and pending[done][1].done():
+                    done += 1
+                settle(done)
+    finally:
+        await producer.flush()
+        settle(len(pending))
+        summary.seconds = time.perf_counter() - t0
     return summary
+
+
+async def stream_messages(fd: int, **options) -> AsyncIterator[Message]:
+    """`messages_from_lines` over a file descriptor read by `read_lines`."""
+    line = 1
+    async for lines in read_lines(fd):
+        for m in messages_from_lines(lines, first_line=line, **options):
+            yield m
+        line += len(lines)
 
 
 # -- consume -----------------------------------------------------------------------------------------

@@ -81,8 +81,15 @@ def consume(
     try:
         asyncio.run(run())
     except KeyboardInterrupt:
-        pass
-    finally:
-        last = ", ".join(f"p{p}@{o}" for p, o in sorted(summary.last.items()))
-        print(f"consumed {summary.messages} message(s), {summary.bytes} bytes from {topic}"
-              f"{': last offsets ' + last if last else ''}", file=sys.stderr)  # fmt: skip
+        pass  # Ctrl-C ends a consume cleanly, with its summary
+    except BaseException:
+        if summary.messages:  # what was printed before the failure is accounted for; the error line follows
+            _print_summary(topic, summary)
+        raise
+    _print_summary(topic, summary)
+
+
+def _print_summary(topic: str, summary: shell.ConsumeSummary) -> None:
+    last = ", ".join(f"p{p}@{o}" for p, o in sorted(summary.last.items()))
+    print(f"consumed {summary.messages} message(s), {summary.bytes} bytes from {topic}"
+          f"{': last offsets ' + last if last else ''}", file=sys.stderr)  # fmt: skip

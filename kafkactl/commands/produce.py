@@ -33,6 +33,9 @@ def produce(
     null_literal: Annotated[
         str | None, typer.Option("--null-literal", help="A key or value equal to this is sent as null.")
     ] = None,
+    delivery_timeout_ms: Annotated[
+        int, typer.Option("--delivery-timeout-ms", min=1, help="Give up on a message after this long.")
+    ] = 120000,
     bootstrap: contexts.Bootstrap = None,
 ) -> None:
     """Produce one message per input line (text, optionally KEY<SEP>VALUE, or JSON lines as `consume -o json`
@@ -53,34 +56,45 @@ def produce(
         total = os.fstat(stream.fileno()).st_size
     else:
         stream, total = sys.stdin.buffer, None
-    messages = shell.messages_from_lines(
-        stream, input_format=input_format, key_separator=key_separator.encode() if key_separator else None,
+    options = dict(
+        input_format=input_format, key_separator=key_separator.encode() if key_separator else None,
         null_literal=null_literal.encode() if null_literal is not None else None, headers=headers,
         partition=partition,
     )  # fmt: skip
+    summary = shell.ProduceSummary()
 
-    async def run() -> shell.ProduceSummary:
+    async def run() -> None:
         producer = AsyncProducer(contexts.bootstrap(bootstrap), acks=ack, compression_type=compression,
-                                 linger_ms=linger_ms, batch_size=batch_size)  # fmt: skip
+                                 linger_ms=linger_ms, batch_size=batch_size,
+                                 delivery_timeout_ms=delivery_timeout_ms)  # fmt: skip
         await producer.start()
         try:
             with progress(f"producing to {topic}", total if sys.stderr.isatty() else None) as advance:
-                return await shell.produce_messages(producer, topic, messages, advance)
+                messages = shell.stream_messages(stream.fileno(), **options)
+                await shell.produce_messages(producer, topic, messages, advance, summary)
         finally:
             await producer.close()
 
     try:
-        summary = asyncio.run(run())
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        summary.failures.append((0, "interrupted"))
     finally:
         if file is not None:
             stream.close()
+        if summary.messages or summary.failures:
+            _print_summary(topic, summary)
+    if summary.failures:
+        first = summary.failures[0]
+        more = f" (and {len(summary.failures) - 1} more)" if len(summary.failures) > 1 else ""
+        where = f"line {first[0]}: " if first[0] else ""
+        raise KafkactlError(f"{len(summary.failures)} message(s) not acknowledged; {where}{first[1]}{more}")
+
+
+def _print_summary(topic: str, summary: shell.ProduceSummary) -> None:
     spans = ", ".join(
         f"p{p} {a}..{b}" if a >= 0 else f"p{p} (acks=0: no offsets)" for p, (a, b) in sorted(summary.partitions.items())
     )
     rate = summary.messages / summary.seconds if summary.seconds else 0
     print(f"produced {summary.messages} message(s), {summary.bytes} bytes to {topic} in {summary.seconds:.2f}s "
           f"({rate:,.0f} msg/s){': ' + spans if spans else ''}", file=sys.stderr)  # fmt: skip
-    if summary.failures:
-        first = summary.failures[0]
-        more = f" (and {len(summary.failures) - 1} more)" if len(summary.failures) > 1 else ""
-        raise KafkactlError(f"{len(summary.failures)} message(s) not acknowledged; line {first[0]}: {first[1]}{more}")

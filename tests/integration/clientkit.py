@@ -1,0 +1,157 @@
+"""Helpers for the producer / consumer tests: the CLI with stdin bytes, topics, whole-topic reads through the
+Python client, and the batches a broker wrote to its segment files."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.client.admin import Admin
+from broker.client.consumer import AsyncConsumer, ConsumerRecord
+from broker.records.batch import BatchHeader, Record, decode_header, iter_records
+from tests.integration.helpers import cli_env
+
+# --- the command line ------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    returncode: int
+    out: bytes
+    err: str
+
+    @property
+    def stdout(self) -> str:
+        return self.out.decode("utf-8", "replace")
+
+    def __str__(self) -> str:
+        return f"exit {self.returncode}\n--- stdout\n{self.stdout}--- stderr\n{self.err}"
+
+
+def kcli(*args: object, input: bytes = b"", timeout: float = 60.0) -> Run:
+    """`python -m kafkactl ARGS` with `input` on stdin; stdout kept as bytes."""
+    p = subprocess.run(
+        [sys.executable, "-m", "kafkactl", *map(str, args)], input=input, capture_output=True, timeout=timeout,
+        env=cli_env(),
+    )  # fmt: skip
+    return Run(p.returncode, p.stdout, p.stderr.decode("utf-8", "replace"))
+
+
+def succeeded(r: Run) -> Run:
+    assert r.returncode == 0, str(r)
+    assert "Traceback" not in r.err, str(r)
+    assert "error" not in r.err.lower(), str(r)
+    return r
+
+
+def one_error(r: Run, *needles: str, code: int | None = None, allow_summary: bool = False) -> str:
+    """The single `kafkactl: error: ...` line of a failed run (no traceback); it contains every needle.
+
+    With `allow_summary` a `produced ...` / `consumed ...` summary line may precede it; nothing else may be there.
+    """
+    assert r.returncode != 0, f"expected a failure\n{r}"
+    if code is not None:
+        assert r.returncode == code, str(r)
+    assert "Traceback" not in r.err + r.stdout, str(r)
+    lines = [ln for ln in r.err.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("kafkactl: error: ")]
+    assert len(errors) == 1, f"expected exactly one error line\n{r}"
+    others = [ln for ln in lines if ln not in errors]
+    if allow_summary:
+        assert all(re.match(r"(produced|consumed) \d+ message\(s\)", ln) for ln in others), str(r)
+        assert len(others) <= 1, str(r)
+    else:
+        assert not others, f"expected nothing but the error line on stderr\n{r}"
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    return errors[0]
+
+
+_PRODUCED = re.compile(r"^produced (\d+) message\(s\), (\d+) bytes to (\S+) in [\d.]+s \([^)]*\)(?:: (.*))?$", re.M)
+
+
+def produced_summary(err: str) -> tuple[int, dict[int, tuple[int, int]]]:
+    """(messages, {partition: (first, last offset)}) of produce's summary line on stderr ((-1, -1) with acks=0)."""
+    m = _PRODUCED.search(err)
+    assert m, f"no produce summary in {err!r}"
+    spans = {}
+    for part in (m.group(4) or "").split(", "):
+        if part:
+            sm = re.fullmatch(r"p(\d+) (\d+)\.\.(\d+)", part) or re.fullmatch(r"p(\d+) \(acks=0: no offsets\)", part)
+            assert sm, part
+            spans[int(sm.group(1))] = (int(sm.group(2)), int(sm.group(3))) if sm.lastindex == 3 else (-1, -1)
+    return int(m.group(1)), spans
+
+
+def consumed_summary(err: str) -> int:
+    m = re.search(r"^consumed (\d+) message\(s\)", err, re.M)
+    assert m, f"no consume summary in {err!r}"
+    return int(m.group(1))
+
+
+# --- topics and reads ------------------------------------------------------------------------------
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
+    with Admin(bootstrap) as admin:
+        admin.create_topic(name, partitions, 1, config)
+        deadline = time.monotonic() + 15
+        while True:  # until every partition has a leader
+            md = admin.cluster.metadata([name])
+            (t,) = [t for t in md["topics"] if t["name"] == name]
+            if len(t["partitions"]) == partitions and all(p["leader_id"] >= 0 for p in t["partitions"]):
+                return name
+            assert time.monotonic() < deadline, f"topic {name} has no leaders: {t}"
+            time.sleep(0.05)
+
+
+async def read_all_async(bootstrap: str, topic: str, timeout: float = 20.0, **cfg) -> list[ConsumerRecord]:
+    """Every record of every partition of `topic` up to the end offsets at the start, by (partition, offset)."""
+    async with AsyncConsumer(bootstrap, fetch_max_wait_ms=100, **cfg) as c:
+        parts = await c.partitions_for(topic)
+        tps = [(topic, p) for p in parts]
+        await c.assign(tps)
+        await c.seek_to_beginning()
+        ends = await c.end_offsets(tps)
+        starts = await c.beginning_offsets(tps)
+        out: list[ConsumerRecord] = []
+        nxt = dict(starts)  # the offset after the last record handed out, per partition
+        deadline = time.monotonic() + timeout
+        while any(nxt[tp] < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"read {len(out)} records; next {nxt}, ends {ends}"
+            for tp, recs in (await c.getmany(timeout_ms=200)).items():
+                out.extend(recs)
+                nxt[tp] = recs[-1].offset + 1
+        return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+def read_all(bootstrap: str, topic: str, timeout: float = 20.0, **cfg) -> list[ConsumerRecord]:
+    return asyncio.run(read_all_async(bootstrap, topic, timeout, **cfg))
+
+
+# --- segment files ---------------------------------------------------------------------------------
+
+
+def disk_batches(log_dir: Path, topic: str, partition: int) -> list[tuple[BatchHeader, list[Record]]]:
+    """Every whole batch in the partition's segment files, in order, with its records."""
+    out = []
+    for path in sorted((Path(log_dir) / f"{topic}-{partition}").glob("*.log")):
+        buf = path.read_bytes()
+        pos = 0
+        while pos + 61 <= len(buf):
+            h = decode_header(buf, pos)
+            if h.length <= 0 or pos + h.size > len(buf):
+                break
+            out.append((h, list(iter_records(buf, pos, h))))
+            pos += h.size
+    return out

@@ -1,0 +1,550 @@
+"""kafkactl's asyncio producer and consumer (broker.client) against real broker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from broker.client.consumer import AsyncConsumer, ConsumeError
+from broker.client.partitioner import murmur2, partition_for_key
+from broker.client.producer import AsyncProducer, ProduceError
+from broker.errors import KafkactlError
+from broker.protocol.errors import ErrorCode
+from tests.integration.clientkit import create_topic, disk_batches, read_all, read_all_async, unique
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def varied_messages(ts0: int) -> list[dict]:
+    """Every shape a message can take; `partition` None means: let the partitioner choose."""
+    msgs = [
+        dict(key=b"plain-key", value=b"plain value", headers=[], partition=None),
+        dict(key=None, value=b"null key", headers=[], partition=0),
+        dict(key=b"null-value", value=None, headers=[], partition=1),
+        dict(key=None, value=None, headers=[], partition=2),
+        dict(key=b"empty-value", value=b"", headers=[], partition=None),
+        dict(key=b"", value=b"empty key", headers=[], partition=1),
+        dict(key=b"\x00\xff\xfe\x80binary", value=bytes(range(256)), headers=[], partition=None),
+        dict(key="ключ".encode(), value="värde ✓".encode(), headers=[("ä", "ö".encode())], partition=0),
+        dict(key=b"hdrs", value=b"repeated and null headers",
+             headers=[("h", b"1"), ("h", b"2"), ("h", None), ("empty", b""), ("bin", b"\xff\x00"), ("h", b"3")],
+             partition=None),
+        dict(key=None, value=b"x" * 20_000, headers=[("big", b"y" * 3000)], partition=2),
+    ]  # fmt: skip
+    for i in range(40):
+        msgs.append(dict(key=b"key-%d" % (i % 7), value=b"value %d" % i, headers=[("i", b"%d" % i)], partition=None))
+    for i, m in enumerate(msgs):
+        m["timestamp"] = ts0 + i * 10
+    return msgs
+
+
+async def send_all(bootstrap: str, topic: str, msgs: list[dict], **cfg):
+    async with AsyncProducer(bootstrap, **cfg) as producer:
+        deliveries = [
+            await producer.send(topic, m["value"], m["key"], headers=m["headers"], partition=m["partition"],
+                                timestamp=m.get("timestamp"))  # fmt: skip
+            for m in msgs
+        ]
+        await producer.flush()
+        return [await d for d in deliveries]
+
+
+# --- round trips -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_round_trip_every_codec(shared_broker, codec):
+    topic = create_topic(shared_broker.bootstrap, unique(f"rt-{codec}"), 3)
+    msgs = varied_messages(now_ms() - 60_000)
+    metas = asyncio.run(send_all(shared_broker.bootstrap, topic, msgs, compression_type=codec, linger_ms=50))
+    assert len(metas) == len(msgs)
+    for m, md in zip(msgs, metas, strict=True):
+        assert md.topic == topic
+        assert md.timestamp == m["timestamp"]
+        if m["partition"] is not None:
+            assert md.partition == m["partition"]
+        elif m["key"] is not None:
+            assert md.partition == partition_for_key(m["key"], 3)
+    assert len({(md.partition, md.offset) for md in metas}) == len(msgs)
+
+    got = {(r.partition, r.offset): r for r in read_all(shared_broker.bootstrap, topic)}
+    assert set(got) == {(md.partition, md.offset) for md in metas}  # nothing lost, nothing extra
+    for m, md in zip(msgs, metas, strict=True):
+        r = got[(md.partition, md.offset)]
+        assert (r.topic, r.key, r.value, r.headers, r.timestamp, r.timestamp_type) == (
+            topic, m["key"], m["value"], tuple(m["headers"]), m["timestamp"], 0)  # fmt: skip
+
+    on_disk = [h for p in range(3) for h, _ in disk_batches(shared_broker.log_dir, topic, p)]
+    assert on_disk and {h.codec for h in on_disk} == {CODEC_IDS[codec]}
+    assert sum(h.record_count for h in on_disk) == len(msgs)
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_acks(shared_broker, acks):
+    topic = create_topic(shared_broker.bootstrap, unique(f"acks{acks}"), 1)
+    msgs = [dict(key=None, value=b"m%03d" % i, headers=[], partition=0) for i in range(50)]
+    metas = asyncio.run(send_all(shared_broker.bootstrap, topic, msgs, acks=acks, linger_ms=1, batch_size=300))
+    if acks == "0":
+        assert {md.offset for md in metas} == {-1}  # no answer, no offsets
+    else:
+        assert [md.offset for md in metas] == list(range(50))
+    recs = read_all(shared_broker.bootstrap, topic)
+    assert [r.value for r in recs] == [m["value"] for m in msgs]
+    batches = [h for h, _ in disk_batches(shared_broker.log_dir, topic, 0)]
+    assert len(batches) > 1
+    ids = {h.producer_id for h in batches}
+    if acks == "all":  # idempotent by default
+        assert len(ids) == 1 and min(ids) >= 0
+    else:
+        assert ids == {-1}
+        assert {h.base_sequence for h in batches} == {-1}
+
+
+def test_idempotence_needs_acks_all():
+    with pytest.raises(KafkactlError, match="acks=all"):
+        AsyncProducer("127.0.0.1:1", acks=1, enable_idempotence=True)
+
+
+@pytest.mark.parametrize(("setting", "value"), [("compression_type", "brotli"), ("acks", "2"), ("no_such", 1)])
+def test_bad_producer_settings(setting, value):
+    with pytest.raises(KafkactlError):
+        AsyncProducer("127.0.0.1:1", **{setting: value})
+
+
+# --- partitioning and batching ---------------------------------------------------------------------
+
+
+def test_keyed_messages_land_on_the_murmur2_partition(shared_broker):
+    kp = pytest.importorskip("kafka.partitioner.default")
+    topic = create_topic(shared_broker.bootstrap, unique("keyed"), 5)
+    keys = [b"user-%d" % i for i in range(200)] + [b"", b"\xff\xfe", "ключ".encode()]
+    msgs = [dict(key=k, value=b"v", headers=[], partition=None) for k in keys]
+    metas = asyncio.run(send_all(shared_broker.bootstrap, topic, msgs))
+    for k, md in zip(keys, metas, strict=True):
+        assert md.partition == (murmur2(k) & 0x7FFFFFFF) % 5 == (kp.murmur2(k) & 0x7FFFFFFF) % 5, k
+    recs = read_all(shared_broker.bootstrap, topic)
+    assert sorted((r.key, r.partition) for r in recs) == sorted((k, partition_for_key(k, 5)) for k in keys)
+    assert len({r.partition for r in recs}) == 5
+
+
+def test_unkeyed_messages_stick_to_one_partition_per_batch(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("sticky"), 4)
+    msgs = [dict(key=None, value=b"%04d" % i + b"." * 60, headers=[], partition=None) for i in range(400)]
+    # a long linger: only batch.size closes batches, so every batch boundary is a size boundary
+    metas = asyncio.run(send_all(shared_broker.bootstrap, topic, msgs, batch_size=1024, linger_ms=5000))
+    runs: list[tuple[int, list[bytes]]] = []
+    for m, md in zip(msgs, metas, strict=True):
+        if runs and runs[-1][0] == md.partition:
+            runs[-1][1].append(m["value"])
+        else:
+            runs.append((md.partition, [m["value"]]))
+    batches = {p: [[r.value for r in recs] for _, recs in disk_batches(shared_broker.log_dir, topic, p)]
+               for p in range(4)}  # fmt: skip
+    assert sum(len(b) for b in batches.values()) == len(runs)  # one batch per run of the same partition
+    for p, values in runs:
+        assert values in batches[p]
+    assert all(len(values) > 5 for _, values in runs[:-1])  # batches of many records
+    assert len({p for p, _ in runs}) > 1  # and the partition moves on after a batch
+
+
+def test_linger_gathers_messages_into_one_batch(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("linger"), 1)
+
+    async def run(linger_ms: float) -> list[int]:
+        async with AsyncProducer(shared_broker.bootstrap, linger_ms=linger_ms) as producer:
+            a = await producer.send(topic, b"a", partition=0)
+            await asyncio.sleep(0.3)
+            b = await producer.send(topic, b"b", partition=0)
+            return [(await a).offset, (await b).offset]
+
+    assert asyncio.run(run(1000)) == [0, 1]
+    assert [h.record_count for h, _ in disk_batches(shared_broker.log_dir, topic, 0)] == [2]
+    assert asyncio.run(run(0)) == [2, 3]
+    assert [h.record_count for h, _ in disk_batches(shared_broker.log_dir, topic, 0)] == [2, 1, 1]
+
+
+def test_batch_size_bounds_the_batches(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("bsize"), 1)
+    msgs = [dict(key=b"k%03d" % i, value=b"v" * 100, headers=[], partition=0) for i in range(300)]
+    asyncio.run(send_all(shared_broker.bootstrap, topic, msgs, batch_size=2000, linger_ms=1000))
+    heads = [h for h, _ in disk_batches(shared_broker.log_dir, topic, 0)]
+    assert sum(h.record_count for h in heads) == 300
+    record = 120  # one record of this test, with its framing, is below this
+    for h in heads[:-1]:
+        assert 2000 <= h.size < 2000 + record, h
+        assert h.record_count > 10
+    assert heads[-1].size < 2000 + record
+
+
+def test_max_in_flight_1_keeps_the_order(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("order"), 1)
+    msgs = [dict(key=None, value=b"%05d" % i, headers=[], partition=0) for i in range(500)]
+
+    async def run():
+        peak = 0
+        async with AsyncProducer(shared_broker.bootstrap, max_in_flight=1, batch_size=100, acks=1) as producer:
+            deliveries = []
+            for m in msgs:
+                deliveries.append(await producer.send(topic, m["value"], partition=0))
+                if len(deliveries) % 10 == 0:
+                    await asyncio.sleep(0)  # let the sender work while we keep sending
+                peak = max(peak, *producer.in_flight.values(), 0)
+            await producer.flush()
+            return peak, [await d for d in deliveries]
+
+    peak, metas = asyncio.run(run())
+    assert peak == 1  # requests were pipelined, but never more than one unanswered
+    assert [md.offset for md in metas] == list(range(500))
+    assert [r.value for r in read_all(shared_broker.bootstrap, topic)] == [m["value"] for m in msgs]
+    assert len(disk_batches(shared_broker.log_dir, topic, 0)) > 50
+
+
+def test_idempotent_batches_carry_one_producer_id_and_consecutive_sequences(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("idem"), 2)
+    msgs = [dict(key=None, value=b"x" * (i % 50), headers=[], partition=i % 2) for i in range(600)]
+    asyncio.run(send_all(shared_broker.bootstrap, topic, msgs, batch_size=512))
+    asyncio.run(send_all(shared_broker.bootstrap, topic, msgs[:20]))  # a second producer: another id
+    pids = []
+    for p in range(2):
+        heads = [h for h, _ in disk_batches(shared_broker.log_dir, topic, p)]
+        assert sum(h.record_count for h in heads) == 310
+        first = [h for h in heads if h.producer_id == heads[0].producer_id]
+        second = heads[len(first):]
+        assert len(first) > 5 and second
+        for group in (first, second):
+            assert len({(h.producer_id, h.producer_epoch) for h in group}) == 1
+            assert group[0].producer_id >= 0 and group[0].producer_epoch >= 0
+            seq = 0
+            for h in group:
+                assert h.base_sequence == seq, [x.base_sequence for x in group]
+                seq += h.record_count
+        pids.append((first[0].producer_id, second[0].producer_id))
+    assert pids[0] == pids[1]  # one producer id per producer, across its partitions
+    assert pids[0][0] != pids[0][1]
+
+
+def test_buffer_memory_back_pressure_still_delivers_everything(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("bufmem"), 1)
+
+    async def run():
+        peak = 0
+        async with AsyncProducer(shared_broker.bootstrap, buffer_memory=2000, batch_size=600,
+                                 linger_ms=50) as producer:  # fmt: skip
+            deliveries = []
+            for i in range(1500):
+                deliveries.append(await producer.send(topic, b"%04d" % i + b"-" * 96, partition=0))
+                peak = max(peak, producer.buffered)
+            metas = [await d for d in deliveries]
+        return peak, metas
+
+    peak, metas = asyncio.run(run())
+    assert peak <= 2000
+    assert [md.offset for md in metas] == list(range(1500))
+    assert [r.value[:4] for r in read_all(shared_broker.bootstrap, topic)] == [b"%04d" % i for i in range(1500)]
+
+
+def test_max_block_ms_with_the_broker_gone_is_a_produce_error(start_broker):
+    b = start_broker(1)
+    topic = create_topic(b.bootstrap, "gone", 1)
+
+    async def run():
+        producer = AsyncProducer(b.bootstrap, buffer_memory=1000, max_block_ms=300, delivery_timeout_ms=2000,
+                                 request_timeout_ms=1000, linger_ms=0)  # fmt: skip
+        await producer.start()
+        try:
+            assert (await (await producer.send(topic, b"first"))).offset == 0
+            b.stop()
+            queued = []
+            t0 = time.monotonic()
+            with pytest.raises(ProduceError, match="buffer.memory") as err:
+                for _ in range(100):
+                    queued.append(await producer.send(topic, b"z" * 180))
+            blocked = time.monotonic() - t0
+            assert 0.3 <= blocked < 5, blocked
+            assert err.value.code == -1
+            assert 1 <= len(queued) <= 6  # what fitted into buffer.memory
+            for d in queued:
+                with pytest.raises(ProduceError):
+                    await asyncio.wait_for(d, 15)
+        finally:
+            await asyncio.wait_for(producer.close(), 15)
+
+    asyncio.run(run())
+
+
+def test_a_partition_that_does_not_exist(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("nopart"), 2)
+
+    async def run():
+        async with AsyncProducer(shared_broker.bootstrap) as producer:
+            with pytest.raises(ProduceError, match="no partition 7") as err:
+                await producer.send(topic, b"v", partition=7)
+            assert err.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            with pytest.raises(ProduceError, match="max.request.size") as err:
+                await producer.send(topic, b"v" * 2_000_000)
+            assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE
+        async with AsyncConsumer(shared_broker.bootstrap) as consumer:
+            with pytest.raises(ConsumeError, match="no partition 7"):
+                await consumer.assign([(topic, 0), (topic, 7)])
+
+    asyncio.run(run())
+    assert read_all(shared_broker.bootstrap, topic) == []
+
+
+def test_a_batch_over_message_max_bytes_fails_alone(start_broker):
+    b = start_broker(1, overrides={"message.max.bytes": "2000"})
+    topic = create_topic(b.bootstrap, "small", 1)
+
+    async def run():
+        async with AsyncProducer(b.bootstrap, linger_ms=0) as producer:
+            ok1 = await (await producer.send(topic, b"before"))
+            with pytest.raises(ProduceError, match="MESSAGE_TOO_LARGE") as err:
+                await (await producer.send(topic, b"x" * 5000))
+            assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE
+            ok2 = await (await producer.send(topic, b"after"))  # the producer carries on
+            return ok1.offset, ok2.offset
+
+    assert asyncio.run(run()) == (0, 1)
+    assert [r.value for r in read_all(b.bootstrap, topic)] == [b"before", b"after"]
+
+
+def test_broker_killed_mid_stream_only_acknowledged_messages_count(start_broker):
+    b = start_broker(1)
+    topic = create_topic(b.bootstrap, "killed", 1)
+    acked: dict[int, bytes] = {}
+    failed: list[bytes] = []
+
+    async def run():
+        producer = AsyncProducer(b.bootstrap, delivery_timeout_ms=3000, request_timeout_ms=1500, linger_ms=2,
+                                 batch_size=2000)  # fmt: skip
+        await producer.start()
+        pending = []
+        try:
+            i = 0
+            killed_at = None
+            while killed_at is None or i < killed_at + 3000:
+                value = b"m%07d" % i
+                pending.append((value, await producer.send(topic, value)))
+                i += 1
+                if i % 50 == 0:
+                    await asyncio.sleep(0.005)  # let the sender and the answers run
+                    if killed_at is None and sum(d.done() for _, d in pending) >= 500:
+                        b.kill()
+                        killed_at = i
+            await asyncio.wait_for(producer.flush(), 20)
+        finally:
+            await asyncio.wait_for(producer.close(), 20)
+        for value, d in pending:
+            assert d.done()
+            exc = d.exception()
+            if exc is None:
+                md = d.result()
+                assert md.offset not in acked
+                acked[md.offset] = value
+            else:
+                assert isinstance(exc, ProduceError), exc
+                failed.append(value)
+
+    asyncio.run(run())
+    assert len(acked) >= 500 and failed  # some made it before the kill, the rest were refused
+    assert not b.alive
+    recs = [r for _, batch in disk_batches(b.log_dir, topic, 0) for r in batch]  # what the killed broker wrote
+    log = {r.offset: r.value for r in recs}
+    assert [r.offset for r in recs] == list(range(len(recs)))
+    for offset, value in acked.items():
+        assert log.get(offset) == value  # every acknowledged message is in the log, where it was reported
+    assert len(log) >= len(acked)
+    values = [r.value for r in recs]
+    assert len(set(values)) == len(values)  # no duplicates
+    assert values == sorted(values)  # and in the order sent
+
+
+# --- the consumer ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def timed_topic(shared_broker):
+    """One partition, offsets 0..19 with timestamps ts0 + 1000 * offset, in batches of 1, 3 and 16 records."""
+    topic = create_topic(shared_broker.bootstrap, unique("timed"), 1)
+    ts0 = now_ms() - 600_000
+
+    async def run():
+        async with AsyncProducer(shared_broker.bootstrap, linger_ms=2000) as producer:
+            for group in ([0], [1, 2, 3], list(range(4, 20))):
+                ds = [await producer.send(topic, b"v%d" % i, b"k%d" % i, partition=0, timestamp=ts0 + 1000 * i)
+                      for i in group]  # fmt: skip
+                await producer.flush()
+                assert [(await d).offset for d in ds] == group
+
+    asyncio.run(run())
+    assert [h.record_count for h, _ in disk_batches(shared_broker.log_dir, topic, 0)] == [1, 3, 16]
+    return topic, ts0
+
+
+async def _offsets(consumer: AsyncConsumer, want: int, timeout: float = 10.0) -> list[int]:
+    out: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < want:
+        assert time.monotonic() < deadline, out
+        for recs in (await consumer.getmany(timeout_ms=200)).values():
+            out.extend(r.offset for r in recs)
+    return out
+
+
+def test_seek_variants(shared_broker, timed_topic):
+    topic, ts0 = timed_topic
+    tp = (topic, 0)
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, fetch_max_wait_ms=100) as c:
+            await c.assign([tp])
+            assert await c.beginning_offsets([tp]) == {tp: 0}
+            assert await c.end_offsets([tp]) == {tp: 20}
+            c.seek(tp, 7)  # inside the 16-record batch
+            assert await _offsets(c, 13) == list(range(7, 20))
+            assert c.position(tp) == 20
+            c.seek(tp, 2)  # inside the 3-record batch
+            assert (await _offsets(c, 18))[:3] == [2, 3, 4]
+            await c.seek_to_beginning()
+            assert await _offsets(c, 20) == list(range(20))
+            assert c.high_watermarks[tp] == 20
+            for ts, first in [(ts0 + 2500, 3), (ts0 + 9000, 9), (0, 0), (ts0 + 19_000, 19)]:
+                await c.seek_to_timestamp(ts)
+                assert c.position(tp) == first
+                assert (await _offsets(c, 20 - first)) == list(range(first, 20))
+            await c.seek_to_timestamp(ts0 + 60_000)  # after every record: the end
+            assert c.position(tp) == 20
+            await c.seek_to_end()
+            assert c.position(tp) == 20
+            assert await c.getmany(timeout_ms=300) == {}
+
+    asyncio.run(run())
+
+
+def test_seek_needs_an_assigned_partition(shared_broker, timed_topic):
+    topic, _ = timed_topic
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap) as c:
+            await c.assign([(topic, 0)])
+            with pytest.raises(ConsumeError, match="not assigned"):
+                c.seek((topic, 1), 0)
+
+    asyncio.run(run())
+
+
+def test_seek_to_end_then_only_new_messages(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("tail"), 1)
+    asyncio.run(send_all(shared_broker.bootstrap, topic, [dict(key=None, value=b"old", headers=[], partition=0)]))
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, fetch_max_wait_ms=100) as c:
+            await c.assign([(topic, 0)])
+            await c.seek_to_end()
+            assert await c.getmany(timeout_ms=300) == {}
+            async with AsyncProducer(shared_broker.bootstrap) as p:
+                await (await p.send(topic, b"new", partition=0))
+            got = await c.getmany(timeout_ms=5000)
+            assert [(r.offset, r.value) for r in got[(topic, 0)]] == [(1, b"new")]
+
+    asyncio.run(run())
+
+
+def test_max_poll_records_is_respected(shared_broker, timed_topic):
+    topic, _ = timed_topic
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, max_poll_records=7, fetch_max_wait_ms=100) as c:
+            await c.assign([(topic, 0)])
+            await c.seek_to_beginning()
+            sizes, offsets = [], []
+            while len(offsets) < 20:
+                got = await c.getmany(timeout_ms=500)
+                n = sum(len(v) for v in got.values())
+                sizes.append(n)
+                offsets.extend(r.offset for v in got.values() for r in v)
+            assert max(sizes) == 7
+            assert offsets == list(range(20))
+            c.seek((topic, 0), 0)
+            got = await c.getmany(timeout_ms=2000, max_records=3)
+            while not got:
+                got = await c.getmany(timeout_ms=2000, max_records=3)
+            assert [r.offset for r in got[(topic, 0)]] == [0, 1, 2]
+
+    asyncio.run(run())
+
+
+def test_position_is_the_next_record_handed_out(shared_broker, timed_topic):
+    # As Kafka's consumer: position() is the offset of the next record poll returns, not how far the
+    # prefetcher got; so seek(tp, position(tp)) loses nothing.
+    topic, _ = timed_topic
+    tp = (topic, 0)
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, fetch_max_wait_ms=100) as c:
+            await c.assign([tp])
+            c.seek(tp, 0)
+            got = await c.getmany(timeout_ms=5000, max_records=3)
+            while not got:
+                got = await c.getmany(timeout_ms=5000, max_records=3)
+            assert [r.offset for r in got[tp]] == [0, 1, 2]
+            assert c.position(tp) == 3
+            c.seek(tp, c.position(tp))
+            assert (await _offsets(c, 17)) == list(range(3, 20))
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(("reset", "expected"), [("earliest", list(range(20))), ("latest", [])])
+def test_auto_offset_reset(shared_broker, timed_topic, reset, expected):
+    topic, _ = timed_topic
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, auto_offset_reset=reset, fetch_max_wait_ms=100) as c:
+            await c.assign([(topic, 0)])
+            out = []
+            for _ in range(4):
+                for recs in (await c.getmany(timeout_ms=250)).values():
+                    out.extend(r.offset for r in recs)
+            return out
+
+    assert asyncio.run(run()) == expected
+
+
+def test_auto_offset_reset_none_needs_a_seek(shared_broker, timed_topic):
+    topic, _ = timed_topic
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, auto_offset_reset="none") as c:
+            await c.assign([(topic, 0)])
+            with pytest.raises(ConsumeError, match="seek"):
+                await c.getmany(timeout_ms=100)
+
+    asyncio.run(run())
+
+
+def test_records_carry_everything(shared_broker, timed_topic):
+    topic, ts0 = timed_topic
+    recs = asyncio.run(read_all_async(shared_broker.bootstrap, topic))
+    assert [(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, r.headers) for r in recs] == [
+        (topic, 0, i, ts0 + 1000 * i, b"k%d" % i, b"v%d" % i, ()) for i in range(20)
+    ]
+
+
+def test_no_broker_at_all():
+    from broker.daemon import free_port
+
+    async def run():
+        with pytest.raises(KafkactlError, match="no bootstrap server answered"):
+            await AsyncConsumer(f"127.0.0.1:{free_port()}").start()
+        with pytest.raises(KafkactlError, match="no bootstrap server answered"):
+            await AsyncProducer(f"127.0.0.1:{free_port()}").start()
+
+    asyncio.run(run())
