@@ -51,22 +51,25 @@ class Connection:
         self.peer = peer
         self.max_request_bytes = max_request_bytes
         self.loop = asyncio.get_running_loop()
-        self._buf = bytearray()  # received bytes not yet framed: pipelined small requests arrive together
-        self._pos = 0
+        self._buf = bytearray(_CHUNK)  # received bytes not yet framed: pipelined small requests arrive together
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0  # the unframed bytes are _buf[_start:_end]
         self._frame = bytearray(0)  # reused for big frames up to _REUSE bytes: a fresh 1 MiB buffer costs page faults
 
     def frame_ready(self) -> bool:
         """Whether a whole next frame is already received (its answer can then go out with this one's)."""
-        have = len(self._buf) - self._pos
-        return have >= 4 and have - 4 >= I32.unpack_from(self._buf, self._pos)[0]
+        have = self._end - self._start
+        return have >= 4 and have - 4 >= I32.unpack_from(self._buf, self._start)[0]
 
     async def _recv(self) -> bool:
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        data = await self.loop.sock_recv(self.sock, _CHUNK)
-        self._buf += data
-        return bool(data)
+        """Receive more into the buffer (moving what is left to its front first); False at end of stream."""
+        if self._start:
+            left = self._end - self._start
+            self._buf[:left] = self._view[self._start : self._end]
+            self._start, self._end = 0, left
+        n = await self.loop.sock_recv_into(self.sock, self._view[self._end :])
+        self._end += n
+        return n > 0
 
     async def read_frame(self) -> memoryview | None:
         """The next request frame (without its size), or None at a clean end of stream.
@@ -74,24 +77,24 @@ class Connection:
         Small frames are cut from what one recv brought; a big frame is received straight into its own
         buffer after the part already here, so its bytes are copied once.
         """
-        while len(self._buf) - self._pos < 4:
+        while self._end - self._start < 4:
             if not await self._recv():
-                left = len(self._buf) - self._pos
+                left = self._end - self._start
                 if left:
                     raise BadRequest(f"connection closed inside a frame size ({left} of 4 bytes)")
                 return None
-        pos = self._pos
+        pos = self._start
         size = I32.unpack_from(self._buf, pos)[0]
         if size < 8 or size > self.max_request_bytes:  # 8: the smallest request header
             raise BadRequest(f"frame size {size} is outside [8, socket.request.max.bytes={self.max_request_bytes}]")
-        have = len(self._buf) - pos - 4
+        have = self._end - pos - 4
         if have >= size:
-            self._pos = pos + 4 + size
-            return memoryview(bytes(self._buf[pos + 4 : pos + 4 + size]))
-        if size <= _CHUNK:
-            while len(self._buf) - self._pos - 4 < size:
+            self._start = pos + 4 + size
+            return memoryview(self._buf[pos + 4 : pos + 4 + size])  # a copy: the buffer is reused
+        if size <= _CHUNK - 4:
+            while self._end - self._start - 4 < size:
                 if not await self._recv():
-                    got = len(self._buf) - self._pos - 4
+                    got = self._end - self._start - 4
                     raise BadRequest(f"connection closed inside a frame ({got} of {size} bytes)")
             return await self.read_frame()
         # One request is handled at a time per connection and nothing keeps a view of its frame after its
@@ -102,9 +105,8 @@ class Connection:
             if len(self._frame) < size:
                 self._frame = bytearray(max(size, min(2 * len(self._frame), _REUSE)))
             view = memoryview(self._frame)[:size]
-        view[:have] = self._buf[pos + 4 :]
-        self._buf = bytearray()
-        self._pos = 0
+        view[:have] = self._view[pos + 4 : self._end]
+        self._start = self._end = 0
         got = have
         while got < size:
             n = await self.loop.sock_recv_into(self.sock, view[got:])
