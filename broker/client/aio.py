@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client.connection import ProtocolError, parse_address
+from broker.client.connection import ProtocolError, common_version, parse_bootstrap
 from broker.errors import KafkactlError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
@@ -56,14 +56,7 @@ class AsyncConnection:
         return conn
 
     def version_for(self, api_key: int) -> int:
-        api = APIS[api_key]
-        theirs = self.versions.get(api_key)
-        if theirs is None:
-            raise KafkactlError(f"broker {self.host}:{self.port} does not serve {ApiKey(api_key).name}")
-        v = min(api.served[1], theirs[1])
-        if v < max(api.served[0], theirs[0]):
-            raise KafkactlError(f"no {ApiKey(api_key).name} version in common with {self.host}:{self.port}")
-        return v
+        return common_version(api_key, self.versions, f"{self.host}:{self.port}")
 
     def send(self, api_key: int, body: dict[str, Any], version: int | None = None, *,
              expect_response: bool = True) -> asyncio.Future | None:  # fmt: skip
@@ -168,9 +161,7 @@ class AsyncCluster:
     """Brokers, topic partitions and leaders, and one connection per broker."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "kafkactl", timeout: float = 30.0) -> None:
-        self.bootstrap = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
-        if not self.bootstrap:
-            raise KafkactlError("no bootstrap server given")
+        self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id, self.timeout = client_id, timeout
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicMeta] = {}

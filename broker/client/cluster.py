@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.client.connection import Connection, parse_address
+from broker.client.connection import Connection, parse_bootstrap
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 
 
 class Cluster:
     def __init__(self, bootstrap: str, *, client_id: str = "kafkactl", timeout: float = 30.0) -> None:
-        self.bootstrap = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
-        if not self.bootstrap:
-            raise KafkactlError("no bootstrap server given")
+        self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id, self.timeout = client_id, timeout
         self.brokers: dict[int, tuple[str, int]] = {}
         self.controller_id = -1

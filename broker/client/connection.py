@@ -30,6 +30,35 @@ def parse_address(text: str, default_port: int = 9092) -> tuple[str, int]:
         raise KafkactlError(f"address {text!r}: port is not a number") from None
 
 
+def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
+    """`host:port,host:port` → addresses; at least one."""
+    out = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
+    if not out:
+        raise KafkactlError("no bootstrap server given")
+    return out
+
+
+def common_version(api_key: int, theirs_by_key: dict[int, tuple[int, int]], where: str) -> int:
+    """The highest version of an API that both kafkactl and the broker at `where` serve."""
+    api = APIS[api_key]
+    theirs = theirs_by_key.get(api_key)
+    if theirs is None:
+        raise KafkactlError(f"broker {where} does not serve {ApiKey(api_key).name}")
+    v = min(api.served[1], theirs[1])
+    if v < max(api.served[0], theirs[0]):
+        raise KafkactlError(f"no {ApiKey(api_key).name} version in common with {where}")
+    return v
+
+
+def apply_settings(config: Any, overrides: dict[str, Any], what: str) -> Any:
+    """Set `overrides` on a client's config dataclass; an unknown name is an error naming it."""
+    for key, value in overrides.items():
+        if not hasattr(config, key):
+            raise KafkactlError(f"unknown {what} setting {key!r}")
+        setattr(config, key, value)
+    return config
+
+
 class Connection:
     def __init__(self, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0) -> None:
         self.host, self.port = host, port
@@ -50,14 +79,7 @@ class Connection:
         self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
 
     def version_for(self, api_key: int) -> int:
-        api = APIS[api_key]
-        theirs = self.versions.get(api_key)
-        if theirs is None:
-            raise KafkactlError(f"broker {self.host}:{self.port} does not serve {ApiKey(api_key).name}")
-        v = min(api.served[1], theirs[1])
-        if v < max(api.served[0], theirs[0]):
-            raise KafkactlError(f"no {ApiKey(api_key).name} version in common with {self.host}:{self.port}")
-        return v
+        return common_version(api_key, self.versions, f"{self.host}:{self.port}")
 
     def send(self, api_key: int, body: dict[str, Any], version: int | None = None) -> tuple[int, int]:
         """Send a request; returns (correlation id, version) for `receive`."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from broker.client.aio import AsyncCluster
-from broker.client.connection import ProtocolError
+from broker.client.connection import ProtocolError, apply_settings
 from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
@@ -63,10 +63,7 @@ class ConsumerConfig:
 class AsyncConsumer:
     def __init__(self, bootstrap: str, config: ConsumerConfig | None = None, **overrides: Any) -> None:
         cfg = config or ConsumerConfig()
-        for key, value in overrides.items():
-            if not hasattr(cfg, key):
-                raise KafkactlError(f"unknown consumer setting {key!r}")
-            setattr(cfg, key, value)
+        apply_settings(cfg, overrides, "consumer")
         self.config = cfg
         timeout = (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000
         self.cluster = AsyncCluster(bootstrap, client_id=cfg.client_id, timeout=timeout)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from broker.client.aio import AsyncCluster
-from broker.client.connection import ProtocolError
+from broker.client.connection import ProtocolError, apply_settings
 from broker.client.partitioner import StickyPartitioner, partition_for_key
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
@@ -134,10 +134,7 @@ class Delivery:
 class AsyncProducer:
     def __init__(self, bootstrap: str, config: ProducerConfig | None = None, **overrides: Any) -> None:
         cfg = config or ProducerConfig()
-        for key, value in overrides.items():
-            if not hasattr(cfg, key):
-                raise KafkactlError(f"unknown producer setting {key!r}")
-            setattr(cfg, key, value)
+        apply_settings(cfg, overrides, "producer")
         cfg.acks = parse_acks(cfg.acks)
         if cfg.compression_type not in CODECS:
             raise KafkactlError(f"compression.type={cfg.compression_type!r}: expected one of {', '.join(CODECS)}")
