@@ -212,6 +212,16 @@ class AsyncConsumer:
         self.positions.update(found)
 
     async def _fetch_loop(self, leader: int, generation: int) -> None:
+        """One leader's fetcher; an unexpected failure reaches the application through `getmany`."""
+        try:
+            await self._fetch_rounds(leader, generation)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._errors.append(ConsumeError(f"fetching from broker {leader} failed: {type(exc).__name__}: {exc}"))
+            self._data.set()
+
+    async def _fetch_rounds(self, leader: int, generation: int) -> None:
         cfg = self.config
         while generation == self._generation and not self._closed:
             if self.buffered * 200 > cfg.fetch_max_bytes:  # plenty unread: let the application catch up

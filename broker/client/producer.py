@@ -291,6 +291,19 @@ class AsyncProducer:
     # -- sender --------------------------------------------------------------------------------------
 
     async def _send_loop(self) -> None:
+        """The sender; should it ever fail, every queued message fails with it rather than wait forever."""
+        try:
+            await self._send_rounds()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = ProduceError(f"the producer's sender failed: {type(exc).__name__}: {exc}")
+            self._closed = True
+            for b in list(self.unfinished):
+                self._fail(b, error)
+            raise
+
+    async def _send_rounds(self) -> None:
         linger = self.config.linger_ms / 1000
         while True:
             self._wake.clear()  # before looking: a wake-up during this round is kept for the wait below
