@@ -30,6 +30,8 @@ epoch by rewriting the first 16 bytes, without touching the rest.
 
 from __future__ import annotations
 
+import functools
+import os
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -39,6 +41,13 @@ from broker.errors import CorruptRecordError
 from broker.records.compression import Codec, compress, decompress
 from broker.records.crc import crc32c
 from broker.records.varint import decode_varint, encode_varint
+
+try:  # the C record codec (setup.py builds it when a compiler is there); this module is the reference
+    from broker.records import _codec
+except ImportError:  # pragma: no cover - depends on the build
+    _codec = None
+if os.environ.get("KAFKACTL_PURE_PYTHON"):
+    _codec = None
 
 Buffer = bytes | bytearray | memoryview
 
@@ -250,6 +259,12 @@ def decode_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
         data = bytes(decompress(header.codec, data))
     base_offset, base_ts = header.base_offset, header.base_timestamp
     log_append = header.timestamp_type == LOG_APPEND_TIME
+    if _codec is not None:
+        shape = _tuple_shape(make)
+        if shape is not None:
+            cls, prefix, suffix = shape
+            append_ts = header.max_timestamp if log_append else -1
+            return _codec.decode(data, base_offset, base_ts, append_ts, cls, prefix, suffix, header.record_count)
     out: list[Any] = []
     append = out.append
     p, end = 0, len(data)
@@ -279,13 +294,7 @@ def decode_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
             if b == 1:  # null key
                 key, p = None, p + 1
             else:
-                if b < 0x80:
-                    n, p = (b >> 1) ^ -(b & 1), p + 1
-                else:
-                    n, p = decode_varint(data, p)
-                if n < 0:
-                    raise CorruptRecordError(f"record key length {n}")
-                key, p = data[p : p + n], p + n
+                key, p = _decode_bytes(data, p)
             b = data[p]
             if b == 1:  # null value
                 value, p = None, p + 1
@@ -299,8 +308,13 @@ def decode_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
                 else:
                     n, p = decode_varint(data, p)
                 if n < 0:
-                    raise CorruptRecordError(f"record value length {n}")
-                value, p = data[p : p + n], p + n
+                    if n != -1:
+                        raise CorruptRecordError(f"record value length {n}")
+                    value = None
+                else:
+                    if p + n > end:
+                        raise CorruptRecordError("record field runs past the batch")
+                    value, p = data[p : p + n], p + n
             if data[p] == 0:
                 headers: tuple = ()
                 p += 1
@@ -327,9 +341,33 @@ def decode_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
     return out
 
 
+def _tuple_shape(make: Callable[..., Any]) -> tuple[type, tuple, tuple] | None:
+    """(class, leading args, trailing defaults) when `make` builds a NamedTuple the C decoder can fill."""
+    shape = _SHAPES.get(make)
+    if shape is None:
+        partial = isinstance(make, functools.partial) and not make.keywords
+        func, prefix = (make.func, make.args) if partial else (make, ())
+        fields = getattr(func, "_fields", None)
+        if not isinstance(func, type) or not issubclass(func, tuple) or fields is None:
+            return None
+        defaults = getattr(func, "_field_defaults", {})
+        rest = fields[len(prefix) + 6 :]
+        if any(f not in defaults for f in rest):
+            return None
+        shape = (func, tuple(prefix), tuple(defaults[f] for f in rest))
+        if not isinstance(make, functools.partial):
+            _SHAPES[make] = shape
+    return shape
+
+
+_SHAPES: dict[Any, tuple[type, tuple, tuple]] = {}
+
+
 def _decode_bytes(data: Buffer, p: int) -> tuple[bytes | None, int]:
     n, p = decode_varint(data, p)
     if n < 0:
+        if n != -1:
+            raise CorruptRecordError(f"record field length {n}")
         return None, p
     if p + n > len(data):
         raise CorruptRecordError("record field runs past the batch")

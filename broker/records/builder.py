@@ -15,6 +15,7 @@ from broker.records.batch import (
     HEADER,
     LOG_OVERHEAD,
     MAGIC_V2,
+    _codec,
     compute_crc,
 )
 from broker.records.compression import Codec, compress
@@ -23,6 +24,7 @@ from broker.records.varint import encode_varint
 _SMALL = [encode_varint(i) for i in range(1 << 14)]  # zigzag varints of 0..16383, precomputed
 _NULL = b"\x01"  # zigzag(-1): a null key or value
 _CRC = struct.Struct(">I")
+_append = _codec.append if _codec is not None else None  # the C encoder of one record, when built
 
 
 def _varint(n: int) -> bytes:
@@ -64,6 +66,10 @@ class BatchBuilder:
         elif timestamp > self.max_ts:
             self.max_ts = timestamp
         ts_delta = timestamp - self.base_ts
+        if _append is not None:
+            _append(self.buf, ts_delta, delta, key, value, headers)
+            self.count = delta + 1
+            return delta
         tsd = _SMALL[ts_delta] if 0 <= ts_delta < 16384 else encode_varint(ts_delta)
         od = _SMALL[delta] if delta < 16384 else encode_varint(delta)
         if key is None:
