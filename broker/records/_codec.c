@@ -118,6 +118,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             Py_DECREF(hk);
             Py_DECREF(hv);
             if (!pair) goto fail_kvh;
+            PyObject_GC_UnTrack(pair); /* str and bytes only: no cycle can pass through it */
             PyTuple_SET_ITEM(headers, (Py_ssize_t)i, pair);
         }
         if (p != rec_end) {
@@ -152,6 +153,15 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             Py_INCREF(x);
             PyTuple_SET_ITEM(rec, npre + 6 + i, x);
         }
+        /* A record holds only ints, bytes, str and tuples of them: the cycle collector has nothing to find
+         * there, and leaving thousands of buffered records tracked makes every collection walk them. */
+        if (nheaders > 0 && PyObject_GC_IsTracked(headers)) PyObject_GC_UnTrack(headers);
+        int tracked_items = 0;
+        for (Py_ssize_t i = 0; i < npre; i++)
+            if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(prefix, i))) tracked_items = 1;
+        for (Py_ssize_t i = 0; i < nsuf; i++)
+            if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(suffix, i))) tracked_items = 1;
+        if (!tracked_items) PyObject_GC_UnTrack(rec);
         int rc = PyList_Append(out, rec);
         Py_DECREF(rec);
         if (rc < 0) goto fail;
