@@ -40,11 +40,12 @@ async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: 
     await producer.start()
     try:
         await producer.partitions(topic)
-        send = producer.send
+        send, send_nowait = producer.send, producer.send_nowait
         step = max(1, messages // 100)
         t0 = time.perf_counter()
         for i in range(messages):
-            await send(topic, value, partition=0)
+            if send_nowait(topic, value, partition=0) is None:  # buffer full: wait for room like any send
+                await send(topic, value, partition=0)
             if i % step == 0:
                 advance(step)
         await producer.flush()

@@ -189,32 +189,50 @@ class AsyncProducer:
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None, *,
                    headers: tuple[tuple[str, bytes | None], ...] | list = (), partition: int | None = None,
                    timestamp: int | None = None) -> Delivery:  # fmt: skip
-        """Queue one message; await the returned Delivery for its offset."""
+        """Queue one message; await the returned Delivery for its offset. Waits (up to `max.block.ms`)
+        only for the topic's metadata or for room in `buffer.memory`."""
+        delivery = self.send_nowait(topic, value, key, headers=headers, partition=partition, timestamp=timestamp)
+        if delivery is not None:
+            return delivery
+        if self._closed:
+            raise ProduceError("the producer is closed")
+        await self.partitions(topic)
+        size = 20 + (len(key) if key else 0) + (len(value) if value else 0)
+        if self.buffered + size > self.config.buffer_memory:
+            await self._wait_for_room(size)
+        delivery = self.send_nowait(topic, value, key, headers=headers, partition=partition, timestamp=timestamp,
+                                    force=True)  # fmt: skip
+        assert delivery is not None
+        return delivery
+
+    def send_nowait(self, topic: str, value: bytes | None, key: bytes | None = None, *,
+                    headers: tuple[tuple[str, bytes | None], ...] | list = (), partition: int | None = None,
+                    timestamp: int | None = None, force: bool = False) -> Delivery | None:  # fmt: skip
+        """`send` without waiting: None when it would have to wait (unknown topic, `buffer.memory` full)."""
         if self._closed:
             raise ProduceError("the producer is closed")
         meta = self.cluster.topics.get(topic)
-        n = (
-            len(meta.partitions)
-            if meta is not None and not meta.error and meta.partitions
-            else await self.partitions(topic)
-        )
+        if meta is None or meta.error or not meta.partitions:
+            return None
+        n = len(meta.partitions)
         if partition is None:
             partition = partition_for_key(key, n) if key is not None else self.sticky.partition(topic, n)
         elif not 0 <= partition < n:
             raise ProduceError(f"topic {topic!r} has no partition {partition} (it has {n})",
                                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
+        cfg = self.config
         size = 20 + (len(key) if key else 0) + (len(value) if value else 0)
-        if size > self.config.max_request_size:
-            raise ProduceError(f"message of {size} bytes is over max.request.size ({self.config.max_request_size})",
+        if size > cfg.max_request_size:
+            raise ProduceError(f"message of {size} bytes is over max.request.size ({cfg.max_request_size})",
                                ErrorCode.MESSAGE_TOO_LARGE)  # fmt: skip
-        if self.buffered + size > self.config.buffer_memory:
-            await self._wait_for_room(size)
+        if self.buffered + size > cfg.buffer_memory and not force:
+            return None
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         tp = (topic, partition)
         batch = self.open.get(tp)
         if batch is None:
             batch = self.open[tp] = _Batch(topic, partition, self.codec,
-                                           time.monotonic() + self.config.delivery_timeout_ms / 1000)  # fmt: skip
+                                           time.monotonic() + cfg.delivery_timeout_ms / 1000)  # fmt: skip
             self.unfinished.add(batch)
             if len(self.open) == 1:
                 self._wake.set()  # the sender sleeps until the first linger deadline
@@ -222,7 +240,6 @@ class AsyncProducer:
         delta = builder.append(ts, key, value, headers)
         batch.size += size
         self.buffered += size
-        cfg = self.config
         if len(builder.buf) + 61 >= cfg.batch_size or (cfg.max_batch_messages and delta + 1 >= cfg.max_batch_messages):
             self._seal(tp, batch)
         return Delivery(batch, delta, ts)
