@@ -76,4 +76,7 @@ def test_named_tuples_with_leading_and_trailing_fields(monkeypatch) -> None:
     c = decode(data, pure=False, monkeypatch=monkeypatch, make=make)
     py = decode(data, pure=True, monkeypatch=monkeypatch, make=make)
     assert c == py and type(c[0]) is ConsumerRecord
-    assert (c[0].topic, c[0].partition, c[0].key, c[0].headers, c[0].timestamp_type) == ("t", 3, b"k", (("h", None),), 0)
+    first = c[0]
+    assert (first.topic, first.partition, first.key, first.headers, first.timestamp_type) == (
+        "t", 3, b"k", (("h", None),), 0,
+    )  # fmt: skip
