@@ -87,10 +87,6 @@ class AsyncConnection:
         if self._writer is not None:
             await self._writer.drain()
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
     async def _read_loop(self) -> None:
         reader = self._reader
         assert reader is not None

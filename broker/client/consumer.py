@@ -23,7 +23,7 @@ from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
 from broker.protocol.messages.fetch import EARLIEST, LATEST
-from broker.records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, crc_ok, decode_header, iter_records
+from broker.records.batch import BATCH_HEADER_SIZE, MAGIC_OFFSET, crc_ok, decode_header, iter_records
 
 TopicPartition = tuple[str, int]
 
@@ -409,5 +409,5 @@ def _next_offset_after(data: Any, position: int) -> int:
         if pos + h.size > len(buf):
             break
         nxt = max(nxt, h.last_offset + 1)
-        pos += LOG_OVERHEAD + (h.size - LOG_OVERHEAD)
+        pos += h.size
     return nxt
