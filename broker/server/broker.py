@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.log.log import PartitionLog
@@ -205,9 +205,25 @@ class Broker:
         self.cache.brokers = registry.live_brokers(zk)
         for topic in registry.topic_names(zk):  # first fill, synchronously, so the first request sees it all
             self._load_topic(topic, now=True)
-        ChildrenWatch(zk, paths.BROKER_IDS, self._on_brokers)
-        ChildrenWatch(zk, paths.TOPICS, self._on_topics)
-        DataWatch(zk, paths.CONTROLLER, self._on_controller)
+        ChildrenWatch(zk, paths.BROKER_IDS, self._guarded(self._on_brokers))
+        ChildrenWatch(zk, paths.TOPICS, self._guarded(self._on_topics))
+        DataWatch(zk, paths.CONTROLLER, self._guarded(self._on_controller))
+
+    def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap a watch callback: stop watching once shutting down, and turn a ZooKeeper error
+        (the session dropping under the callback) into one warning line, not a kazoo traceback."""
+
+        def callback(*args: Any) -> Any:
+            if self._closing:
+                return False
+            try:
+                return fn(*args)
+            except KazooException as e:
+                if not self._closing:
+                    log.warning("ZooKeeper watch %s failed: %s", fn.__name__, type(e).__name__)
+                return None
+
+        return callback
 
     def _on_brokers(self, children: list[str]) -> None:
         brokers = registry.live_brokers(self.zk)  # type: ignore[arg-type]
@@ -246,7 +262,7 @@ class Broker:
             self._call(self._apply_topic, topic, assignment, states, config)
         if topic not in self._config_watched:
             self._config_watched.add(topic)
-            DataWatch(zk, paths.topic_config(topic), self._config_watcher(topic))
+            DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
         return True
 
     def _config_watcher(self, topic: str) -> Callable[[bytes | None, Any], bool | None]:
@@ -300,7 +316,7 @@ class Broker:
         self._apply_topic(topic, *found)
         if topic not in self._config_watched:
             self._config_watched.add(topic)
-            DataWatch(zk, paths.topic_config(topic), self._config_watcher(topic))
+            DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
         return True
 
     def _read_topic(self, topic: str) -> tuple | None:
