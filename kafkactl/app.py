@@ -17,7 +17,7 @@ from typer.main import get_command
 from broker import __version__
 from broker.errors import KafkactlError
 from kafkactl import contexts
-from kafkactl.commands import bench, consume, inspect, produce, recover, topic, zookeeper
+from kafkactl.commands import bench, consume, group, inspect, produce, recover, topic, zk, zookeeper
 from kafkactl.commands import broker as broker_cmd
 from kafkactl.render import error_line
 
@@ -37,6 +37,8 @@ app.add_typer(broker_cmd.app, name="broker")
 app.add_typer(topic.app, name="topic")
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
+app.add_typer(group.app, name="group")
+app.add_typer(zk.app, name="zk")
 
 _state = {"debug": False}
 

@@ -12,7 +12,13 @@
 | /admin/delete_topics/<t> | persistent | (empty) — deletion in progress |
 | /cluster/id | persistent | {"version":"1","id":"<22-char base64 uuid>"} |
 | /latest_producer_id_block | persistent | {"version":1,"broker","block_start","block_end"} |
-| /consumers/<g>/ids/<c>, /owners/<t>/<p>, /offsets/<t>/<p> | | the paper's consumer registries |
+| /consumers/<g>/ids/<c> | ephemeral | {"version":1,"subscription":{"<t>":1},"pattern":"static","timestamp"} |
+| /consumers/<g>/owners/<t>/<p> | ephemeral | the owning consumer id (utf-8) |
+| /consumers/<g>/offsets/<t>/<p> | persistent | the committed offset, a decimal string |
+
+The last three are the paper's consumer, ownership and offset registries. Only kafkactl's own
+(ZooKeeper-coordinated) group consumer writes `ids` and `owners`; both kinds of group commit to
+`offsets`, so a group with an `ids` node is ZooKeeper-coordinated and one without is the broker's.
 
 Timestamps are decimal strings of epoch milliseconds, as Kafka writes them.
 """
@@ -58,6 +64,34 @@ def topic_config(name: str) -> str:
 
 def delete_topic(name: str) -> str:
     return f"{DELETE_TOPICS}/{name}"
+
+
+def group(name: str) -> str:
+    return f"{CONSUMERS}/{name}"
+
+
+def group_ids(name: str) -> str:
+    return f"{CONSUMERS}/{name}/ids"
+
+
+def group_member(name: str, consumer_id: str) -> str:
+    return f"{CONSUMERS}/{name}/ids/{consumer_id}"
+
+
+def group_owners(name: str) -> str:
+    return f"{CONSUMERS}/{name}/owners"
+
+
+def group_owner(name: str, topic: str, partition: int) -> str:
+    return f"{CONSUMERS}/{name}/owners/{topic}/{partition}"
+
+
+def group_offsets(name: str) -> str:
+    return f"{CONSUMERS}/{name}/offsets"
+
+
+def group_offset(name: str, topic: str, partition: int) -> str:
+    return f"{CONSUMERS}/{name}/offsets/{topic}/{partition}"
 
 
 def now_ms() -> str:
@@ -131,3 +165,14 @@ def cluster_id_json(cluster_id: str) -> bytes:
 
 def producer_block_json(broker_id: int, start: int, end: int) -> bytes:
     return dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
+
+
+def consumer_json(topics: list[str]) -> bytes:
+    return dumps({"version": 1, "subscription": {t: 1 for t in sorted(topics)}, "pattern": "static",
+                  "timestamp": now_ms()})  # fmt: skip
+
+
+def parse_consumer(data: bytes | None) -> list[str]:
+    """The topics a consumer registration subscribes to."""
+    obj = loads(data) or {}
+    return sorted((obj.get("subscription") or {}).keys())

@@ -1,0 +1,151 @@
+"""The paper's consumer registries: group members, partition ownership and committed offsets.
+
+Blocking kazoo calls over the `/consumers/<g>/...` paths of `broker.zk.paths`. kafkactl's group
+consumer uses all three registries; the broker's group coordinator only the offset registry, so
+`kafkactl group` reads committed offsets of both kinds of group from here.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from broker.zk import paths
+
+TopicPartition = tuple[str, int]
+
+
+class Committed(NamedTuple):
+    offset: int
+    mtime_ms: int  # when it was last committed (the znode's modification time)
+
+
+def groups(zk: KazooClient) -> list[str]:
+    """Every group with a node under `/consumers`, sorted."""
+    try:
+        return sorted(zk.get_children(paths.CONSUMERS))
+    except NoNodeError:
+        return []
+
+
+def is_zookeeper_group(zk: KazooClient, group: str) -> bool:
+    """True for a group kafkactl's own (ZooKeeper-coordinated) consumer has joined at least once."""
+    return zk.exists(paths.group_ids(group)) is not None
+
+
+def register(zk: KazooClient, group: str, consumer_id: str, topics: list[str]) -> None:
+    """Create this consumer's ephemeral `/consumers/<g>/ids/<id>`."""
+    zk.ensure_path(paths.group_ids(group))
+    zk.create(paths.group_member(group, consumer_id), paths.consumer_json(topics), ephemeral=True)
+
+
+def deregister(zk: KazooClient, group: str, consumer_id: str) -> None:
+    try:
+        zk.delete(paths.group_member(group, consumer_id))
+    except NoNodeError:
+        pass
+
+
+def members(zk: KazooClient, group: str) -> dict[str, list[str]]:
+    """{consumer id: subscribed topics} of the group's live consumers, sorted by id."""
+    out: dict[str, list[str]] = {}
+    try:
+        children = zk.get_children(paths.group_ids(group))
+    except NoNodeError:
+        return out
+    for child in sorted(children):
+        try:
+            data, _ = zk.get(paths.group_member(group, child))
+        except NoNodeError:
+            continue
+        out[child] = paths.parse_consumer(data)
+    return out
+
+
+def claim(zk: KazooClient, group: str, topic: str, partition: int, consumer_id: str) -> bool:
+    """Take ownership of a partition (an ephemeral node); False if another consumer holds it."""
+    path = paths.group_owner(group, topic, partition)
+    try:
+        zk.create(path, consumer_id.encode(), ephemeral=True, makepath=True)
+        return True
+    except NodeExistsError:
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:
+            return False  # released meanwhile: the caller's retry will take it
+        return data.decode() == consumer_id and stat.ephemeralOwner == zk.client_id[0]
+
+
+def release(zk: KazooClient, group: str, topic: str, partition: int, consumer_id: str) -> None:
+    """Give up ownership of a partition, if this consumer holds it."""
+    path = paths.group_owner(group, topic, partition)
+    try:
+        data, stat = zk.get(path)
+        if data.decode() == consumer_id:
+            zk.delete(path, version=stat.version)
+    except NoNodeError:
+        pass
+
+
+def owners(zk: KazooClient, group: str) -> dict[TopicPartition, str]:
+    """{(topic, partition): owning consumer id}."""
+    out: dict[TopicPartition, str] = {}
+    for topic in _children(zk, paths.group_owners(group)):
+        for p in _children(zk, f"{paths.group_owners(group)}/{topic}"):
+            try:
+                data, _ = zk.get(paths.group_owner(group, topic, int(p)))
+            except (NoNodeError, ValueError):
+                continue
+            out[(topic, int(p))] = data.decode()
+    return dict(sorted(out.items()))
+
+
+def committed(zk: KazooClient, group: str, topics: list[str] | None = None) -> dict[TopicPartition, Committed]:
+    """The group's committed offsets, of `topics` or of every topic it has committed to."""
+    out: dict[TopicPartition, Committed] = {}
+    names = _children(zk, paths.group_offsets(group)) if topics is None else topics
+    for topic in names:
+        for p in _children(zk, f"{paths.group_offsets(group)}/{topic}"):
+            try:
+                data, stat = zk.get(paths.group_offset(group, topic, int(p)))
+                out[(topic, int(p))] = Committed(int(data.decode()), stat.mtime)
+            except (NoNodeError, ValueError):
+                continue
+    return dict(sorted(out.items()))
+
+
+def commit(zk: KazooClient, group: str, offsets: dict[TopicPartition, int]) -> None:
+    """Write committed offsets (the next offset to consume, as Kafka commits them)."""
+    for (topic, p), offset in offsets.items():
+        path = paths.group_offset(group, topic, p)
+        value = str(int(offset)).encode()
+        try:
+            zk.set(path, value)
+        except NoNodeError:
+            try:
+                zk.create(path, value, makepath=True)
+            except NodeExistsError:
+                zk.set(path, value)
+
+
+def delete_offsets(zk: KazooClient, group: str, topic: str) -> None:
+    """Forget a group's committed offsets of one topic."""
+    zk.delete(f"{paths.group_offsets(group)}/{topic}", recursive=True)
+
+
+def delete_group(zk: KazooClient, group: str) -> bool:
+    """Remove a group's registries; False if it did not exist."""
+    try:
+        zk.delete(paths.group(group), recursive=True)
+        return True
+    except NoNodeError:
+        return False
+
+
+def _children(zk: KazooClient, path: str) -> list[str]:
+    try:
+        return sorted(zk.get_children(path))
+    except NoNodeError:
+        return []
