@@ -1,9 +1,8 @@
 """The APIs kafkactl speaks: key, schemas, the versions advertised in ApiVersions and those served.
 
 A version advertised but not served (Produce 0-2, kept so old librdkafka keeps compression on)
-is answered with UNSUPPORTED_VERSION. FindCoordinator is here before the group coordinator (it
-answers COORDINATOR_NOT_AVAILABLE) because librdkafka enables LZ4 only for brokers that list it;
-the other group APIs join this table with the coordinator.
+is answered with UNSUPPORTED_VERSION. DescribeGroups and ListGroups are beyond DESIGN.md's table:
+`kafkactl group` (like Kafka's own group tool) asks the coordinators with them.
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ class ApiKey(IntEnum):
     HEARTBEAT = 12
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -58,7 +59,15 @@ APIS: dict[int, Api] = {
         _api(ApiKey.FETCH, fetch.FETCH_REQUEST, fetch.FETCH_RESPONSE, 4, 11),
         _api(ApiKey.LIST_OFFSETS, fetch.LIST_OFFSETS_REQUEST, fetch.LIST_OFFSETS_RESPONSE, 0, 5),
         _api(ApiKey.METADATA, metadata.METADATA_REQUEST, metadata.METADATA_RESPONSE, 0, 8),
+        _api(ApiKey.OFFSET_COMMIT, groups.OFFSET_COMMIT_REQUEST, groups.OFFSET_COMMIT_RESPONSE, 0, 7),
+        _api(ApiKey.OFFSET_FETCH, groups.OFFSET_FETCH_REQUEST, groups.OFFSET_FETCH_RESPONSE, 0, 5),
         _api(ApiKey.FIND_COORDINATOR, groups.FIND_COORDINATOR_REQUEST, groups.FIND_COORDINATOR_RESPONSE, 0, 2),
+        _api(ApiKey.JOIN_GROUP, groups.JOIN_GROUP_REQUEST, groups.JOIN_GROUP_RESPONSE, 0, 5),
+        _api(ApiKey.HEARTBEAT, groups.HEARTBEAT_REQUEST, groups.HEARTBEAT_RESPONSE, 0, 3),
+        _api(ApiKey.LEAVE_GROUP, groups.LEAVE_GROUP_REQUEST, groups.LEAVE_GROUP_RESPONSE, 0, 3),
+        _api(ApiKey.SYNC_GROUP, groups.SYNC_GROUP_REQUEST, groups.SYNC_GROUP_RESPONSE, 0, 3),
+        _api(ApiKey.DESCRIBE_GROUPS, groups.DESCRIBE_GROUPS_REQUEST, groups.DESCRIBE_GROUPS_RESPONSE, 0, 4),
+        _api(ApiKey.LIST_GROUPS, groups.LIST_GROUPS_REQUEST, groups.LIST_GROUPS_RESPONSE, 0, 2),
         _api(ApiKey.API_VERSIONS, metadata.API_VERSIONS_REQUEST, metadata.API_VERSIONS_RESPONSE, 0, 2),
         _api(ApiKey.CREATE_TOPICS, admin.CREATE_TOPICS_REQUEST, admin.CREATE_TOPICS_RESPONSE, 0, 4),
         _api(ApiKey.DELETE_TOPICS, admin.DELETE_TOPICS_REQUEST, admin.DELETE_TOPICS_RESPONSE, 0, 3),

@@ -25,6 +25,7 @@ from broker.log.manager import LogManager
 from broker.protocol.errors import ErrorCode
 from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
+from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.network import Server
 from broker.server.producers import ProducerIdPool, ProducerStates
 from broker.server.purgatory import Purgatory
@@ -47,6 +48,10 @@ class Broker:
         self.purgatory = Purgatory()
         self.producer_states: dict[TopicPartition, ProducerStates] = defaultdict(ProducerStates)
         self.pid_pool = ProducerIdPool()
+        self.coordinator = GroupCoordinator(
+            initial_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_ms=config.group_min_session_timeout_ms, max_session_ms=config.group_max_session_timeout_ms,
+        )  # fmt: skip
         self.zk: KazooClient | None = None
         self.server: Server | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -87,6 +92,7 @@ class Broker:
         except BaseException:
             await self._abort_start()
             raise
+        self.coordinator.start()
         self._tasks = [
             self.loop.create_task(self._every(cfg.retention_check_interval_ms, self._retention)),
             self.loop.create_task(self._every(min(cfg.flush_scheduler_interval_ms, 2**31), self._flush)),
@@ -131,6 +137,7 @@ class Broker:
         self._closing = True
         for task in self._tasks:
             task.cancel()
+        self.coordinator.close()
         zk = self.zk
         if zk is not None and self._registered:
             with contextlib.suppress(Exception):
@@ -227,7 +234,14 @@ class Broker:
 
     def _on_brokers(self, children: list[str]) -> None:
         brokers = registry.live_brokers(self.zk)  # type: ignore[arg-type]
-        self._call(setattr, self.cache, "brokers", brokers)
+        self._call(self._set_brokers, brokers)
+
+    def _set_brokers(self, brokers: dict[int, tuple[str, int, str | None]]) -> None:
+        """A new live set: groups whose coordinator is now another broker are handed over (forgotten)."""
+        self.cache.brokers = brokers
+        for gid in [g for g in self.coordinator.groups if coordinator_for(g, brokers) != self.id]:
+            log.info("group %s moved to broker %d", gid, coordinator_for(gid, brokers))
+            self.coordinator.unload(gid)
 
     def _on_topics(self, children: list[str]) -> None:
         names = set(children)

@@ -71,7 +71,7 @@ DEFAULTS: dict[str, str | None] = {
 IGNORED = frozenset({
     "num.network.threads", "num.io.threads", "background.threads", "num.recovery.threads.per.data.dir",
     "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr", "group.initial.rebalance.delay.ms",
+    "transaction.state.log.min.isr",
 })  # fmt: skip
 
 
@@ -166,6 +166,9 @@ class BrokerConfig:
     socket_send_buffer_bytes: int = 102400
     socket_receive_buffer_bytes: int = 102400
     queued_max_requests: int = 500
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
     explicit: frozenset[str] = frozenset()
 
     @classmethod
@@ -224,6 +227,9 @@ class BrokerConfig:
                           ("socket.receive.buffer.bytes", "socket_receive_buffer_bytes")):  # fmt: skip
             setattr(c, attr, _int(props, key) if key in explicit else -1)
         c.queued_max_requests = _int(props, "queued.max.requests")
+        c.group_initial_rebalance_delay_ms = _int(props, "group.initial.rebalance.delay.ms")
+        c.group_min_session_timeout_ms = _int(props, "group.min.session.timeout.ms")
+        c.group_max_session_timeout_ms = _int(props, "group.max.session.timeout.ms")
         c.log = c._log_config()
         return c
 

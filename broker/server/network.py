@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import errno
 import logging
 import os
@@ -38,6 +39,9 @@ class FileRegion(NamedTuple):
 class BadRequest(Exception):
     """A request that ends its connection (the message goes to the log)."""
 
+
+#: the "host:port" of the client whose request is being handled (set once per connection task)
+current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="")
 
 #: (frame, peer) → the answer's parts, or None when no answer is due (acks=0)
 Dispatch = Callable[[memoryview, str], Awaitable[list[Any] | None]]
@@ -242,6 +246,7 @@ class Server:
 
     async def _serve(self, sock: socket.socket, peer: str) -> None:
         conn = Connection(sock, peer, self.max_request_bytes)
+        current_peer.set(peer)
         self.connections.add(sock)
         out: list[Any] = []
         try:

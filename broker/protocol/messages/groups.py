@@ -1,6 +1,23 @@
-"""FindCoordinator (10); the other group APIs join it with the group coordinator."""
+"""The group coordinator's APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
+SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15) and ListGroups (16).
 
-from broker.protocol.schema import INT8, INT16, INT32, NULLABLE_STRING, STRING, F, Struct
+Every version here is below the API's first flexible (tagged-field) version. Member metadata and
+assignments are opaque bytes to the broker: the consumer protocol inside them is the clients' own.
+"""
+
+from broker.protocol.schema import (
+    BOOLEAN,
+    BYTES,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    NULLABLE_STRING,
+    STRING,
+    Array,
+    F,
+    Struct,
+)  # fmt: skip
 
 FIND_COORDINATOR_REQUEST = Struct(
     F("key", STRING),
@@ -14,4 +31,149 @@ FIND_COORDINATOR_RESPONSE = Struct(
     F("node_id", INT32, default=-1),
     F("host", STRING),
     F("port", INT32, default=-1),
+)
+
+JOIN_GROUP_REQUEST = Struct(
+    F("group_id", STRING),
+    F("session_timeout_ms", INT32),
+    F("rebalance_timeout_ms", INT32, "1+", default=-1),
+    F("member_id", STRING),
+    F("group_instance_id", NULLABLE_STRING, "5+"),
+    F("protocol_type", STRING),
+    F("protocols", Array(Struct(F("name", STRING), F("metadata", BYTES)))),
+)
+
+JOIN_GROUP_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "2+"),
+    F("error_code", INT16),
+    F("generation_id", INT32, default=-1),
+    F("protocol_name", STRING),
+    F("leader", STRING),
+    F("member_id", STRING),
+    F("members", Array(Struct(
+        F("member_id", STRING),
+        F("group_instance_id", NULLABLE_STRING, "5+"),
+        F("metadata", BYTES),
+    ))),
+)  # fmt: skip
+
+HEARTBEAT_REQUEST = Struct(
+    F("group_id", STRING),
+    F("generation_id", INT32),
+    F("member_id", STRING),
+    F("group_instance_id", NULLABLE_STRING, "3+"),
+)
+
+HEARTBEAT_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+)
+
+LEAVE_GROUP_REQUEST = Struct(
+    F("group_id", STRING),
+    F("member_id", STRING, "0-2"),
+    F("members", Array(Struct(F("member_id", STRING), F("group_instance_id", NULLABLE_STRING))), "3+"),
+)
+
+LEAVE_GROUP_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+    F("members", Array(Struct(
+        F("member_id", STRING),
+        F("group_instance_id", NULLABLE_STRING),
+        F("error_code", INT16),
+    )), "3+"),
+)  # fmt: skip
+
+SYNC_GROUP_REQUEST = Struct(
+    F("group_id", STRING),
+    F("generation_id", INT32),
+    F("member_id", STRING),
+    F("group_instance_id", NULLABLE_STRING, "3+"),
+    F("assignments", Array(Struct(F("member_id", STRING), F("assignment", BYTES)))),
+)
+
+SYNC_GROUP_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+    F("assignment", BYTES),
+)
+
+OFFSET_COMMIT_REQUEST = Struct(
+    F("group_id", STRING),
+    F("generation_id", INT32, "1+", default=-1),
+    F("member_id", STRING, "1+"),
+    F("group_instance_id", NULLABLE_STRING, "7+"),
+    F("retention_time_ms", INT64, "2-4", default=-1),
+    F("topics", Array(Struct(
+        F("name", STRING),
+        F("partitions", Array(Struct(
+            F("partition_index", INT32),
+            F("committed_offset", INT64),
+            F("committed_leader_epoch", INT32, "6+", default=-1),
+            F("commit_timestamp", INT64, "1", default=-1),
+            F("committed_metadata", NULLABLE_STRING),
+        ))),
+    ))),
+)  # fmt: skip
+
+OFFSET_COMMIT_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "3+"),
+    F("topics", Array(Struct(
+        F("name", STRING),
+        F("partitions", Array(Struct(F("partition_index", INT32), F("error_code", INT16)))),
+    ))),
+)  # fmt: skip
+
+OFFSET_FETCH_REQUEST = Struct(
+    F("group_id", STRING),
+    F("topics", Array(Struct(F("name", STRING), F("partition_indexes", Array(INT32))), nullable_from=2)),
+)
+
+OFFSET_FETCH_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "3+"),
+    F("topics", Array(Struct(
+        F("name", STRING),
+        F("partitions", Array(Struct(
+            F("partition_index", INT32),
+            F("committed_offset", INT64, default=-1),
+            F("committed_leader_epoch", INT32, "5+", default=-1),
+            F("metadata", NULLABLE_STRING, default=""),
+            F("error_code", INT16),
+        ))),
+    ))),
+    F("error_code", INT16, "2+"),
+)  # fmt: skip
+
+DESCRIBE_GROUPS_REQUEST = Struct(
+    F("groups", Array(STRING)),
+    F("include_authorized_operations", BOOLEAN, "3+"),
+)
+
+DESCRIBE_GROUPS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "1+"),
+    F("groups", Array(Struct(
+        F("error_code", INT16),
+        F("group_id", STRING),
+        F("group_state", STRING),
+        F("protocol_type", STRING),
+        F("protocol_data", STRING),
+        F("members", Array(Struct(
+            F("member_id", STRING),
+            F("group_instance_id", NULLABLE_STRING, "4+"),
+            F("client_id", STRING),
+            F("client_host", STRING),
+            F("member_metadata", BYTES),
+            F("member_assignment", BYTES),
+        ))),
+        F("authorized_operations", INT32, "3+", default=-(2**31)),
+    ))),
+)  # fmt: skip
+
+LIST_GROUPS_REQUEST = Struct()
+
+LIST_GROUPS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "1+"),
+    F("error_code", INT16),
+    F("groups", Array(Struct(F("group_id", STRING), F("protocol_type", STRING)))),
 )

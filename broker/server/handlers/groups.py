@@ -1,7 +1,9 @@
-"""FindCoordinator, answered COORDINATOR_NOT_AVAILABLE until the group coordinator exists.
+"""The group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, DescribeGroups and ListGroups.
 
-It is served (and advertised) already because librdkafka enables LZ4 only for brokers that list
-FindCoordinator in ApiVersions; without it kcat and confluent-kafka silently send lz4 uncompressed.
+Membership is `broker.server.coordinator`'s; committed offsets are read from and written to
+ZooKeeper's offset registry (`/consumers/<g>/offsets/<t>/<p>`) off the event loop. A request for a
+group this broker does not coordinate gets NOT_COORDINATOR, and the client asks FindCoordinator again.
 """
 
 from __future__ import annotations
@@ -10,13 +12,130 @@ from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
+from broker.server.coordinator import coordinator_for
+from broker.server.network import current_peer
+from broker.zk import consumers
 
 if TYPE_CHECKING:
     from broker.server.broker import Broker
 
+#: Kafka's offsets.metadata.max.bytes default: longer commit metadata is refused
+MAX_METADATA = 4096
+
 
 async def handle_find_coordinator(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        "error_message": "this broker has no group coordinator yet",
-    }
+    if req.get("key_type", 0) != 0:
+        return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": "transactions are not supported"}
+    node = coordinator_for(req["key"], b.cache.brokers)
+    if node < 0 or node not in b.cache.brokers:
+        return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": "no live broker"}
+    host, port, _ = b.cache.brokers[node]
+    return {"error_code": ErrorCode.NONE, "node_id": node, "host": host, "port": port}
+
+
+def _not_coordinator(b: Broker, group_id: str) -> bool:
+    return coordinator_for(group_id, b.cache.brokers) != b.id
+
+
+async def handle_join_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if _not_coordinator(b, req["group_id"]):
+        return {"error_code": ErrorCode.NOT_COORDINATOR, "generation_id": -1, "member_id": req["member_id"]}
+    host = current_peer.get().rpartition(":")[0]
+    return await b.coordinator.join(req, header.client_id or "", f"/{host}")
+
+
+async def handle_sync_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if _not_coordinator(b, req["group_id"]):
+        return {"error_code": ErrorCode.NOT_COORDINATOR}
+    return await b.coordinator.sync(req)
+
+
+async def handle_heartbeat(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if _not_coordinator(b, req["group_id"]):
+        return {"error_code": ErrorCode.NOT_COORDINATOR}
+    return b.coordinator.heartbeat(req)
+
+
+async def handle_leave_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if _not_coordinator(b, req["group_id"]):
+        return {"error_code": ErrorCode.NOT_COORDINATOR}
+    return b.coordinator.leave(req, header.api_version)
+
+
+async def handle_offset_commit(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    gid = req["group_id"]
+    if not gid:
+        error = ErrorCode.INVALID_GROUP_ID
+    elif _not_coordinator(b, gid):
+        error = ErrorCode.NOT_COORDINATOR
+    else:
+        error = b.coordinator.commit_error(gid, req.get("member_id", ""), req.get("generation_id", -1))
+    answer: list[dict[str, Any]] = []
+    offsets: dict[tuple[str, int], int] = {}
+    for t in req["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            code = error
+            if not code:
+                if b.cache.partition(t["name"], p["partition_index"]) is None:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif len(p.get("committed_metadata") or "") > MAX_METADATA:
+                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                else:
+                    offsets[(t["name"], p["partition_index"])] = p["committed_offset"]
+            parts.append({"partition_index": p["partition_index"], "error_code": code})
+        answer.append({"name": t["name"], "partitions": parts})
+    if offsets:
+        try:
+            await b.blocking(consumers.commit, b.zk, gid, offsets)
+        except Exception:
+            failed = ErrorCode.COORDINATOR_NOT_AVAILABLE  # ZooKeeper did not take it: the client retries
+            for t in answer:
+                for p in t["partitions"]:
+                    if (t["name"], p["partition_index"]) in offsets:
+                        p["error_code"] = failed
+    return {"topics": answer}
+
+
+async def handle_offset_fetch(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    gid = req["group_id"]
+    error = ErrorCode.NOT_COORDINATOR if _not_coordinator(b, gid) else ErrorCode.NONE
+    wanted = req["topics"]
+    committed: dict[tuple[str, int], Any] = {}
+    if not error:
+        topics = None if wanted is None else [t["name"] for t in wanted]
+        try:
+            committed = await b.blocking(consumers.committed, b.zk, gid, topics)
+        except Exception:
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if wanted is None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in committed:
+            by_topic.setdefault(t, []).append(p)
+        wanted = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+    topics_out = []
+    part_error = error if header.api_version < 2 else ErrorCode.NONE  # v2+ carries it once, at the top
+    for t in wanted:
+        parts = []
+        for p in t["partition_indexes"]:
+            c = committed.get((t["name"], p))
+            parts.append({"partition_index": p, "committed_offset": -1 if c is None else c.offset,
+                          "metadata": "", "error_code": part_error})  # fmt: skip
+        topics_out.append({"name": t["name"], "partitions": parts})
+    return {"topics": topics_out, "error_code": error}
+
+
+async def handle_describe_groups(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    out = []
+    for gid in req["groups"]:
+        if _not_coordinator(b, gid):
+            out.append({"error_code": ErrorCode.NOT_COORDINATOR, "group_id": gid})
+        else:
+            out.append(b.coordinator.describe(gid))
+    return {"groups": out}
+
+
+async def handle_list_groups(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "consumer"}
+              for g in b.coordinator.groups.values()]  # fmt: skip
+    return {"error_code": ErrorCode.NONE, "groups": groups}

@@ -58,6 +58,8 @@ KP = {
     ApiKey.HEARTBEAT: (kp_consumer.HeartbeatRequest, kp_consumer.HeartbeatResponse),
     ApiKey.LEAVE_GROUP: (kp_consumer.LeaveGroupRequest, kp_consumer.LeaveGroupResponse),
     ApiKey.SYNC_GROUP: (kp_consumer.SyncGroupRequest, kp_consumer.SyncGroupResponse),
+    ApiKey.DESCRIBE_GROUPS: (kp_admin.DescribeGroupsRequest, kp_admin.DescribeGroupsResponse),
+    ApiKey.LIST_GROUPS: (kp_admin.ListGroupsRequest, kp_admin.ListGroupsResponse),
 }
 
 OLD = {
@@ -79,6 +81,8 @@ OLD = {
     ApiKey.HEARTBEAT: ("group", "HeartbeatRequest", "HeartbeatResponse"),
     ApiKey.LEAVE_GROUP: ("group", "LeaveGroupRequest", "LeaveGroupResponse"),
     ApiKey.SYNC_GROUP: ("group", "SyncGroupRequest", "SyncGroupResponse"),
+    ApiKey.DESCRIBE_GROUPS: ("admin", "DescribeGroupsRequest", "DescribeGroupsResponse"),
+    ApiKey.LIST_GROUPS: ("admin", "ListGroupsRequest", "ListGroupsResponse"),
 }
 
 #: hand-written kafka-python classes that are themselves wrong (checked against Kafka's JSON): left out.
@@ -97,6 +101,7 @@ RENAMES = {
         "topics.partitions.record_errors.message": "batch_index_error_message",
     },
     (ApiKey.FETCH, "response"): {"topics": "responses"},
+    (ApiKey.OFFSET_COMMIT, "request"): {"generation_id": "generation_id_or_member_epoch"},
     (ApiKey.METADATA, "response"): {
         "topics.topic_authorized_operations": "authorized_operations",
         "cluster_authorized_operations": "authorized_operations",

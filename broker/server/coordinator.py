@@ -1,0 +1,394 @@
+"""The group coordinator for standard Kafka clients: membership, generations and rebalances.
+
+A group moves Empty → PreparingRebalance → CompletingRebalance → Stable, as in Kafka. JoinGroup
+answers wait (on futures) until every known member has rejoined or the rebalance timeout passes;
+the first member gets the others' metadata and computes the assignment, which its SyncGroup hands
+to everyone. Members that stop heartbeating for their session timeout are removed and the group
+rebalances. State lives in memory only: committed offsets go to ZooKeeper's offset registry, so a
+coordinator that moves (its broker died) loses nothing a client cannot rebuild by rejoining.
+
+The coordinator of a group is `sorted(live broker ids)[java_hash(group) % count]`, the same on every
+broker that sees the same live set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from broker.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+def java_hash(text: str) -> int:
+    """Kafka's `Utils.abs(groupId.hashCode())`: Java's String hash over UTF-16 code units, made non-negative."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return 0 if signed == -(1 << 31) else abs(signed)
+
+
+def coordinator_for(group_id: str, live_ids: list[int] | set[int] | dict[int, Any]) -> int:
+    """The broker that coordinates `group_id`, or -1 when no broker is live."""
+    ids = sorted(live_ids)
+    return ids[java_hash(group_id) % len(ids)] if ids else -1
+
+
+class GroupState(StrEnum):
+    EMPTY = "Empty"
+    PREPARING = "PreparingRebalance"
+    COMPLETING = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    last_seen: float = field(default_factory=time.monotonic)
+    join: asyncio.Future | None = None
+    sync: asyncio.Future | None = None
+
+    def metadata(self, protocol: str) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str = ""
+    protocol: str = ""
+    leader: str = ""
+    members: dict[str, Member] = field(default_factory=dict)
+    timer: asyncio.TimerHandle | None = None
+    initial: bool = False  # this rebalance started from Empty: wait the initial delay for more members
+
+    def live(self) -> bool:
+        return bool(self.members)
+
+
+class GroupCoordinator:
+    """Every group this broker coordinates, driven by the group API handlers on the event loop."""
+
+    def __init__(self, *, initial_delay_ms: int = 3000, min_session_ms: int = 6000, max_session_ms: int = 1800000):
+        self.groups: dict[str, Group] = {}
+        self.initial_delay_ms = initial_delay_ms
+        self.min_session_ms = min_session_ms
+        self.max_session_ms = max_session_ms
+        self._sweeper: asyncio.Task | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for gid in list(self.groups):
+            self.unload(gid, ErrorCode.NOT_COORDINATOR)
+
+    def unload(self, group_id: str, error: int = ErrorCode.NOT_COORDINATOR) -> None:
+        """Forget a group (it moved to another broker): waiting members are told `error`."""
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+        for m in group.members.values():
+            _resolve(m.join, _join_error(error, m.member_id))
+            _resolve(m.sync, {"error_code": error})
+
+    async def _sweep(self) -> None:
+        """Remove members whose session ran out (no heartbeat, join or sync within it)."""
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            for group in list(self.groups.values()):
+                expired = [m for m in group.members.values()
+                           if m.join is None and now - m.last_seen > m.session_timeout_ms / 1000]  # fmt: skip
+                for m in expired:
+                    log.info("group %s: member %s session expired", group.group_id, m.member_id)
+                    self._remove(group, m, "session expired")
+
+    # -- JoinGroup --------------------------------------------------------------------------------
+
+    async def join(self, req: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+        gid, member_id = req["group_id"], req["member_id"]
+        session_ms = req["session_timeout_ms"]
+        rebalance_ms = req["rebalance_timeout_ms"] if req["rebalance_timeout_ms"] > 0 else session_ms
+        if not gid:
+            return _join_error(ErrorCode.INVALID_GROUP_ID, member_id)
+        if not self.min_session_ms <= session_ms <= self.max_session_ms:
+            return _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+        protocols = [(p["name"], p["metadata"] or b"") for p in req["protocols"]]
+        group = self.groups.get(gid)
+        if group is None:
+            if member_id:
+                return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+            group = self.groups[gid] = Group(gid)
+        if not protocols or (
+            group.members
+            and (req["protocol_type"] != group.protocol_type or not self._common_protocols(group, protocols, member_id))
+        ):
+            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)  # fmt: skip
+        if member_id and member_id not in group.members:
+            return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+
+        loop = asyncio.get_running_loop()
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            member = Member(member_id, req.get("group_instance_id"), client_id, client_host, session_ms, rebalance_ms,
+                            req["protocol_type"], protocols)  # fmt: skip
+            group.members[member_id] = member
+            if not group.protocol_type:
+                group.protocol_type = req["protocol_type"]
+            member.join = loop.create_future()
+            self._prepare(group, f"member {member_id} joined")
+        else:
+            member = group.members[member_id]
+            unchanged = member.protocols == protocols
+            member.protocols = protocols
+            member.session_timeout_ms, member.rebalance_timeout_ms = session_ms, rebalance_ms
+            member.last_seen = time.monotonic()
+            _resolve(member.join, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id))  # a duplicate join: drop it
+            member.join = loop.create_future()
+            if group.state == GroupState.PREPARING:
+                self._maybe_complete(group)
+            elif unchanged and member_id != group.leader and group.state != GroupState.EMPTY:
+                # it lost the answer to its last join: hand it the current generation again
+                _resolve(member.join, self._join_answer(group, member))
+            else:
+                self._prepare(group, f"member {member_id} rejoined")
+        fut = member.join
+        try:
+            return await fut
+        finally:
+            if member.join is fut:
+                member.join = None
+            member.last_seen = time.monotonic()
+
+    def _common_protocols(self, group: Group, protocols: list[tuple[str, bytes]], member_id: str) -> set[str]:
+        names = {name for name, _ in protocols}
+        for m in group.members.values():
+            if m.member_id != member_id:
+                names &= {name for name, _ in m.protocols}
+        return names
+
+    def _prepare(self, group: Group, reason: str) -> None:
+        """Start (or keep going) a rebalance: answer pending syncs, wait for members to rejoin."""
+        if group.state == GroupState.COMPLETING:
+            for m in group.members.values():
+                _resolve(m.sync, {"error_code": ErrorCode.REBALANCE_IN_PROGRESS})
+        if group.state != GroupState.PREPARING:
+            log.info("group %s: preparing a rebalance (%s)", group.group_id, reason)
+            group.initial = group.state == GroupState.EMPTY and self.initial_delay_ms > 0
+            group.state = GroupState.PREPARING
+            if group.timer is not None:
+                group.timer.cancel()
+            loop = asyncio.get_running_loop()
+            if group.initial:
+                group.timer = loop.call_later(self.initial_delay_ms / 1000, self._initial_delay_over, group)
+            else:
+                timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+                group.timer = loop.call_later(timeout, self._complete, group)
+                self._maybe_complete(group)
+
+    def _initial_delay_over(self, group: Group) -> None:
+        group.initial = False
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+        group.timer = asyncio.get_running_loop().call_later(timeout, self._complete, group)
+        self._maybe_complete(group)
+
+    def _maybe_complete(self, group: Group) -> None:
+        if group.state == GroupState.PREPARING and not group.initial:
+            if all(m.join is not None and not m.join.done() for m in group.members.values()):
+                self._complete(group)
+
+    def _complete(self, group: Group) -> None:
+        """End the join phase: drop members that did not rejoin, start the next generation."""
+        if group.state != GroupState.PREPARING or self.groups.get(group.group_id) is not group:
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        for m in [m for m in group.members.values() if m.join is None or m.join.done()]:
+            log.info("group %s: member %s did not rejoin in time", group.group_id, m.member_id)
+            del group.members[m.member_id]
+        group.generation += 1
+        if not group.members:
+            group.state, group.protocol, group.leader, group.protocol_type = GroupState.EMPTY, "", "", ""
+            return
+        group.protocol = self._choose_protocol(group)
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = GroupState.COMPLETING
+        log.info("group %s: generation %d with %d member(s), leader %s", group.group_id, group.generation,
+                 len(group.members), group.leader)  # fmt: skip
+        for m in group.members.values():
+            _resolve(m.join, self._join_answer(group, m))
+
+    def _choose_protocol(self, group: Group) -> str:
+        """The protocol every member supports that most members list first (ties: the leader's order)."""
+        members = list(group.members.values())
+        common = set.intersection(*({n for n, _ in m.protocols} for m in members))
+        votes: dict[str, int] = {}
+        for m in members:
+            first = next(n for n, _ in m.protocols if n in common)
+            votes[first] = votes.get(first, 0) + 1
+        order = [n for n, _ in members[0].protocols if n in common]
+        return max(order, key=lambda n: (votes.get(n, 0), -order.index(n)))
+
+    def _join_answer(self, group: Group, member: Member) -> dict[str, Any]:
+        leader = member.member_id == group.leader
+        return {
+            "error_code": ErrorCode.NONE,
+            "generation_id": group.generation,
+            "protocol_name": group.protocol,
+            "leader": group.leader,
+            "member_id": member.member_id,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "metadata": m.metadata(group.protocol)}
+                for m in group.members.values()
+            ] if leader else [],
+        }  # fmt: skip
+
+    # -- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------------
+
+    def _member(self, gid: str, member_id: str, generation: int) -> tuple[Group | None, Member | None, int]:
+        group = self.groups.get(gid)
+        if group is None or member_id not in group.members:
+            return group, None, ErrorCode.UNKNOWN_MEMBER_ID
+        member = group.members[member_id]
+        member.last_seen = time.monotonic()
+        if generation != group.generation:
+            return group, member, ErrorCode.ILLEGAL_GENERATION
+        return group, member, ErrorCode.NONE
+
+    async def sync(self, req: dict[str, Any]) -> dict[str, Any]:
+        group, member, error = self._member(req["group_id"], req["member_id"], req["generation_id"])
+        if error:
+            return {"error_code": error}
+        assert group is not None and member is not None
+        if group.state == GroupState.PREPARING:
+            return {"error_code": ErrorCode.REBALANCE_IN_PROGRESS}
+        if group.state == GroupState.STABLE:
+            return {"error_code": ErrorCode.NONE, "assignment": member.assignment}
+        # CompletingRebalance: wait for the leader's assignment
+        _resolve(member.sync, {"error_code": ErrorCode.REBALANCE_IN_PROGRESS})
+        fut = member.sync = asyncio.get_running_loop().create_future()
+        if member.member_id == group.leader:
+            given = {a["member_id"]: a["assignment"] or b"" for a in req["assignments"]}
+            for m in group.members.values():
+                m.assignment = given.get(m.member_id, b"")
+            group.state = GroupState.STABLE
+            log.info("group %s: generation %d is stable", group.group_id, group.generation)
+            for m in group.members.values():
+                _resolve(m.sync, {"error_code": ErrorCode.NONE, "assignment": m.assignment})
+        try:
+            return await fut
+        finally:
+            if member.sync is fut:
+                member.sync = None
+            member.last_seen = time.monotonic()
+
+    def heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
+        group, member, error = self._member(req["group_id"], req["member_id"], req["generation_id"])
+        if error:
+            return {"error_code": error}
+        assert group is not None
+        if group.state == GroupState.PREPARING:
+            return {"error_code": ErrorCode.REBALANCE_IN_PROGRESS}
+        return {"error_code": ErrorCode.NONE}
+
+    def leave(self, req: dict[str, Any], version: int) -> dict[str, Any]:
+        gid = req["group_id"]
+        leaving = [req["member_id"]] if version < 3 else [m["member_id"] for m in req["members"]]
+        group = self.groups.get(gid)
+        results = []
+        for member_id in leaving:
+            member = group.members.get(member_id) if group is not None else None
+            if member is None:
+                results.append({"member_id": member_id, "error_code": ErrorCode.UNKNOWN_MEMBER_ID})
+                continue
+            assert group is not None
+            self._remove(group, member, "left the group")
+            results.append({"member_id": member_id, "group_instance_id": member.group_instance_id,
+                            "error_code": ErrorCode.NONE})  # fmt: skip
+        if version < 3:
+            return {"error_code": results[0]["error_code"]}
+        return {"error_code": ErrorCode.NONE, "members": results}
+
+    def _remove(self, group: Group, member: Member, reason: str) -> None:
+        group.members.pop(member.member_id, None)
+        _resolve(member.join, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
+        _resolve(member.sync, {"error_code": ErrorCode.UNKNOWN_MEMBER_ID})
+        if group.state == GroupState.PREPARING:
+            if group.members:
+                self._maybe_complete(group)
+            else:
+                self._complete(group)
+        elif group.state in (GroupState.STABLE, GroupState.COMPLETING):
+            if group.members:
+                self._prepare(group, f"member {member.member_id} {reason}")
+            else:
+                group.state, group.generation = GroupState.EMPTY, group.generation + 1
+                group.protocol = group.leader = group.protocol_type = ""
+
+    # -- offsets ----------------------------------------------------------------------------------
+
+    def commit_error(self, gid: str, member_id: str, generation: int) -> int:
+        """Whether a member may commit now: NONE, or the error Kafka answers."""
+        group = self.groups.get(gid)
+        if generation < 0 and not member_id and (group is None or not group.members):
+            return ErrorCode.NONE  # a simple commit: the group does not use the coordinator for membership
+        group, member, error = self._member(gid, member_id, generation)
+        if error:
+            return error
+        assert group is not None
+        if group.state in (GroupState.PREPARING, GroupState.COMPLETING):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    # -- describe ---------------------------------------------------------------------------------
+
+    def describe(self, gid: str) -> dict[str, Any]:
+        group = self.groups.get(gid)
+        if group is None:
+            return {"error_code": ErrorCode.NONE, "group_id": gid, "group_state": GroupState.DEAD, "members": []}
+        members = [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+             "client_host": m.client_host, "member_metadata": m.metadata(group.protocol),
+             "member_assignment": m.assignment}
+            for m in group.members.values()
+        ]  # fmt: skip
+        return {"error_code": ErrorCode.NONE, "group_id": gid, "group_state": str(group.state),
+                "protocol_type": group.protocol_type, "protocol_data": group.protocol, "members": members}  # fmt: skip
+
+
+def _join_error(error: int, member_id: str) -> dict[str, Any]:
+    return {"error_code": error, "generation_id": -1, "member_id": member_id, "members": []}
+
+
+def _resolve(fut: asyncio.Future | None, value: Any) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(value)
