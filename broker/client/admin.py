@@ -1,4 +1,4 @@
-"""Topic administration over the wire protocol: create, list, describe, alter and delete topics."""
+"""Topic and group administration over the wire protocol: topics, their offsets, groups and coordinators."""
 
 from __future__ import annotations
 
@@ -115,29 +115,22 @@ class Admin:
             )  # fmt: skip
             for p in sorted(t["partitions"], key=lambda p: p["partition_index"])
         ]
+        live = [p for p in parts if p.leader >= 0]
+        for which, attr in ((EARLIEST, "log_start_offset"), (LATEST, "log_end_offset")):
+            found, errors = self._list_offsets({(name, p.partition): p.leader for p in live}, which)
+            for p in live:
+                if (name, p.partition) in found:
+                    setattr(p, attr, found[(name, p.partition)])
+                elif (name, p.partition) in errors:
+                    p.error = errors[(name, p.partition)]
         by_leader: dict[int, list[PartitionDescription]] = defaultdict(list)
-        for p in parts:
-            if p.leader >= 0:
-                by_leader[p.leader].append(p)
+        for p in live:
+            by_leader[p.leader].append(p)
         for leader, ps in by_leader.items():
             try:
                 conn = self.cluster.connection(leader)
-            except KafkactlError as exc:
-                for p in ps:
-                    p.error = str(exc)
+            except KafkactlError:
                 continue
-            for which, attr in ((EARLIEST, "log_start_offset"), (LATEST, "log_end_offset")):
-                body = {"replica_id": -1, "topics": [{"name": name, "partitions": [
-                    {"partition_index": p.partition, "timestamp": which} for p in ps]}]}  # fmt: skip
-                answer = conn.request(ApiKey.LIST_OFFSETS, body)
-                got = {x["partition_index"]: x for x in answer["topics"][0]["partitions"]}
-                for p in ps:
-                    x = got.get(p.partition)
-                    if x and not x["error_code"]:
-                        off = x["offset"] if "offset" in x else (x["old_style_offsets"] or [None])[0]
-                        setattr(p, attr, off)
-                    elif x:
-                        p.error = error_name(x["error_code"])
             try:
                 body = {"topics": [{"topic": name, "partitions": [p.partition for p in ps]}]}
                 answer = conn.request(ApiKey.DESCRIBE_LOG_DIRS, body)
@@ -150,6 +143,69 @@ class Admin:
                             if p.partition == x["partition_index"]:
                                 p.size = (p.size or 0) + x["partition_size"]
         return parts
+
+    def list_offsets(self, tps: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """Each partition's offset at `timestamp` (EARLIEST, LATEST or epoch ms; -1: none that late),
+        asked of its leader; AdminError naming the first partition that cannot answer."""
+        md = self.cluster.metadata(sorted({t for t, _ in tps}))
+        leaders = {(t["name"], p["partition_index"]): p["leader_id"] for t in md["topics"] for p in t["partitions"]}
+        missing = [tp for tp in tps if leaders.get(tp, -1) < 0]
+        if missing:
+            raise AdminError(f"no leader for {missing[0][0]}-{missing[0][1]} (unknown partition or broker down)")
+        found, errors = self._list_offsets({tp: leaders[tp] for tp in tps}, timestamp)
+        if errors:
+            (t, p), why = next(iter(errors.items()))
+            raise AdminError(f"cannot list offsets of {t}-{p}: {why}")
+        return found
+
+    def _list_offsets(self, leaders: dict[tuple[str, int], int], timestamp: int
+                      ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], str]]:  # fmt: skip
+        """ListOffsets to each leader: ({tp: offset}, {tp: error text})."""
+        found: dict[tuple[str, int], int] = {}
+        errors: dict[tuple[str, int], str] = {}
+        by_leader: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for (t, p), leader in leaders.items():
+            by_leader[leader][t].append(p)
+        for leader, topics in by_leader.items():
+            try:
+                conn = self.cluster.connection(leader)
+                body = {"replica_id": -1, "topics": [
+                    {"name": t, "partitions": [{"partition_index": p, "timestamp": timestamp} for p in ps]}
+                    for t, ps in topics.items()]}  # fmt: skip
+                answer = conn.request(ApiKey.LIST_OFFSETS, body)
+            except KafkactlError as exc:
+                errors.update({(t, p): str(exc) for t, ps in topics.items() for p in ps})
+                continue
+            for t in answer["topics"]:
+                for x in t["partitions"]:
+                    tp = (t["name"], x["partition_index"])
+                    if x["error_code"]:
+                        errors[tp] = error_name(x["error_code"])
+                    else:
+                        found[tp] = x["offset"] if "offset" in x else (x["old_style_offsets"] or [-1])[0]
+        return found, errors
+
+    # -- groups -----------------------------------------------------------------------------------
+
+    def list_groups(self) -> dict[str, str]:
+        """{group: protocol type} of the groups the live brokers coordinate (ListGroups to each)."""
+        self.cluster.metadata([])
+        out: dict[str, str] = {}
+        for node in sorted(self.cluster.brokers):
+            answer = self.cluster.connection(node).request(ApiKey.LIST_GROUPS, {})
+            _check(answer["error_code"], None, f"cannot list the groups of broker {node}")
+            out.update({g["group_id"]: g["protocol_type"] for g in answer["groups"]})
+        return dict(sorted(out.items()))
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        """DescribeGroups of one group, asked of its coordinator: state, protocol and members."""
+        answer = self._any(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0})
+        _check(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}")
+        self.cluster.metadata([])
+        desc = self.cluster.connection(answer["node_id"]).request(ApiKey.DESCRIBE_GROUPS, {"groups": [group]})
+        g = desc["groups"][0]
+        _check(g["error_code"], None, f"cannot describe group {group!r}")
+        return g
 
 
 __all__ = ["Admin", "AdminError", "PartitionDescription", "ErrorCode"]

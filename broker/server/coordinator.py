@@ -4,8 +4,9 @@ A group moves Empty → PreparingRebalance → CompletingRebalance → Stable, a
 answers wait (on futures) until every known member has rejoined or the rebalance timeout passes;
 the first member gets the others' metadata and computes the assignment, which its SyncGroup hands
 to everyone. Members that stop heartbeating for their session timeout are removed and the group
-rebalances. State lives in memory only: committed offsets go to ZooKeeper's offset registry, so a
-coordinator that moves (its broker died) loses nothing a client cannot rebuild by rejoining.
+rebalances; a group whose last member left is forgotten. State lives in memory only: committed
+offsets go to ZooKeeper's offset registry, so a coordinator that moves (its broker died) loses
+nothing a client cannot rebuild by rejoining.
 
 The coordinator of a group is `sorted(live broker ids)[java_hash(group) % count]`, the same on every
 broker that sees the same live set.
@@ -144,7 +145,7 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
-            group = self.groups[gid] = Group(gid)
+            group = Group(gid)
         if not protocols or (
             group.members
             and (req["protocol_type"] != group.protocol_type or not self._common_protocols(group, protocols, member_id))
@@ -159,6 +160,7 @@ class GroupCoordinator:
             member = Member(member_id, req.get("group_instance_id"), client_id, client_host, session_ms, rebalance_ms,
                             req["protocol_type"], protocols)  # fmt: skip
             group.members[member_id] = member
+            self.groups[gid] = group
             if not group.protocol_type:
                 group.protocol_type = req["protocol_type"]
             member.join = loop.create_future()
@@ -235,7 +237,7 @@ class GroupCoordinator:
             del group.members[m.member_id]
         group.generation += 1
         if not group.members:
-            group.state, group.protocol, group.leader, group.protocol_type = GroupState.EMPTY, "", "", ""
+            self._forget(group)
             return
         group.protocol = self._choose_protocol(group)
         if group.leader not in group.members:
@@ -351,8 +353,16 @@ class GroupCoordinator:
             if group.members:
                 self._prepare(group, f"member {member.member_id} {reason}")
             else:
-                group.state, group.generation = GroupState.EMPTY, group.generation + 1
-                group.protocol = group.leader = group.protocol_type = ""
+                self._forget(group)
+
+    def _forget(self, group: Group) -> None:
+        """The last member left: only the committed offsets (in ZooKeeper) remain of the group."""
+        if group.timer is not None:
+            group.timer.cancel()
+        group.state = GroupState.EMPTY
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+        log.info("group %s is empty", group.group_id)
 
     # -- offsets ----------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from broker.protocol.schema import (
     INT16,
     INT32,
     INT64,
+    NULLABLE_BYTES,
     NULLABLE_STRING,
     STRING,
     Array,
@@ -176,4 +177,17 @@ LIST_GROUPS_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
     F("groups", Array(Struct(F("group_id", STRING), F("protocol_type", STRING)))),
+)
+
+# The consumer protocol ("consumer" protocol type): what standard clients put in JoinGroup metadata and
+# SyncGroup assignments. Each starts with an int16 version; kafkactl reads them only to show members.
+CONSUMER_SUBSCRIPTION = Struct(
+    F("topics", Array(STRING)),
+    F("user_data", NULLABLE_BYTES),
+    F("owned_partitions", Array(Struct(F("topic", STRING), F("partitions", Array(INT32)))), "1+"),
+)
+
+CONSUMER_ASSIGNMENT = Struct(
+    F("assigned_partitions", Array(Struct(F("topic", STRING), F("partitions", Array(INT32))))),
+    F("user_data", NULLABLE_BYTES),
 )

@@ -1,0 +1,225 @@
+"""Consumer groups of both kinds, seen the same way: list, describe with lag, plan and apply rewinds, delete.
+
+A group is ZooKeeper-coordinated (kafkactl's own group consumer, the paper's way) when it has a
+`/consumers/<g>/ids` node, else broker-coordinated (standard clients). Members come from the
+consumer and ownership registries or from DescribeGroups at the coordinator; committed offsets
+always come from the offset registry, which is also what a rewind writes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from broker.client.admin import Admin
+from broker.errors import KafkactlError, UsageError
+from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.protocol.messages.groups import CONSUMER_ASSIGNMENT
+from broker.protocol.primitives import DecodeError, Reader
+from broker.zk import consumers
+
+TopicPartition = tuple[str, int]
+
+ZOOKEEPER = "zookeeper"
+BROKER = "broker"
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    host: str
+    partitions: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int | None
+    lag: int | None
+    owner: str | None
+    host: str | None
+
+
+@dataclass
+class GroupInfo:
+    group: str
+    kind: str
+    state: str
+    members: list[Member]
+    partitions: list[PartitionLag]
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RewindRow:
+    group: str
+    topic: str
+    partition: int
+    current: int | None
+    new: int
+
+
+@dataclass(frozen=True)
+class RewindTarget:
+    """Where a rewind moves each partition: earliest, latest, offset N, datetime/duration (a timestamp), shift ±N."""
+
+    kind: str  # earliest | latest | offset | timestamp | shift
+    value: int = 0
+
+
+def kind_of(zk: KazooClient, group: str) -> str:
+    return ZOOKEEPER if consumers.is_zookeeper_group(zk, group) else BROKER
+
+
+def list_groups(zk: KazooClient, admin: Admin) -> list[dict[str, Any]]:
+    """Every group known to ZooKeeper or to a coordinator: name, kind, state and member count."""
+    names = set(consumers.groups(zk)) | set(admin.list_groups())
+    return [{"group": g.group, "kind": g.kind, "state": g.state, "members": len(g.members)}
+            for g in (_membership(zk, admin, name) for name in sorted(names))]  # fmt: skip
+
+
+def _membership(zk: KazooClient, admin: Admin, group: str) -> GroupInfo:
+    """Kind, state and members of a group, without offsets."""
+    if kind_of(zk, group) == ZOOKEEPER:
+        live = consumers.members(zk, group)
+        owners = consumers.owners(zk, group)
+        members = [Member(cid, cid, _zk_host(group, cid), sorted(tp for tp, o in owners.items() if o == cid))
+                   for cid in live]  # fmt: skip
+        if not live:
+            state = "Empty"
+        else:
+            state = "Stable" if set(owners.values()) <= set(live) and owners else "Rebalancing"
+        return GroupInfo(group, ZOOKEEPER, state, members, [])
+    desc = admin.describe_group(group)
+    members = [Member(m["member_id"], m["client_id"], m["client_host"].lstrip("/"), _assigned(m["member_assignment"]))
+               for m in desc["members"]]  # fmt: skip
+    state = desc["group_state"]
+    if state == "Dead":
+        state = "Empty"  # no live membership: only committed offsets remain
+    return GroupInfo(group, BROKER, state, members, [])
+
+
+def _zk_host(group: str, consumer_id: str) -> str:
+    """kafkactl's consumer ids read `<group>_<host>-<suffix>`; other ids name no host."""
+    prefix = f"{group}_"
+    if consumer_id.startswith(prefix) and "-" in consumer_id[len(prefix) :]:
+        return consumer_id[len(prefix) :].rsplit("-", 1)[0]
+    return ""
+
+
+def _assigned(data: bytes | None) -> list[TopicPartition]:
+    """The partitions in a consumer-protocol assignment; [] when it is not one."""
+    if not data:
+        return []
+    try:
+        r = Reader(memoryview(data))
+        version = r.int16()
+        body = CONSUMER_ASSIGNMENT.read(r, min(max(version, 0), 3))
+    except (DecodeError, ValueError):
+        return []
+    return sorted((a["topic"], p) for a in body["assigned_partitions"] for p in a["partitions"])
+
+
+def describe(zk: KazooClient, admin: Admin, group: str) -> GroupInfo:
+    """A group's kind, state, members and, per partition, committed offset, log end, lag and owner."""
+    info = _membership(zk, admin, group)
+    committed = consumers.committed(zk, group)
+    if not committed and not info.members and group not in consumers.groups(zk):
+        raise KafkactlError(f"no consumer group {group!r}")
+    owner_of = {tp: m for m in info.members for tp in m.partitions}
+    tps = sorted(set(committed) | set(owner_of))
+    ends = _log_ends(admin, tps)
+    for tp in tps:
+        c = committed.get(tp)
+        end = ends.get(tp)
+        m = owner_of.get(tp)
+        lag = None if c is None or end is None else max(0, end - c.offset)
+        info.partitions.append(PartitionLag(tp[0], tp[1], None if c is None else c.offset, end, lag,
+                                            m.member_id if m else None, m.host if m else None))  # fmt: skip
+    return info
+
+
+def _log_ends(admin: Admin, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """Log end offsets of the partitions that still exist (a deleted topic's committed offsets stay shown)."""
+    known = admin.list_topics()
+    live = [tp for tp in tps if tp[1] < known.get(tp[0], 0)]
+    return admin.list_offsets(live, LATEST) if live else {}
+
+
+def live_members(zk: KazooClient, admin: Admin, group: str) -> int:
+    return len(_membership(zk, admin, group).members)
+
+
+def _refuse_if_live(zk: KazooClient, admin: Admin, group: str, doing: str) -> None:
+    n = live_members(zk, admin, group)
+    if n:
+        raise KafkactlError(f"group {group!r} has {n} live member(s); stop them before {doing} it")
+
+
+def plan_rewind(zk: KazooClient, admin: Admin, group: str, topics: dict[str, list[int] | None] | None,
+                target: RewindTarget) -> list[RewindRow]:  # fmt: skip
+    """The new committed offset of each chosen partition (`topics` None: every topic the group committed to),
+    clamped to the partition's [log start, log end]."""
+    committed = consumers.committed(zk, group)
+    known = admin.list_topics()
+    if topics is None:
+        topics = {t: None for t, _ in committed}
+        if not topics:
+            raise KafkactlError(f"group {group!r} has no committed offsets; name the topics with --topic")
+    tps: list[TopicPartition] = []
+    for topic, parts in sorted(topics.items()):
+        if topic not in known:
+            raise KafkactlError(f"unknown topic {topic!r}")
+        for p in parts if parts is not None else range(known[topic]):
+            if not 0 <= p < known[topic]:
+                raise UsageError(f"topic {topic!r} has no partition {p} (it has {known[topic]})")
+            tps.append((topic, p))
+    start = admin.list_offsets(tps, EARLIEST)
+    end = admin.list_offsets(tps, LATEST)
+    at_time = admin.list_offsets(tps, target.value) if target.kind == "timestamp" else {}
+    rows = []
+    for tp in tps:
+        lo, hi = start[tp], end[tp]
+        c = committed.get(tp)
+        current = None if c is None else c.offset
+        if target.kind == "earliest":
+            new = lo
+        elif target.kind == "latest":
+            new = hi
+        elif target.kind == "offset":
+            new = target.value
+        elif target.kind == "timestamp":
+            new = at_time[tp] if at_time[tp] >= 0 else hi  # nothing that late: the end
+        elif target.kind == "shift":
+            if current is None:
+                raise KafkactlError(f"group {group!r} has no committed offset for {tp[0]}-{tp[1]} to shift")
+            new = current + target.value
+        else:
+            raise ValueError(target.kind)
+        rows.append(RewindRow(group, tp[0], tp[1], current, min(max(new, lo), hi)))
+    return rows
+
+
+def apply_rewind(zk: KazooClient, admin: Admin, group: str, rows: list[RewindRow]) -> None:
+    """Write the planned offsets; refused while the group has live members (they would overwrite them)."""
+    _refuse_if_live(zk, admin, group, "rewinding")
+    consumers.commit(zk, group, {(r.topic, r.partition): r.new for r in rows})
+
+
+def delete(zk: KazooClient, admin: Admin, group: str) -> None:
+    """Remove a group's registries and committed offsets; refused while it has live members."""
+    _refuse_if_live(zk, admin, group, "deleting")
+    if not consumers.delete_group(zk, group):
+        raise KafkactlError(f"no consumer group {group!r} in ZooKeeper")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
