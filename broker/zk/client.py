@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 from kazoo.client import KazooClient
@@ -15,7 +16,9 @@ def connect(hosts: str, *, session_timeout_s: float = 18.0, connect_timeout_s: f
     """A started client for `host:port[,...][/chroot]`; KafkactlError when nothing answers in time."""
     zk = KazooClient(hosts=hosts, timeout=session_timeout_s)
     try:
-        zk.start(timeout=connect_timeout_s)
+        with warnings.catch_warnings():  # kazoo warns of a missing chroot; callers that need it say so in one line
+            warnings.simplefilter("ignore")
+            zk.start(timeout=connect_timeout_s)
     except (KazooTimeoutError, ValueError) as exc:
         close(zk)
         reason = "no answer" if isinstance(exc, KazooTimeoutError) else str(exc)

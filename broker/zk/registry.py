@@ -70,7 +70,11 @@ def deregister_broker(zk: KazooClient, broker_id: int) -> None:
 def live_brokers(zk: KazooClient) -> dict[int, tuple[str, int, str | None]]:
     """{id: (host, port, rack)} of the registered brokers."""
     out = {}
-    for child in zk.get_children(paths.BROKER_IDS):
+    try:
+        children = zk.get_children(paths.BROKER_IDS)
+    except NoNodeError:  # a ZooKeeper (or chroot) no broker has used yet
+        return {}
+    for child in children:
         try:
             data, _ = zk.get(paths.broker(int(child)))
         except (NoNodeError, ValueError):
