@@ -137,11 +137,10 @@ def delete_offsets(zk: KazooClient, group: str, topic: str) -> None:
 
 def delete_group(zk: KazooClient, group: str) -> bool:
     """Remove a group's registries; False if it did not exist."""
-    try:
-        zk.delete(paths.group(group), recursive=True)
-        return True
-    except NoNodeError:
-        return False
+    if zk.exists(paths.group(group)) is None:
+        return False  # (kazoo's recursive delete does not report a missing node)
+    zk.delete(paths.group(group), recursive=True)
+    return True
 
 
 def _children(zk: KazooClient, path: str) -> list[str]:
