@@ -77,6 +77,7 @@ class AsyncConsumer:
         self._data = asyncio.Event()
         self._room = asyncio.Event()
         self._tasks: dict[int, asyncio.Task] = {}
+        self._resets: set[asyncio.Task] = set()  # offset resets in flight (kept referenced until done)
         self._generation = 0
         self._closed = False
 
@@ -279,7 +280,9 @@ class AsyncConsumer:
                 return True
             if code == ErrorCode.OFFSET_OUT_OF_RANGE and self.config.auto_offset_reset != "none":
                 self.positions.pop(tp, None)
-                asyncio.get_running_loop().create_task(self._reset_then_fetch())
+                task = asyncio.get_running_loop().create_task(self._reset_then_fetch())
+                self._resets.add(task)
+                task.add_done_callback(self._resets.discard)
                 return False
             self._errors.append(
                 ConsumeError(f"{topic}-{tp[1]} at offset {self.positions[tp]}: {error_name(code)}", code)
@@ -364,9 +367,10 @@ class AsyncConsumer:
     async def close(self) -> None:
         self._closed = True
         self._generation += 1
-        for task in self._tasks.values():
+        tasks = [*self._tasks.values(), *self._resets]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks.values():
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.cluster.close()

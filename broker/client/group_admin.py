@@ -8,6 +8,7 @@ always come from the offset registry, which is also what a rewind writes.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -108,11 +109,9 @@ def _membership(zk: KazooClient, admin: Admin, group: str) -> GroupInfo:
 
 
 def _zk_host(group: str, consumer_id: str) -> str:
-    """kafkactl's consumer ids read `<group>_<host>-<suffix>`; other ids name no host."""
-    prefix = f"{group}_"
-    if consumer_id.startswith(prefix) and "-" in consumer_id[len(prefix) :]:
-        return consumer_id[len(prefix) :].rsplit("-", 1)[0]
-    return ""
+    """The host in kafkactl's consumer ids, `<group>_<host>-<epoch ms>-<uuid8>`; other ids name none."""
+    m = re.fullmatch(re.escape(group) + r"_(.+)-\d+-[0-9a-f]{8}", consumer_id)
+    return m.group(1) if m else ""
 
 
 def _assigned(data: bytes | None) -> list[TopicPartition]:

@@ -75,7 +75,8 @@ def claim(zk: KazooClient, group: str, topic: str, partition: int, consumer_id: 
             data, stat = zk.get(path)
         except NoNodeError:
             return False  # released meanwhile: the caller's retry will take it
-        return data.decode() == consumer_id and stat.ephemeralOwner == zk.client_id[0]
+        session = zk.client_id  # None while disconnected: ownership cannot be confirmed then
+        return data.decode() == consumer_id and session is not None and stat.ephemeralOwner == session[0]
 
 
 def release(zk: KazooClient, group: str, topic: str, partition: int, consumer_id: str) -> None:

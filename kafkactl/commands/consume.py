@@ -1,16 +1,26 @@
-"""`kafkactl consume TOPIC`: read partitions from an offset, as text, a kcat format or JSON lines."""
+"""`kafkactl consume TOPIC`: read partitions from an offset, as text, a kcat format or JSON lines.
+
+With `--group G` it is a member of a ZooKeeper-coordinated consumer group (the paper's rebalance):
+the group decides the partitions, the committed offsets (or `--reset`) where each starts, and it
+follows until Ctrl-C, which commits and leaves the group cleanly.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
+import time
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
 from broker.client import shell
-from broker.client.consumer import AsyncConsumer
+from broker.client.consumer import AsyncConsumer, ConsumerRecord
+from broker.client.group import GroupConsumer, check_group_id, describe_assignment, settings_from_properties
 from broker.client.offsets import BEGINNING, END, parse_offset
 from broker.errors import UsageError
 from kafkactl import contexts
@@ -31,7 +41,9 @@ def consume(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep reading new messages until Ctrl-C.")] = False,
     exit_at_end: Annotated[
         bool,
-        typer.Option("--exit", "-e", help="Stop at the end offsets pinned at start (the default unless --follow)."),
+        typer.Option(
+            "--exit", "-e", help="Stop at the end offsets pinned at start (the default unless --follow or --group)."
+        ),
     ] = False,
     max_messages: Annotated[int | None, typer.Option("--max-messages", "-c", min=1, help="Stop after N.")] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json (JSON lines).")] = Output.text,
@@ -40,7 +52,36 @@ def consume(
     ] = None,
     key_decoder: Annotated[str, typer.Option("--key-decoder", help="utf8, hex, base64 or json.")] = "utf8",
     value_decoder: Annotated[str, typer.Option("--value-decoder", help="utf8, hex, base64 or json.")] = "utf8",
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            "-g",
+            help="Consume as a member of this ZooKeeper-coordinated group (follows until Ctrl-C unless --exit or -c).",
+            show_default=False,
+        ),
+    ] = None,
+    reset: Annotated[
+        str | None,
+        typer.Option(
+            "--reset",
+            help="With --group: earliest or latest, where a partition without a committed "
+            "offset starts (auto.offset.reset; default latest).",
+            show_default=False,
+        ),
+    ] = None,
+    prop: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--property",
+            "-X",
+            help="With --group: a consumer property KEY=VALUE (repeatable), e.g. "
+            "zookeeper.session.timeout.ms=6000, auto.commit.interval.ms=5000.",
+            show_default=False,
+        ),
+    ] = None,
     bootstrap: contexts.Bootstrap = None,
+    zookeeper: contexts.ZooKeeper = None,
 ) -> None:
     """Consume messages; Ctrl-C ends cleanly with a summary on stderr."""
     if follow and exit_at_end:
@@ -48,10 +89,29 @@ def consume(
     for name, value in (("--key-decoder", key_decoder), ("--value-decoder", value_decoder)):
         if value not in shell.DECODERS:
             raise UsageError(f"{name} {value!r}: expected one of {', '.join(shell.DECODERS)}")
-    spec = parse_offset(offset) if offset is not None else (END if follow else BEGINNING)
     render = shell.compile_format(fmt if fmt is not None else "%s\n") if output == Output.text else None
     summary = shell.ConsumeSummary()
     out = sys.stdout
+
+    def emit(recs: list[ConsumerRecord]) -> None:
+        if render is None:
+            out.write(
+                "".join(
+                    json.dumps(shell.record_json(r), ensure_ascii=False, separators=(",", ":")) + "\n" for r in recs
+                )
+            )
+        else:
+            out.write("".join(render(r, key_decoder, value_decoder) for r in recs))
+        out.flush()
+
+    if group is not None:
+        _consume_group(topic, group, partition=partition, offset=offset, reset=reset, props=prop or [],
+                       follow=not exit_at_end, max_messages=max_messages, emit=emit, summary=summary,
+                       bootstrap=bootstrap, zookeeper=zookeeper)  # fmt: skip
+        return
+    if reset is not None or prop:
+        raise UsageError(f"{'--reset' if reset is not None else '--property'} needs --group")
+    spec = parse_offset(offset) if offset is not None else (END if follow else BEGINNING)
 
     async def run() -> None:
         consumer = AsyncConsumer(contexts.bootstrap(bootstrap), fetch_max_wait_ms=500)
@@ -65,16 +125,7 @@ def consume(
             tps = [(topic, p) for p in chosen]
             async for recs in shell.consume_records(consumer, tps, spec, follow=follow, max_messages=max_messages,
                                                     summary=summary):  # fmt: skip
-                if render is None:
-                    out.write(
-                        "".join(
-                            json.dumps(shell.record_json(r), ensure_ascii=False, separators=(",", ":")) + "\n"
-                            for r in recs
-                        )
-                    )
-                else:
-                    out.write("".join(render(r, key_decoder, value_decoder) for r in recs))
-                out.flush()
+                emit(recs)
         finally:
             await consumer.close()
 
@@ -84,6 +135,79 @@ def consume(
         pass  # Ctrl-C ends a consume cleanly, with its summary
     except BaseException:
         if summary.messages:  # what was printed before the failure is accounted for; the error line follows
+            _print_summary(topic, summary)
+        raise
+    _print_summary(topic, summary)
+
+
+def _consume_group(topic: str, group: str, *, partition: list[int] | None, offset: str | None, reset: str | None,
+                   props: list[str], follow: bool, max_messages: int | None,
+                   emit: Callable[[list[ConsumerRecord]], None], summary: shell.ConsumeSummary,
+                   bootstrap: str | None, zookeeper: str | None) -> None:  # fmt: skip
+    """`consume --group`: a GroupConsumer member until Ctrl-C / SIGTERM (or the ends with --exit, or -c N).
+
+    Every record the group hands out is printed, so what it commits on leaving is exactly what was shown.
+    """
+    check_group_id(group)
+    if offset is not None:
+        raise UsageError("--offset cannot be used with --group: the group's committed offsets decide where each "
+                         "partition starts (--reset earliest|latest where there is none)")  # fmt: skip
+    if partition:
+        raise UsageError("--partition cannot be used with --group: the group assigns the partitions")
+    if reset is not None and reset not in ("earliest", "latest"):
+        raise UsageError(f"--reset {reset!r}: expected earliest or latest")
+    pairs: dict[str, str] = {}
+    for item in props:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--property {item!r}: expected KEY=VALUE")
+        pairs[key.strip()] = value.strip()
+    settings = settings_from_properties(pairs)
+    if reset is not None:
+        settings["auto_offset_reset"] = reset
+    bs, zk = contexts.bootstrap(bootstrap), contexts.zookeeper(zookeeper)
+
+    def assigned(tps: list[tuple[str, int]]) -> None:
+        print(f"group {group}: assigned {describe_assignment([topic], tps)}", file=sys.stderr, flush=True)
+
+    async def run() -> None:
+        async with AsyncConsumer(bs) as probe:  # an unknown topic is an error, as without --group
+            await probe.partitions_for(topic)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGTERM, stop.set)  # SIGTERM leaves as cleanly as Ctrl-C
+        consumer = GroupConsumer(bs, zk, group, [topic], on_assign=assigned, **settings)
+        t0 = time.perf_counter()
+        await consumer.start()
+        try:
+            ends: dict[tuple[str, int], int] = {}  # with --exit: each partition's end when it was assigned
+            while not stop.is_set():
+                limit = None if max_messages is None else max_messages - summary.messages
+                for tp, recs in (await consumer.getmany(timeout_ms=500, max_records=limit)).items():
+                    summary.messages += len(recs)
+                    summary.bytes += sum(len(r.value or b"") + len(r.key or b"") for r in recs)
+                    summary.last[tp[1]] = recs[-1].offset
+                    emit(recs)
+                if max_messages is not None and summary.messages >= max_messages:
+                    break
+                if not follow:
+                    owned = consumer.assignment()
+                    new = [tp for tp in owned if tp not in ends]
+                    if new:
+                        ends.update(await consumer.end_offsets(new))
+                    if all((consumer.position(tp) or 0) >= ends[tp] for tp in owned):
+                        break
+        finally:
+            summary.seconds = time.perf_counter() - t0
+            await consumer.close()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: the consumer committed and left the group; the summary follows
+    except BaseException:
+        if summary.messages:
             _print_summary(topic, summary)
         raise
     _print_summary(topic, summary)
