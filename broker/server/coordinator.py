@@ -81,6 +81,7 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     timer: asyncio.TimerHandle | None = None
     initial: bool = False  # this rebalance started from Empty: wait the initial delay for more members
+    initial_deadline: float = 0.0  # (loop time) the initial delay is extended up to here
 
     def live(self) -> bool:
         return bool(self.members)
@@ -95,6 +96,8 @@ class GroupCoordinator:
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
         self._sweeper: asyncio.Task | None = None
+        #: member ids handed out with MEMBER_ID_REQUIRED and not yet used: id → (group, expiry)
+        self._pending: dict[str, tuple[str, float]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -123,16 +126,19 @@ class GroupCoordinator:
         while True:
             await asyncio.sleep(0.25)
             now = time.monotonic()
+            for mid in [mid for mid, (_, until) in self._pending.items() if until < now]:
+                del self._pending[mid]
             for group in list(self.groups.values()):
-                expired = [m for m in group.members.values()
-                           if m.join is None and now - m.last_seen > m.session_timeout_ms / 1000]  # fmt: skip
+                expired = [m for m in group.members.values()  # waiting in JoinGroup or SyncGroup keeps it alive
+                           if m.join is None and m.sync is None
+                           and now - m.last_seen > m.session_timeout_ms / 1000]  # fmt: skip
                 for m in expired:
                     log.info("group %s: member %s session expired", group.group_id, m.member_id)
                     self._remove(group, m, "session expired")
 
     # -- JoinGroup --------------------------------------------------------------------------------
 
-    async def join(self, req: dict[str, Any], client_id: str, client_host: str) -> dict[str, Any]:
+    async def join(self, req: dict[str, Any], client_id: str, client_host: str, version: int = 0) -> dict[str, Any]:
         gid, member_id = req["group_id"], req["member_id"]
         session_ms = req["session_timeout_ms"]
         rebalance_ms = req["rebalance_timeout_ms"] if req["rebalance_timeout_ms"] > 0 else session_ms
@@ -143,20 +149,27 @@ class GroupCoordinator:
         protocols = [(p["name"], p["metadata"] or b"") for p in req["protocols"]]
         group = self.groups.get(gid)
         if group is None:
-            if member_id:
+            if member_id and self._pending.get(member_id, ("",))[0] != gid:
                 return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
             group = Group(gid)
-        if not protocols or (
+        if not protocols or not req["protocol_type"] or (
             group.members
             and (req["protocol_type"] != group.protocol_type or not self._common_protocols(group, protocols, member_id))
         ):
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)  # fmt: skip
-        if member_id and member_id not in group.members:
+        if not member_id and version >= 4:
+            # KIP-394: hand out the id first; the member joins with it, so a lost answer leaves no ghost
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            self._pending[member_id] = (gid, time.monotonic() + session_ms / 1000)
+            return _join_error(ErrorCode.MEMBER_ID_REQUIRED, member_id)
+        pending = self._pending.pop(member_id, None) if member_id else None
+        new = not member_id or (pending is not None and pending[0] == gid and member_id not in group.members)
+        if member_id and not new and member_id not in group.members:
             return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
 
         loop = asyncio.get_running_loop()
-        if not member_id:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        if new:
+            member_id = member_id or f"{client_id or 'member'}-{uuid.uuid4()}"
             member = Member(member_id, req.get("group_instance_id"), client_id, client_host, session_ms, rebalance_ms,
                             req["protocol_type"], protocols)  # fmt: skip
             group.members[member_id] = member
@@ -164,6 +177,8 @@ class GroupCoordinator:
             if not group.protocol_type:
                 group.protocol_type = req["protocol_type"]
             member.join = loop.create_future()
+            if group.initial:
+                self._extend_initial_delay(group)
             self._prepare(group, f"member {member_id} joined")
         else:
             member = group.members[member_id]
@@ -175,7 +190,8 @@ class GroupCoordinator:
             member.join = loop.create_future()
             if group.state == GroupState.PREPARING:
                 self._maybe_complete(group)
-            elif unchanged and member_id != group.leader and group.state != GroupState.EMPTY:
+            elif unchanged and (group.state == GroupState.COMPLETING
+                                or (group.state == GroupState.STABLE and member_id != group.leader)):
                 # it lost the answer to its last join: hand it the current generation again
                 _resolve(member.join, self._join_answer(group, member))
             else:
@@ -208,11 +224,21 @@ class GroupCoordinator:
                 group.timer.cancel()
             loop = asyncio.get_running_loop()
             if group.initial:
+                longest = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+                group.initial_deadline = loop.time() + max(longest, self.initial_delay_ms / 1000)
                 group.timer = loop.call_later(self.initial_delay_ms / 1000, self._initial_delay_over, group)
             else:
                 timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
                 group.timer = loop.call_later(timeout, self._complete, group)
                 self._maybe_complete(group)
+
+    def _extend_initial_delay(self, group: Group) -> None:
+        """Another member arrived during the first join: wait one more delay, up to the rebalance timeout."""
+        loop = asyncio.get_running_loop()
+        if group.timer is not None:
+            group.timer.cancel()
+        when = min(loop.time() + self.initial_delay_ms / 1000, group.initial_deadline)
+        group.timer = loop.call_at(when, self._initial_delay_over, group)
 
     def _initial_delay_over(self, group: Group) -> None:
         group.initial = False
@@ -371,12 +397,14 @@ class GroupCoordinator:
         group = self.groups.get(gid)
         if generation < 0 and not member_id and (group is None or not group.members):
             return ErrorCode.NONE  # a simple commit: the group does not use the coordinator for membership
+        if group is None or not group.members:
+            return ErrorCode.ILLEGAL_GENERATION  # a generation the (empty) group does not have
         group, member, error = self._member(gid, member_id, generation)
         if error:
             return error
         assert group is not None
-        if group.state in (GroupState.PREPARING, GroupState.COMPLETING):
-            return ErrorCode.REBALANCE_IN_PROGRESS
+        if group.state == GroupState.COMPLETING:
+            return ErrorCode.REBALANCE_IN_PROGRESS  # (in PreparingRebalance, members commit before revoking)
         return ErrorCode.NONE
 
     # -- describe ---------------------------------------------------------------------------------
@@ -385,14 +413,16 @@ class GroupCoordinator:
         group = self.groups.get(gid)
         if group is None:
             return {"error_code": ErrorCode.NONE, "group_id": gid, "group_state": GroupState.DEAD, "members": []}
+        stable = group.state == GroupState.STABLE  # as Kafka: metadata and assignments only of a stable group
         members = [
             {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
-             "client_host": m.client_host, "member_metadata": m.metadata(group.protocol),
-             "member_assignment": m.assignment}
+             "client_host": m.client_host, "member_metadata": m.metadata(group.protocol) if stable else b"",
+             "member_assignment": m.assignment if stable else b""}
             for m in group.members.values()
         ]  # fmt: skip
         return {"error_code": ErrorCode.NONE, "group_id": gid, "group_state": str(group.state),
-                "protocol_type": group.protocol_type, "protocol_data": group.protocol, "members": members}  # fmt: skip
+                "protocol_type": group.protocol_type, "protocol_data": group.protocol if stable else "",
+                "members": members}  # fmt: skip
 
 
 def _join_error(error: int, member_id: str) -> dict[str, Any]:

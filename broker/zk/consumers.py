@@ -25,9 +25,14 @@ class Committed(NamedTuple):
 def groups(zk: KazooClient) -> list[str]:
     """Every group with a node under `/consumers`, sorted."""
     try:
-        return sorted(zk.get_children(paths.CONSUMERS))
+        return sorted(paths.group_name(node) for node in zk.get_children(paths.CONSUMERS))
     except NoNodeError:
         return []
+
+
+def broker_groups(zk: KazooClient) -> list[str]:
+    """The groups in the offset registry that kafkactl's own consumer never joined (standard clients')."""
+    return [g for g in groups(zk) if not is_zookeeper_group(zk, g)]
 
 
 def is_zookeeper_group(zk: KazooClient, group: str) -> bool:

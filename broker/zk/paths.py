@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.parse
 import uuid
 from typing import Any
 
@@ -66,32 +67,54 @@ def delete_topic(name: str) -> str:
     return f"{DELETE_TOPICS}/{name}"
 
 
+def group_node(name: str) -> str:
+    """A group id as one znode name. Kafka allows any id; a znode name cannot hold `/`, be `.` or `..`,
+    or contain some code points, so those (and `%`) are percent-encoded; other ids stay as they are."""
+    if name in (".", ".."):
+        return name.replace(".", "%2E")
+    return "".join(_quote(c) if c in "%/" or not _znode_safe(c) else c for c in name)
+
+
+def group_name(node: str) -> str:
+    """The group id a `/consumers` child stands for (`group_node` undone)."""
+    return urllib.parse.unquote(node) if "%" in node else node
+
+
+def _quote(c: str) -> str:
+    return "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+
+
+def _znode_safe(c: str) -> bool:
+    o = ord(c)
+    return not (o < 0x20 or 0x7F <= o <= 0x9F or 0xD800 <= o <= 0xF8FF or 0xFFF0 <= o <= 0xFFFF)
+
+
 def group(name: str) -> str:
-    return f"{CONSUMERS}/{name}"
+    return f"{CONSUMERS}/{group_node(name)}"
 
 
 def group_ids(name: str) -> str:
-    return f"{CONSUMERS}/{name}/ids"
+    return f"{group(name)}/ids"
 
 
 def group_member(name: str, consumer_id: str) -> str:
-    return f"{CONSUMERS}/{name}/ids/{consumer_id}"
+    return f"{group(name)}/ids/{consumer_id}"
 
 
 def group_owners(name: str) -> str:
-    return f"{CONSUMERS}/{name}/owners"
+    return f"{group(name)}/owners"
 
 
 def group_owner(name: str, topic: str, partition: int) -> str:
-    return f"{CONSUMERS}/{name}/owners/{topic}/{partition}"
+    return f"{group(name)}/owners/{topic}/{partition}"
 
 
 def group_offsets(name: str) -> str:
-    return f"{CONSUMERS}/{name}/offsets"
+    return f"{group(name)}/offsets"
 
 
 def group_offset(name: str, topic: str, partition: int) -> str:
-    return f"{CONSUMERS}/{name}/offsets/{topic}/{partition}"
+    return f"{group(name)}/offsets/{topic}/{partition}"
 
 
 def now_ms() -> str:

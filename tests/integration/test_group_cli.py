@@ -246,7 +246,7 @@ def test_broker_group_while_live_and_after_it_closed(b):
 def test_zookeeper_group_while_registered_and_after_its_session_ended(b):
     t, g = create_topic(b.bootstrap, unique("zk"), 3), unique("zkg")
     produce(b, t, {0: 4, 1: 2, 2: 6})
-    a, z = f"{g}_host-a-1", f"{g}_hostb-2"  # kafkactl's ids: <group>_<host>-<suffix>
+    a, z = f"{g}_host-a-1700000000000-0a1b2c3d", f"{g}_hostb-1700000000001-4e5f6a7b"  # <group>_<host>-<ms>-<uuid8>
     with zk_session(b.zk_connect) as zk:
         consumers.register(zk, g, a, [t])
         consumers.register(zk, g, z, [t])

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
-from broker.server.coordinator import coordinator_for
+from broker.server.coordinator import GroupState, coordinator_for
 from broker.server.network import current_peer
 from broker.zk import consumers
 
@@ -41,7 +41,7 @@ async def handle_join_group(b: Broker, header: RequestHeader, req: dict[str, Any
     if _not_coordinator(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR, "generation_id": -1, "member_id": req["member_id"]}
     host = current_peer.get().rpartition(":")[0]
-    return await b.coordinator.join(req, header.client_id or "", f"/{host}")
+    return await b.coordinator.join(req, header.client_id or "", f"/{host}", header.api_version)
 
 
 async def handle_sync_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -130,12 +130,27 @@ async def handle_describe_groups(b: Broker, header: RequestHeader, req: dict[str
     for gid in req["groups"]:
         if _not_coordinator(b, gid):
             out.append({"error_code": ErrorCode.NOT_COORDINATOR, "group_id": gid})
-        else:
-            out.append(b.coordinator.describe(gid))
+            continue
+        desc = b.coordinator.describe(gid)
+        if desc["group_state"] == GroupState.DEAD and gid in await _stored_groups(b):
+            desc.update(group_state=GroupState.EMPTY, protocol_type="consumer")  # no members, committed offsets
+        out.append(desc)
     return {"groups": out}
 
 
 async def handle_list_groups(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    groups = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "consumer"}
-              for g in b.coordinator.groups.values()]  # fmt: skip
-    return {"error_code": ErrorCode.NONE, "groups": groups}
+    """The live groups this broker coordinates and the empty ones whose offsets it would serve."""
+    groups = {g.group_id: g.protocol_type or "consumer" for g in b.coordinator.groups.values()}
+    for gid in await _stored_groups(b):
+        if gid not in groups and not _not_coordinator(b, gid):
+            groups[gid] = "consumer"
+    return {"error_code": ErrorCode.NONE,
+            "groups": [{"group_id": g, "protocol_type": t} for g, t in sorted(groups.items())]}  # fmt: skip
+
+
+async def _stored_groups(b: Broker) -> set[str]:
+    """Broker-coordinated groups with committed offsets in ZooKeeper (not kafkactl's own ZooKeeper groups)."""
+    try:
+        return set(await b.blocking(consumers.broker_groups, b.zk))
+    except Exception:
+        return set()
