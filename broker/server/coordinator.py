@@ -152,9 +152,16 @@ class GroupCoordinator:
             if member_id and self._pending.get(member_id, ("",))[0] != gid:
                 return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
             group = Group(gid)
-        if not protocols or not req["protocol_type"] or (
-            group.members
-            and (req["protocol_type"] != group.protocol_type or not self._common_protocols(group, protocols, member_id))
+        if (
+            not protocols
+            or not req["protocol_type"]
+            or (
+                group.members
+                and (
+                    req["protocol_type"] != group.protocol_type
+                    or not self._common_protocols(group, protocols, member_id)
+                )
+            )
         ):
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)  # fmt: skip
         if not member_id and version >= 4:
@@ -190,8 +197,9 @@ class GroupCoordinator:
             member.join = loop.create_future()
             if group.state == GroupState.PREPARING:
                 self._maybe_complete(group)
-            elif unchanged and (group.state == GroupState.COMPLETING
-                                or (group.state == GroupState.STABLE and member_id != group.leader)):
+            elif unchanged and (
+                group.state == GroupState.COMPLETING or (group.state == GroupState.STABLE and member_id != group.leader)
+            ):
                 # it lost the answer to its last join: hand it the current generation again
                 _resolve(member.join, self._join_answer(group, member))
             else:
