@@ -83,8 +83,9 @@ class Group:
     initial: bool = False  # this rebalance started from Empty: wait the initial delay for more members
     initial_deadline: float = 0.0  # (loop time) the initial delay is extended up to here
 
-    def live(self) -> bool:
-        return bool(self.members)
+    def rebalance_timeout_s(self) -> float:
+        """How long a rebalance waits for members to rejoin: the longest any member asked for."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0) / 1000
 
 
 class GroupCoordinator:
@@ -232,11 +233,11 @@ class GroupCoordinator:
                 group.timer.cancel()
             loop = asyncio.get_running_loop()
             if group.initial:
-                longest = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+                longest = group.rebalance_timeout_s()
                 group.initial_deadline = loop.time() + max(longest, self.initial_delay_ms / 1000)
                 group.timer = loop.call_later(self.initial_delay_ms / 1000, self._initial_delay_over, group)
             else:
-                timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+                timeout = group.rebalance_timeout_s()
                 group.timer = loop.call_later(timeout, self._complete, group)
                 self._maybe_complete(group)
 
@@ -250,7 +251,7 @@ class GroupCoordinator:
 
     def _initial_delay_over(self, group: Group) -> None:
         group.initial = False
-        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+        timeout = group.rebalance_timeout_s()
         group.timer = asyncio.get_running_loop().call_later(timeout, self._complete, group)
         self._maybe_complete(group)
 
