@@ -17,7 +17,7 @@ from typer.main import get_command
 from broker import __version__
 from broker.errors import KafkactlError
 from kafkactl import contexts
-from kafkactl.commands import bench, consume, group, inspect, produce, recover, topic, zk, zookeeper
+from kafkactl.commands import bench, consume, group, inspect, produce, recover, spark_load, topic, zk, zookeeper
 from kafkactl.commands import broker as broker_cmd
 from kafkactl.render import error_line
 
@@ -39,6 +39,7 @@ app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
 app.add_typer(group.app, name="group")
 app.add_typer(zk.app, name="zk")
+app.command("spark-load")(spark_load.spark_load)
 
 _state = {"debug": False}
 

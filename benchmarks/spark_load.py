@@ -1,0 +1,111 @@
+"""Spark-load throughput against Spark's own JSON-lines reader, in one run on one Spark session.
+
+    .venv/bin/python benchmarks/spark_load.py [--messages 10000000] [--partitions 8] [--master local[2]]
+
+A scratch ZooKeeper and broker; `--messages` 200-byte messages produced into one topic of
+`--partitions` partitions with kcat; the same messages written to a JSON-lines file (value, topic,
+partition, offset, timestamp: the columns a load writes, minus key and headers, which are null and
+empty here). Then, timed: `broker.spark.load.run` into Parquet (plan, read through the `kafkactl`
+data source, write, commit) and `spark.read.json(file, schema)` into Parquet. Prints rows/s of both
+and their ratio, as text and as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from broker.bench.broker import kcat_path, scratch_broker
+from broker.client.admin import Admin
+from broker.spark import load
+
+
+def produce(bootstrap: str, topic: str, messages: int, workdir: Path) -> Path:
+    """kcat-produce `messages` distinct 200-byte values; returns the file of values (one per line)."""
+    values = workdir / "values.txt"
+    alphabet = string.ascii_letters + string.digits
+    block = "".join(random.choice(alphabet) for _ in range(4096))
+    with values.open("w") as f:
+        for i in range(messages):
+            head = f"{i:012d}"
+            start = i % (4096 - 200)
+            f.write(head + block[start : start + 200 - len(head)] + "\n")
+    argv = [kcat_path(), "-P", "-b", bootstrap, "-t", topic, "-l", str(values), "-X", "linger.ms=20",
+            "-X", "batch.num.messages=10000", "-X", "queue.buffering.max.kbytes=1048576"]  # fmt: skip
+    subprocess.run(argv, check=True, timeout=1800)
+    return values
+
+
+def export_json(bootstrap: str, topic: str, path: Path) -> int:
+    """The topic's messages as JSON lines (what Spark's file reader gets to read), via kcat."""
+    fmt = '{"value":"%s","topic":"%t","partition":%p,"offset":%o,"timestamp":%T}\\n'
+    with path.open("wb") as out:
+        subprocess.run([kcat_path(), "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", fmt],
+                       stdout=out, check=True, timeout=1800)  # fmt: skip
+    with path.open("rb") as f:
+        return sum(1 for _ in f)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=10_000_000)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--workdir", type=Path, default=None, help="kept afterwards when given")
+    args = ap.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spark-load-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    topic = "bench"
+    try:
+        with scratch_broker(workdir) as bootstrap:
+            with Admin(bootstrap) as admin:
+                admin.create_topic(topic, args.partitions)
+            t0 = time.perf_counter()
+            produce(bootstrap, topic, args.messages, workdir)
+            produced_s = time.perf_counter() - t0
+            jsonl = workdir / "messages.jsonl"
+            exported = export_json(bootstrap, topic, jsonl)
+            if exported != args.messages:
+                raise SystemExit(f"exported {exported} of {args.messages} messages")
+            with load.spark_session(args.master, workdir / "spark.log") as spark:
+                spark.range(1).count()  # warm the session up before timing
+                out = workdir / "loaded"
+                t0 = time.perf_counter()
+                result = load.run(load.LoadOptions(topics=[topic], output=out, bootstrap=bootstrap,
+                                                   format="parquet"), spark=spark)  # fmt: skip
+                load_s = time.perf_counter() - t0
+                if result.rows != args.messages:
+                    raise SystemExit(f"spark-load wrote {result.rows} rows of {args.messages}")
+                schema = "value string, topic string, partition int, offset long, timestamp long"
+                t0 = time.perf_counter()
+                spark.read.schema(schema).json(str(jsonl)).write.mode("overwrite").parquet(str(workdir / "fromjson"))
+                json_s = time.perf_counter() - t0
+        report = {
+            "messages": args.messages, "partitions": args.partitions, "master": args.master,
+            "produce_s": round(produced_s, 2),
+            "spark_load_s": round(load_s, 2), "spark_load_rows_per_s": round(args.messages / load_s),
+            "json_reader_s": round(json_s, 2), "json_reader_rows_per_s": round(args.messages / json_s),
+            "ratio_spark_load_to_json": round(json_s / load_s, 3),
+            "jsonl_bytes": jsonl.stat().st_size, "python": sys.version.split()[0],
+        }  # fmt: skip
+        print(f"spark-load : {report['spark_load_rows_per_s']:>12,} rows/s ({load_s:.1f} s)")
+        print(f"json reader: {report['json_reader_rows_per_s']:>12,} rows/s ({json_s:.1f} s)")
+        print(f"spark-load is {report['ratio_spark_load_to_json']:.2f}x the JSON reader's speed")
+        print(json.dumps(report))
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    main()

@@ -1,0 +1,139 @@
+"""`kafkactl spark-load TOPIC... --output PATH`: load closed offset ranges into files with Spark, exactly once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from broker.client.offsets import parse_offset
+from broker.errors import KafkactlError, UsageError
+from kafkactl import contexts
+from kafkactl.render import Output, json_line, progress, table
+
+
+def _until(text: str | None) -> int | None:
+    """`latest` (None) or an epoch-ms time from the shared offset grammar (@ms, ISO-8601, a duration ago)."""
+    if text is None:
+        return None
+    spec = parse_offset(text)
+    if spec.kind == "end":
+        return None
+    if spec.kind != "timestamp":
+        raise UsageError(f"--until {text!r}: expected latest, @epoch-ms, an ISO-8601 date-time or a duration ago")
+    return spec.value
+
+
+def _columns(items: list[str] | None) -> list[str] | None:
+    if items is None:
+        return None
+    return [c.strip() for item in items for c in item.split(",") if c.strip()]
+
+
+def spark_load(
+    topics: Annotated[list[str], typer.Argument(help="Topics to load.", show_default=False)],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            help="Directory of the files (and of the commit log, in PATH/_kafkactl).",
+            metavar="PATH",
+            show_default=False,
+        ),
+    ],
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format", help="parquet, json, csv or orc (default: as earlier loads, else parquet).", show_default=False
+        ),
+    ] = None,
+    master: Annotated[
+        str,
+        typer.Option(
+            "--master", help="Spark master: local[*], local[N], spark://host:port.", envvar="KAFKACTL_SPARK_MASTER"
+        ),
+    ] = "local[*]",
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            help="latest, or a time (@epoch-ms, ISO-8601, 10m ago): load what came before it.",
+            show_default=False,
+        ),
+    ] = None,
+    value_format: Annotated[
+        str | None,
+        typer.Option(
+            "--value-format",
+            help="raw (binary), utf8 (strings) or json (value parsed; default: as earlier loads, else raw).",
+            show_default=False,
+        ),
+    ] = None,
+    partition_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--partition-by",
+            help="Directory columns: topic, partition, timestampType, date, hour (repeatable or comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
+    fail_on_data_loss: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-data-loss/--no-fail-on-data-loss",
+            help="Stop when offsets to load were removed by retention (else warn and skip them).",
+        ),
+    ] = True,
+    max_records_per_file: Annotated[
+        int | None,
+        typer.Option("--max-records-per-file", min=1, help="Split ranges so no file holds more.", show_default=False),
+    ] = None,
+    min_partitions: Annotated[
+        int | None,
+        typer.Option("--min-partitions", min=1, help="Split ranges into at least this many files.", show_default=False),
+    ] = None,
+    bootstrap: contexts.Bootstrap = None,
+    out_format: Annotated[Output, typer.Option("-o", "--output-format", help="text or json.")] = Output.text,
+) -> None:
+    """Load each partition's new offsets (from the last committed load to the end, or to --until) into files
+    named TOPIC+PARTITION+FIRST+LAST, exactly once: the plan is logged before Spark runs, the offsets are
+    committed only after the files are in place, and an interrupted load is finished or rolled back first."""
+    try:
+        from broker.spark import load  # pyspark and pyarrow: the optional `spark` extra, imported only here
+    except ImportError as exc:
+        raise KafkactlError(f"spark-load needs pyspark and pyarrow: pip install 'kafkactl[spark]' ({exc})") from None
+    opts = load.LoadOptions(
+        topics=list(topics), output=output, bootstrap=contexts.bootstrap(bootstrap), format=fmt,
+        value_format=value_format, partition_by=_columns(partition_by), until=_until(until),
+        fail_on_data_loss=fail_on_data_loss, min_partitions=min_partitions,
+        max_records_per_file=max_records_per_file,
+    )  # fmt: skip
+    load.resolve_layout(opts, None)  # usage errors before touching anything
+
+    def notify(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    result = load.run(opts, master=master, notify=notify, progress=progress)
+    if out_format == Output.json:
+        json_line(result.to_json())
+        return
+    if result.noop:
+        before = " before --until" if opts.until is not None else ""
+        print(f"nothing to load: {', '.join(sorted(set(topics)))} holds no offsets{before} after the committed ones")
+        return
+    rows = [
+        (r.topic, r.partition, f"{r.start}..{r.last}", r.rows, r.expected,
+         "ok" if r.rows == r.expected else f"{r.rows - r.expected:+d}")
+        for r in result.ranges
+    ]  # fmt: skip
+    expected = sum(r.expected for r in result.ranges)
+    title = (f"load {result.load_id} → {result.output} ({result.layout.format}): {result.rows} of {expected} "
+             f"row(s) in {result.files} file(s), {result.seconds:.1f}s")  # fmt: skip
+    table(["TOPIC", "PARTITION", "PLANNED", "ROWS", "EXPECTED", "CHECK"], rows, title=title)
+    if not sys.stdout.isatty():
+        print(title, file=sys.stderr)
+    if result.mismatches:
+        notify(f"warning: {len(result.mismatches)} range(s) hold fewer or more rows than offsets "
+               "(compacted or transactional gaps, or data lost with --no-fail-on-data-loss)")  # fmt: skip
