@@ -287,6 +287,8 @@ class AsyncConsumer:
             self._errors.append(
                 ConsumeError(f"{topic}-{tp[1]} at offset {self.positions[tp]}: {error_name(code)}", code)
             )
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:  # auto.offset.reset=none: paused until the next seek
+                self.positions.pop(tp, None)
             self._data.set()
             return False
         self.high_watermarks[tp] = p["high_watermark"]
@@ -328,6 +330,8 @@ class AsyncConsumer:
         """Records fetched so far, at most `max_records` (default `max.poll.records`), waiting up to `timeout_ms`."""
         if self._closed:
             raise ConsumeError("the consumer is closed")
+        if self._errors:
+            raise self._errors.pop(0)
         if any(tp not in self.positions for tp in self.assignment):
             await self._reset_positions()
         self._ensure_fetchers()

@@ -530,6 +530,26 @@ def test_auto_offset_reset_none_needs_a_seek(shared_broker, timed_topic):
     asyncio.run(run())
 
 
+def test_offset_out_of_range_without_reset_pauses_the_partition_until_a_seek(shared_broker, timed_topic):
+    topic, _ = timed_topic
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, auto_offset_reset="none", fetch_max_wait_ms=50) as c:
+            await c.assign([(topic, 0)])
+            c.seek((topic, 0), 10_000)
+            with pytest.raises(ConsumeError, match="OFFSET_OUT_OF_RANGE"):
+                await c.getmany(timeout_ms=2000)
+            await asyncio.sleep(0.3)
+            assert c._errors == []  # the partition is not fetched again (no error storm) until a seek
+            c.seek((topic, 0), 5)
+            got = []
+            while len(got) < 15:
+                got += [r.offset for recs in (await c.getmany(timeout_ms=2000)).values() for r in recs]
+            return got
+
+    assert asyncio.run(run()) == list(range(5, 20))
+
+
 def test_records_carry_everything(shared_broker, timed_topic):
     topic, ts0 = timed_topic
     recs = asyncio.run(read_all_async(shared_broker.bootstrap, topic))
