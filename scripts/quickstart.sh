@@ -4,7 +4,7 @@
 # and consume round trip in which every key and value that went in must come out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh spark   # pyspark + pyarrow for `kafkactl spark-load` (Java comes with the system packages)
 K=.venv/bin/kafkactl
 B=127.0.0.1:9092
 $K --version
