@@ -40,13 +40,16 @@ async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: 
     await producer.start()
     try:
         await producer.partitions(topic)
-        send, send_nowait = producer.send, producer.send_nowait
-        step = max(1, messages // 100)
+        values = [value] * batch
+        step = max(batch, messages // 100)
         t0 = time.perf_counter()
-        for i in range(messages):
-            if send_nowait(topic, value, partition=0) is None:  # buffer full: wait for room like any send
-                await send(topic, value, partition=0)
-            if i % step == 0:
+        for start in range(0, messages, batch):  # one message set per call, one produce request each
+            chunk = values if start + batch <= messages else values[: messages - start]
+            while producer.send_many(topic, chunk, partition=0) is None:  # buffer.memory full: wait for room
+                await producer.wait_for_room(len(chunk) * (20 + size))
+            if start % 256 < batch:  # let the sender and the answers in, as a steady application does
+                await asyncio.sleep(0)
+            if start % step < batch:
                 advance(step)
         await producer.flush()
         return time.perf_counter() - t0

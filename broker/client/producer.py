@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -23,6 +24,7 @@ from broker.client.partitioner import StickyPartitioner, partition_for_key
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.protocol.messages.produce import PartitionResult, encode_produce_request, read_produce_response
 from broker.records.batch import decode_records
 from broker.records.builder import BatchBuilder
 from broker.records.compression import Codec
@@ -131,6 +133,40 @@ class Delivery:
         return exc
 
 
+class Deliveries(Sequence[Delivery]):
+    """The outcomes of one `send_many`, in order: index it for each Delivery, or await it for all their
+    RecordMetadata (raising the first error). Deliveries are made only when asked for."""
+
+    __slots__ = ("spans", "timestamp", "count")
+
+    def __init__(self, timestamp: int) -> None:
+        self.spans: list[tuple[_Batch, int, int]] = []  # (batch, first offset delta, records)
+        self.timestamp = timestamp
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> Delivery:  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]  # type: ignore[return-value]
+        i = index + self.count if index < 0 else index
+        if not 0 <= i < self.count:
+            raise IndexError(index)
+        for batch, first, n in self.spans:
+            if i < n:
+                return Delivery(batch, first + i, self.timestamp)
+            i -= n
+        raise IndexError(index)  # pragma: no cover - the spans add up to count
+
+    def __await__(self):
+        out: list[RecordMetadata] = []
+        for batch, first, n in self.spans:
+            yield from asyncio.shield(batch.future).__await__()
+            out += [Delivery(batch, first + d, self.timestamp).result() for d in range(n)]
+        return out
+
+
 class AsyncProducer:
     def __init__(self, bootstrap: str, config: ProducerConfig | None = None, **overrides: Any) -> None:
         cfg = config or ProducerConfig()
@@ -199,7 +235,7 @@ class AsyncProducer:
         await self.partitions(topic)
         size = 20 + (len(key) if key else 0) + (len(value) if value else 0)
         if self.buffered + size > self.config.buffer_memory:
-            await self._wait_for_room(size)
+            await self.wait_for_room(size)
         delivery = self.send_nowait(topic, value, key, headers=headers, partition=partition, timestamp=timestamp,
                                     force=True)  # fmt: skip
         assert delivery is not None
@@ -244,6 +280,60 @@ class AsyncProducer:
             self._seal(tp, batch)
         return Delivery(batch, delta, ts)
 
+    def send_many(self, topic: str, values: Sequence[bytes | None], key: bytes | None = None, *,
+                  headers: tuple[tuple[str, bytes | None], ...] | list = (), partition: int | None = None,
+                  timestamp: int | None = None) -> Deliveries | None:  # fmt: skip
+        """A message set in one call, as the paper's producer sends one: `values`, each with `key` and
+        `headers`, go in order to one partition, in as few batches as `batch.size` allows. None (and
+        nothing queued) when it would have to wait, as `send_nowait`."""
+        if self._closed:
+            raise ProduceError("the producer is closed")
+        meta = self.cluster.topics.get(topic)
+        if meta is None or meta.error or not meta.partitions:
+            return None
+        n = len(meta.partitions)
+        if partition is None:
+            partition = partition_for_key(key, n) if key is not None else self.sticky.partition(topic, n)
+        elif not 0 <= partition < n:
+            raise ProduceError(f"topic {topic!r} has no partition {partition} (it has {n})",
+                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
+        cfg = self.config
+        if not values:
+            return Deliveries(-1)
+        fixed = 20 + (len(key) if key else 0)
+        lengths = [len(v) if v else 0 for v in values] if None in values else list(map(len, values))
+        biggest = fixed + max(lengths)
+        if biggest > cfg.max_request_size:
+            raise ProduceError(f"message of {biggest} bytes is over max.request.size ({cfg.max_request_size})",
+                               ErrorCode.MESSAGE_TOO_LARGE)  # fmt: skip
+        total = fixed * len(values) + sum(lengths)
+        if self.buffered + total > cfg.buffer_memory:
+            return None
+        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        tp = (topic, partition)
+        max_count = cfg.max_batch_messages or 1 << 30
+        deliveries = Deliveries(ts)
+        done = 0
+        while done < len(values):
+            batch = self.open.get(tp)
+            if batch is None:
+                batch = self.open[tp] = _Batch(topic, partition, self.codec,
+                                               time.monotonic() + cfg.delivery_timeout_ms / 1000)  # fmt: skip
+                self.unfinished.add(batch)
+                if len(self.open) == 1:
+                    self._wake.set()
+            builder = batch.builder
+            first = builder.count
+            added = builder.append_many(ts, key, values, done, headers, cfg.batch_size, max_count)
+            batch.size += fixed * added + sum(lengths[done : done + added])
+            deliveries.spans.append((batch, first, added))
+            done += added
+            if len(builder.buf) + 61 >= cfg.batch_size or builder.count >= max_count:
+                self._seal(tp, batch)
+        self.buffered += total
+        deliveries.count = done
+        return deliveries
+
     def _queue(self, b: _Batch, front: bool = False) -> None:
         tp = (b.topic, b.partition)
         queue = self.ready.get(tp)
@@ -263,7 +353,8 @@ class AsyncProducer:
             meta = self.cluster.topics.get(batch.topic)
             self.sticky.batch_done(batch.topic, batch.partition, len(meta.partitions) if meta else 1)
 
-    async def _wait_for_room(self, size: int) -> None:
+    async def wait_for_room(self, size: int) -> None:
+        """Wait (up to `max.block.ms`) until `size` more bytes fit in `buffer.memory`; unsent batches go now."""
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while self.buffered + size > self.config.buffer_memory and self.buffered > 0:
             self._room.clear()
@@ -362,8 +453,7 @@ class AsyncProducer:
                 pass
 
     async def _send_ready(self) -> bool:
-        """Send what the in-flight limits allow, one request per leader; True if anything went out."""
-        by_node: dict[int, list[_Batch]] = collections.defaultdict(list)
+        """Send what the in-flight limits allow (one batch per partition per request); True if anything went out."""
         now = time.monotonic()
         for tp, queue in list(self.ready.items()):
             while queue and now > queue[0].deadline:
@@ -371,55 +461,64 @@ class AsyncProducer:
                 self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms"))
             if not queue:
                 del self.ready[tp]
-                continue
-            node = self.cluster.leader(*tp)
-            if node < 0:
-                self._refresh_needed = True
-                continue
-            if self.in_flight[node] >= self.config.max_in_flight:
-                continue  # the batch joins the next request to this broker
-            by_node[node].append(queue.popleft())  # one batch per partition per request
-            if not queue:
-                del self.ready[tp]
         sent = False
-        for node, batches in by_node.items():
-            try:
-                conn = await self.cluster.connection(node)
-            except KafkactlError as exc:
-                for b in batches:
-                    self._retry(b, exc, refresh=True)
-                continue
-            topics: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-            for b in batches:
-                if b.data is None:
-                    b.sequence = -1
-                    if self.producer_id >= 0:
-                        tp = (b.topic, b.partition)
-                        b.sequence = self.sequences[tp]
-                        self.sequences[tp] = (b.sequence + b.builder.count) % (2**31)
-                    b.data = b.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-                                             base_sequence=b.sequence)  # fmt: skip
-                b.attempts += 1
-                topics[b.topic].append({"index": b.partition, "records": b.data})
-            body = {"transactional_id": None, "acks": self.config.acks, "timeout_ms": self.config.request_timeout_ms,
-                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}  # fmt: skip
-            acks0 = self.config.acks == 0
-            try:
-                fut = conn.send(ApiKey.PRODUCE, body, expect_response=not acks0)
-            except (ProtocolError, KafkactlError) as exc:
-                for b in batches:
-                    self._retry(b, exc, refresh=True)
-                continue
-            sent = True
-            if acks0:
-                for b in batches:
-                    self._complete(b, -1)
-                await conn.drain()
-                continue
-            self.in_flight[node] += 1
-            assert fut is not None
-            fut.add_done_callback(lambda f, n=node, bs=batches: self._on_answer(n, bs, f))
+        while self.ready:
+            by_node: dict[int, list[_Batch]] = {}
+            for tp, queue in list(self.ready.items()):
+                node = self.cluster.leader(*tp)
+                if node < 0:
+                    self._refresh_needed = True
+                    continue
+                if self.in_flight[node] >= self.config.max_in_flight:
+                    continue  # the batch joins a later request to this broker
+                by_node.setdefault(node, []).append(queue.popleft())
+                if not queue:
+                    del self.ready[tp]
+            if not by_node:
+                break
+            for node, batches in by_node.items():
+                sent = await self._send_request(node, batches) or sent
         return sent
+
+    async def _send_request(self, node: int, batches: list[_Batch]) -> bool:
+        """One Produce request of `batches` to `node`; False (and the batches retried) when it could not go."""
+        try:
+            conn = await self.cluster.connection(node)
+        except KafkactlError as exc:
+            for b in batches:
+                self._retry(b, exc, refresh=True)
+            return False
+        topics: dict[str, list[tuple[int, bytes]]] = {}
+        for b in batches:
+            if b.data is None:
+                b.sequence = -1
+                if self.producer_id >= 0:
+                    tp = (b.topic, b.partition)
+                    b.sequence = self.sequences[tp]
+                    self.sequences[tp] = (b.sequence + b.builder.count) % (2**31)
+                b.data = b.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                         base_sequence=b.sequence)  # fmt: skip
+            b.attempts += 1
+            topics.setdefault(b.topic, []).append((b.partition, b.data))
+        cfg = self.config
+        acks0 = cfg.acks == 0
+        try:
+            version = conn.version_for(ApiKey.PRODUCE)
+            body = encode_produce_request(version, cfg.acks, cfg.request_timeout_ms, topics)
+            fut = conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response, expect_response=not acks0)
+        except (ProtocolError, KafkactlError) as exc:
+            for b in batches:
+                self._retry(b, exc, refresh=True)
+            return False
+        if acks0:
+            for b in batches:
+                self._complete(b, -1)
+            await conn.drain()
+            return True
+        self.in_flight[node] += 1
+        assert fut is not None
+        fut.add_done_callback(lambda f, n=node, bs=batches: self._on_answer(n, bs, f))
+        return True
 
     def _on_answer(self, node: int, batches: list[_Batch], fut: asyncio.Future) -> None:
         self.in_flight[node] -= 1
@@ -429,24 +528,24 @@ class AsyncProducer:
             for b in batches:
                 self._retry(b, exc, refresh=True)
             return
-        answer = fut.result()
-        results = {(t["name"], p["index"]): p for t in answer["topics"] for p in t["partitions"]}
+        answer: list[PartitionResult] = fut.result()
+        results = {(p.topic, p.partition): p for p in answer}
         for b in batches:
             p = results.get((b.topic, b.partition))
             if p is None:
                 self._fail(b, ProduceError(f"{b.topic}-{b.partition}: no answer for this partition"))
                 continue
-            code = p["error_code"]
+            code = p.error_code
             if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-                self._complete(b, p["base_offset"])
+                self._complete(b, p.base_offset)
                 continue
             if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE) and b.builder.count > 1:
-                self._split(b)  # as Kafka's client: resend record by record, so only the big one fails
+                self._split(b)  # as Kafka's client: resend in smaller batches, so only the big record fails
                 continue
             err = ErrorCode(code) if code in ErrorCode._value2member_map_ else None
             message = f"{b.topic}-{b.partition}: {err.name if err else code}"
-            if p.get("error_message"):
-                message += f" ({p['error_message']})"
+            if p.error_message:
+                message += f" ({p.error_message})"
             if err is not None and (err.retriable or err == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
                 self._retry(b, ProduceError(message, code), refresh=err != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
             else:

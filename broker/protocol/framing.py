@@ -7,6 +7,7 @@ fields, belong to API versions kafkactl does not speak.)
 
 from __future__ import annotations
 
+import struct
 from typing import Any, NamedTuple
 
 from broker.protocol.primitives import I32, Reader, Writer, part_length
@@ -19,8 +20,12 @@ class RequestHeader(NamedTuple):
     client_id: str | None
 
 
+_HEADER_FIXED = struct.Struct(">hhi")
+
+
 def read_request_header(r: Reader) -> RequestHeader:
-    return RequestHeader(r.int16(), r.int16(), r.int32(), r.nullable_string())
+    api_key, version, correlation_id = _HEADER_FIXED.unpack_from(r.buf, r._take(8))
+    return RequestHeader(api_key, version, correlation_id, r.nullable_string())
 
 
 def encode_request(

@@ -8,6 +8,7 @@ header and CRC once (`broker.records.batch` documents the format).
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from broker.records.batch import (
     BATCH_HEADER_SIZE,
@@ -55,7 +56,7 @@ class BatchBuilder:
         self.count = 0
         self.base_ts = -1
         self.max_ts = -1
-        self.codec = Codec(codec)
+        self.codec = codec if type(codec) is Codec else Codec(codec)
 
     def append(self, timestamp: int, key: bytes | None, value: bytes | None,
                headers: tuple[tuple[str, bytes | None], ...] | list = ()) -> int:  # fmt: skip
@@ -85,6 +86,33 @@ class BatchBuilder:
         self.buf += b"".join((_varint(length), b"\x00", tsd, od, kl, key, vl, value, hdr))
         self.count = delta + 1
         return delta
+
+    def append_many(self, timestamp: int, key: bytes | None, values: Sequence[bytes | None], start: int,
+                    headers: tuple[tuple[str, bytes | None], ...] | list, max_bytes: int,
+                    max_count: int) -> int:  # fmt: skip
+        """Add `values[start:]` (one timestamp, key and headers) until the batch holds `max_bytes` bytes or
+        `max_count` records (at least one record always goes in); returns how many were added."""
+        i, n = start, len(values)
+        if _append is None or i >= n:
+            while i < n and (i == start or (len(self) < max_bytes and self.count < max_count)):
+                self.append(timestamp, key, values[i], headers)
+                i += 1
+            return i - start
+        delta = self.count
+        if delta == 0:
+            self.base_ts = self.max_ts = timestamp
+        elif timestamp > self.max_ts:
+            self.max_ts = timestamp
+        ts_delta = timestamp - self.base_ts
+        buf, stop, limit = self.buf, min(n, start + max(1, max_count - delta)), max_bytes - BATCH_HEADER_SIZE
+        while True:
+            _append(buf, ts_delta, delta, key, values[i], headers)
+            i += 1
+            delta += 1
+            if i >= stop or len(buf) >= limit:
+                break
+        self.count = delta
+        return i - start
 
     def __len__(self) -> int:
         """Bytes of the batch so far (before compression)."""

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 _CORK = getattr(socket, "TCP_CORK", None)
 _REUSE = 4 << 20
 _CHUNK = 64 * 1024
+_HOLD = 8  # answers held back at most while more pipelined requests wait
 
 
 class FileRegion(NamedTuple):
@@ -249,6 +250,7 @@ class Server:
         current_peer.set(peer)
         self.connections.add(sock)
         out: list[Any] = []
+        held = 0
         try:
             while True:
                 frame = await conn.read_frame()
@@ -257,9 +259,13 @@ class Server:
                 answer = await self.dispatch(frame, peer)
                 if answer is not None:
                     out += answer
-                if out and not conn.frame_ready():  # answers to pipelined requests leave together
+                    held += 1
+                # answers to pipelined requests leave together, a few at a time: the client works on
+                # the first ones while the broker handles the rest
+                if out and (held >= _HOLD or not conn.frame_ready()):
                     await conn.send(out)
                     out = []
+                    held = 0
         except BadRequest as exc:
             if out:  # the requests before the bad one still get their answers
                 with contextlib.suppress(OSError, BadRequest):

@@ -18,6 +18,9 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
+TS0 = 1_700_000_000_123
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -181,6 +184,58 @@ def test_batch_size_bounds_the_batches(shared_broker):
         assert 2000 <= h.size < 2000 + record, h
         assert h.record_count > 10
     assert heads[-1].size < 2000 + record
+
+
+def test_send_many_sends_a_message_set_in_order_in_batches_of_batch_size(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("many"), 3)
+    values = [b"m%04d" % i + b"." * 90 for i in range(250)]
+    values[7] = None
+    values[8] = b""
+    hdrs = [("h", b"1"), ("n", None)]
+
+    async def main():
+        async with AsyncProducer(shared_broker.bootstrap, batch_size=2000, linger_ms=1000) as producer:
+            await producer.partitions(topic)
+            first = producer.send_many(topic, values[:200], b"key", headers=hdrs, partition=1, timestamp=TS0)
+            second = producer.send_many(topic, values[200:], None, partition=1)
+            empty = producer.send_many(topic, [], partition=1)
+            assert (len(first), len(second), len(empty)) == (200, 50, 0)
+            one = await first[-1]
+            return one, await first, await second, await first[3:5][1]
+
+    one, metas, more, fourth = asyncio.run(main())
+    assert [m.offset for m in metas + more] == list(range(250))
+    assert {m.partition for m in metas + more} == {1}
+    assert one == metas[-1] and fourth == metas[4]
+    assert all(m.timestamp == TS0 for m in metas)
+    got = read_all(shared_broker.bootstrap, topic)
+    assert [(r.partition, r.offset, r.value) for r in got] == [(1, i, v) for i, v in enumerate(values)]
+    assert all(r.key == b"key" and r.headers == tuple(hdrs) and r.timestamp == TS0 for r in got[:200])
+    assert all(r.key is None and r.headers == () for r in got[200:])
+    heads = [h for h, _ in disk_batches(shared_broker.log_dir, topic, 1)]
+    assert len(heads) > 10 and all(h.size < 2000 + 120 for h in heads)
+
+
+def test_send_many_refuses_what_cannot_go(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("many-no"), 1)
+
+    async def main():
+        async with AsyncProducer(shared_broker.bootstrap, buffer_memory=10_000, max_request_size=5_000) as producer:
+            assert producer.send_many(topic, [b"x"]) is None  # metadata not known yet: send() would wait
+            await producer.partitions(topic)
+            with pytest.raises(ProduceError, match="max.request.size"):
+                producer.send_many(topic, [b"ok", b"y" * 6_000])
+            with pytest.raises(ProduceError, match="no partition 4"):
+                producer.send_many(topic, [b"x"], partition=4)
+            assert producer.send_many(topic, [b"z" * 1000] * 11) is None  # over buffer.memory: nothing queued
+            assert producer.buffered == 0
+            sent = producer.send_many(topic, [b"z" * 1000] * 5)
+            await producer.wait_for_room(6 * 1020)  # sends what blocks the room, then waits for it
+            return await sent
+
+    metas = asyncio.run(main())
+    assert [m.offset for m in metas] == [0, 1, 2, 3, 4]
+    assert [r.value for r in read_all(shared_broker.bootstrap, topic)] == [b"z" * 1000] * 5
 
 
 def test_max_in_flight_1_keeps_the_order(shared_broker):

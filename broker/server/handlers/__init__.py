@@ -15,6 +15,7 @@ from broker.protocol.api import APIS, ApiKey, api_versions_table
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader, encode_response, read_request_header
 from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
+from broker.protocol.messages.produce import encode_produce_response, read_produce_request
 from broker.protocol.primitives import DecodeError, Reader
 from broker.server.handlers import admin, fetch, groups, metadata, produce
 from broker.server.network import BadRequest
@@ -50,6 +51,9 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
 }
 
+#: api key → (read request, encode answer frame): hand-written codecs of the hot APIs, equal to the schemas'
+FAST_CODECS = {ApiKey.PRODUCE: (read_produce_request, encode_produce_response)}
+
 
 def dispatcher(broker: Broker) -> Callable[[memoryview, str], Awaitable[list[Any] | None]]:
     async def dispatch(frame: memoryview, peer: str) -> list[Any] | None:
@@ -69,8 +73,9 @@ def dispatcher(broker: Broker) -> Callable[[memoryview, str], Awaitable[list[Any
             raise BadRequest(
                 f"{ApiKey(header.api_key).name} v{v} is not spoken (v{api.advertised[0]}-{api.advertised[1]})"
             )
+        fast = FAST_CODECS.get(header.api_key)
         try:
-            body = api.request.read(r, v)
+            body = api.request.read(r, v) if fast is None else fast[0](r, v)
         except DecodeError as exc:
             raise BadRequest(f"malformed {ApiKey(header.api_key).name} v{v} request: {exc}") from None
         if r.remaining():
@@ -78,6 +83,8 @@ def dispatcher(broker: Broker) -> Callable[[memoryview, str], Awaitable[list[Any
         answer = await HANDLERS[header.api_key](broker, header, body)
         if answer is None:
             return None
+        if fast is not None:
+            return fast[1](header.correlation_id, answer, v)
         return encode_response(header.correlation_id, api.response, answer, v)
 
     return dispatch

@@ -105,3 +105,49 @@ def test_len_grows_with_each_record():
         sizes.append(len(b))
     assert sizes == sorted(sizes) and len(set(sizes)) == 5
     assert len(b.build()) == len(b)
+
+
+values_lists = st.lists(maybe_bytes, min_size=1, max_size=60)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["c-encoder", "python"])
+@settings(max_examples=60, deadline=None)
+@given(values=values_lists, key=maybe_bytes, hdrs=headers, max_bytes=st.integers(1, 3000),
+       max_count=st.integers(1, 70))  # fmt: skip
+def test_append_many_equals_appending_one_by_one_up_to_its_limits(compiled, values, key, hdrs, max_bytes, max_count):
+    with pytest.MonkeyPatch.context() as mp:
+        if not compiled:
+            mp.setattr("broker.records.builder._append", None)
+        batches, start = [], 0
+        while start < len(values):  # as send_many fills and seals batches
+            b = BatchBuilder()
+            added = b.append_many(TS, key, values, start, tuple(hdrs), max_bytes, max_count)
+            assert added == b.count >= 1
+            start += added
+            batches.append(b)
+    rebuilt = 0
+    for i, b in enumerate(batches):
+        ref = BatchBuilder()
+        for _ in range(b.count - 1):
+            ref.append(TS, key, values[rebuilt], tuple(hdrs))
+            rebuilt += 1
+        if b.count > 1:  # without its last record the batch was below both limits
+            assert ref.count < max_count and len(ref) < max_bytes
+        ref.append(TS, key, values[rebuilt], tuple(hdrs))
+        rebuilt += 1
+        if i < len(batches) - 1:  # every batch but the last stopped at a limit
+            assert ref.count == max_count or len(ref) >= max_bytes
+        assert b.build() == ref.build()
+    assert rebuilt == len(values)
+
+
+def test_append_many_stops_at_the_byte_limit_and_continues_a_batch():
+    b = BatchBuilder()
+    b.append(TS, None, b"first", ())
+    added = b.append_many(TS + 5, b"k", [b"v" * 100] * 10, 2, (), BATCH_HEADER_SIZE + 340, 100)
+    assert added == 3  # 8 values from index 2 were offered; each record is ~110 bytes
+    assert b.count == 4
+    rows = list(iter_records(b.build()))
+    assert [r.offset for r in rows] == [0, 1, 2, 3]
+    assert [r.timestamp for r in rows] == [TS, TS + 5, TS + 5, TS + 5]
+    assert rows[1].key == b"k" and rows[3].value == b"v" * 100
