@@ -47,7 +47,7 @@ async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: 
             chunk = values if start + batch <= messages else values[: messages - start]
             while producer.send_many(topic, chunk, partition=0) is None:  # buffer.memory full: wait for room
                 await producer.wait_for_room(len(chunk) * (20 + size))
-            if start % 256 < batch:  # let the sender and the answers in, as a steady application does
+            if start % 1024 < batch:  # let the sender and the answers in, as a steady application does
                 await asyncio.sleep(0)
             if start % step < batch:
                 advance(step)

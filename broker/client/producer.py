@@ -79,7 +79,7 @@ def parse_acks(value: str | int) -> int:
 
 class _Batch:
     __slots__ = ("topic", "partition", "builder", "future", "created", "sequence", "attempts", "data",
-                 "deadline", "size", "retry_at", "parent", "results")  # fmt: skip
+                 "deadline", "size", "retry_at", "parent", "results", "waiting")  # fmt: skip
 
     def __init__(self, topic: str, partition: int, codec: Codec, deadline: float) -> None:
         self.topic, self.partition = topic, partition
@@ -94,6 +94,7 @@ class _Batch:
         self.retry_at = 0.0
         self.parent: tuple[_Batch, int] | None = None  # a record split out of (batch, delta)
         self.results: list[Any] | None = None  # a split batch: each record's offset or error
+        self.waiting = 0  # a split batch: records whose outcome is not known yet
 
 
 class Delivery:
@@ -187,6 +188,8 @@ class AsyncProducer:
         self.ready: dict[tuple[str, int], collections.deque[_Batch]] = {}
         self.retrying: list[_Batch] = []
         self.in_flight: dict[int, int] = collections.defaultdict(int)
+        self.tp_in_flight: dict[tuple[str, int], int] = {}  # requests in flight per partition
+        self.splitting: dict[tuple[str, int], int] = {}  # split batches not done yet, per partition
         self.unfinished: set[_Batch] = set()
         self.buffered = 0
         self.producer_id, self.producer_epoch = -1, -1
@@ -408,7 +411,8 @@ class AsyncProducer:
             error = ProduceError(f"the producer's sender failed: {type(exc).__name__}: {exc}")
             self._closed = True
             for b in list(self.unfinished):
-                self._fail(b, error)
+                if b.results is None:  # a split batch ends when its halves do
+                    self._fail(b, error)
             raise
 
     async def _send_rounds(self) -> None:
@@ -471,6 +475,8 @@ class AsyncProducer:
                     continue
                 if self.in_flight[node] >= self.config.max_in_flight:
                     continue  # the batch joins a later request to this broker
+                if self.splitting.get(tp) and self.tp_in_flight.get(tp):
+                    continue  # a split batch's pieces go one request at a time, so that order is kept
                 by_node.setdefault(node, []).append(queue.popleft())
                 if not queue:
                     del self.ready[tp]
@@ -516,12 +522,17 @@ class AsyncProducer:
             await conn.drain()
             return True
         self.in_flight[node] += 1
+        for b in batches:
+            tp = (b.topic, b.partition)
+            self.tp_in_flight[tp] = self.tp_in_flight.get(tp, 0) + 1
         assert fut is not None
         fut.add_done_callback(lambda f, n=node, bs=batches: self._on_answer(n, bs, f))
         return True
 
     def _on_answer(self, node: int, batches: list[_Batch], fut: asyncio.Future) -> None:
         self.in_flight[node] -= 1
+        for b in batches:
+            self.tp_in_flight[(b.topic, b.partition)] -= 1
         self._wake.set()
         if fut.cancelled() or fut.exception() is not None:
             exc = fut.exception() if not fut.cancelled() else ProduceError("request cancelled")
@@ -562,41 +573,58 @@ class AsyncProducer:
         self._wake.set()
 
     def _split(self, b: _Batch) -> None:
-        """Replace a batch the broker found too large by one batch per record, sent first, in order."""
+        """Replace a batch the broker found too large by its two halves, sent first, one request at a
+        time; a half still too large is halved again, so only an oversized record itself fails, in
+        about log2(n) rounds, and the partition's order is kept."""
         records = decode_records(b.builder.build(), 0)
         b.results = [None] * len(records)
+        b.waiting = len(records)
+        tp = (b.topic, b.partition)
+        self.splitting[tp] = self.splitting.get(tp, 0) + 1
         if b.sequence >= 0:
             self._rewind(b)
+        middle = len(records) // 2
         children = []
-        for r in records:
+        for first, part in ((0, records[:middle]), (middle, records[middle:])):
             child = _Batch(b.topic, b.partition, self.codec, b.deadline)
-            child.builder.append(r.timestamp, r.key, r.value, r.headers)
-            child.parent = (b, r.offset)
+            for r in part:
+                child.builder.append(r.timestamp, r.key, r.value, r.headers)
+            child.parent = (b, first)
             self.unfinished.add(child)
             children.append(child)
         for child in reversed(children):
             self._queue(child, front=True)
         self._wake.set()
 
-    def _child_done(self, child: _Batch, outcome: Any) -> None:
-        parent, delta = child.parent  # type: ignore[misc]
+    def _child_done(self, child: _Batch, outcome: Any, count: int) -> None:
+        """Record a split-off batch's outcome (a base offset, an error, or its own halves' results) for
+        each of its `count` records in its parent; the parent is done when all of its records are."""
+        parent, first = child.parent  # type: ignore[misc]
         assert parent.results is not None
-        parent.results[delta] = outcome
-        if all(x is not None for x in parent.results):
-            if not parent.future.done():
+        for i in range(count):
+            if isinstance(outcome, list):
+                parent.results[first + i] = outcome[i]
+            else:
+                parent.results[first + i] = outcome if isinstance(outcome, BaseException) else outcome + i
+        parent.waiting -= count
+        if parent.waiting == 0:
+            self.splitting[(parent.topic, parent.partition)] -= 1
+            if parent.parent is not None:
+                self._child_done(parent, parent.results, len(parent.results))
+            elif not parent.future.done():
                 parent.future.set_result(parent.results)
             self._finish(parent)
 
     def _complete(self, b: _Batch, base_offset: int) -> None:
         if b.parent is not None:
-            self._child_done(b, base_offset)
+            self._child_done(b, base_offset, b.builder.count)
         elif not b.future.done():
             b.future.set_result(base_offset)
         self._finish(b)
 
     def _fail(self, b: _Batch, exc: BaseException) -> None:
         if b.parent is not None:
-            self._child_done(b, exc)
+            self._child_done(b, exc, b.builder.count)
         elif not b.future.done():
             b.future.set_exception(exc)
             b.future.exception()  # retrieved: the error lives on in each Delivery, not as a loop warning

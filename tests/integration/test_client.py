@@ -370,6 +370,37 @@ def test_a_batch_over_message_max_bytes_fails_alone(start_broker):
     assert [r.value for r in read_all(b.bootstrap, topic)] == [b"before", b"after"]
 
 
+@pytest.mark.parametrize("acks", ["1", "all"])
+def test_a_too_large_batch_is_halved_until_only_the_big_records_fail(start_broker, acks):
+    b = start_broker(1, overrides={"message.max.bytes": "2000"})
+    topic = create_topic(b.bootstrap, unique("halved"), 1)
+    values = [b"v%02d" % i + b"." * 60 for i in range(40)]
+    big = {13, 29}
+    for i in big:
+        values[i] = b"x" * 5000
+
+    async def run():
+        async with AsyncProducer(b.bootstrap, acks=acks, batch_size=1 << 20, linger_ms=5000) as producer:
+            await producer.partitions(topic)
+            sent = producer.send_many(topic, values, partition=0)
+            await producer.flush()
+            outcomes = []
+            for d in sent:
+                try:
+                    outcomes.append((await d).offset)
+                except ProduceError as exc:
+                    outcomes.append(exc.code)
+            return outcomes
+
+    outcomes = asyncio.run(run())
+    small = [i for i in range(40) if i not in big]
+    assert [outcomes[i] for i in small] == list(range(38))  # in order, no gaps, none twice
+    assert [outcomes[i] for i in sorted(big)] == [ErrorCode.MESSAGE_TOO_LARGE] * 2
+    assert [r.value for r in read_all(b.bootstrap, topic)] == [values[i] for i in small]
+    heads = [h for h, _ in disk_batches(b.log_dir, topic, 0)]
+    assert len(heads) <= 12, [h.record_count for h in heads]  # halves of halves, not one batch per record
+
+
 def test_broker_killed_mid_stream_only_acknowledged_messages_count(start_broker):
     b = start_broker(1)
     topic = create_topic(b.bootstrap, "killed", 1)
