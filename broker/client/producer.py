@@ -248,17 +248,9 @@ class AsyncProducer:
                     headers: tuple[tuple[str, bytes | None], ...] | list = (), partition: int | None = None,
                     timestamp: int | None = None, force: bool = False) -> Delivery | None:  # fmt: skip
         """`send` without waiting: None when it would have to wait (unknown topic, `buffer.memory` full)."""
-        if self._closed:
-            raise ProduceError("the producer is closed")
-        meta = self.cluster.topics.get(topic)
-        if meta is None or meta.error or not meta.partitions:
+        partition = self._partition_for(topic, key, partition)
+        if partition < 0:
             return None
-        n = len(meta.partitions)
-        if partition is None:
-            partition = partition_for_key(key, n) if key is not None else self.sticky.partition(topic, n)
-        elif not 0 <= partition < n:
-            raise ProduceError(f"topic {topic!r} has no partition {partition} (it has {n})",
-                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
         cfg = self.config
         size = 20 + (len(key) if key else 0) + (len(value) if value else 0)
         if size > cfg.max_request_size:
@@ -268,13 +260,7 @@ class AsyncProducer:
             return None
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         tp = (topic, partition)
-        batch = self.open.get(tp)
-        if batch is None:
-            batch = self.open[tp] = _Batch(topic, partition, self.codec,
-                                           time.monotonic() + cfg.delivery_timeout_ms / 1000)  # fmt: skip
-            self.unfinished.add(batch)
-            if len(self.open) == 1:
-                self._wake.set()  # the sender sleeps until the first linger deadline
+        batch = self.open.get(tp) or self._open_batch(tp)
         builder = batch.builder
         delta = builder.append(ts, key, value, headers)
         batch.size += size
@@ -289,17 +275,9 @@ class AsyncProducer:
         """A message set in one call, as the paper's producer sends one: `values`, each with `key` and
         `headers`, go in order to one partition, in as few batches as `batch.size` allows. None (and
         nothing queued) when it would have to wait, as `send_nowait`."""
-        if self._closed:
-            raise ProduceError("the producer is closed")
-        meta = self.cluster.topics.get(topic)
-        if meta is None or meta.error or not meta.partitions:
+        partition = self._partition_for(topic, key, partition)
+        if partition < 0:
             return None
-        n = len(meta.partitions)
-        if partition is None:
-            partition = partition_for_key(key, n) if key is not None else self.sticky.partition(topic, n)
-        elif not 0 <= partition < n:
-            raise ProduceError(f"topic {topic!r} has no partition {partition} (it has {n})",
-                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
         cfg = self.config
         if not values:
             return Deliveries(-1)
@@ -318,13 +296,7 @@ class AsyncProducer:
         deliveries = Deliveries(ts)
         done = 0
         while done < len(values):
-            batch = self.open.get(tp)
-            if batch is None:
-                batch = self.open[tp] = _Batch(topic, partition, self.codec,
-                                               time.monotonic() + cfg.delivery_timeout_ms / 1000)  # fmt: skip
-                self.unfinished.add(batch)
-                if len(self.open) == 1:
-                    self._wake.set()
+            batch = self.open.get(tp) or self._open_batch(tp)
             builder = batch.builder
             first = builder.count
             added = builder.append_many(ts, key, values, done, headers, cfg.batch_size, max_count)
@@ -336,6 +308,29 @@ class AsyncProducer:
         self.buffered += total
         deliveries.count = done
         return deliveries
+
+    def _partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """The partition a send goes to (as given, by key, or sticky); -1 while the topic is not known."""
+        if self._closed:
+            raise ProduceError("the producer is closed")
+        meta = self.cluster.topics.get(topic)
+        if meta is None or meta.error or not meta.partitions:
+            return -1
+        n = len(meta.partitions)
+        if partition is None:
+            return partition_for_key(key, n) if key is not None else self.sticky.partition(topic, n)
+        if not 0 <= partition < n:
+            raise ProduceError(f"topic {topic!r} has no partition {partition} (it has {n})",
+                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
+        return partition
+
+    def _open_batch(self, tp: tuple[str, int]) -> _Batch:
+        batch = self.open[tp] = _Batch(tp[0], tp[1], self.codec,
+                                       time.monotonic() + self.config.delivery_timeout_ms / 1000)  # fmt: skip
+        self.unfinished.add(batch)
+        if len(self.open) == 1:
+            self._wake.set()  # the sender sleeps until the first linger deadline
+        return batch
 
     def _queue(self, b: _Batch, front: bool = False) -> None:
         tp = (b.topic, b.partition)

@@ -62,11 +62,7 @@ class BatchBuilder:
                headers: tuple[tuple[str, bytes | None], ...] | list = ()) -> int:  # fmt: skip
         """Add a record; returns its offset delta within the batch."""
         delta = self.count
-        if delta == 0:
-            self.base_ts = self.max_ts = timestamp
-        elif timestamp > self.max_ts:
-            self.max_ts = timestamp
-        ts_delta = timestamp - self.base_ts
+        ts_delta = self._stamp(timestamp)
         if _append is not None:
             _append(self.buf, ts_delta, delta, key, value, headers)
             self.count = delta + 1
@@ -87,6 +83,14 @@ class BatchBuilder:
         self.count = delta + 1
         return delta
 
+    def _stamp(self, timestamp: int) -> int:
+        """Note a record's timestamp (the first one is the batch's base); returns its delta."""
+        if self.count == 0:
+            self.base_ts = self.max_ts = timestamp
+        elif timestamp > self.max_ts:
+            self.max_ts = timestamp
+        return timestamp - self.base_ts
+
     def append_many(self, timestamp: int, key: bytes | None, values: Sequence[bytes | None], start: int,
                     headers: tuple[tuple[str, bytes | None], ...] | list, max_bytes: int,
                     max_count: int) -> int:  # fmt: skip
@@ -99,11 +103,7 @@ class BatchBuilder:
                 i += 1
             return i - start
         delta = self.count
-        if delta == 0:
-            self.base_ts = self.max_ts = timestamp
-        elif timestamp > self.max_ts:
-            self.max_ts = timestamp
-        ts_delta = timestamp - self.base_ts
+        ts_delta = self._stamp(timestamp)
         buf, stop, limit = self.buf, min(n, start + max(1, max_count - delta)), max_bytes - BATCH_HEADER_SIZE
         while True:
             _append(buf, ts_delta, delta, key, values[i], headers)

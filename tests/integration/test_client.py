@@ -245,12 +245,19 @@ def test_max_in_flight_1_keeps_the_order(shared_broker):
     async def run():
         peak = 0
         async with AsyncProducer(shared_broker.bootstrap, max_in_flight=1, batch_size=100, acks=1) as producer:
+            on_answer = producer._on_answer
+
+            def answered(node, batches, fut):  # requests unanswered when each answer comes
+                nonlocal peak
+                peak = max(peak, producer.in_flight[node])
+                on_answer(node, batches, fut)
+
+            producer._on_answer = answered
             deliveries = []
             for m in msgs:
                 deliveries.append(await producer.send(topic, m["value"], partition=0))
                 if len(deliveries) % 10 == 0:
                     await asyncio.sleep(0)  # let the sender work while we keep sending
-                peak = max(peak, *producer.in_flight.values(), 0)
             await producer.flush()
             return peak, [await d for d in deliveries]
 
