@@ -172,13 +172,15 @@ class PartitionLog:
 
     # -- append --------------------------------------------------------------------------------
 
-    def append(self, data: Buffer, *, leader_epoch: int = -1, assign_offsets: bool = True) -> AppendResult:
+    def append(self, data: Buffer, *, leader_epoch: int = -1, assign_offsets: bool = True,
+               validated: list[tuple[int, int, int, int, int]] | None = None) -> AppendResult:  # fmt: skip
         """Validate and append whole batches; with `assign_offsets` they get the next offsets of the log.
 
         Without it (a follower copying its leader) the batches keep their offsets, which must move forward.
+        `validated` is `self.validate(data)` already done by the caller (so the CRC is checked only once).
         """
         mv = memoryview(data)
-        batches = validate_batches(mv, self.config.max_message_bytes)
+        batches = validated if validated is not None else self.validate(mv)
         total = sum(b[1] for b in batches)
         now = self._now_ms()
         self._maybe_roll(total, now)
@@ -214,6 +216,10 @@ class PartitionLog:
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
         return AppendResult(first, next_offset - 1, records, len(batches), max_ts, now if log_append else -1)
+
+    def validate(self, data: Buffer) -> list[tuple[int, int, int, int, int]]:
+        """`validate_batches` under this log's `max.message.bytes`: the check `append` makes first."""
+        return validate_batches(data, self.config.max_message_bytes)
 
     def _maybe_roll(self, incoming: int, now_ms: int) -> None:
         seg = self.active

@@ -32,6 +32,7 @@ from broker.log.log import PartitionLog, parse_partition_dir
 log = logging.getLogger(__name__)
 LOCK_FILE = ".lock"
 META = "meta.properties"
+TOPIC_ID = "topic.id"  # in a partition dir: the id of the topic the log belongs to (see `get_or_create`)
 
 
 def is_locked(log_dir: Path) -> bool:
@@ -46,6 +47,14 @@ def is_locked(log_dir: Path) -> bool:
             return True
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
     return False
+
+
+def read_topic_id(partition_dir: Path) -> int | None:
+    """The topic id stamped in a partition dir, or None (none yet, or written before ids were kept)."""
+    try:
+        return int((partition_dir / TOPIC_ID).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def is_log_dir(path: Path) -> bool:
@@ -126,9 +135,18 @@ class LogManager:
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
-        """The partition's log, created in the log dir holding the fewest partitions if it is new."""
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None, *,
+                      topic_id: int | None = None) -> PartitionLog:  # fmt: skip
+        """The partition's log, created in the log dir holding the fewest partitions if it is new.
+
+        With `topic_id`, a log of an older topic of the same name (deleted while this broker was down or
+        before it heard of it) is set aside as `<dir>.<ms>-stray`, never reused; a new log is stamped.
+        """
         tp = (topic, partition)
+        old = self.logs.get(tp)
+        if old is not None and topic_id is not None and read_topic_id(old.dir) not in (None, topic_id):
+            log.warning("log of %s-%d belongs to an earlier topic of that name: set aside as stray", topic, partition)
+            self._move_away(tp, "stray")
         if tp not in self.logs:
             counts = {d: 0 for d in self.log_dirs}
             for owner in self._dir_of.values():
@@ -137,22 +155,31 @@ class LogManager:
             self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
             self._dir_of[tp] = d
             fsync_dir(d)
-        return self.logs[tp]
+        plog = self.logs[tp]
+        if topic_id is not None and read_topic_id(plog.dir) is None:
+            write_atomically(plog.dir / TOPIC_ID, f"{topic_id}\n".encode())
+        return plog
 
     def delete(self, topic: str, partition: int) -> None:
         """Remove a partition's log (topic deletion): close it and rename its dir away, then remove it."""
-        tp = (topic, partition)
-        plog = self.logs.pop(tp, None)
-        if plog is None:
+        doomed = self._move_away((topic, partition), "delete")
+        if doomed is None:
             return
-        plog.close()
-        self._dir_of.pop(tp, None)
-        self.high_watermarks.pop(tp, None)
-        doomed = plog.dir.with_name(f"{plog.dir.name}.{int(self.clock() * 1000)}-delete")
-        os.replace(plog.dir, doomed)
         for f in os.scandir(doomed):
             os.unlink(f.path)
         os.rmdir(doomed)
+
+    def _move_away(self, tp: TopicPartition, suffix: str) -> Path | None:
+        """Close a partition's log, forget it and rename its dir to `<dir>.<ms>-<suffix>` (returned)."""
+        plog = self.logs.pop(tp, None)
+        if plog is None:
+            return None
+        plog.close()
+        self._dir_of.pop(tp, None)
+        self.high_watermarks.pop(tp, None)
+        moved = plog.dir.with_name(f"{plog.dir.name}.{int(self.clock() * 1000)}-{suffix}")
+        os.replace(plog.dir, moved)
+        return moved
 
     def flush_dirty(self, now_ms: int | None = None) -> int:
         """Flush every log dirty for longer than its `flush.ms`; returns how many were flushed."""

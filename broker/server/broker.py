@@ -248,6 +248,9 @@ class Broker:
         known = set(self.cache.topics)
         for topic in sorted(names - known):
             self._load_topic(topic)
+        for topic in sorted(names & known):  # deleted and created again between two looks at the list
+            if registry.topic_id(self.zk, topic) != self.cache.topic_ids.get(topic):  # type: ignore[arg-type]
+                self._load_topic(topic)
         for topic in sorted(known - names):
             self._call(self._drop_topic, topic)
 
@@ -265,15 +268,16 @@ class Broker:
         """Read a topic's assignment, states and config from ZooKeeper and apply them on the loop."""
         zk = self.zk
         assert zk is not None
-        assignment = registry.assignment(zk, topic)
-        if assignment is None:
+        found = registry.assignment_and_id(zk, topic)
+        if found is None:
             return False
+        assignment, topic_id = found
         states = {p: registry.partition_state(zk, topic, p) for p in assignment}
         config = registry.topic_config(zk, topic)
         if now:
-            self._apply_topic(topic, assignment, states, config)
+            self._apply_topic(topic, assignment, states, config, topic_id)
         else:
-            self._call(self._apply_topic, topic, assignment, states, config)
+            self._call(self._apply_topic, topic, assignment, states, config, topic_id)
         if topic not in self._config_watched:
             self._config_watched.add(topic)
             DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
@@ -290,7 +294,13 @@ class Broker:
         return on_change
 
     def _apply_topic(self, topic: str, assignment: dict[int, list[int]], states: dict[int, dict | None],
-                     config: dict[str, str]) -> None:  # fmt: skip
+                     config: dict[str, str], topic_id: int | None) -> None:  # fmt: skip
+        """Take a topic's ZooKeeper state; the logs of an earlier topic of the same name are deleted."""
+        known = self.cache.topic_ids.get(topic)
+        if known is not None and topic_id is not None and known != topic_id:
+            self._drop_logs(topic)
+        if topic_id is not None:
+            self.cache.topic_ids[topic] = topic_id
         self.cache.set_topic(topic, assignment, states)
         self._apply_config(topic, config)
 
@@ -300,12 +310,16 @@ class Broker:
         lc = log_config_for(self.config.log, config)
         for p, info in parts.items():
             if info.leader == self.id:
-                plog = self.logs.get_or_create(topic, p, lc)
+                plog = self.logs.get_or_create(topic, p, lc, topic_id=self.cache.topic_ids.get(topic))
                 plog.config = lc
 
     def _drop_topic(self, topic: str) -> None:
         self.cache.drop_topic(topic)
         self._config_watched.discard(topic)
+        self._drop_logs(topic)
+
+    def _drop_logs(self, topic: str) -> None:
+        """Delete this broker's logs of a deleted topic (and forget their producers, wake their fetches)."""
         for t, p in [tp for tp in self.logs.logs if tp[0] == topic]:
             self.logs.delete(t, p)
             self.producer_states.pop((t, p), None)
@@ -337,11 +351,12 @@ class Broker:
         zk = self.zk
         assert zk is not None
         try:
-            assignment = registry.assignment(zk, topic)
-            if assignment is None:
+            found = registry.assignment_and_id(zk, topic)
+            if found is None:
                 return None
+            assignment, topic_id = found
             states = {p: registry.partition_state(zk, topic, p) for p in assignment}
-            return assignment, states, registry.topic_config(zk, topic)
+            return assignment, states, registry.topic_config(zk, topic), topic_id
         except NoNodeError:
             return None
 
@@ -360,7 +375,8 @@ class Broker:
         plog = self.logs.get(topic, partition)
         if plog is None:
             plog = self.logs.get_or_create(
-                topic, partition, log_config_for(self.config.log, self.cache.configs.get(topic, {}))
+                topic, partition, log_config_for(self.config.log, self.cache.configs.get(topic, {})),
+                topic_id=self.cache.topic_ids.get(topic),
             )
         return ErrorCode.NONE, plog, info
 

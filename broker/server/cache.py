@@ -22,6 +22,7 @@ class MetadataCache:
     brokers: dict[int, tuple[str, int, str | None]] = field(default_factory=dict)
     topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    topic_ids: dict[str, int] = field(default_factory=dict)  # creation zxid: tells a re-created topic apart
     controller_id: int = -1
     cluster_id: str | None = None
 
@@ -40,3 +41,4 @@ class MetadataCache:
     def drop_topic(self, topic: str) -> None:
         self.topics.pop(topic, None)
         self.configs.pop(topic, None)
+        self.topic_ids.pop(topic, None)

@@ -92,11 +92,27 @@ def topic_names(zk: KazooClient) -> list[str]:
 
 def assignment(zk: KazooClient, topic: str) -> dict[int, list[int]] | None:
     """{partition: replicas} of a topic, or None when it does not exist."""
+    found = assignment_and_id(zk, topic)
+    return None if found is None else found[0]
+
+
+def assignment_and_id(zk: KazooClient, topic: str) -> tuple[dict[int, list[int]], int] | None:
+    """A topic's assignment and its id, or None when it does not exist.
+
+    The id is the creation zxid of `/brokers/topics/<t>`: a topic deleted and created again under the
+    same name gets a new one, so a broker can tell the new topic from logs of the old one.
+    """
     try:
-        data, _ = zk.get(paths.topic(topic))
+        data, stat = zk.get(paths.topic(topic))
     except NoNodeError:
         return None
-    return paths.parse_assignment(data)
+    return paths.parse_assignment(data), stat.czxid
+
+
+def topic_id(zk: KazooClient, topic: str) -> int | None:
+    """The id (creation zxid) of a topic, or None when it does not exist."""
+    stat = zk.exists(paths.topic(topic))
+    return None if stat is None else stat.czxid
 
 
 def partition_state(zk: KazooClient, topic: str, partition: int) -> dict | None:
@@ -119,8 +135,8 @@ def is_being_deleted(zk: KazooClient, topic: str) -> bool:
     return zk.exists(paths.delete_topic(topic)) is not None
 
 
-def create_topic(zk: KazooClient, topic: str, replicas: dict[int, list[int]], config: dict[str, str]) -> None:
-    """Write a topic's config, assignment and partition states in one transaction.
+def create_topic(zk: KazooClient, topic: str, replicas: dict[int, list[int]], config: dict[str, str]) -> int | None:
+    """Write a topic's config, assignment and partition states in one transaction; returns the topic id.
 
     Without replication, each partition's leader is its first replica and the ISR is that leader.
     """
@@ -144,6 +160,7 @@ def create_topic(zk: KazooClient, topic: str, replicas: dict[int, list[int]], co
             raise TopicExistsError(f"topic {topic!r} already exists")
         if isinstance(res, Exception) and not _rolled_back(res):
             raise res
+    return topic_id(zk, topic)
 
 
 def _rolled_back(exc: Exception) -> bool:

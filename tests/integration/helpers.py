@@ -251,16 +251,16 @@ class CliProcess:
                 raise AssertionError(f"{text!r} not printed after {timeout:g}s:\n{self.output()}")
             time.sleep(0.05)
 
-    def terminate(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait (the clean shutdown); returns the exit code."""
+    def terminate(self, timeout: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> int:
+        """SIGTERM (or `sig`, e.g. SIGINT as Ctrl-C sends) and wait (the clean shutdown); returns the exit code."""
         assert self.proc is not None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"did not exit within {timeout:g}s of SIGTERM:\n{self.output()}") from None
+            raise AssertionError(f"did not exit within {timeout:g}s of {sig.name}:\n{self.output()}") from None
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

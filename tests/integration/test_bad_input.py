@@ -529,6 +529,13 @@ def test_idempotent_producer_duplicates_and_sequence_gaps(limits_broker):
         p = produce_one(c, topic, 0, first)  # an older retry, still remembered
         assert (p["error_code"], p["base_offset"]) == (0, 0)
         assert latest_offset(c, topic, 0) == 5
+        # a corrupted retry of a stored batch is refused, not acknowledged as a duplicate: the CRC field,
+        # a header field and a record byte inside the CRC-covered part
+        for pos in (17, 30, 70):
+            p = produce_one(c, topic, 0, flip(first, pos))
+            assert (p["error_code"], p["base_offset"]) == (CORRUPT_MESSAGE, -1), (pos, p)
+        assert latest_offset(c, topic, 0) == 5
+        assert fetch_values(c, topic, 0) == [b"i0", b"i1", b"i2", b"i3", b"i4"]
         for seq in (10, 6, 4, 1):  # a gap ahead, or an overlap that is no exact retry
             p = send([b"gap"], seq)
             assert (p["error_code"], p["base_offset"]) == (OUT_OF_ORDER_SEQUENCE_NUMBER, -1), (seq, p)

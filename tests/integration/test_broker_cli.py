@@ -56,7 +56,8 @@ def read_checkpoint(path: Path) -> tuple[int, dict[tuple[str, int], int]]:
 # --- foreground start and the clean stop ------------------------------------------------------------
 
 
-def test_foreground_start_prints_one_serving_line_and_sigterm_shuts_down_cleanly(zk_chroot, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_foreground_start_prints_one_serving_line_and_a_signal_shuts_down_cleanly(zk_chroot, tmp_path, sig):
     port, log_dir, home = free_port(), tmp_path / "logs", tmp_path / "home"
     with CliProcess(start_args(1, port, log_dir, zk_chroot), tmp_path, home=home, name="broker-1") as b, \
             zk_session(zk_chroot) as zk:  # fmt: skip
@@ -78,7 +79,7 @@ def test_foreground_start_prints_one_serving_line_and_sigterm_shuts_down_cleanly
             assert produce(conn, "fg", 0, [b"a", b"b", b"c", b"d"])["error_code"] == 0
             assert produce(conn, "fg", 0, [b"e", b"f"])["base_offset"] == 4
 
-        assert b.terminate() == 0, b.output()
+        assert b.terminate(sig=sig) == 0, b.output()
         # right after the exit, not after a session timeout: the broker deregistered itself
         assert zk.exists("/brokers/ids/1") is None
         assert zk.exists("/controller") is None
@@ -136,6 +137,34 @@ def test_daemon_start_then_stop_by_broker_id(zk_chroot, tmp_path):
         if pid is None and pid_file.exists():  # `--daemon` failed or hung after spawning it
             pid = int(pid_file.read_text().strip() or 0) or None
         terminate(pid)
+
+
+def test_stop_without_broker_id_stops_the_only_broker_running_here(zk_chroot, tmp_path):
+    port, home = free_port(), tmp_path / "home"
+    with CliProcess(start_args(4, port, tmp_path / "logs", zk_chroot), tmp_path, home=home, name="broker-4") as b:
+        b.wait_for_stdout("serving on")
+        assert ok(cli("broker", "stop", home=home)) == f"broker 4 stopped (pid {b.pid})\n"
+        assert b.proc is not None and b.proc.wait(10) == 0, b.output()
+    assert not (home / "run" / "broker-4.pid").exists()
+    assert (tmp_path / "logs" / ".kafka_cleanshutdown").exists()
+    with zk_session(zk_chroot) as zk:
+        assert zk.exists("/brokers/ids/4") is None
+    error_line(cli("broker", "stop", home=home), "no broker is running here")
+
+
+def test_stop_without_broker_id_refuses_to_choose_between_two(zk_chroot, tmp_path):
+    home = tmp_path / "home"
+    with CliProcess(start_args(1, free_port(), tmp_path / "logs-1", zk_chroot), tmp_path, home=home,
+                    name="broker-1") as b1, \
+            CliProcess(start_args(2, free_port(), tmp_path / "logs-2", zk_chroot), tmp_path, home=home,
+                       name="broker-2") as b2:  # fmt: skip
+        b1.wait_for_stdout("serving on")
+        b2.wait_for_stdout("serving on")
+        result = cli("broker", "stop", home=home)
+        assert result.returncode == 2, result
+        error_line(result, "several brokers run here (1, 2)", "--broker-id")
+        assert b1.alive and b2.alive  # neither was touched
+        assert b1.terminate() == 0 and b2.terminate() == 0
 
 
 def test_second_start_of_a_running_broker_id_in_the_same_home_refuses(broker, tmp_path):

@@ -15,6 +15,7 @@ import pytest
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.fetch import LATEST
+from broker.zk import paths, registry
 from tests.integration.helpers import (
     cli,
     connect,
@@ -27,6 +28,7 @@ from tests.integration.helpers import (
     make_batch,
     metadata,
     ok,
+    partition_dirs,
     produce,
     produce_body,
     records_of,
@@ -280,3 +282,130 @@ def test_a_cleanly_stopped_broker_leaves_the_cluster(cluster3, zk_chroot):
         if owner != victim.broker_id:
             with connect(by_id(cluster3)[owner].bootstrap) as conn:
                 assert produce(conn, "orphans", p, [b"still here"])["error_code"] == 0
+
+
+# --- topic deletion --------------------------------------------------------------------------------
+
+
+def produce_to_leaders(brokers, topic: str, lead: dict[int, int], n: int, tag: str) -> None:
+    """`n` messages `<tag>-<p>-<i>` to each partition, through its leader."""
+    for p, owner in lead.items():
+        with connect(by_id(brokers)[owner].bootstrap) as conn:
+            answer = produce(conn, topic, p, [f"{tag}-{p}-{i}".encode() for i in range(n)])
+            assert answer["error_code"] == 0, answer
+
+
+def wait_dirs_gone(brokers, topic: str) -> None:
+    for b in brokers:
+        wait_until(lambda b=b: partition_dirs(b.log_dir, topic) == [], 15,
+                   f"broker {b.broker_id} removes the partition dirs of {topic}")  # fmt: skip
+
+
+def assert_starts_empty(brokers, topic: str, lead: dict[int, int]) -> None:
+    """Each partition's leader answers from offset 0 with nothing old: empty, then only what is new."""
+    for p, owner in lead.items():
+        with connect(by_id(brokers)[owner].bootstrap) as conn:
+            got = fetch(conn, topic, p)
+            assert (got["error_code"], got["high_watermark"], records_of(got["records"])) == (0, 0, []), (p, got)
+            assert produce(conn, topic, p, [b"fresh"])["base_offset"] == 0
+            assert [(r.offset, r.value) for r in records_of(fetch(conn, topic, p)["records"])] == [(0, b"fresh")]
+
+
+def recreate_in_one_transaction(zk_connect: str, topic: str, replicas: dict[int, list[int]]) -> None:
+    """Delete a topic's znodes and create them again in one ZooKeeper multi: the other brokers' topic
+    watch sees one change with the name still there (as when a re-create follows a delete closely)."""
+    with zk_session(zk_connect) as zk:
+        tx = zk.transaction()
+        for p in sorted(replicas):
+            tx.delete(paths.partition_state(topic, p))
+            tx.delete(f"{paths.topic(topic)}/partitions/{p}")
+        tx.delete(f"{paths.topic(topic)}/partitions")
+        tx.delete(paths.topic(topic))
+        tx.create(paths.topic(topic), paths.assignment_json(replicas))
+        tx.create(f"{paths.topic(topic)}/partitions")
+        for p, reps in sorted(replicas.items()):
+            tx.create(f"{paths.topic(topic)}/partitions/{p}")
+            tx.create(paths.partition_state(topic, p), paths.state_json(reps[0], 0, [reps[0]]))
+        assert all(r is True or isinstance(r, str) for r in tx.commit())
+
+
+def create_with_assignment(bootstrap: str, topic: str, replicas: dict[int, list[int]]) -> None:
+    body = {
+        "topics": [{"name": topic, "num_partitions": -1, "replication_factor": -1, "configs": [],
+                    "assignments": [{"partition_index": p, "broker_ids": r} for p, r in sorted(replicas.items())]}],
+        "timeout_ms": 10000, "validate_only": False,
+    }  # fmt: skip
+    with connect(bootstrap) as conn:
+        (t,) = conn.request(ApiKey.CREATE_TOPICS, body)["topics"]
+    assert t["error_code"] == 0, t
+
+
+def test_delete_then_recreate_starts_empty_on_every_broker(cluster):
+    b1, b2, _ = cluster
+    ok(cli("topic", "create", "phoenix", "-p", "3", "-b", b1.bootstrap))
+    lead = {p: r[0] for p, r in assignment(b1.zk_connect, "phoenix").items()}
+    assert sorted(lead.values()) == [1, 2, 3]
+    wait_same_leaders(cluster, "phoenix", lead)
+    produce_to_leaders(cluster, "phoenix", lead, 4, "old")
+    for p, owner in lead.items():
+        assert log_files_size(by_id(cluster)[owner].log_dir / f"phoenix-{p}") > 0
+
+    assert ok(cli("topic", "delete", "phoenix", "--execute", "-b", b2.bootstrap)) == "deleted topic phoenix\n"
+    wait_dirs_gone(cluster, "phoenix")
+    for b in cluster:
+        wait_until(lambda b=b: metadata(b.bootstrap, ["phoenix"])["topics"][0]["error_code"] != 0, 10,
+                   f"broker {b.broker_id} forgets phoenix")  # fmt: skip
+
+    ok(cli("topic", "create", "phoenix", "-p", "3", "-b", b1.bootstrap))
+    lead = {p: r[0] for p, r in assignment(b1.zk_connect, "phoenix").items()}
+    wait_same_leaders(cluster, "phoenix", lead)
+    assert_starts_empty(cluster, "phoenix", lead)
+
+
+def test_recreate_seen_as_one_watch_event_drops_the_old_logs(cluster):
+    b1 = cluster[0]
+    ok(cli("topic", "create", "blink", "-p", "3", "-b", b1.bootstrap))
+    replicas = assignment(b1.zk_connect, "blink")
+    lead = {p: r[0] for p, r in replicas.items()}
+    wait_same_leaders(cluster, "blink", lead)
+    produce_to_leaders(cluster, "blink", lead, 3, "old")
+    # every partition moves on to the next broker: the brokers must learn the new leaders, not keep the old
+    moved = {p: [lead[p] % 3 + 1] for p in replicas}
+    recreate_in_one_transaction(b1.zk_connect, "blink", moved)
+    new_lead = {p: r[0] for p, r in moved.items()}
+    wait_same_leaders(cluster, "blink", new_lead)
+    for p, owner in lead.items():  # the old leaders dropped their logs
+        wait_until(lambda p=p, owner=owner: f"blink-{p}" not in partition_dirs(by_id(cluster)[owner].log_dir, "blink"),
+                   15, f"broker {owner} drops the old log of blink-{p}")  # fmt: skip
+    assert_starts_empty(cluster, "blink", new_lead)
+    # and once more in place (same leaders): the logs must not survive either
+    produce_to_leaders(cluster, "blink", new_lead, 2, "older")
+    recreate_in_one_transaction(b1.zk_connect, "blink", moved)
+    for p, owner in new_lead.items():
+        with connect(by_id(cluster)[owner].bootstrap) as conn:
+            wait_until(lambda conn=conn, p=p: fetch(conn, "blink", p)["high_watermark"] == 0, 15,
+                       f"broker {owner} starts blink-{p} again from offset 0")  # fmt: skip
+    assert_starts_empty(cluster, "blink", new_lead)
+
+
+@pytest.mark.parametrize("recreate_while_down", [False, True], ids=["recreate-after-restart", "recreate-while-down"])
+def test_a_broker_down_during_a_delete_does_not_reuse_the_old_log(cluster3, zk_chroot, recreate_while_down):
+    b1, _, b3 = cluster3
+    ok(cli("topic", "create", "lazarus", "-p", "3", "-b", b1.bootstrap))
+    replicas = assignment(zk_chroot, "lazarus")
+    lead = {p: r[0] for p, r in replicas.items()}
+    wait_same_leaders(cluster3, "lazarus", lead)
+    produce_to_leaders(cluster3, "lazarus", lead, 5, "old")
+    assert b3.stop() == 0
+
+    assert ok(cli("topic", "delete", "lazarus", "--execute", "-b", b1.bootstrap)) == "deleted topic lazarus\n"
+    wait_dirs_gone(cluster3[:2], "lazarus")
+    if recreate_while_down:  # the same partition on broker 3 again: written to ZooKeeper directly, since a
+        with zk_session(zk_chroot) as zk:  # CreateTopics naming a broker that is not registered is refused
+            registry.create_topic(zk, "lazarus", replicas, {})
+    b3.start()
+    if not recreate_while_down:
+        create_with_assignment(b1.bootstrap, "lazarus", replicas)
+    wait_same_leaders(cluster3, "lazarus", lead)
+    assert_starts_empty(cluster3, "lazarus", lead)
+    assert "Traceback" not in b3.log_text()

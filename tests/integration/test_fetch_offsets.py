@@ -4,6 +4,7 @@ position and time; DescribeConfigs / AlterConfigs / DescribeLogDirs through the 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 from broker.client.connection import Connection
@@ -62,6 +63,48 @@ def test_fetch_with_unmet_min_bytes_answers_empty_after_max_wait(shared_broker):
         # min_bytes already met by what is there: answered at once with it
         answer = _fetch(conn, topic, 0, max_wait_ms=20000, min_bytes=1)
         assert wire.values_of(answer["topics"][0]["partitions"][0]["records"]) == [b"x" * 10]
+
+
+def _fetch_in_thread(conn: Connection, topic: str, **kw) -> tuple[threading.Thread, list[dict]]:
+    """A fetch on its own thread (the caller joins it); the answer lands in the returned list."""
+    answers: list[dict] = []
+    t = threading.Thread(target=lambda: answers.append(_fetch(conn, topic, 0, **kw)), daemon=True)
+    t.start()
+    return t, answers
+
+
+def test_fetch_waits_for_min_bytes_across_appends(shared_broker):
+    topic = _topic()
+    first, second = wire.make_batch([b"a" * 100]), wire.make_batch([b"b" * 100])
+    with wire.open_conn(shared_broker) as producer, wire.open_conn(shared_broker, timeout=60) as waiting:
+        wire.create_topic(producer, topic)
+        # more than one batch, at most two: the first append wakes the fetch but cannot answer it
+        min_bytes = len(first) + len(second) // 2
+        t, answers = _fetch_in_thread(waiting, topic, max_wait_ms=30000, min_bytes=min_bytes)
+        time.sleep(0.5)  # let it park: a fetch arriving after the first append would hide an early answer
+        wire.produce_one(producer, topic, 0, first)
+        t.join(1.0)
+        assert t.is_alive(), f"answered with {len(first)} of min_bytes={min_bytes}: {answers}"
+        wire.produce_one(producer, topic, 0, second)
+        t.join(20)  # well before max_wait (30 s): the second append must wake and answer it
+        assert not t.is_alive(), "the fetch was not answered once min_bytes were there"
+    [p] = answers[0]["topics"][0]["partitions"]
+    assert p["error_code"] == 0 and p["high_watermark"] == 2
+    assert wire.values_of(p["records"]) == [b"a" * 100, b"b" * 100]
+
+
+def test_fetch_with_unmet_min_bytes_waits_out_max_wait(shared_broker):
+    topic = _topic()
+    with wire.open_conn(shared_broker) as conn:
+        wire.create_topic(conn, topic)
+        wire.produce_one(conn, topic, 0, wire.make_batch([b"x" * 10]))
+        start = time.monotonic()
+        answer = _fetch(conn, topic, 0, max_wait_ms=500, min_bytes=1_000_000)
+        waited = time.monotonic() - start
+    [p] = answer["topics"][0]["partitions"]
+    assert waited >= 0.45, f"answered after {waited:.3f}s, before max_wait_ms=500"
+    # the wait ends with what there is, even under min_bytes
+    assert p["error_code"] == 0 and wire.values_of(p["records"]) == [b"x" * 10]
 
 
 def test_partition_and_response_byte_limits(shared_broker):

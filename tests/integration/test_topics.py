@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
+from tests.integration import wire
 from tests.integration.helpers import (
     cli,
     error_line,
@@ -241,3 +244,73 @@ def test_delete_shows_a_plan_then_executes(b):
     doc = describe_json(b, "doomed")
     assert [(p["log_start_offset"], p["log_end_offset"], p["size"]) for p in doc["partitions"]] == [(0, 0, 0)]
     assert doc["config"] == {}
+
+
+# --- admin edge cases, through the wire ------------------------------------------------------------
+
+
+def create_request(name: str, *, partitions: int = -1, assignment: dict[int, list[int]] | None = None,
+                   validate_only: bool = False) -> dict:  # fmt: skip
+    return {
+        "topics": [{
+            "name": name, "num_partitions": partitions, "replication_factor": -1 if assignment else 1, "configs": [],
+            "assignments": [{"partition_index": p, "broker_ids": r} for p, r in sorted((assignment or {}).items())],
+        }],
+        "timeout_ms": 10000, "validate_only": validate_only,
+    }  # fmt: skip
+
+
+def create_answer(b, body: dict) -> dict:
+    with wire.open_conn(b) as conn:
+        (t,) = conn.request(ApiKey.CREATE_TOPICS, body)["topics"]
+    return t
+
+
+def assert_not_created(b, name: str) -> None:
+    with zk_session(b.zk_connect) as zk:
+        assert zk.exists(f"/brokers/topics/{name}") is None
+        assert zk.exists(f"/config/topics/{name}") is None
+    assert name not in listed(b)
+    assert partition_dirs(b.log_dir, name) == []
+
+
+def test_delete_topic_enable_false_refuses_with_topic_deletion_disabled(start_broker):
+    b = start_broker(1, overrides={"delete.topic.enable": "false"})
+    ok(topic(b, "create", "keeper", "-p", "2"))
+    kcat_produce(b.bootstrap, "keeper", 0, ["stays"])
+    with wire.open_conn(b) as conn:
+        answer = conn.request(ApiKey.DELETE_TOPICS, {"topic_names": ["keeper"], "timeout_ms": 10000})
+    [r] = answer["responses"]
+    assert (r["name"], r["error_code"]) == ("keeper", ErrorCode.TOPIC_DELETION_DISABLED)
+    error_line(topic(b, "delete", "keeper", "--execute"), "TOPIC_DELETION_DISABLED")
+    with zk_session(b.zk_connect) as zk:
+        assert zk.exists("/brokers/topics/keeper") is not None
+        assert zk.exists("/admin/delete_topics/keeper") is None
+    assert listed(b)["keeper"] == 2
+    assert partition_dirs(b.log_dir, "keeper") == ["keeper-0", "keeper-1"]
+    assert describe_json(b, "keeper")["partitions"][0]["log_end_offset"] == 1
+
+
+def test_create_topics_validate_only_creates_nothing(b):
+    t = create_answer(b, create_request("dry-run", partitions=3, validate_only=True))
+    assert (t["name"], t["error_code"]) == ("dry-run", 0), t
+    t = create_answer(b, create_request("dry-run", assignment={0: [1]}, validate_only=True))
+    assert t["error_code"] == 0, t
+    assert_not_created(b, "dry-run")
+    # a request that would fail still fails when only validated
+    t = create_answer(b, create_request("dry-run", partitions=0, validate_only=True))
+    assert t["error_code"] == ErrorCode.INVALID_PARTITIONS, t
+    t = create_answer(b, create_request("dry-run", assignment={0: [9]}, validate_only=True))
+    assert t["error_code"] == ErrorCode.INVALID_REPLICA_ASSIGNMENT, t
+    assert_not_created(b, "dry-run")
+
+
+def test_an_assignment_naming_an_unknown_broker_is_refused(b):
+    t = create_answer(b, create_request("ghost-replica", assignment={0: [1], 1: [9]}))
+    assert t["error_code"] == ErrorCode.INVALID_REPLICA_ASSIGNMENT, t
+    assert "9" in (t["error_message"] or ""), t
+    assert_not_created(b, "ghost-replica")
+    # the same request naming only the live broker is fine
+    t = create_answer(b, create_request("ghost-replica", assignment={0: [1], 1: [1]}))
+    assert t["error_code"] == 0, t
+    assert listed(b)["ghost-replica"] == 2

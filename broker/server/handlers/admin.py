@@ -48,9 +48,9 @@ async def _create_one(b: Broker, t: dict[str, Any], validate_only: bool) -> tupl
         if t["num_partitions"] != -1 or t["replication_factor"] != -1:
             return ErrorCode.INVALID_REQUEST, "give either an assignment or partitions and replication factor"
         assignment = {a["partition_index"]: list(a["broker_ids"]) for a in t["assignments"]}
-        if sorted(assignment) != list(range(len(assignment))) or any(not r or len(set(r)) != len(r)
-                                                                     for r in assignment.values()):  # fmt: skip
-            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be 0..N-1, each with distinct brokers"
+        why = await _assignment_error(b, assignment)
+        if why:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, why
     partitions = b.config.num_partitions if t["num_partitions"] == -1 else t["num_partitions"]
     rf = b.config.default_replication_factor if t["replication_factor"] == -1 else t["replication_factor"]
     if not 1 <= partitions <= MAX_PARTITIONS:
@@ -66,6 +66,19 @@ async def _create_one(b: Broker, t: dict[str, Any], validate_only: bool) -> tupl
     if code == ErrorCode.TOPIC_ALREADY_EXISTS:
         return code, f"topic {name!r} already exists"
     return code, None
+
+
+async def _assignment_error(b: Broker, assignment: dict[int, list[int]]) -> str | None:
+    """Why an explicit replica assignment cannot be used (as Kafka: every broker in it must be registered)."""
+    if sorted(assignment) != list(range(len(assignment))) or any(
+        not r or len(set(r)) != len(r) for r in assignment.values()
+    ):
+        return "partitions must be 0..N-1, each with distinct brokers"
+    live = await b.blocking(registry.live_brokers, b.zk)
+    unknown = sorted({i for r in assignment.values() for i in r} - set(live))
+    if unknown:
+        return f"unknown broker(s) in the replica assignment: {', '.join(map(str, unknown))}"
+    return None
 
 
 async def handle_delete_topics(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:

@@ -83,10 +83,10 @@ async def create_topic(b: Broker, name: str, partitions: int, replication_factor
     if validate_only:
         return ErrorCode.NONE
     try:
-        await b.blocking(registry.create_topic, zk, name, assignment, config)
+        topic_id = await b.blocking(registry.create_topic, zk, name, assignment, config)
     except registry.TopicExistsError:
         await b.refresh_topic(name)
         return ErrorCode.TOPIC_ALREADY_EXISTS
     states = {p: {"leader": r[0], "leader_epoch": 0, "isr": [r[0]]} for p, r in assignment.items()}
-    b._apply_topic(name, assignment, states, config)
+    b._apply_topic(name, assignment, states, config, topic_id)
     return ErrorCode.NONE

@@ -86,21 +86,13 @@ async def _produce_partition(b: Broker, topic: str, partition: int, records: mem
         out["error_code"] = ErrorCode.CORRUPT_MESSAGE
         out["error_message"] = "empty record set"
         return out
-    span = _producer_span(records)
     tp = (topic, partition)
-    if span is not None:
-        states = b.producer_states[tp]
-        err, dup_offset = states.check(*span)
-        if err:
-            out["error_code"] = err
-            out["error_message"] = f"producer {span[0]} epoch {span[1]} sequence {span[2]}: {err.name}"
+    try:  # validate before the sequence check: a corrupted retry of a stored batch is no duplicate
+        validated = plog.validate(records)
+        span = _producer_span(records)
+        if span is not None and _answered_by_sequence(b, tp, span, plog.log_start_offset, out):
             return out
-        if dup_offset >= 0:
-            out["base_offset"] = dup_offset
-            out["log_start_offset"] = plog.log_start_offset
-            return out
-    try:
-        result = plog.append(records, leader_epoch=info.leader_epoch)
+        result = plog.append(records, leader_epoch=info.leader_epoch, validated=validated)
     except CorruptRecordError as exc:
         log.info("rejected a produce to %s-%d: %s", topic, partition, exc)
         out["error_code"] = ErrorCode.CORRUPT_MESSAGE
@@ -117,6 +109,21 @@ async def _produce_partition(b: Broker, topic: str, partition: int, records: mem
     out["log_append_time_ms"] = result.log_append_time
     out["log_start_offset"] = plog.log_start_offset
     return out
+
+
+def _answered_by_sequence(b: Broker, tp: tuple[str, int], span: tuple[int, int, int, int],
+                          log_start_offset: int, out: dict[str, Any]) -> bool:  # fmt: skip
+    """Fill `out` for a sequence error or a duplicate (answered with its first offset, not appended)."""
+    err, dup_offset = b.producer_states[tp].check(*span)
+    if err:
+        out["error_code"] = err
+        out["error_message"] = f"producer {span[0]} epoch {span[1]} sequence {span[2]}: {err.name}"
+        return True
+    if dup_offset >= 0:
+        out["base_offset"] = dup_offset
+        out["log_start_offset"] = log_start_offset
+        return True
+    return False
 
 
 async def handle_init_producer_id(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,8 @@ import broker
 from broker.errors import LogDirLockedError
 from broker.log.checkpoint import CLEAN_SHUTDOWN, LOG_START, RECOVERY_POINT, REPLICATION, OffsetCheckpointFile
 from broker.log.config import LogConfig
-from broker.log.manager import LogManager, is_locked, is_log_dir
+from broker.log.log import PartitionLog
+from broker.log.manager import LogManager, is_locked, is_log_dir, read_topic_id
 from broker.log.segment import segment_name
 
 CONFIG = LogConfig(segment_bytes=400, segment_ms=1 << 60, retention_ms=-1)
@@ -256,3 +257,32 @@ def test_topic_configs_flush_retention_and_delete(tmp_path, managers, clock, mak
     m.delete("orders", 0)
     assert m.get("orders", 0) is None and not any(p.name.startswith("orders-0") for p in d.iterdir())
     m.delete("orders", 0)  # unknown: nothing to do
+
+
+def test_a_log_of_an_earlier_topic_of_the_same_name_is_set_aside(tmp_path, managers, clock, make_batch, read_all):
+    d = tmp_path / "data"
+    m = start(managers, [d], clock)
+    old = m.get_or_create("t", 0, topic_id=100)
+    values = fill(old, make_batch, 3)
+    assert read_topic_id(old.dir) == 100
+    assert m.get_or_create("t", 0, topic_id=100) is old  # the same topic: the same log
+    m.shutdown()
+    m = start(managers, [d], clock)  # as after a restart: loaded from disk, then told the topic's id
+    new = m.get_or_create("t", 0, topic_id=200)
+    assert new.log_end_offset == 0 and read_topic_id(new.dir) == 200
+    [stray] = [p for p in d.iterdir() if p.name.startswith("t-0.")]
+    assert stray.name.endswith("-stray")  # kept, not deleted, and never loaded again
+    kept = PartitionLog(stray, CONFIG)
+    assert read_topic_id(stray) == 100 and [r.value for r in read_all(kept)] == values
+    kept.close()
+    m.shutdown()
+    m = start(managers, [d], clock)
+    assert sorted(m.logs) == [("t", 0)] and m.get("t", 0).log_end_offset == 0
+
+
+def test_a_log_without_a_topic_id_is_adopted(tmp_path, managers, clock, make_batch):
+    m = start(managers, [tmp_path / "data"], clock)
+    plog = m.get_or_create("t", 0)  # no id known (as written before ids were kept)
+    fill(plog, make_batch, 2)
+    assert read_topic_id(plog.dir) is None
+    assert m.get_or_create("t", 0, topic_id=7) is plog and read_topic_id(plog.dir) == 7

@@ -1,0 +1,41 @@
+"""`kafkactl bench broker` end to end with tiny counts: a scratch ZooKeeper and broker, kcat as the load
+generator, one JSON document out. A smoke test of the plumbing and the report's fields, never of speed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.integration.helpers import cli, ok
+
+MESSAGES, SIZE, FETCH_MESSAGES, FETCH_SIZE, REPEAT = 300, 50, 200, 100, 2
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_bench_broker_json_report(tmp_path, kafkactl_home):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = ok(cli("bench", "broker", "--messages", MESSAGES, "--size", SIZE, "--fetch-messages", FETCH_MESSAGES,
+                 "--fetch-size", FETCH_SIZE, "--repeat", REPEAT, "--dir", scratch, "-o", "json",
+                 home=kafkactl_home, timeout=240))  # fmt: skip
+    [line] = out.splitlines()
+    r = json.loads(line)
+    assert (r["bench"], r["load_generator"], r["acks"]) == ("broker", "kcat", 1)
+    assert r["crc_backend"]
+    assert (r["produce_messages"], r["produce_message_bytes"]) == (MESSAGES, SIZE)
+    assert (r["fetch_messages"], r["fetch_message_bytes"]) == (FETCH_MESSAGES, FETCH_SIZE)
+    # the fetched log holds every message plus batch and record overheads
+    assert FETCH_MESSAGES * FETCH_SIZE < r["fetch_log_bytes"] < 4 * FETCH_MESSAGES * FETCH_SIZE
+    assert r["produce_seconds"] > 0 and r["fetch_seconds"] > 0
+    assert len(r["produce_msgs_per_s_each"]) == len(r["fetch_mb_per_s_each"]) == REPEAT
+    assert all(x > 0 for x in r["produce_msgs_per_s_each"]) and all(x >= 0 for x in r["fetch_mb_per_s_each"])
+    # the reported figure is the median of the runs
+    each = r["produce_msgs_per_s_each"]
+    assert min(each) - 1 <= r["produce_msgs_per_s"] <= max(each) + 1
+    each = r["fetch_mb_per_s_each"]
+    assert min(each) - 0.1 <= r["fetch_mb_per_s"] <= max(each) + 0.1
+    assert r["produce_mb_per_s"] >= 0 and r["fetch_payload_mb_per_s"] >= 0
+    assert r["kcat_produce_props"]["acks"] == "1" and "fetch.message.max.bytes" in r["kcat_fetch_props"]
+    assert list(scratch.iterdir()) == []  # the scratch ZooKeeper, broker and message files are gone
