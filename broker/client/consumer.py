@@ -5,7 +5,8 @@ One fetch task per leader keeps a Fetch request in flight for the assigned parti
 each batch's CRC, decodes the records from the partition's position on and queues them; `getmany`
 hands out at most `max.poll.records`. Prefetching stops while more than `fetch.max.bytes` wait
 unread. Positions are the consumer's own (no group yet): `seek`, `seek_to_beginning`,
-`seek_to_end`, `seek_to_timestamp`.
+`seek_to_end`, `seek_to_timestamp`. `RawConsumer` hands out the fetched bytes undecoded instead, for
+callers that decode them their own way (the Spark source decodes them into columns).
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ class AsyncConsumer:
     async def _fetch_rounds(self, leader: int, generation: int) -> None:
         cfg = self.config
         while generation == self._generation and not self._closed:
-            if self.buffered * 200 > cfg.fetch_max_bytes:  # plenty unread: let the application catch up
+            if self._full():  # plenty unread: let the application catch up
                 self._room.clear()
                 await self._room.wait()
                 continue
@@ -295,26 +296,38 @@ class AsyncConsumer:
         data = p["records"]
         if not data:
             return False
-        position = self.positions[tp]
+        self._queue(tp, data, self.positions[tp])
+        return False
+
+    def _full(self) -> bool:
+        """Whether so much waits unread that prefetching pauses."""
+        return self.buffered * 200 > self.config.fetch_max_bytes
+
+    def _queue(self, tp: TopicPartition, data: Any, position: int) -> None:
+        """Decode a fetched record set and queue its records at or after `position`; the position moves past it."""
+        topic = tp[0]
         try:
             records = decode_records(data, topic, tp[1], position, self.config.check_crcs)
         except CorruptRecordError as exc:
             self._errors.append(ConsumeError(f"{topic}-{tp[1]} at offset {position}: {exc}", ErrorCode.CORRUPT_MESSAGE))
             self._data.set()
-            return False
+            return
         if records:
-            buf = self.buffers.get(tp)
-            if buf is None:
-                buf = self.buffers[tp] = collections.deque()
-            buf.append(records)
-            self.buffered += len(records)
-            self.positions[tp] = records[-1].offset + 1
-            self._data.set()
+            self._push(tp, records, records[-1].offset + 1)
         else:
             next_offset = _next_offset_after(data, position)
             if next_offset > position:  # only control/aborted records or records below the position
                 self.positions[tp] = next_offset
-        return False
+
+    def _push(self, tp: TopicPartition, chunk: list[Any], next_position: int) -> None:
+        """Queue one chunk for `getmany` and move the partition's position to `next_position`."""
+        buf = self.buffers.get(tp)
+        if buf is None:
+            buf = self.buffers[tp] = collections.deque()
+        buf.append(chunk)
+        self.buffered += len(chunk)
+        self.positions[tp] = next_position
+        self._data.set()
 
     async def _reset_then_fetch(self) -> None:
         try:
@@ -380,6 +393,30 @@ class AsyncConsumer:
         await self.cluster.close()
 
 
+class RecordSet(NamedTuple):
+    """A fetched record set as the broker sent it (`RawConsumer`): whole batches, neither checked nor decoded."""
+
+    offset: int  # the partition's position when it was fetched: records below it were not asked for
+    next_offset: int  # the offset after its last whole batch, where the next fetch starts
+    data: memoryview
+
+
+class RawConsumer(AsyncConsumer):
+    """An AsyncConsumer whose `getmany` hands out RecordSets, not records (`max_records` counts record
+    sets): for a caller that checks and decodes fetched bytes itself, with no Python object per record.
+    Prefetching pauses while fetch.max.bytes / max.partition.fetch.bytes record sets (one at least) wait.
+    """
+
+    def _full(self) -> bool:
+        cfg = self.config
+        return self.buffered >= max(1, cfg.fetch_max_bytes // cfg.max_partition_fetch_bytes)
+
+    def _queue(self, tp: TopicPartition, data: Any, position: int) -> None:
+        next_offset = _next_offset_after(data, position)
+        if next_offset > position:
+            self._push(tp, [RecordSet(position, next_offset, memoryview(data))], next_offset)
+
+
 def decode_records(
     data: Any, topic: str, partition: int, position: int, check_crcs: bool = True
 ) -> list[ConsumerRecord]:
@@ -410,7 +447,7 @@ def decode_records(
 
 def _next_offset_after(data: Any, position: int) -> int:
     """The offset after the last whole batch of a record set (to step over control batches)."""
-    buf = bytes(data)
+    buf = memoryview(data)
     pos, nxt = 0, position
     while len(buf) - pos >= BATCH_HEADER_SIZE:
         h = decode_header(buf, pos)

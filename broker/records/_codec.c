@@ -1,6 +1,7 @@
-/* The record codec's hot loops in C: decoding a batch's records and appending one record to a
- * batch being built. broker/records/batch.py documents the format and holds the pure-Python
- * version of both, which is used when this extension is not built; tests check they agree. */
+/* The record codec's hot loops in C: decoding a batch's records, appending records to a batch
+ * being built, and decoding a fetched record set into columns. broker/records/batch.py documents the
+ * batch format and broker/records/columnar.py the columns; both hold the pure-Python versions, used
+ * when this extension is not built; tests check they agree. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -197,26 +198,23 @@ static unsigned char *put_varint(unsigned char *q, int64_t v) {
     return q;
 }
 
-/* append(buf, timestamp_delta, offset_delta, key, value, headers) -> None: one record onto a bytearray */
-static PyObject *append(PyObject *self, PyObject *args) {
-    PyObject *buf, *key, *value, *headers;
-    long long ts_delta, off_delta;
-    if (!PyArg_ParseTuple(args, "O!LLOOO", &PyByteArray_Type, &buf, &ts_delta, &off_delta, &key, &value, &headers))
-        return NULL;
+/* one record onto the bytearray buf; 0, or -1 with an error set */
+static int append_record(PyObject *buf, long long ts_delta, long long off_delta, PyObject *key, PyObject *value,
+                         PyObject *headers) {
     const char *kp = NULL, *vp = NULL;
     Py_ssize_t kl = -1, vl = -1;
     if (key != Py_None) {
-        if (!PyBytes_Check(key)) { PyErr_SetString(PyExc_TypeError, "key must be bytes or None"); return NULL; }
+        if (!PyBytes_Check(key)) { PyErr_SetString(PyExc_TypeError, "key must be bytes or None"); return -1; }
         kp = PyBytes_AS_STRING(key);
         kl = PyBytes_GET_SIZE(key);
     }
     if (value != Py_None) {
-        if (!PyBytes_Check(value)) { PyErr_SetString(PyExc_TypeError, "value must be bytes or None"); return NULL; }
+        if (!PyBytes_Check(value)) { PyErr_SetString(PyExc_TypeError, "value must be bytes or None"); return -1; }
         vp = PyBytes_AS_STRING(value);
         vl = PyBytes_GET_SIZE(value);
     }
     PyObject *hseq = PySequence_Fast(headers, "headers must be a sequence of (name, value) pairs");
-    if (!hseq) return NULL;
+    if (!hseq) return -1;
     Py_ssize_t nh = PySequence_Fast_GET_SIZE(hseq);
     /* headers first, into a scratch bytes object, to know the record's length */
     Py_ssize_t hsize = 10;
@@ -225,22 +223,22 @@ static PyObject *append(PyObject *self, PyObject *args) {
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
             Py_DECREF(hseq);
             PyErr_SetString(PyExc_TypeError, "a header is a (name, value) pair");
-            return NULL;
+            return -1;
         }
         Py_ssize_t n;
-        if (!PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &n)) { Py_DECREF(hseq); return NULL; }
+        if (!PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &n)) { Py_DECREF(hseq); return -1; }
         PyObject *hv = PyTuple_GET_ITEM(pair, 1);
         if (hv != Py_None && !PyBytes_Check(hv)) {
             Py_DECREF(hseq);
             PyErr_SetString(PyExc_TypeError, "a header value must be bytes or None");
-            return NULL;
+            return -1;
         }
         hsize += n + 20 + (hv == Py_None ? 0 : PyBytes_GET_SIZE(hv));
     }
     Py_ssize_t bound = 1 + 10 + 10 + 10 + (kl > 0 ? kl : 0) + 10 + (vl > 0 ? vl : 0) + hsize;
     unsigned char stack[512];
     unsigned char *body = bound <= (Py_ssize_t)sizeof stack ? stack : PyMem_Malloc(bound);
-    if (!body) { Py_DECREF(hseq); return PyErr_NoMemory(); }
+    if (!body) { Py_DECREF(hseq); { PyErr_NoMemory(); return -1; } }
     unsigned char *q = body;
     *q++ = 0; /* attributes */
     q = put_varint(q, ts_delta);
@@ -274,18 +272,434 @@ static PyObject *append(PyObject *self, PyObject *args) {
     Py_ssize_t old = PyByteArray_GET_SIZE(buf);
     if (PyByteArray_Resize(buf, old + (lq - lenbuf) + blen) < 0) {
         if (body != stack) PyMem_Free(body);
-        return NULL;
+        return -1;
     }
     char *dst = PyByteArray_AS_STRING(buf) + old;
     memcpy(dst, lenbuf, lq - lenbuf);
     memcpy(dst + (lq - lenbuf), body, blen);
     if (body != stack) PyMem_Free(body);
+    return 0;
+}
+
+/* append(buf, timestamp_delta, offset_delta, key, value, headers) -> None: one record onto a bytearray */
+static PyObject *append(PyObject *self, PyObject *args) {
+    PyObject *buf, *key, *value, *headers;
+    long long ts_delta, off_delta;
+    if (!PyArg_ParseTuple(args, "O!LLOOO", &PyByteArray_Type, &buf, &ts_delta, &off_delta, &key, &value, &headers))
+        return NULL;
+    if (append_record(buf, ts_delta, off_delta, key, value, headers) < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+/* append_many(buf, timestamp_delta, first_offset_delta, key, values, start, stop, limit, headers) -> int
+ * Records of values[start:stop] (a list or tuple; one timestamp, key and headers) onto a bytearray, with
+ * consecutive offset deltas, until the bytearray holds `limit` bytes; returns how many were appended
+ * (at least one when start < stop). BatchBuilder.append_many is the caller and the Python version. */
+static PyObject *append_many(PyObject *self, PyObject *args) {
+    PyObject *buf, *key, *values, *headers;
+    long long ts_delta, delta;
+    Py_ssize_t start, stop, limit;
+    if (!PyArg_ParseTuple(args, "O!LLOOnnnO", &PyByteArray_Type, &buf, &ts_delta, &delta, &key, &values, &start,
+                          &stop, &limit, &headers))
+        return NULL;
+    PyObject *seq = PySequence_Fast(values, "values must be a sequence");
+    if (!seq) return NULL;
+    if (stop > PySequence_Fast_GET_SIZE(seq)) stop = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t j = start; j < stop; j++) { /* all or nothing: a bad value appends no record */
+        PyObject *v = PySequence_Fast_GET_ITEM(seq, j);
+        if (v != Py_None && !PyBytes_Check(v)) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "value must be bytes or None");
+            return NULL;
+        }
+    }
+    Py_ssize_t i = start;
+    while (i < stop) {
+        if (append_record(buf, ts_delta, delta, key, PySequence_Fast_GET_ITEM(seq, i), headers) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        i++;
+        delta++;
+        if (PyByteArray_GET_SIZE(buf) >= limit) break;
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(i - start);
+}
+
+/* ---- decode_columns: fetched record sets straight into Arrow-layout column buffers ---------------- */
+
+static inline int64_t be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+/* a bytearray grown by doubling: `len` bytes used of its size (the capacity) */
+typedef struct {
+    PyObject *obj;
+    Py_ssize_t len;
+} Vec;
+
+static int vec_init(Vec *v, Py_ssize_t cap) {
+    v->len = 0;
+    v->obj = PyByteArray_FromStringAndSize(NULL, cap > 16 ? cap : 16);
+    return v->obj ? 0 : -1;
+}
+
+static inline char *vec_reserve(Vec *v, Py_ssize_t extra) {
+    Py_ssize_t cap = PyByteArray_GET_SIZE(v->obj);
+    if (v->len + extra > cap) {
+        Py_ssize_t want = cap * 2 > v->len + extra ? cap * 2 : v->len + extra;
+        if (PyByteArray_Resize(v->obj, want) < 0) return NULL;
+    }
+    return PyByteArray_AS_STRING(v->obj) + v->len;
+}
+
+static inline int vec_put(Vec *v, const void *src, Py_ssize_t n) {
+    char *q = vec_reserve(v, n);
+    if (!q) return -1;
+    memcpy(q, src, n);
+    v->len += n;
+    return 0;
+}
+
+/* the bytearray cut to its used length, handed over (the Vec lets go of it) */
+static PyObject *vec_finish(Vec *v) {
+    PyObject *obj = v->obj;
+    v->obj = NULL;
+    if (PyByteArray_Resize(obj, v->len) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    return obj;
+}
+
+/* an Arrow validity bitmap: bit i (least significant first) set when value i is not null */
+typedef struct {
+    Vec bits;
+    Py_ssize_t n, nulls;
+} Bitmap;
+
+static inline int bitmap_push(Bitmap *b, int valid) {
+    if ((b->n & 7) == 0) {
+        char *q = vec_reserve(&b->bits, 1);
+        if (!q) return -1;
+        *q = 0;
+        b->bits.len++;
+    }
+    if (valid)
+        PyByteArray_AS_STRING(b->bits.obj)[b->n >> 3] |= (char)(1 << (b->n & 7));
+    else
+        b->nulls++;
+    b->n++;
+    return 0;
+}
+
+/* an Arrow binary (or utf8) column: validity, int32 offsets (n + 1), data */
+typedef struct {
+    Bitmap valid;
+    Vec offsets, data;
+} BinaryColumn;
+
+static int binary_init(BinaryColumn *c, Py_ssize_t n, Py_ssize_t bytes) {
+    int32_t zero = 0;
+    c->valid.n = c->valid.nulls = 0;
+    if (vec_init(&c->valid.bits, n / 8 + 1) < 0 || vec_init(&c->offsets, 4 * (n + 1)) < 0 ||
+        vec_init(&c->data, bytes) < 0)
+        return -1;
+    return vec_put(&c->offsets, &zero, 4);
+}
+
+/* append one value (`n` < 0: null) */
+static inline int binary_push(BinaryColumn *c, const unsigned char *p, int64_t n) {
+    if (n > 0) {
+        if (c->data.len + n > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "a column of more than 2 GiB");
+            return -1;
+        }
+        if (vec_put(&c->data, p, (Py_ssize_t)n) < 0) return -1;
+    }
+    int32_t end = (int32_t)c->data.len;
+    if (bitmap_push(&c->valid, n >= 0) < 0) return -1;
+    return vec_put(&c->offsets, &end, 4);
+}
+
+/* (validity, offsets, data, null count), handed over */
+static PyObject *binary_finish(BinaryColumn *c) {
+    PyObject *v = vec_finish(&c->valid.bits), *o = vec_finish(&c->offsets), *d = vec_finish(&c->data);
+    if (!v || !o || !d) {
+        Py_XDECREF(v);
+        Py_XDECREF(o);
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNn)", v, o, d, c->valid.nulls);
+}
+
+static void binary_free(BinaryColumn *c) {
+    Py_CLEAR(c->valid.bits.obj);
+    Py_CLEAR(c->offsets.obj);
+    Py_CLEAR(c->data.obj);
+}
+
+typedef struct {
+    Py_ssize_t count;
+    Vec offsets, timestamps, types; /* int64, int64 (epoch ms), int32 */
+    BinaryColumn keys, values;
+    Bitmap has_headers;             /* the headers list is null for a record without headers */
+    Vec header_offsets;             /* int32 (count + 1): record i's headers are entries [o[i], o[i+1]) */
+    BinaryColumn header_keys, header_values;
+    Py_ssize_t headers;             /* header entries so far */
+} Columns;
+
+static void columns_free(Columns *c) {
+    Py_CLEAR(c->offsets.obj);
+    Py_CLEAR(c->timestamps.obj);
+    Py_CLEAR(c->types.obj);
+    binary_free(&c->keys);
+    binary_free(&c->values);
+    Py_CLEAR(c->has_headers.bits.obj);
+    Py_CLEAR(c->header_offsets.obj);
+    binary_free(&c->header_keys);
+    binary_free(&c->header_values);
+}
+
+static int columns_init(Columns *c, Py_ssize_t n, Py_ssize_t bytes) {
+    int32_t zero = 0;
+    memset(c, 0, sizeof *c);
+    if (vec_init(&c->offsets, 8 * n) < 0 || vec_init(&c->timestamps, 8 * n) < 0 || vec_init(&c->types, 4 * n) < 0 ||
+        binary_init(&c->keys, n, 16) < 0 || binary_init(&c->values, n, bytes) < 0 ||
+        vec_init(&c->has_headers.bits, n / 8 + 1) < 0 || vec_init(&c->header_offsets, 4 * (n + 1)) < 0 ||
+        vec_put(&c->header_offsets, &zero, 4) < 0 || binary_init(&c->header_keys, 0, 0) < 0 ||
+        binary_init(&c->header_values, 0, 0) < 0)
+        return -1;
+    return 0;
+}
+
+/* a length-prefixed field as a pointer and length (-1: null) */
+static inline int read_field(const unsigned char **p, const unsigned char *end, const unsigned char **out, int64_t *n,
+                             const char *what) {
+    if (read_varint(p, end, n) < 0) return -1;
+    if (*n < 0) {
+        if (*n != -1) return corrupt(what);
+        *out = NULL;
+        return 0;
+    }
+    if (*n > end - *p) return corrupt("record field runs past the batch");
+    *out = *p;
+    *p += *n;
+    return 0;
+}
+
+/* a header name as the row decoder gives it: UTF-8, invalid sequences replaced by U+FFFD */
+static int push_header_key(BinaryColumn *c, const unsigned char *p, int64_t n) {
+    int ascii = 1;
+    for (int64_t i = 0; i < n; i++)
+        if (p[i] & 0x80) ascii = 0;
+    if (ascii) return binary_push(c, p, n);
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "replace");
+    if (!s) return -1;
+    Py_ssize_t m;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &m);
+    int rc = u ? binary_push(c, (const unsigned char *)u, m) : -1;
+    Py_DECREF(s);
+    return rc;
+}
+
+/* the records of one batch body with position <= offset < stop onto the columns; all are checked */
+static int decode_batch_columns(Columns *c, const unsigned char *p, const unsigned char *end, int64_t base_offset,
+                                int64_t base_ts, int log_append, int64_t max_ts, int64_t position, int64_t stop,
+                                int32_t expected) {
+    int32_t type = log_append ? 1 : 0;
+    int64_t seen = 0;
+    while (p < end) {
+        int64_t length, ts_delta, off_delta, nheaders, kl, vl;
+        const unsigned char *kp, *vp;
+        if (read_varint(&p, end, &length) < 0) return -1;
+        if (length < 0 || length > end - p) return corrupt("record length runs past the batch");
+        const unsigned char *rec_end = p + length;
+        if (p >= rec_end) return corrupt("record runs past the batch");
+        p++; /* attributes */
+        if (read_varint(&p, rec_end, &ts_delta) < 0 || read_varint(&p, rec_end, &off_delta) < 0) return -1;
+        if (read_field(&p, rec_end, &kp, &kl, "negative record key length") < 0 ||
+            read_field(&p, rec_end, &vp, &vl, "negative record value length") < 0)
+            return -1;
+        if (read_varint(&p, rec_end, &nheaders) < 0) return -1;
+        if (nheaders < 0 || nheaders > rec_end - p) return corrupt("record with a bad header count");
+        int64_t offset = base_offset + off_delta;
+        int keep = offset >= position && offset < stop;
+        for (int64_t i = 0; i < nheaders; i++) {
+            int64_t hl, hvl;
+            const unsigned char *hp, *hvp;
+            if (read_varint(&p, rec_end, &hl) < 0) return -1;
+            if (hl < 0 || hl > rec_end - p)
+                return corrupt(hl < 0 ? "record header with a null key" : "record header key runs past the batch");
+            hp = p;
+            p += hl;
+            if (read_field(&p, rec_end, &hvp, &hvl, "negative record header value length") < 0) return -1;
+            if (keep && (push_header_key(&c->header_keys, hp, hl) < 0 || binary_push(&c->header_values, hvp, hvl) < 0))
+                return -1;
+        }
+        if (p != rec_end) return corrupt("record length disagrees with its fields");
+        seen++;
+        if (!keep) continue;
+        int64_t ts = log_append ? max_ts : base_ts + ts_delta;
+        c->headers += nheaders;
+        if (c->headers > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "more than 2**31 headers");
+            return -1;
+        }
+        int32_t hend = (int32_t)c->headers;
+        if (vec_put(&c->offsets, &offset, 8) < 0 || vec_put(&c->timestamps, &ts, 8) < 0 ||
+            vec_put(&c->types, &type, 4) < 0 || binary_push(&c->keys, kp, kl) < 0 ||
+            binary_push(&c->values, vp, vl) < 0 || bitmap_push(&c->has_headers, nheaders > 0) < 0 ||
+            vec_put(&c->header_offsets, &hend, 4) < 0)
+            return -1;
+        c->count++;
+    }
+    if (seen != expected) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "batch says %d records but holds %lld", (int)expected, (long long)seen);
+        return corrupt(msg);
+    }
+    return 0;
+}
+
+/* the batch at b (size bytes) fails its CRC: 1, passes: 0, error: -1 */
+static int crc_fails(PyObject *crc, const unsigned char *b, Py_ssize_t size) {
+    PyObject *mv = PyMemoryView_FromMemory((char *)b + 21, size - 21, PyBUF_READ);
+    if (!mv) return -1;
+    PyObject *got = PyObject_CallOneArg(crc, mv);
+    Py_DECREF(mv);
+    if (!got) return -1;
+    unsigned long value = PyLong_AsUnsignedLong(got);
+    Py_DECREF(got);
+    if (value == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    return value != (uint32_t)be32(b + 17);
+}
+
+/* decode_columns(data, position, stop, crc, inflate) -> tuple
+ * The records of a fetched record set with position <= offset < stop, as the columns
+ * broker/records/columnar.py describes: (count, offsets, timestamps, timestamp types, keys, values,
+ * headers or None). Batches from the first one starting at or after `stop` on, and a trailing partial
+ * batch, are not looked at; every other batch must pass crc(memoryview) == its CRC; control batches
+ * are skipped; a compressed batch's records are inflate(codec, memoryview). */
+static PyObject *decode_columns(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long position, stop;
+    PyObject *crc, *inflate;
+    if (!PyArg_ParseTuple(args, "y*LLOO", &view, &position, &stop, &crc, &inflate)) return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len, pos = 0, est_n = 0, est_bytes = 0;
+    Columns c;
+    while (len - pos >= 61) { /* size the buffers from the batch headers */
+        int32_t blen = be32(buf + pos + 8), n = be32(buf + pos + 57);
+        if (blen < 49 || blen > len - pos - 12 || be64(buf + pos) >= stop) break;
+        est_n += n > 0 && n < blen ? n : 0;
+        est_bytes += blen;
+        pos += 12 + (Py_ssize_t)blen;
+    }
+    if (columns_init(&c, est_n, est_bytes) < 0) goto fail;
+    pos = 0;
+    while (len - pos >= 61) {
+        const unsigned char *b = buf + pos;
+        int64_t base_offset = be64(b);
+        int32_t blen = be32(b + 8);
+        Py_ssize_t size = 12 + (Py_ssize_t)blen;
+        if (size > len - pos || base_offset >= stop) break;
+        char msg[96];
+        if (b[16] != 2) {
+            snprintf(msg, sizeof msg, "batch at offset %lld has magic %d", (long long)base_offset, (int)b[16]);
+            corrupt(msg);
+            goto fail;
+        }
+        if (blen < 49) {
+            snprintf(msg, sizeof msg, "batch at offset %lld has length %d", (long long)base_offset, (int)blen);
+            corrupt(msg);
+            goto fail;
+        }
+        int bad = crc_fails(crc, b, size);
+        if (bad < 0) goto fail;
+        if (bad) {
+            snprintf(msg, sizeof msg, "batch at offset %lld fails its CRC", (long long)base_offset);
+            corrupt(msg);
+            goto fail;
+        }
+        int attributes = (b[21] << 8) | b[22];
+        int64_t last_offset = base_offset + be32(b + 23);
+        pos += size;
+        if ((attributes & 0x20) || last_offset < position) continue; /* control batch, or all below position */
+        int log_append = (attributes & 0x08) != 0, codec = attributes & 0x07, rc;
+        int64_t base_ts = be64(b + 27), max_ts = be64(b + 35);
+        int32_t expected = be32(b + 57);
+        if (codec == 0) {
+            rc = decode_batch_columns(&c, b + 61, b + size, base_offset, base_ts, log_append, max_ts, position, stop,
+                                      expected);
+        } else {
+            PyObject *mv = PyMemoryView_FromMemory((char *)b + 61, size - 61, PyBUF_READ);
+            PyObject *records = mv ? PyObject_CallFunction(inflate, "iO", codec, mv) : NULL;
+            Py_XDECREF(mv);
+            if (!records) goto fail;
+            Py_buffer rv;
+            if (PyObject_GetBuffer(records, &rv, PyBUF_SIMPLE) < 0) {
+                Py_DECREF(records);
+                goto fail;
+            }
+            const unsigned char *r = (const unsigned char *)rv.buf;
+            rc = decode_batch_columns(&c, r, r + rv.len, base_offset, base_ts, log_append, max_ts, position, stop,
+                                      expected);
+            PyBuffer_Release(&rv);
+            Py_DECREF(records);
+        }
+        if (rc < 0) goto fail;
+    }
+    PyBuffer_Release(&view);
+    PyObject *headers = Py_None, *keys = binary_finish(&c.keys), *values = binary_finish(&c.values);
+    Py_INCREF(Py_None);
+    if (c.headers > 0) {
+        Py_DECREF(Py_None);
+        PyObject *hv = vec_finish(&c.has_headers.bits), *ho = vec_finish(&c.header_offsets);
+        PyObject *hk = binary_finish(&c.header_keys), *hvals = binary_finish(&c.header_values);
+        if (hv && ho && hk && hvals) {
+            headers = Py_BuildValue("(NnNNN)", hv, c.has_headers.nulls, ho, hk, hvals);
+        } else {
+            Py_XDECREF(hv);
+            Py_XDECREF(ho);
+            Py_XDECREF(hk);
+            Py_XDECREF(hvals);
+            headers = NULL;
+        }
+    }
+    PyObject *o = vec_finish(&c.offsets), *t = vec_finish(&c.timestamps), *ty = vec_finish(&c.types);
+    Py_ssize_t count = c.count;
+    columns_free(&c);
+    if (!headers || !keys || !values || !o || !t || !ty) {
+        Py_XDECREF(headers);
+        Py_XDECREF(keys);
+        Py_XDECREF(values);
+        Py_XDECREF(o);
+        Py_XDECREF(t);
+        Py_XDECREF(ty);
+        return NULL;
+    }
+    return Py_BuildValue("(nNNNNNN)", count, o, t, ty, keys, values, headers);
+fail:
+    columns_free(&c);
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "Decode a batch's records (see broker.records.batch.decode_records)."},
     {"append", append, METH_VARARGS, "Append one record to a batch's bytearray (see BatchBuilder.append)."},
+    {"append_many", append_many, METH_VARARGS, "Append records of one key (see BatchBuilder.append_many)."},
+    {"decode_columns", decode_columns, METH_VARARGS,
+     "Decode a fetched record set into columns (see broker.records.columnar.decode_columns)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,6 +26,7 @@ _SMALL = [encode_varint(i) for i in range(1 << 14)]  # zigzag varints of 0..1638
 _NULL = b"\x01"  # zigzag(-1): a null key or value
 _CRC = struct.Struct(">I")
 _append = _codec.append if _codec is not None else None  # the C encoder of one record, when built
+_append_many = getattr(_codec, "append_many", None)  # ... and of a run of records of one key
 
 
 def _varint(n: int) -> bytes:
@@ -97,22 +98,20 @@ class BatchBuilder:
         """Add `values[start:]` (one timestamp, key and headers) until the batch holds `max_bytes` bytes or
         `max_count` records (at least one record always goes in); returns how many were added."""
         i, n = start, len(values)
-        if _append is None or i >= n:
+        if _append_many is None or i >= n:
+            if any(v is not None and not isinstance(v, bytes) for v in values[start : start + max_count]):
+                raise TypeError("value must be bytes or None")  # before any record goes in, as in C
             while i < n and (i == start or (len(self) < max_bytes and self.count < max_count)):
                 self.append(timestamp, key, values[i], headers)
                 i += 1
             return i - start
         delta = self.count
         ts_delta = self._stamp(timestamp)
-        buf, stop, limit = self.buf, min(n, start + max(1, max_count - delta)), max_bytes - BATCH_HEADER_SIZE
-        while True:
-            _append(buf, ts_delta, delta, key, values[i], headers)
-            i += 1
-            delta += 1
-            if i >= stop or len(buf) >= limit:
-                break
-        self.count = delta
-        return i - start
+        stop = min(n, start + max(1, max_count - delta))
+        added = _append_many(self.buf, ts_delta, delta, key, values, start, stop, max_bytes - BATCH_HEADER_SIZE,
+                             headers)  # fmt: skip
+        self.count = delta + added
+        return added
 
     def __len__(self) -> int:
         """Bytes of the batch so far (before compression)."""

@@ -48,12 +48,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -63,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.errors import KafkactlError, UsageError
+from broker.home import home_dir
 from broker.log.checkpoint import fsync_dir, write_atomically
 
 FORMATS = ("parquet", "json", "csv", "orc")
@@ -839,6 +842,7 @@ def spark_session(master: str = "local[*]", log_path: Path | None = None) -> Ite
         raise SparkLoadError("spark-load needs pyspark and pyarrow: pip install 'kafkactl[spark]'") from None
     from broker.spark.source import register
 
+    shadow = _local_spark_home(master)
     saved = None
     if log_path is not None:  # the JVM inherits fd 2 while it starts: its log goes to the file, for good
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -851,12 +855,16 @@ def spark_session(master: str = "local[*]", log_path: Path | None = None) -> Ite
         builder = (SparkSession.builder.master(master).appName("kafkactl spark-load")
                    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.session.timeZone", "UTC"))  # fmt: skip
+        if shadow is not None:  # read once, by the JVM as it starts
+            os.environ["SPARK_HOME"] = str(shadow)
         try:
             spark = builder.getOrCreate()
         except Exception as exc:
             raise SparkLoadError(f"cannot start Spark (master {master}): {spark_error_line(exc)}"
                                  + (f"; see {log_path}" if log_path else "")) from None  # fmt: skip
     finally:
+        if shadow is not None:
+            os.environ.pop("SPARK_HOME", None)
         if saved is not None:
             sys.stderr.flush()
             os.dup2(saved, 2)
@@ -867,6 +875,43 @@ def spark_session(master: str = "local[*]", log_path: Path | None = None) -> Ite
         yield spark
     finally:
         spark.stop()
+
+
+def _local_spark_home(master: str) -> Path | None:
+    """A SPARK_HOME of links to pip's pyspark minus its python/ directory, for a local master; else None.
+
+    Spark puts $SPARK_HOME/python/lib/pyspark.zip first on every Python worker's path, and Python
+    compiles what it imports from a zip anew in every process: some 3 s per worker start, and a Python
+    data source read starts several kinds of worker (lookup, create, plan, read). Without the zip the
+    workers, which run this same Python, import the installed, byte-compiled pyspark. Only for local
+    masters: YARN ships pyspark.zip to its executors from SPARK_HOME. Made once per pyspark install,
+    under $KAFKACTL_HOME/spark-home/, and kept.
+    """
+    same_python = os.environ.get("PYSPARK_PYTHON") == sys.executable
+    if not master.startswith("local") or "SPARK_HOME" in os.environ or not same_python:
+        return None
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    if not (home / "python" / "lib" / "pyspark.zip").is_file() or not (home / "bin" / "spark-submit").is_file():
+        return None
+    key = hashlib.sha256(f"{home}\0{pyspark.__version__}".encode()).hexdigest()[:16]
+    shadow = home_dir() / "spark-home" / f"{pyspark.__version__}-{key}"
+    if shadow.is_dir():
+        return shadow
+    try:
+        shadow.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=".building-", dir=shadow.parent))
+    except OSError:  # nowhere to keep it: Spark's own home, slower
+        return None
+    for entry in home.iterdir():
+        if entry.name != "python":
+            (building / entry.name).symlink_to(entry)
+    try:
+        building.rename(shadow)
+    except OSError:  # another load made it first
+        shutil.rmtree(building, ignore_errors=True)
+    return shadow if shadow.is_dir() else None
 
 
 # --- the whole load -------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ Planning happens once, on the driver (`KafkactlDataSource.reader`): `plan_ranges
 the subscribed partitions and resolves the options into one closed-open range ``[start, end)`` of
 offsets per topic partition; `split_ranges` cuts those into the input partitions, so input partition i
 reads the i-th range of ``split_ranges(plan_ranges(...))``. Each executor task reads its one range with
-kafkactl's consumer (assigned to that partition, seeked to `start`, stopping exactly at `end`) and
-yields one Arrow record batch per poll.
+kafkactl's consumer (a `RawConsumer` assigned to that partition, seeked to `start`), decodes each
+fetched record set straight into Arrow buffers (`broker.records.columnar`: no Python object per
+record), stops exactly at `end`, and yields one Arrow record batch per fetch.
 
 Options (names case-insensitive, as in Spark's Kafka source; an unknown name is an error):
 
@@ -47,7 +48,6 @@ timestamp timestamp, timestampType int, headers array<struct<key: string, value:
 from __future__ import annotations
 
 import asyncio
-import bisect
 import heapq
 import json
 import logging
@@ -74,10 +74,11 @@ from pyspark.sql.types import (
 )
 
 from broker.client.admin import Admin
-from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord
-from broker.errors import KafkactlError
+from broker.client.consumer import ConsumeError, ConsumerRecord, RawConsumer, RecordSet
+from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.errors import ErrorCode, error_name
 from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.records.columnar import BinaryColumn, RecordColumns, decode_columns
 
 log = logging.getLogger(__name__)
 
@@ -572,8 +573,7 @@ _OFFSET, _TIMESTAMP, _KEY, _VALUE, _HEADERS, _TIMESTAMP_TYPE = (
 
 def records_to_arrow(records: Sequence[ConsumerRecord], include_headers: bool = True) -> pa.RecordBatch:
     """One Arrow record batch of `records` (all of one topic partition, as the consumer hands them
-    out) in ARROW_SCHEMA. Each column is gathered with one C-level pass (`map` + `itemgetter`: much
-    cheaper than `zip(*records)`) and converted by Arrow in one call; topic and partition are constants.
+    out) in ARROW_SCHEMA: what `columns_to_arrow` gives for the same records, from Python objects.
     """
     n = len(records)
     schema = ARROW_SCHEMA if include_headers else ARROW_SCHEMA_WITHOUT_HEADERS
@@ -598,10 +598,47 @@ def records_to_arrow(records: Sequence[ConsumerRecord], include_headers: bool = 
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def columns_to_arrow(cols: RecordColumns, topic: str, partition: int,
+                     include_headers: bool = True) -> pa.RecordBatch:  # fmt: skip
+    """One Arrow record batch in ARROW_SCHEMA over the buffers of `cols` (copied only to turn
+    milliseconds into microseconds); topic and partition are constants."""
+    n = cols.count
+    schema = ARROW_SCHEMA if include_headers else ARROW_SCHEMA_WITHOUT_HEADERS
+    millis = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.timestamps)])
+    columns = [
+        _binary_array(pa.binary(), cols.keys, n),
+        _binary_array(pa.binary(), cols.values, n),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.offsets)]),
+        pc.multiply_checked(millis, 1000).view(TIMESTAMP_ARROW),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(cols.timestamp_types)]),
+    ]
+    if include_headers:
+        h = cols.headers
+        if h is None:  # Spark's Kafka source gives null, not [], for a record without headers
+            columns.append(pa.nulls(n, HEADERS_ARROW))
+        else:
+            entries = len(h.values.offsets) // 4 - 1
+            struct = pa.StructArray.from_arrays(
+                [_binary_array(pa.string(), h.keys, entries), _binary_array(pa.binary(), h.values, entries)],
+                fields=list(HEADERS_ARROW.value_type),
+            )
+            columns.append(pa.Array.from_buffers(HEADERS_ARROW, n, [pa.py_buffer(h.validity), pa.py_buffer(h.offsets)],
+                                                 null_count=h.nulls, children=[struct]))  # fmt: skip
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _binary_array(kind: pa.DataType, col: BinaryColumn, n: int) -> pa.Array:
+    validity = pa.py_buffer(col.validity) if col.nulls else None
+    return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(col.offsets), pa.py_buffer(col.data)],
+                                 null_count=col.nulls)  # fmt: skip
+
+
 def read_range(bootstrap: str, rng: OffsetRange, *, fail_on_data_loss: bool = True, include_headers: bool = True,
                poll_timeout_ms: int = 120_000, max_batch_records: int = 20_000,
                consumer: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """Every record of `rng` in offset order as Arrow record batches (one per poll, at most
+    """Every record of `rng` in offset order as Arrow record batches (one per fetch, at most
     `max_batch_records` rows), stopping exactly at ``rng.end``.
 
     Offsets may skip (compaction, control batches); a record at or past the end is never yielded.
@@ -615,25 +652,18 @@ def read_range(bootstrap: str, rng: OffsetRange, *, fail_on_data_loss: bool = Tr
     tp = (rng.topic, rng.partition)
     where = f"reading {rng.topic}-{rng.partition} [{rng.start}, {rng.end})"
     settings = {"max_partition_fetch_bytes": 4 << 20, "fetch_max_bytes": 16 << 20, **(consumer or {}),
-                "auto_offset_reset": "none", "check_crcs": True}  # fmt: skip
+                "auto_offset_reset": "none"}  # fmt: skip
     position = rng.start
     c: _PartitionConsumer | None = _PartitionConsumer(bootstrap, tp, position, settings)
     try:
         progress = time.monotonic()
         while position < rng.end:
             try:
-                records = c.poll(min(1000, poll_timeout_ms), max_batch_records)
+                record_sets = c.poll(min(1000, poll_timeout_ms))
             except ConsumeError as exc:
-                if exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    position = _after_out_of_range(bootstrap, rng, position, fail_on_data_loss, where)
-                elif exc.code == ErrorCode.CORRUPT_MESSAGE and settings["max_partition_fetch_bytes"] > 1:
-                    # the fetch held a corrupt batch, perhaps past the end: go on one batch per fetch, so
-                    # that only a corrupt batch inside the range fails the read
-                    settings["max_partition_fetch_bytes"] = 1
-                elif exc.code == ErrorCode.CORRUPT_MESSAGE:
-                    raise CorruptDataError(f"{where}: {exc}") from None
-                else:
+                if exc.code != ErrorCode.OFFSET_OUT_OF_RANGE:
                     raise SourceError(f"{where}: {exc}") from None
+                position = _after_out_of_range(bootstrap, rng, position, fail_on_data_loss, where)
                 c.close()  # a fresh consumer: the old one may hold more errors of its prefetching
                 c = None
                 if position >= rng.end:
@@ -641,31 +671,34 @@ def read_range(bootstrap: str, rng: OffsetRange, *, fail_on_data_loss: bool = Tr
                 c = _PartitionConsumer(bootstrap, tp, position, settings)
                 progress = time.monotonic()
                 continue
-            if not records:
-                moved = c.position()  # past control batches or compacted gaps with nothing to hand out
-                if moved is not None and moved > position:
-                    position, progress = moved, time.monotonic()
-                elif time.monotonic() - progress > poll_timeout_ms / 1000:
+            if not record_sets:
+                if time.monotonic() - progress > poll_timeout_ms / 1000:
                     raise SourceError(f"{where}: no record at offset {position} in {poll_timeout_ms} ms "
                                       "(kafkaConsumer.pollTimeoutMs)")  # fmt: skip
                 continue
-            if records[-1].offset >= rng.end:
-                records = records[: bisect.bisect_left(records, rng.end, key=_OFFSET)]
-                if records:
-                    yield records_to_arrow(records, include_headers)
-                return
-            position, progress = records[-1].offset + 1, time.monotonic()
-            yield records_to_arrow(records, include_headers)
+            for rs in record_sets:
+                try:
+                    cols = decode_columns(rs.data, max(rs.offset, position), rng.end)
+                except CorruptRecordError as exc:
+                    raise CorruptDataError(f"{where}: at offset {rs.offset}: {exc}") from None
+                if cols.count:
+                    batch = columns_to_arrow(cols, rng.topic, rng.partition, include_headers)
+                    for first in range(0, cols.count, max_batch_records):
+                        yield batch.slice(first, max_batch_records)
+                position = rs.next_offset
+                if position >= rng.end:
+                    return
+            progress = time.monotonic()
     finally:
         if c is not None:
             c.close()
 
 
 class _PartitionConsumer:
-    """An AsyncConsumer of one partition, driven on a private event loop in the calling thread.
+    """A RawConsumer of one partition, driven on a private event loop in the calling thread.
 
     The loop runs only inside `poll`, so the consumer's fetcher works one fetch ahead of the caller
-    (a Fetch is in flight while the caller builds Arrow batches) and never further: memory stays
+    (a Fetch is in flight while the caller decodes) and never further: memory stays
     bounded by a fetch or two, whatever the record size — a background thread would prefetch
     without a byte bound.
     """
@@ -673,24 +706,20 @@ class _PartitionConsumer:
     def __init__(self, bootstrap: str, tp: TopicPartition, position: int, settings: dict[str, Any]) -> None:
         self.tp = tp
         self.loop = asyncio.new_event_loop()
-        self.consumer: AsyncConsumer | None = None
+        self.consumer: RawConsumer | None = None
         try:
-            self.consumer = self.loop.run_until_complete(AsyncConsumer(bootstrap, **settings).start())
+            self.consumer = self.loop.run_until_complete(RawConsumer(bootstrap, **settings).start())
             self.loop.run_until_complete(self.consumer.assign([tp]))
             self.consumer.seek(tp, position)
         except BaseException:
             self.close()
             raise
 
-    def poll(self, timeout_ms: int, max_records: int) -> list[ConsumerRecord]:
-        """The next records of the partition (waiting up to `timeout_ms` for some); [] if none came."""
+    def poll(self, timeout_ms: int) -> list[RecordSet]:
+        """The next fetched record sets of the partition (waiting up to `timeout_ms` for one); [] if none came."""
         assert self.consumer is not None
-        got = self.loop.run_until_complete(self.consumer.getmany(timeout_ms, max_records))
+        got = self.loop.run_until_complete(self.consumer.getmany(timeout_ms))
         return got.get(self.tp, [])
-
-    def position(self) -> int | None:
-        assert self.consumer is not None
-        return self.consumer.position(self.tp)
 
     def close(self) -> None:
         try:

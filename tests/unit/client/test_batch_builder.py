@@ -118,6 +118,7 @@ def test_append_many_equals_appending_one_by_one_up_to_its_limits(compiled, valu
     with pytest.MonkeyPatch.context() as mp:
         if not compiled:
             mp.setattr("broker.records.builder._append", None)
+            mp.setattr("broker.records.builder._append_many", None)
         batches, start = [], 0
         while start < len(values):  # as send_many fills and seals batches
             b = BatchBuilder()
@@ -151,3 +152,16 @@ def test_append_many_stops_at_the_byte_limit_and_continues_a_batch():
     assert [r.offset for r in rows] == [0, 1, 2, 3]
     assert [r.timestamp for r in rows] == [TS, TS + 5, TS + 5, TS + 5]
     assert rows[1].key == b"k" and rows[3].value == b"v" * 100
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["c-encoder", "python"])
+def test_append_many_with_a_bad_value_appends_nothing(monkeypatch, compiled):
+    if not compiled:
+        monkeypatch.setattr("broker.records.builder._append", None)
+        monkeypatch.setattr("broker.records.builder._append_many", None)
+    b = BatchBuilder()
+    b.append(TS, None, b"kept", ())
+    before = bytes(b.buf)
+    with pytest.raises(TypeError, match="bytes or None"):
+        b.append_many(TS, None, [b"ok", b"ok", "not bytes", b"ok"], 0, (), 1 << 20, 100)
+    assert (bytes(b.buf), b.count) == (before, 1)
