@@ -5,9 +5,11 @@
 A scratch ZooKeeper and broker; `--messages` 200-byte messages produced into one topic of
 `--partitions` partitions with kcat; the same messages written to a JSON-lines file (value, topic,
 partition, offset, timestamp: the columns a load writes, minus key and headers, which are null and
-empty here). Then, timed: `broker.spark.load.run` into Parquet (plan, read through the `kafkactl`
-data source, write, commit) and `spark.read.json(file, schema)` into Parquet. Prints rows/s of both
-and their ratio, as text and as one JSON line.
+empty here). First, untimed, both paths run once on `--warmup` other messages: the JVM compiles the
+Arrow, Parquet and JSON code on first use, and whichever path ran first would pay for it alone. Then,
+timed: `broker.spark.load.run` into Parquet (plan, read through the `kafkactl` data source, write,
+commit) and `spark.read.json(file, schema)` into Parquet. Prints rows/s of both and their ratio, as
+text and as one JSON line. `--warmup 0` times a cold first load.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--workdir", type=Path, default=None, help="kept afterwards when given")
+    ap.add_argument("--warmup", type=int, default=200_000,
+                    help="messages both paths first run on, untimed, so neither is timed on a cold JVM")
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spark-load-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -76,8 +80,21 @@ def main() -> None:
             exported = export_json(bootstrap, topic, jsonl)
             if exported != args.messages:
                 raise SystemExit(f"exported {exported} of {args.messages} messages")
+            if args.warmup:
+                warm = workdir / "warmup"
+                warm.mkdir(exist_ok=True)
+                with Admin(bootstrap) as admin:
+                    admin.create_topic("warmup", args.partitions)
+                produce(bootstrap, "warmup", args.warmup, warm)
+                export_json(bootstrap, "warmup", warm / "messages.jsonl")
+            schema = "value string, topic string, partition int, offset long, timestamp long"
             with load.spark_session(args.master, workdir / "spark.log") as spark:
                 spark.range(1).count()  # warm the session up before timing
+                if args.warmup:  # the JIT compiles Arrow, Parquet and JSON code on first use: both paths once
+                    load.run(load.LoadOptions(topics=["warmup"], output=warm / "loaded", bootstrap=bootstrap,
+                                              format="parquet"), spark=spark)  # fmt: skip
+                    spark.read.schema(schema).json(str(warm / "messages.jsonl")).write.mode("overwrite").parquet(
+                        str(warm / "fromjson"))  # fmt: skip
                 out = workdir / "loaded"
                 t0 = time.perf_counter()
                 result = load.run(load.LoadOptions(topics=[topic], output=out, bootstrap=bootstrap,
@@ -85,12 +102,11 @@ def main() -> None:
                 load_s = time.perf_counter() - t0
                 if result.rows != args.messages:
                     raise SystemExit(f"spark-load wrote {result.rows} rows of {args.messages}")
-                schema = "value string, topic string, partition int, offset long, timestamp long"
                 t0 = time.perf_counter()
                 spark.read.schema(schema).json(str(jsonl)).write.mode("overwrite").parquet(str(workdir / "fromjson"))
                 json_s = time.perf_counter() - t0
         report = {
-            "messages": args.messages, "partitions": args.partitions, "master": args.master,
+            "messages": args.messages, "partitions": args.partitions, "master": args.master, "warmup": args.warmup,
             "produce_s": round(produced_s, 2),
             "spark_load_s": round(load_s, 2), "spark_load_rows_per_s": round(args.messages / load_s),
             "json_reader_s": round(json_s, 2), "json_reader_rows_per_s": round(args.messages / json_s),
