@@ -74,7 +74,10 @@ class AsyncConsumer:
         #: fetched, unread records per partition, as the lists each fetch decoded (handed out whole when they fit)
         self.buffers: dict[TopicPartition, collections.deque[list[ConsumerRecord]]] = {}
         self.buffered = 0
+        self._record_bytes = 200.0  # bytes a fetched record took, on average, in the latest fetch
         self._errors: list[BaseException] = []
+        #: a partition's corrupt batch, raised once the good records fetched before it are handed out
+        self._after_buffered: dict[TopicPartition, BaseException] = {}
         self._data = asyncio.Event()
         self._room = asyncio.Event()
         self._tasks: dict[int, asyncio.Task] = {}
@@ -178,6 +181,7 @@ class AsyncConsumer:
     # -- fetching -------------------------------------------------------------------------------------
 
     def _drop_buffered(self, tp: TopicPartition) -> None:
+        self._after_buffered.pop(tp, None)
         buf = self.buffers.pop(tp, None)
         if buf:
             self.buffered -= sum(len(chunk) for chunk in buf)
@@ -189,6 +193,7 @@ class AsyncConsumer:
             task.cancel()
         self._tasks = {}
         self.buffers = {tp: buf for tp, buf in self.buffers.items() if tp in self.assignment}
+        self._after_buffered = {tp: e for tp, e in self._after_buffered.items() if tp in self.assignment}
         self.buffered = sum(len(chunk) for b in self.buffers.values() for chunk in b)
         self._room.set()
 
@@ -230,7 +235,8 @@ class AsyncConsumer:
                 self._room.clear()
                 await self._room.wait()
                 continue
-            mine = [tp for tp in self.assignment if tp in self.positions and self.cluster.leader(*tp) == leader]
+            mine = [tp for tp in self.assignment if tp in self.positions and tp not in self._after_buffered
+                    and self.cluster.leader(*tp) == leader]  # fmt: skip
             if not mine:
                 return
             try:
@@ -300,21 +306,22 @@ class AsyncConsumer:
         return False
 
     def _full(self) -> bool:
-        """Whether so much waits unread that prefetching pauses."""
-        return self.buffered * 200 > self.config.fetch_max_bytes
+        """Whether so much waits unread (over `fetch.max.bytes`, as fetched) that prefetching pauses."""
+        return self.buffered * self._record_bytes > self.config.fetch_max_bytes
 
     def _queue(self, tp: TopicPartition, data: Any, position: int) -> None:
         """Decode a fetched record set and queue its records at or after `position`; the position moves past it."""
         topic = tp[0]
-        try:
-            records = decode_records(data, topic, tp[1], position, self.config.check_crcs)
-        except CorruptRecordError as exc:
-            self._errors.append(ConsumeError(f"{topic}-{tp[1]} at offset {position}: {exc}", ErrorCode.CORRUPT_MESSAGE))
-            self._data.set()
-            return
+        records, error = _decode_until_corrupt(data, topic, tp[1], position, self.config.check_crcs)
         if records:
+            self._record_bytes = len(data) / len(records)
             self._push(tp, records, records[-1].offset + 1)
-        else:
+        if error is not None:  # the records before the corrupt batch go out first; the partition waits
+            where = records[-1].offset + 1 if records else position
+            self._after_buffered[tp] = ConsumeError(f"{topic}-{tp[1]} at offset {where}: {error}",
+                                                    ErrorCode.CORRUPT_MESSAGE)  # fmt: skip
+            self._data.set()
+        elif not records:
             next_offset = _next_offset_after(data, position)
             if next_offset > position:  # only control/aborted records or records below the position
                 self.positions[tp] = next_offset
@@ -343,6 +350,7 @@ class AsyncConsumer:
         """Records fetched so far, at most `max_records` (default `max.poll.records`), waiting up to `timeout_ms`."""
         if self._closed:
             raise ConsumeError("the consumer is closed")
+        self._surface_errors()
         if self._errors:
             raise self._errors.pop(0)
         if any(tp not in self.positions for tp in self.assignment):
@@ -352,6 +360,7 @@ class AsyncConsumer:
             self._data.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._data.wait(), timeout_ms / 1000)
+        self._surface_errors()
         if self._errors:
             raise self._errors.pop(0)
         limit = max_records or self.config.max_poll_records
@@ -380,6 +389,11 @@ class AsyncConsumer:
         if out:
             self._room.set()
         return out
+
+    def _surface_errors(self) -> None:
+        """A partition's corrupt-batch error becomes due once its good records are all handed out."""
+        for tp in [tp for tp in self._after_buffered if tp not in self.buffers]:
+            self._errors.append(self._after_buffered.pop(tp))
 
     async def close(self) -> None:
         self._closed = True
@@ -420,7 +434,19 @@ class RawConsumer(AsyncConsumer):
 def decode_records(
     data: Any, topic: str, partition: int, position: int, check_crcs: bool = True
 ) -> list[ConsumerRecord]:
-    """The records at or after `position` in a fetched record set (a trailing partial batch is skipped)."""
+    """The records at or after `position` in a fetched record set (a trailing partial batch is skipped);
+    a corrupt batch raises CorruptRecordError."""
+    records, error = _decode_until_corrupt(data, topic, partition, position, check_crcs)
+    if error is not None:
+        raise error
+    return records
+
+
+def _decode_until_corrupt(
+    data: Any, topic: str, partition: int, position: int, check_crcs: bool = True
+) -> tuple[list[ConsumerRecord], CorruptRecordError | None]:
+    """`decode_records`, but a corrupt batch ends the decoding instead: the records of the batches
+    before it, and its error."""
     buf = data if isinstance(data, bytes | bytearray) else bytes(data)
     out: list[ConsumerRecord] = []
     make = functools.partial(ConsumerRecord, topic, partition)
@@ -430,11 +456,14 @@ def decode_records(
         if pos + h.size > end:
             break  # the fetch cut this batch: the next fetch starts at it
         if buf[pos + MAGIC_OFFSET] != 2:
-            raise CorruptRecordError(f"batch at offset {h.base_offset} has magic {buf[pos + MAGIC_OFFSET]}")
+            return out, CorruptRecordError(f"batch at offset {h.base_offset} has magic {buf[pos + MAGIC_OFFSET]}")
         if check_crcs and not crc_ok(buf, pos, h):
-            raise CorruptRecordError(f"batch at offset {h.base_offset} fails its CRC")
+            return out, CorruptRecordError(f"batch at offset {h.base_offset} fails its CRC")
         if h.last_offset >= position and not h.is_control:
-            recs = iter_records(buf, pos, h, make)
+            try:
+                recs = iter_records(buf, pos, h, make)  # decoded whole here: a bad record raises now
+            except CorruptRecordError as exc:
+                return out, exc
             if h.timestamp_type:
                 out.extend(r._replace(timestamp_type=1) for r in recs if r.offset >= position)
             elif h.base_offset >= position:
@@ -442,7 +471,7 @@ def decode_records(
             else:
                 out.extend(r for r in recs if r.offset >= position)
         pos += h.size
-    return out
+    return out, None
 
 
 def _next_offset_after(data: Any, position: int) -> int:

@@ -643,6 +643,62 @@ def test_offset_out_of_range_without_reset_pauses_the_partition_until_a_seek(sha
     assert asyncio.run(run()) == list(range(5, 20))
 
 
+def test_a_corrupt_batch_on_disk_fails_only_after_the_good_records_before_it(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("rot"), 1)
+    for i in range(3):  # three batches of 4 records
+        send = [dict(key=None, value=b"b%d-%d" % (i, j), headers=[], partition=0) for j in range(4)]
+        asyncio.run(send_all(shared_broker.bootstrap, topic, send, linger_ms=100))
+    heads = [h for h, _ in disk_batches(shared_broker.log_dir, topic, 0)]
+    assert [h.base_offset for h in heads] == [0, 4, 8]
+    segment = next((shared_broker.log_dir / f"{topic}-0").glob("*.log"))
+    data = bytearray(segment.read_bytes())
+    data[heads[0].size + heads[1].size - 2] ^= 0xFF  # a value byte of the second batch: its CRC fails
+    segment.write_bytes(data)
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, fetch_max_wait_ms=100) as c:
+            await c.assign([(topic, 0)])
+            c.seek((topic, 0), 0)
+            got = []
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    for recs in (await c.getmany(timeout_ms=500)).values():
+                        got += [(r.offset, r.value) for r in recs]
+                except ConsumeError as exc:
+                    return got, exc, c.position((topic, 0))
+            return got, None, None
+
+    got, error, position = asyncio.run(run())
+    assert got == [(j, b"b0-%d" % j) for j in range(4)]  # one fetch held all three batches: the good one came out
+    assert error is not None and error.code == ErrorCode.CORRUPT_MESSAGE and "offset 4" in str(error)
+    assert position == 4
+
+
+def test_prefetching_is_bounded_by_bytes_not_by_a_record_count(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("prefetch"), 1)
+    big = [dict(key=None, value=bytes([i]) * 100_000, headers=[], partition=0) for i in range(30)]
+    asyncio.run(send_all(shared_broker.bootstrap, topic, big, batch_size=150_000))
+
+    async def run():
+        async with AsyncConsumer(shared_broker.bootstrap, fetch_max_wait_ms=50, fetch_max_bytes=300_000,
+                                 max_partition_fetch_bytes=300_000) as c:  # fmt: skip
+            await c.assign([(topic, 0)])
+            c.seek((topic, 0), 0)
+            first = await c.getmany(timeout_ms=5000, max_records=1)
+            await asyncio.sleep(1.0)  # the fetcher prefetches while the application works
+            waiting = c.buffered
+            rest = []
+            while len(rest) < 29:
+                for recs in (await c.getmany(timeout_ms=2000)).values():
+                    rest += recs
+            return first[(topic, 0)], waiting, rest
+
+    first, waiting, rest = asyncio.run(run())
+    assert [r.value for r in first + rest] == [m["value"] for m in big]
+    assert waiting <= 8, waiting  # ~3 MB of 100 kB records is not prefetched against fetch.max.bytes=300 kB
+
+
 def test_records_carry_everything(shared_broker, timed_topic):
     topic, ts0 = timed_topic
     recs = asyncio.run(read_all_async(shared_broker.bootstrap, topic))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.client.consumer import ConsumerRecord, _next_offset_after, decode_records
+from broker.client.consumer import ConsumerRecord, _decode_until_corrupt, _next_offset_after, decode_records
 from broker.errors import CorruptRecordError
 from broker.records.batch import LOG_APPEND_TIME, MAGIC_OFFSET, Record, build_batch
 from broker.records.compression import Codec
@@ -118,3 +118,11 @@ def test_null_keys_values_and_header_values_survive():
     (r,) = decode_records(b, "t", 1, 0)
     assert (r.key, r.value, r.headers) == (None, None, (("a", None), ("a", b""), ("b", b"\xff")))
     assert (r.topic, r.partition, r.offset, r.timestamp) == ("t", 1, 0, TS)
+
+
+def test_the_consumer_keeps_the_good_batches_before_a_corrupt_one():
+    second = bytearray(batch(5, 5))
+    second[-3] ^= 0x01
+    records, error = _decode_until_corrupt(batch(0, 5) + bytes(second) + batch(10, 5), "t", 0, 2)
+    assert [r.offset for r in records] == [2, 3, 4]
+    assert isinstance(error, CorruptRecordError) and "offset 5" in str(error)
