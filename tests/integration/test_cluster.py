@@ -58,6 +58,14 @@ def assignment(zk_connect: str, topic: str) -> dict[int, list[int]]:
         return {int(p): r for p, r in zk_json(zk, f"/brokers/topics/{topic}")["partitions"].items()}
 
 
+def create_and_lead(brokers, topic: str, partitions: int, bootstrap: str, zk_connect: str) -> dict[int, int]:
+    """Create a topic with the CLI and wait until every broker knows its leaders; {partition: leader}."""
+    ok(cli("topic", "create", topic, "-p", str(partitions), "-b", bootstrap))
+    lead = {p: r[0] for p, r in assignment(zk_connect, topic).items()}
+    wait_same_leaders(brokers, topic, lead)
+    return lead
+
+
 def wait_same_leaders(brokers, topic: str, expected: dict[int, int]) -> None:
     """Until every broker's Metadata names `expected` leaders for `topic` (brokers learn topics by watches)."""
     for b in brokers:
@@ -146,10 +154,8 @@ def test_six_partitions_with_two_replicas_spread_round_robin(cluster):
 
 def test_clients_bootstrap_from_any_broker(cluster):
     b1, b2, b3 = cluster
-    ok(cli("topic", "create", "anywhere", "-p", "3", "-b", b2.bootstrap))
-    lead = {p: r[0] for p, r in assignment(b1.zk_connect, "anywhere").items()}
+    lead = create_and_lead(cluster, "anywhere", 3, b2.bootstrap, b1.zk_connect)
     assert sorted(lead.values()) == [1, 2, 3]
-    wait_same_leaders(cluster, "anywhere", lead)
 
     for b in cluster:
         md = metadata(b.bootstrap, ["anywhere"])
@@ -342,10 +348,8 @@ def create_with_assignment(bootstrap: str, topic: str, replicas: dict[int, list[
 
 def test_delete_then_recreate_starts_empty_on_every_broker(cluster):
     b1, b2, _ = cluster
-    ok(cli("topic", "create", "phoenix", "-p", "3", "-b", b1.bootstrap))
-    lead = {p: r[0] for p, r in assignment(b1.zk_connect, "phoenix").items()}
+    lead = create_and_lead(cluster, "phoenix", 3, b1.bootstrap, b1.zk_connect)
     assert sorted(lead.values()) == [1, 2, 3]
-    wait_same_leaders(cluster, "phoenix", lead)
     produce_to_leaders(cluster, "phoenix", lead, 4, "old")
     for p, owner in lead.items():
         assert log_files_size(by_id(cluster)[owner].log_dir / f"phoenix-{p}") > 0
@@ -356,9 +360,7 @@ def test_delete_then_recreate_starts_empty_on_every_broker(cluster):
         wait_until(lambda b=b: metadata(b.bootstrap, ["phoenix"])["topics"][0]["error_code"] != 0, 10,
                    f"broker {b.broker_id} forgets phoenix")  # fmt: skip
 
-    ok(cli("topic", "create", "phoenix", "-p", "3", "-b", b1.bootstrap))
-    lead = {p: r[0] for p, r in assignment(b1.zk_connect, "phoenix").items()}
-    wait_same_leaders(cluster, "phoenix", lead)
+    lead = create_and_lead(cluster, "phoenix", 3, b1.bootstrap, b1.zk_connect)
     assert_starts_empty(cluster, "phoenix", lead)
 
 
