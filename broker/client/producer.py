@@ -347,6 +347,8 @@ class AsyncProducer:
         if batch.builder.count:
             self._queue(batch)
             self._wake.set()
+        else:  # opened by a send that then failed (a value that is not bytes): nothing to wait for
+            self._finish(batch)
         if batch.partition == self.sticky.current.get(batch.topic):
             meta = self.cluster.topics.get(batch.topic)
             self.sticky.batch_done(batch.topic, batch.partition, len(meta.partitions) if meta else 1)

@@ -227,6 +227,9 @@ def test_send_many_refuses_what_cannot_go(shared_broker):
                 producer.send_many(topic, [b"ok", b"y" * 6_000])
             with pytest.raises(ProduceError, match="no partition 4"):
                 producer.send_many(topic, [b"x"], partition=4)
+            with pytest.raises(TypeError, match="bytes or None"):
+                producer.send_many(topic, [b"ok", "text"], partition=0)  # nothing of it is queued
+            await asyncio.wait_for(producer.flush(), 5)  # and no empty batch is left to wait for
             assert producer.send_many(topic, [b"z" * 1000] * 11) is None  # over buffer.memory: nothing queued
             assert producer.buffered == 0
             sent = producer.send_many(topic, [b"z" * 1000] * 5)
