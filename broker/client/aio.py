@@ -106,6 +106,11 @@ class AsyncConnection:
         if out and self._writer is not None and not self.closed:
             self._writer.write(b"".join(out))
 
+    def _flush_now(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush()
+
     async def request(self, api_key: int, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
         fut = self.send(api_key, body, version)
         assert fut is not None
@@ -118,9 +123,7 @@ class AsyncConnection:
     async def drain(self) -> None:
         """Wait until the socket buffer has room (back-pressure for pipelined senders)."""
         if self._writer is not None:
-            if self._flush_handle is not None:
-                self._flush_handle.cancel()
-                self._flush()
+            self._flush_now()
             await self._writer.drain()
 
     async def _read_loop(self) -> None:
@@ -163,9 +166,7 @@ class AsyncConnection:
             self._writer.close()
 
     async def close(self) -> None:
-        if self._flush_handle is not None:  # what was sent before close still goes out
-            self._flush_handle.cancel()
-            self._flush()
+        self._flush_now()  # what was sent before close still goes out
         self.closed = True
         if self._task is not None:
             self._task.cancel()
