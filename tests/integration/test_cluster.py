@@ -406,7 +406,9 @@ def test_a_broker_down_during_a_delete_does_not_reuse_the_old_log(cluster3, zk_c
         with zk_session(zk_chroot) as zk:  # CreateTopics naming a broker that is not registered is refused
             registry.create_topic(zk, "lazarus", replicas, {})
     b3.start()
-    if not recreate_while_down:
+    if not recreate_while_down:  # once broker 1 has seen broker 3 come back (an assignment names it)
+        wait_until(lambda: 3 in {b["node_id"] for b in metadata(b1.bootstrap, [])["brokers"]}, 15,
+                   "broker 1 sees broker 3 again")  # fmt: skip
         create_with_assignment(b1.bootstrap, "lazarus", replicas)
     wait_same_leaders(cluster3, "lazarus", lead)
     assert_starts_empty(cluster3, "lazarus", lead)

@@ -97,9 +97,11 @@ def test_fetch_handler_answers_with_a_region_of_the_segment_file(broker) -> None
 def tcp_pair() -> tuple[socket.socket, socket.socket]:
     """(server side, client side) of a loopback TCP connection (TCP_CORK needs TCP: no AF_UNIX pair)."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname())
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)  # before connecting: no autotuning
+        client.connect(listener.getsockname())
         server, _ = listener.accept()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)  # so ~600 KiB cannot go in one call
     return server, client
 
 
