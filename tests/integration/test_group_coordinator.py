@@ -31,7 +31,8 @@ from broker.protocol.api import ApiKey
 from broker.protocol.primitives import I16, I32
 from broker.server.coordinator import coordinator_for
 from tests.fixtures import zk_client
-from tests.integration.cluster import BrokerProcess, new_chroot
+from tests.integration.cluster import BrokerProcess
+from tests.integration.helpers import running_cluster
 from tests.integration.wire import (
     closed_by_broker,
     connect,
@@ -109,20 +110,10 @@ def start_cluster(start, ids: list[int] = IDS) -> list[BrokerProcess]:  # noqa: 
 @pytest.fixture(scope="module")
 def groups3(zk_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
     """Brokers 1, 2 and 3 of one cluster with fast group settings, shared by the tests that stop none."""
-    chroot = new_chroot(zk_server.connect_string)
     root = tmp_path_factory.mktemp("group-coordinator")
-    brokers = [BrokerProcess(i, chroot, root, overrides=GROUP_OVERRIDES) for i in IDS]
-    try:
-        for b in brokers:
-            b.start()
+    with running_cluster(zk_server.connect_string, root, tuple(IDS), GROUP_OVERRIDES) as brokers:
         wait_for_live_set(brokers, IDS)
         yield brokers
-    finally:
-        for b in brokers:
-            try:
-                b.stop(timeout=20)
-            except Exception:
-                b.kill()
 
 
 @pytest.fixture
