@@ -195,6 +195,8 @@ class AsyncProducer:
         self.producer_id, self.producer_epoch = -1, -1
         self.sequences: dict[tuple[str, int], int] = collections.defaultdict(int)
         self._wake = asyncio.Event()
+        self._send_order = asyncio.Lock()  # sends that must wait (metadata, buffer.memory) go through it in turn
+        self._waiting_sends = 0
         self._room = asyncio.Event()
         self._sender: asyncio.Task | None = None
         self._flushing = 0
@@ -229,18 +231,26 @@ class AsyncProducer:
                    headers: tuple[tuple[str, bytes | None], ...] | list = (), partition: int | None = None,
                    timestamp: int | None = None) -> Delivery:  # fmt: skip
         """Queue one message; await the returned Delivery for its offset. Waits (up to `max.block.ms`)
-        only for the topic's metadata or for room in `buffer.memory`."""
-        delivery = self.send_nowait(topic, value, key, headers=headers, partition=partition, timestamp=timestamp)
-        if delivery is not None:
-            return delivery
-        if self._closed:
-            raise ProduceError("the producer is closed")
-        await self.partitions(topic)
-        size = 20 + (len(key) if key else 0) + (len(value) if value else 0)
-        if self.buffered + size > self.config.buffer_memory:
-            await self.wait_for_room(size)
-        delivery = self.send_nowait(topic, value, key, headers=headers, partition=partition, timestamp=timestamp,
-                                    force=True)  # fmt: skip
+        only for the topic's metadata or for room in `buffer.memory`. Sends keep the order they were
+        made in: while one waits, later ones queue behind it."""
+        if not self._waiting_sends:
+            delivery = self.send_nowait(topic, value, key, headers=headers, partition=partition,
+                                        timestamp=timestamp)  # fmt: skip
+            if delivery is not None:
+                return delivery
+        self._waiting_sends += 1
+        try:
+            async with self._send_order:  # FIFO: the waiting sends go in the order they came
+                if self._closed:
+                    raise ProduceError("the producer is closed")
+                await self.partitions(topic)
+                size = 20 + (len(key) if key else 0) + (len(value) if value else 0)
+                if self.buffered + size > self.config.buffer_memory:
+                    await self.wait_for_room(size)
+                delivery = self.send_nowait(topic, value, key, headers=headers, partition=partition,
+                                            timestamp=timestamp, force=True)  # fmt: skip
+        finally:
+            self._waiting_sends -= 1
         assert delivery is not None
         return delivery
 
