@@ -43,10 +43,15 @@ async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: 
         values = [value] * batch
         step = max(batch, messages // 100)
         t0 = time.perf_counter()
+        send_one, send_many = producer.send_nowait, producer.send_many
         for start in range(0, messages, batch):  # one message set per call, one produce request each
-            chunk = values if start + batch <= messages else values[: messages - start]
-            while producer.send_many(topic, chunk, partition=0) is None:  # buffer.memory full: wait for room
-                await producer.wait_for_room(len(chunk) * (20 + size))
+            if batch == 1:
+                while send_one(topic, value, partition=0) is None:  # buffer.memory full: wait for room
+                    await producer.wait_for_room(20 + size)
+            else:
+                chunk = values if start + batch <= messages else values[: messages - start]
+                while send_many(topic, chunk, partition=0) is None:
+                    await producer.wait_for_room(len(chunk) * (20 + size))
             if start % 1024 < batch:  # let the sender and the answers in, as a steady application does
                 await asyncio.sleep(0)
             if start % step < batch:

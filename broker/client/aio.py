@@ -23,9 +23,13 @@ from broker.errors import KafkactlError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import encode_request
-from broker.protocol.primitives import I32, DecodeError, Reader, part_length
+from broker.protocol.primitives import I32, DecodeError, Reader
 
 _REQUEST_HEAD = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
+_READ_CHUNK = 256 * 1024
+
+#: called with (decoded answer, None) or (None, the connection's error) instead of a future
+AnswerSink = Callable[[Any, BaseException | None], None]
 
 
 class AsyncConnection:
@@ -36,6 +40,7 @@ class AsyncConnection:
         self.client_id = client_id
         self.timeout = timeout
         self.versions: dict[int, tuple[int, int]] = {}
+        self._chosen: dict[int, int] = {}  # api key → the version version_for chose
         self._ids = itertools.count(1)
         self._pending: collections.deque[tuple[int, int, Any, int, asyncio.Future]] = collections.deque()
         self._reader: asyncio.StreamReader | None = None
@@ -61,10 +66,14 @@ class AsyncConnection:
         if answer["error_code"]:
             answer = await conn.request(ApiKey.API_VERSIONS, {}, version=0)
         conn.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
+        conn._chosen.clear()
         return conn
 
     def version_for(self, api_key: int) -> int:
-        return common_version(api_key, self.versions, f"{self.host}:{self.port}")
+        v = self._chosen.get(api_key)
+        if v is None:
+            v = self._chosen[api_key] = common_version(api_key, self.versions, f"{self.host}:{self.port}")
+        return v
 
     def send(self, api_key: int, body: dict[str, Any], version: int | None = None, *,
              expect_response: bool = True) -> asyncio.Future | None:  # fmt: skip
@@ -77,14 +86,22 @@ class AsyncConnection:
         return self._enqueue(parts, api_key, cid, APIS[api_key].response.read, v, expect_response)
 
     def send_encoded(self, api_key: int, version: int, body: list[Any], decode: Callable[[Reader, int], Any], *,
-                     expect_response: bool = True) -> asyncio.Future | None:  # fmt: skip
-        """`send` of a body a hot path encoded itself; `decode(reader, version)` reads the answer."""
+                     expect_response: bool = True,
+                     on_answer: AnswerSink | None = None) -> asyncio.Future | None:  # fmt: skip
+        """`send` of a body a hot path encoded itself; `decode(reader, version)` reads the answer. With
+        `on_answer`, no future is made: the read loop calls `on_answer(answer, None)` (or `(None, error)`)."""
         if self.closed or self._writer is None:
             raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
         cid = next(self._ids) & 0x7FFFFFFF
-        size = 8 + len(self._client_id) + sum(part_length(p) for p in body)
-        head = _REQUEST_HEAD.pack(size, api_key, version, cid) + self._client_id
-        return self._enqueue([head, *body], api_key, cid, decode, version, expect_response)
+        size = 8 + len(self._client_id) + sum(map(len, body))  # a client's parts are bytes, never file regions
+        self._out.append(_REQUEST_HEAD.pack(size, api_key, version, cid) + self._client_id)
+        if on_answer is not None:
+            self._pending.append((cid, api_key, decode, version, on_answer))
+            self._out += body
+            if self._flush_handle is None:
+                self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+            return None
+        return self._enqueue(body, api_key, cid, decode, version, expect_response)
 
     def _enqueue(self, parts: list[Any], api_key: int, cid: int, decode: Callable[[Reader, int], Any], version: int,
                  expect_response: bool) -> asyncio.Future | None:  # fmt: skip
@@ -127,26 +144,31 @@ class AsyncConnection:
             await self._writer.drain()
 
     async def _read_loop(self) -> None:
+        """Read answers a chunk at a time and hand out every whole frame in it: pipelined answers that
+        arrive together cost one read, not two awaits each. A frame bigger than a chunk is read whole."""
         reader = self._reader
         assert reader is not None
+        rest = b""
         try:
             while True:
-                head = await reader.readexactly(4)
-                size = I32.unpack(head)[0]
-                frame = await reader.readexactly(size)
-                if not self._pending:
-                    raise ProtocolError(f"unexpected answer from {self.host}:{self.port}")
-                cid, api_key, decode, version, fut = self._pending.popleft()
-                r = Reader(frame)
-                got = r.int32()
-                if got != cid:
-                    raise ProtocolError(f"answer {got} from {self.host}:{self.port} while waiting for {cid}")
-                try:
-                    body = decode(r, version)
-                except DecodeError as exc:
-                    raise ProtocolError(f"unreadable {ApiKey(api_key).name} answer: {exc}") from None
-                if not fut.done():
-                    fut.set_result(body)
+                data = await reader.read(_READ_CHUNK)
+                if not data:
+                    raise asyncio.IncompleteReadError(rest, None)
+                if rest:
+                    data = rest + data
+                pos, n = 0, len(data)
+                view = memoryview(data)
+                while n - pos >= 4:
+                    end = pos + 4 + I32.unpack_from(data, pos)[0]
+                    if end > n:
+                        if end - n > _READ_CHUNK:  # a big answer: the rest of it in one read
+                            data = data[pos:] + await reader.readexactly(end - n)
+                            view, pos, n, end = memoryview(data), 0, len(data), end - pos
+                        else:
+                            break
+                    self._answer(view[pos + 4 : end])
+                    pos = end
+                rest = data[pos:] if pos < n else b""
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             self._fail(ProtocolError(f"broker {self.host}:{self.port} closed the connection"))
         except ProtocolError as exc:
@@ -154,14 +176,39 @@ class AsyncConnection:
         except asyncio.CancelledError:
             self._fail(ProtocolError("connection closed"))
             raise
+        except Exception as exc:  # a bug in a decoder or an answer's consumer: nobody may wait forever
+            self._fail(ProtocolError(f"reading answers from {self.host}:{self.port} failed: {exc!r}"))
+            raise
+
+    def _answer(self, frame: memoryview) -> None:
+        """Match one answer frame to the oldest pending request, decode it and hand it over."""
+        if not self._pending:
+            raise ProtocolError(f"unexpected answer from {self.host}:{self.port}")
+        cid, api_key, decode, version, sink = self._pending.popleft()
+        r = Reader(frame)
+        got = r.int32()
+        if got != cid:
+            raise ProtocolError(f"answer {got} from {self.host}:{self.port} while waiting for {cid}")
+        try:
+            body = decode(r, version)
+        except DecodeError as exc:
+            raise ProtocolError(f"unreadable {ApiKey(api_key).name} answer: {exc}") from None
+        if isinstance(sink, asyncio.Future):
+            if not sink.done():
+                sink.set_result(body)
+        else:
+            sink(body, None)
 
     def _fail(self, exc: Exception) -> None:
         self.closed = True
         while self._pending:
-            *_, fut = self._pending.popleft()
-            if not fut.done():
-                fut.set_exception(exc)
-                fut.exception()  # whoever awaits it still gets the error; nobody waiting is no warning
+            *_, sink = self._pending.popleft()
+            if not isinstance(sink, asyncio.Future):
+                with contextlib.suppress(Exception):  # one broken consumer of answers must not keep the rest waiting
+                    sink(None, exc)
+            elif not sink.done():
+                sink.set_exception(exc)
+                sink.exception()  # whoever awaits it still gets the error; nobody waiting is no warning
         if self._writer is not None:
             self._writer.close()
 
@@ -273,6 +320,11 @@ class AsyncCluster:
         meta = self.topics.get(topic)
         p = meta.partitions.get(partition) if meta else None
         return -1 if p is None else p.leader
+
+    def open_connection(self, node_id: int) -> AsyncConnection | None:
+        """The open connection to `node_id`, or None when `connection` would have to connect."""
+        conn = self._conns.get(node_id)
+        return conn if conn is not None and not conn.closed else None
 
     async def connection(self, node_id: int) -> AsyncConnection:
         conn = self._conns.get(node_id)

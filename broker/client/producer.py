@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from broker.client.aio import AsyncCluster
+from broker.client.aio import AsyncCluster, AsyncConnection
 from broker.client.connection import ProtocolError, apply_settings
 from broker.client.partitioner import StickyPartitioner, partition_for_key
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.messages.produce import PartitionResult, encode_produce_request, read_produce_response
+from broker.protocol.messages.produce import (
+    PartitionResult,
+    encode_one_partition_request,
+    encode_produce_request,
+    read_produce_response,
+)
 from broker.records.batch import decode_records
 from broker.records.builder import BatchBuilder
 from broker.records.compression import Codec
@@ -77,15 +83,23 @@ def parse_acks(value: str | int) -> int:
     raise KafkactlError(f"acks={value!r}: expected 0, 1 or all")
 
 
+_PENDING: Any = object()  # a batch's outcome before its answer
+
+
 class _Batch:
-    __slots__ = ("topic", "partition", "builder", "future", "created", "sequence", "attempts", "data",
+    """Records of one partition that go (and are answered) together. Its outcome is a base offset, a
+    list of per-record outcomes (a split batch) or an exception; a future is made only for those who
+    wait on it."""
+
+    __slots__ = ("topic", "partition", "builder", "_future", "outcome", "created", "sequence", "attempts", "data",
                  "deadline", "size", "retry_at", "parent", "results", "waiting")  # fmt: skip
 
-    def __init__(self, topic: str, partition: int, codec: Codec, deadline: float) -> None:
+    def __init__(self, topic: str, partition: int, codec: Codec, deadline: float, now: float) -> None:
         self.topic, self.partition = topic, partition
         self.builder = BatchBuilder(codec)
-        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.created = time.monotonic()
+        self._future: asyncio.Future | None = None
+        self.outcome: Any = _PENDING
+        self.created = now
         self.sequence = -1
         self.attempts = 0
         self.data: bytes | None = None
@@ -95,6 +109,42 @@ class _Batch:
         self.parent: tuple[_Batch, int] | None = None  # a record split out of (batch, delta)
         self.results: list[Any] | None = None  # a split batch: each record's offset or error
         self.waiting = 0  # a split batch: records whose outcome is not known yet
+
+    @property
+    def future(self) -> asyncio.Future:
+        """A future of the outcome (made on first use)."""
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+            if self.outcome is not _PENDING:
+                self._settle(self._future)
+        return self._future
+
+    def done(self) -> bool:
+        return self.outcome is not _PENDING
+
+    def resolve(self, outcome: Any) -> None:
+        """Set the outcome (a base offset, a split batch's list, or an exception) once."""
+        if self.outcome is _PENDING:
+            self.outcome = outcome
+            if self._future is not None:
+                self._settle(self._future)
+
+    def _settle(self, fut: asyncio.Future) -> None:
+        if fut.done():
+            return
+        if isinstance(self.outcome, BaseException):
+            fut.set_exception(self.outcome)
+            fut.exception()  # retrieved: the error lives on in each Delivery, not as a loop warning
+        else:
+            fut.set_result(self.outcome)
+
+    def result(self) -> Any:
+        """The outcome of a done batch (raising its error)."""
+        if self.outcome is _PENDING:
+            raise asyncio.InvalidStateError("the batch is not answered yet")
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
 
 
 class Delivery:
@@ -106,8 +156,9 @@ class Delivery:
         self.batch, self.delta, self.timestamp = batch, delta, timestamp
 
     def __await__(self):
-        outcome = yield from asyncio.shield(self.batch.future).__await__()
-        return self._metadata(outcome)
+        if not self.batch.done():
+            yield from asyncio.shield(self.batch.future).__await__()
+        return self._metadata(self.batch.result())
 
     def _metadata(self, outcome: int | list) -> RecordMetadata:
         b = self.batch
@@ -121,17 +172,19 @@ class Delivery:
         return RecordMetadata(b.topic, b.partition, offset, self.timestamp)
 
     def done(self) -> bool:
-        return self.batch.future.done()
+        return self.batch.done()
 
     def result(self) -> RecordMetadata:
-        return self._metadata(self.batch.future.result())
+        return self._metadata(self.batch.result())
 
     def exception(self) -> BaseException | None:
-        exc = self.batch.future.exception()
-        if exc is None and isinstance(self.batch.future.result(), list):
-            mine = self.batch.future.result()[self.delta]
+        outcome = self.batch.outcome
+        if outcome is _PENDING:
+            raise asyncio.InvalidStateError("the message is not answered yet")
+        if isinstance(outcome, list):
+            mine = outcome[self.delta]
             return mine if isinstance(mine, BaseException) else None
-        return exc
+        return outcome if isinstance(outcome, BaseException) else None
 
 
 class Deliveries(Sequence[Delivery]):
@@ -163,7 +216,8 @@ class Deliveries(Sequence[Delivery]):
     def __await__(self):
         out: list[RecordMetadata] = []
         for batch, first, n in self.spans:
-            yield from asyncio.shield(batch.future).__await__()
+            if not batch.done():
+                yield from asyncio.shield(batch.future).__await__()
             out += [Delivery(batch, first + d, self.timestamp).result() for d in range(n)]
         return out
 
@@ -190,7 +244,7 @@ class AsyncProducer:
         self.in_flight: dict[int, int] = collections.defaultdict(int)
         self.tp_in_flight: dict[tuple[str, int], int] = {}  # requests in flight per partition
         self.splitting: dict[tuple[str, int], int] = {}  # split batches not done yet, per partition
-        self.unfinished: set[_Batch] = set()
+        self.unfinished: dict[_Batch, None] = {}  # batches not answered yet, in the order they were made
         self.buffered = 0
         self.producer_id, self.producer_epoch = -1, -1
         self.sequences: dict[tuple[str, int], int] = collections.defaultdict(int)
@@ -202,6 +256,7 @@ class AsyncProducer:
         self._flushing = 0
         self._closed = False
         self._refresh_needed = False
+        self._acks0_drain: AsyncConnection | None = None
 
     async def start(self) -> AsyncProducer:
         await self.cluster.refresh([])
@@ -335,9 +390,9 @@ class AsyncProducer:
         return partition
 
     def _open_batch(self, tp: tuple[str, int]) -> _Batch:
-        batch = self.open[tp] = _Batch(tp[0], tp[1], self.codec,
-                                       time.monotonic() + self.config.delivery_timeout_ms / 1000)  # fmt: skip
-        self.unfinished.add(batch)
+        now = time.monotonic()
+        batch = self.open[tp] = _Batch(tp[0], tp[1], self.codec, now + self.config.delivery_timeout_ms / 1000, now)
+        self.unfinished[batch] = None
         if len(self.open) == 1:
             self._wake.set()  # the sender sleeps until the first linger deadline
         return batch
@@ -384,9 +439,9 @@ class AsyncProducer:
         try:
             for tp, b in list(self.open.items()):
                 self._seal(tp, b)
-            pending = [b.future for b in list(self.unfinished)]
-            if pending:
-                await asyncio.wait(pending)
+            for b in reversed(list(self.unfinished)):  # the newest is answered last: then the rest are done
+                if not b.done():
+                    await asyncio.wait([b.future])
         finally:
             self._flushing -= 1
 
@@ -473,6 +528,8 @@ class AsyncProducer:
             if not queue:
                 del self.ready[tp]
         sent = False
+        if len(self.ready) == 1:  # one partition (bench, keyed runs): its batches go one request each, in a row
+            sent = self._send_run(*next(iter(self.ready.items())))
         while self.ready:
             by_node: dict[int, list[_Batch]] = {}
             for tp, queue in list(self.ready.items()):
@@ -490,18 +547,43 @@ class AsyncProducer:
             if not by_node:
                 break
             for node, batches in by_node.items():
-                sent = await self._send_request(node, batches) or sent
+                conn = self.cluster.open_connection(node)
+                if conn is None:  # not connected yet: connect (the only wait on this path)
+                    try:
+                        conn = await self.cluster.connection(node)
+                    except KafkactlError as exc:
+                        for b in batches:
+                            self._retry(b, exc, refresh=True)
+                        continue
+                sent = self._send_request(node, conn, batches) or sent
+            if self._acks0_drain is not None:
+                conn, self._acks0_drain = self._acks0_drain, None
+                await conn.drain()
+        if self._acks0_drain is not None:
+            conn, self._acks0_drain = self._acks0_drain, None
+            await conn.drain()
         return sent
 
-    async def _send_request(self, node: int, batches: list[_Batch]) -> bool:
-        """One Produce request of `batches` to `node`; False (and the batches retried) when it could not go."""
-        try:
-            conn = await self.cluster.connection(node)
-        except KafkactlError as exc:
-            for b in batches:
-                self._retry(b, exc, refresh=True)
+    def _send_run(self, tp: tuple[str, int], queue: collections.deque[_Batch]) -> bool:
+        """Send `tp`'s queued batches, a request each, while its leader is connected and the in-flight
+        limits allow; True if any went out. What cannot go is left to the general loop."""
+        node = self.cluster.leader(*tp)
+        conn = self.cluster.open_connection(node) if node >= 0 else None
+        if conn is None or (self.splitting.get(tp) and self.tp_in_flight.get(tp)):
             return False
-        topics: dict[str, list[tuple[int, bytes]]] = {}
+        limit = self.config.max_in_flight
+        in_flight = self.in_flight
+        sent = False
+        while queue and in_flight[node] < limit and self._send_request(node, conn, [queue.popleft()]):
+            sent = True
+            if self.splitting.get(tp):
+                break  # a split batch's pieces go one request at a time
+        if not queue:
+            del self.ready[tp]
+        return sent
+
+    def _send_request(self, node: int, conn: AsyncConnection, batches: list[_Batch]) -> bool:
+        """One Produce request of `batches` to `node`; False (and the batches retried) when it could not go."""
         for b in batches:
             if b.data is None:
                 b.sequence = -1
@@ -512,13 +594,24 @@ class AsyncProducer:
                 b.data = b.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                                          base_sequence=b.sequence)  # fmt: skip
             b.attempts += 1
-            topics.setdefault(b.topic, []).append((b.partition, b.data))
         cfg = self.config
         acks0 = cfg.acks == 0
         try:
             version = conn.version_for(ApiKey.PRODUCE)
-            body = encode_produce_request(version, cfg.acks, cfg.request_timeout_ms, topics)
-            fut = conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response, expect_response=not acks0)
+            if len(batches) == 1:
+                b = batches[0]
+                body = encode_one_partition_request(version, cfg.acks, cfg.request_timeout_ms, b.topic, b.partition,
+                                                    b.data)  # fmt: skip
+            else:
+                topics: dict[str, list[tuple[int, bytes]]] = {}
+                for b in batches:
+                    topics.setdefault(b.topic, []).append((b.partition, b.data))
+                body = encode_produce_request(version, cfg.acks, cfg.request_timeout_ms, topics)
+            if acks0:
+                conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response, expect_response=False)
+            else:
+                conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response,
+                                  on_answer=functools.partial(self._on_answer, node, batches))  # fmt: skip
         except (ProtocolError, KafkactlError) as exc:
             for b in batches:
                 self._retry(b, exc, refresh=True)
@@ -526,27 +619,30 @@ class AsyncProducer:
         if acks0:
             for b in batches:
                 self._complete(b, -1)
-            await conn.drain()
+            self._acks0_drain = conn  # back-pressure: the sender waits for the socket once this round is out
             return True
         self.in_flight[node] += 1
         for b in batches:
             tp = (b.topic, b.partition)
             self.tp_in_flight[tp] = self.tp_in_flight.get(tp, 0) + 1
-        assert fut is not None
-        fut.add_done_callback(lambda f, n=node, bs=batches: self._on_answer(n, bs, f))
         return True
 
-    def _on_answer(self, node: int, batches: list[_Batch], fut: asyncio.Future) -> None:
+    def _on_answer(self, node: int, batches: list[_Batch], answer: list[PartitionResult] | None,
+                   exc: BaseException | None) -> None:  # fmt: skip
+        """A Produce answer (or the connection's failure): complete, retry, split or fail each batch."""
         self.in_flight[node] -= 1
         for b in batches:
             self.tp_in_flight[(b.topic, b.partition)] -= 1
         self._wake.set()
-        if fut.cancelled() or fut.exception() is not None:
-            exc = fut.exception() if not fut.cancelled() else ProduceError("request cancelled")
+        if exc is not None or answer is None:
             for b in batches:
-                self._retry(b, exc, refresh=True)
+                self._retry(b, exc or ProduceError("no answer"), refresh=True)
             return
-        answer: list[PartitionResult] = fut.result()
+        if len(batches) == 1 and len(answer) == 1:  # the usual request, one partition
+            b, p = batches[0], answer[0]
+            if p.error_code == 0 and p.partition == b.partition and p.topic == b.topic:
+                self._complete(b, p.base_offset)
+                return
         results = {(p.topic, p.partition): p for p in answer}
         for b in batches:
             p = results.get((b.topic, b.partition))
@@ -593,11 +689,11 @@ class AsyncProducer:
         middle = len(records) // 2
         children = []
         for first, part in ((0, records[:middle]), (middle, records[middle:])):
-            child = _Batch(b.topic, b.partition, self.codec, b.deadline)
+            child = _Batch(b.topic, b.partition, self.codec, b.deadline, time.monotonic())
             for r in part:
                 child.builder.append(r.timestamp, r.key, r.value, r.headers)
             child.parent = (b, first)
-            self.unfinished.add(child)
+            self.unfinished[child] = None
             children.append(child)
         for child in reversed(children):
             self._queue(child, front=True)
@@ -618,23 +714,22 @@ class AsyncProducer:
             self.splitting[(parent.topic, parent.partition)] -= 1
             if parent.parent is not None:
                 self._child_done(parent, parent.results, len(parent.results))
-            elif not parent.future.done():
-                parent.future.set_result(parent.results)
+            else:
+                parent.resolve(parent.results)
             self._finish(parent)
 
     def _complete(self, b: _Batch, base_offset: int) -> None:
         if b.parent is not None:
             self._child_done(b, base_offset, b.builder.count)
-        elif not b.future.done():
-            b.future.set_result(base_offset)
+        else:
+            b.resolve(base_offset)
         self._finish(b)
 
     def _fail(self, b: _Batch, exc: BaseException) -> None:
         if b.parent is not None:
             self._child_done(b, exc, b.builder.count)
-        elif not b.future.done():
-            b.future.set_exception(exc)
-            b.future.exception()  # retrieved: the error lives on in each Delivery, not as a loop warning
+        else:
+            b.resolve(exc)
         if b.sequence >= 0:
             self._rewind(b)
         self._finish(b)
@@ -649,7 +744,7 @@ class AsyncProducer:
                 x.data = None  # rebuilt with new sequences when (re)sent, in order
 
     def _finish(self, b: _Batch) -> None:
-        self.unfinished.discard(b)
+        self.unfinished.pop(b, None)
         self.buffered -= b.size
         b.size = 0
         b.builder = None  # type: ignore[assignment]

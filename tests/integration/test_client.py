@@ -250,10 +250,10 @@ def test_max_in_flight_1_keeps_the_order(shared_broker):
         async with AsyncProducer(shared_broker.bootstrap, max_in_flight=1, batch_size=100, acks=1) as producer:
             on_answer = producer._on_answer
 
-            def answered(node, batches, fut):  # requests unanswered when each answer comes
+            def answered(node, batches, answer, exc):  # requests unanswered when each answer comes
                 nonlocal peak
                 peak = max(peak, producer.in_flight[node])
-                on_answer(node, batches, fut)
+                on_answer(node, batches, answer, exc)
 
             producer._on_answer = answered
             deliveries = []

@@ -8,6 +8,7 @@ without walking the schema field by field.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -92,6 +93,21 @@ def encode_produce_request(version: int, acks: int, timeout_ms: int,
     return parts
 
 
+@functools.lru_cache(maxsize=1024)
+def _one_partition_head(version: int, acks: int, timeout_ms: int, topic: str) -> bytes:
+    """What precedes the partition index in a request of one topic and one partition."""
+    encoded = topic.encode()
+    return (_NULL_STRING if version >= 3 else b"") + _ACKS_TIMEOUT_COUNT.pack(acks, timeout_ms, 1) \
+        + I16.pack(len(encoded)) + encoded + I32.pack(1)  # fmt: skip
+
+
+def encode_one_partition_request(version: int, acks: int, timeout_ms: int, topic: str, partition: int,
+                                 records: Any) -> list[Any]:  # fmt: skip
+    """`encode_produce_request` of one partition's record set (the usual request), from a cached head."""
+    return [_one_partition_head(version, acks, timeout_ms, topic) + _INDEX_SIZE.pack(partition, len(records)),
+            records]  # fmt: skip
+
+
 class PartitionResult(NamedTuple):
     topic: str
     partition: int
@@ -100,10 +116,32 @@ class PartitionResult(NamedTuple):
     error_message: str | None
 
 
+_COUNT_NAME_LENGTH = struct.Struct(">ih")
+#: by version, what follows the topic name in an answer of one partition: partition count, index, error
+#: code, base offset, [log append time], [log start offset], [record error count, error message length],
+#: [throttle time]
+_ONE_PARTITION_TAIL = [
+    struct.Struct(">iihq" + "q" * (v >= 2) + "q" * (v >= 5) + "ih" * (v >= 8) + "i" * (v >= 1)) for v in range(10)
+]
+
+
 def read_produce_response(r: Reader, version: int) -> list[PartitionResult]:
     """The partitions of a Produce answer (log append time, log start and record errors are skipped)."""
-    out = []
     buf = r.buf
+    pos, end = r.pos, r.end
+    if end - pos >= 6 and version < len(_ONE_PARTITION_TAIL):  # the usual answer, one partition: two unpacks
+        topics, name_length = _COUNT_NAME_LENGTH.unpack_from(buf, pos)
+        tail = _ONE_PARTITION_TAIL[version]
+        if topics == 1 and name_length >= 0 and end - pos == 6 + name_length + tail.size:
+            f = tail.unpack_from(buf, pos + 6 + name_length)
+            if f[0] == 1 and (version < 8 or (f[-3] == 0 and f[-2] == -1)):
+                try:
+                    name = str(buf[pos + 6 : pos + 6 + name_length], "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DecodeError(f"string at {pos + 6} is not UTF-8") from exc
+                r.pos = end
+                return [PartitionResult(name, f[1], f[2], f[3], None)]
+    out = []
     for _ in range(r.array_length(False)):
         name = r.string()
         for _ in range(r.array_length(False)):

@@ -100,3 +100,25 @@ def test_an_absurd_topic_count_is_a_decode_error() -> None:
     frame = b"\xff\xff" + b"\x00\x01" + b"\x00\x00\x03\xe8" + b"\x7f\xff\xff\xff"
     with pytest.raises(DecodeError):
         read_produce_request(Reader(frame), 7)
+
+
+@settings(max_examples=200, deadline=None)
+@given(version=st.integers(0, 8), name=names, p=partition_answers, cid=st.integers(0, 2**31 - 1))
+def test_a_one_partition_answer_reads_as_the_schema_reads_it(version: int, name: str, p: dict, cid: int) -> None:
+    """The usual answer (one topic, one partition) has its own two-unpack path; with and without an error
+    message or record errors it gives what the schema gives."""
+    answer = {"topics": [{"name": name, "partitions": [p]}], "throttle_time_ms": 0}
+    fast = b"".join(encode_produce_response(cid, answer, version))
+    r = Reader(fast, 8)
+    got = read_produce_response(r, version)
+    assert r.remaining() == 0
+    assert got == [PartitionResult(name, p["index"], p["error_code"], p["base_offset"],
+                                   p["error_message"] if version >= 8 else None)]  # fmt: skip
+
+
+@pytest.mark.parametrize("cut", [1, 4, 9, 30])
+def test_a_truncated_one_partition_answer_is_a_decode_error(cut: int) -> None:
+    answer = {"topics": [{"name": "topic", "partitions": [{"index": 0, "error_code": 0, "base_offset": 7}]}]}
+    full = b"".join(encode_produce_response(1, answer, 8))
+    with pytest.raises(DecodeError):
+        read_produce_response(Reader(full[: len(full) - cut], 8), 8)
