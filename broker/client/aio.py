@@ -90,18 +90,29 @@ class AsyncConnection:
                      on_answer: AnswerSink | None = None) -> asyncio.Future | None:  # fmt: skip
         """`send` of a body a hot path encoded itself; `decode(reader, version)` reads the answer. With
         `on_answer`, no future is made: the read loop calls `on_answer(answer, None)` (or `(None, error)`)."""
+        cid, head = self.request_head(api_key, version, sum(map(len, body)))  # a client's parts are bytes
+        if on_answer is not None or not expect_response:
+            self.send_frame([head, *body], cid, api_key, version, decode, on_answer)
+            return None
+        return self._enqueue([head, *body], api_key, cid, decode, version, expect_response)
+
+    def request_head(self, api_key: int, version: int, body_size: int) -> tuple[int, bytes]:
+        """A correlation id, and the head of a request frame with a body of `body_size` bytes (size, API key,
+        version, that id, client id), for a hot path that frames a request itself (`send_frame`)."""
         if self.closed or self._writer is None:
             raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
         cid = next(self._ids) & 0x7FFFFFFF
-        size = 8 + len(self._client_id) + sum(map(len, body))  # a client's parts are bytes, never file regions
-        self._out.append(_REQUEST_HEAD.pack(size, api_key, version, cid) + self._client_id)
+        return cid, _REQUEST_HEAD.pack(8 + len(self._client_id) + body_size, api_key, version, cid) + self._client_id
+
+    def send_frame(self, parts: list[Any], cid: int, api_key: int, version: int, decode: Callable[[Reader, int], Any],
+                   on_answer: AnswerSink | None) -> None:  # fmt: skip
+        """Queue a request framed with `request_head` (before any other request is sent) for this tick's
+        write; `on_answer` as in `send_encoded`, None when no answer is due."""
         if on_answer is not None:
             self._pending.append((cid, api_key, decode, version, on_answer))
-            self._out += body
-            if self._flush_handle is None:
-                self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
-            return None
-        return self._enqueue(body, api_key, cid, decode, version, expect_response)
+        self._out += parts
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
 
     def _enqueue(self, parts: list[Any], api_key: int, cid: int, decode: Callable[[Reader, int], Any], version: int,
                  expect_response: bool) -> asyncio.Future | None:  # fmt: skip

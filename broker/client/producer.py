@@ -29,6 +29,7 @@ from broker.protocol.messages.produce import (
     PartitionResult,
     encode_one_partition_request,
     encode_produce_request,
+    one_partition_lead,
     read_produce_response,
 )
 from broker.records.batch import decode_records
@@ -584,34 +585,41 @@ class AsyncProducer:
 
     def _send_request(self, node: int, conn: AsyncConnection, batches: list[_Batch]) -> bool:
         """One Produce request of `batches` to `node`; False (and the batches retried) when it could not go."""
-        for b in batches:
-            if b.data is None:
-                b.sequence = -1
-                if self.producer_id >= 0:
-                    tp = (b.topic, b.partition)
-                    b.sequence = self.sequences[tp]
-                    self.sequences[tp] = (b.sequence + b.builder.count) % (2**31)
-                b.data = b.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-                                         base_sequence=b.sequence)  # fmt: skip
-            b.attempts += 1
         cfg = self.config
         acks0 = cfg.acks == 0
+        sink = None if acks0 else functools.partial(self._on_answer, node, batches)
         try:
             version = conn.version_for(ApiKey.PRODUCE)
-            if len(batches) == 1:
-                b = batches[0]
-                body = encode_one_partition_request(version, cfg.acks, cfg.request_timeout_ms, b.topic, b.partition,
-                                                    b.data)  # fmt: skip
+            first = batches[0]
+            if len(batches) == 1 and first.data is None and not self.codec:
+                # the usual request, one new batch: built right behind the request's head, one buffer
+                self._assign_sequence(first)
+                size = len(first.builder)
+                lead = one_partition_lead(version, cfg.acks, cfg.request_timeout_ms, first.topic, first.partition,
+                                          size)  # fmt: skip
+                cid, head = conn.request_head(ApiKey.PRODUCE, version, len(lead) + size)
+                frame = first.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                            base_sequence=first.sequence, lead=head + lead)  # fmt: skip
+                first.data = memoryview(frame)[len(frame) - size :]  # kept for a retry
+                first.attempts += 1
+                conn.send_frame([frame], cid, ApiKey.PRODUCE, version, read_produce_response, sink)
             else:
-                topics: dict[str, list[tuple[int, bytes]]] = {}
                 for b in batches:
-                    topics.setdefault(b.topic, []).append((b.partition, b.data))
-                body = encode_produce_request(version, cfg.acks, cfg.request_timeout_ms, topics)
-            if acks0:
-                conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response, expect_response=False)
-            else:
-                conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response,
-                                  on_answer=functools.partial(self._on_answer, node, batches))  # fmt: skip
+                    if b.data is None:
+                        self._assign_sequence(b)
+                        b.data = b.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                                 base_sequence=b.sequence)  # fmt: skip
+                    b.attempts += 1
+                if len(batches) == 1:
+                    body = encode_one_partition_request(version, cfg.acks, cfg.request_timeout_ms, first.topic,
+                                                        first.partition, first.data)  # fmt: skip
+                else:
+                    topics: dict[str, list[tuple[int, Any]]] = {}
+                    for b in batches:
+                        topics.setdefault(b.topic, []).append((b.partition, b.data))
+                    body = encode_produce_request(version, cfg.acks, cfg.request_timeout_ms, topics)
+                conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response, expect_response=not acks0,
+                                  on_answer=sink)  # fmt: skip
         except (ProtocolError, KafkactlError) as exc:
             for b in batches:
                 self._retry(b, exc, refresh=True)
@@ -626,6 +634,14 @@ class AsyncProducer:
             tp = (b.topic, b.partition)
             self.tp_in_flight[tp] = self.tp_in_flight.get(tp, 0) + 1
         return True
+
+    def _assign_sequence(self, b: _Batch) -> None:
+        """The batch's first sequence number (idempotence), taken when it is first built; -1 without."""
+        b.sequence = -1
+        if self.producer_id >= 0:
+            tp = (b.topic, b.partition)
+            b.sequence = self.sequences[tp]
+            self.sequences[tp] = (b.sequence + b.builder.count) % (2**31)
 
     def _on_answer(self, node: int, batches: list[_Batch], answer: list[PartitionResult] | None,
                    exc: BaseException | None) -> None:  # fmt: skip

@@ -20,6 +20,7 @@ from broker.records.batch import (
     compute_crc,
 )
 from broker.records.compression import Codec, compress
+from broker.records.crc import crc32c
 from broker.records.varint import encode_varint
 
 _SMALL = [encode_varint(i) for i in range(1 << 14)]  # zigzag varints of 0..16383, precomputed
@@ -27,6 +28,7 @@ _NULL = b"\x01"  # zigzag(-1): a null key or value
 _CRC = struct.Struct(">I")
 _append = _codec.append if _codec is not None else None  # the C encoder of one record, when built
 _append_many = getattr(_codec, "append_many", None)  # ... and of a run of records of one key
+_build_batch = getattr(_codec, "build_batch", None)  # ... and of the header and CRC
 
 
 def _varint(n: int) -> bytes:
@@ -117,15 +119,21 @@ class BatchBuilder:
         """Bytes of the batch so far (before compression)."""
         return BATCH_HEADER_SIZE + len(self.buf)
 
-    def build(self, *, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
-        """The whole batch: header, (compressed) records, CRC."""
+    def build(self, *, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+              lead: bytes = b"") -> bytes:  # fmt: skip
+        """The whole batch: header, (compressed) records, CRC; after `lead` (a request's head, say), so
+        that a request of one batch is one buffer."""
         body = compress(self.codec, bytes(self.buf)) if self.codec else self.buf
+        if _build_batch is not None:
+            return _build_batch(lead, body, self.count, self.base_ts, self.max_ts, producer_id, producer_epoch,
+                                base_sequence, int(self.codec) & 0x07, crc32c)  # fmt: skip
         size = BATCH_HEADER_SIZE + len(body)
-        out = bytearray(size)
+        out = bytearray(len(lead) + size)
+        out[: len(lead)] = lead
         HEADER.pack_into(
-            out, 0, 0, size - LOG_OVERHEAD, -1, MAGIC_V2, 0, int(self.codec) & 0x07, self.count - 1,
+            out, len(lead), 0, size - LOG_OVERHEAD, -1, MAGIC_V2, 0, int(self.codec) & 0x07, self.count - 1,
             self.base_ts, self.max_ts, producer_id, producer_epoch, base_sequence, self.count,
         )  # fmt: skip
-        out[BATCH_HEADER_SIZE:] = body
-        _CRC.pack_into(out, CRC_OFFSET, compute_crc(out, 0, size))
+        out[len(lead) + BATCH_HEADER_SIZE :] = body
+        _CRC.pack_into(out, len(lead) + CRC_OFFSET, compute_crc(out, len(lead), size))
         return bytes(out)

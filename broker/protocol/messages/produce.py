@@ -101,6 +101,11 @@ def _one_partition_head(version: int, acks: int, timeout_ms: int, topic: str) ->
         + I16.pack(len(encoded)) + encoded + I32.pack(1)  # fmt: skip
 
 
+def one_partition_lead(version: int, acks: int, timeout_ms: int, topic: str, partition: int, size: int) -> bytes:
+    """A request body of one partition up to its record set of `size` bytes, which follows it."""
+    return _one_partition_head(version, acks, timeout_ms, topic) + _INDEX_SIZE.pack(partition, size)
+
+
 def encode_one_partition_request(version: int, acks: int, timeout_ms: int, topic: str, partition: int,
                                  records: Any) -> list[Any]:  # fmt: skip
     """`encode_produce_request` of one partition's record set (the usual request), from a cached head."""

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from broker.errors import CorruptRecordError
 from broker.records import batch, builder
-from broker.records.batch import decode_header, decode_records
+from broker.records.batch import crc_ok, decode_header, decode_records
+from broker.records.compression import Codec
 
 pytestmark = pytest.mark.skipif(batch._codec is None, reason="the C codec is not built here")
 
@@ -24,15 +25,16 @@ records = st.lists(
 )
 
 
-def build(recs, *, pure: bool, monkeypatch) -> bytes:
+def build(recs, *, pure: bool, monkeypatch, codec: Codec = Codec.NONE, lead: bytes = b"") -> bytes:
     with monkeypatch.context() as m:
         if pure:
             m.setattr(builder, "_append", None)
-        b = builder.BatchBuilder()
+            m.setattr(builder, "_build_batch", None)
+        b = builder.BatchBuilder(codec)
         base = 1_700_000_000_000
         for ts, key, value, hs in recs:
             b.append(base + ts, key, value, hs)
-        return b.build(producer_id=7, producer_epoch=1, base_sequence=3)
+        return b.build(producer_id=7, producer_epoch=1, base_sequence=3, lead=lead)
 
 
 def decode(data: bytes, *, pure: bool, monkeypatch, make=batch.Record):
@@ -80,3 +82,28 @@ def test_named_tuples_with_leading_and_trailing_fields(monkeypatch) -> None:
     assert (first.topic, first.partition, first.key, first.headers, first.timestamp_type) == (
         "t", 3, b"k", (("h", None),), 0,
     )  # fmt: skip
+
+
+@SETTINGS
+@given(recs=records, codec=st.sampled_from([Codec.NONE, Codec.GZIP, Codec.ZSTD]), lead=st.binary(max_size=40),
+       pid=st.integers(-1, 2**62), epoch=st.integers(-1, 2**15 - 1), seq=st.integers(-1, 2**31 - 1))  # fmt: skip
+def test_header_and_crc_built_alike_after_any_lead(recs, codec, lead, pid, epoch, seq, monkeypatch) -> None:
+    """`build_batch` writes what the Python header packing writes, after the lead (a request head)."""
+    def one(pure: bool) -> bytes:
+        with monkeypatch.context() as m:
+            if pure:
+                m.setattr(builder, "_build_batch", None)
+            b = builder.BatchBuilder(codec)
+            for ts, key, value, hs in recs:
+                b.append(1_700_000_000_000 + ts, key, value, hs)
+            return b.build(producer_id=pid, producer_epoch=epoch, base_sequence=seq, lead=lead)
+
+    c_bytes = one(False)
+    assert c_bytes == one(True)
+    assert c_bytes[: len(lead)] == lead
+    data = c_bytes[len(lead) :]
+    header = decode_header(data)
+    assert crc_ok(data, 0, header)
+    got = (header.producer_id, header.producer_epoch, header.base_sequence, header.record_count)
+    assert got == (pid, epoch, seq, len(recs))
+    assert [r.value for r in decode_records(data, 0, header)] == [v for _, _, v, _ in recs]
