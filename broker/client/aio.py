@@ -196,12 +196,13 @@ class AsyncConnection:
         if not self._pending:
             raise ProtocolError(f"unexpected answer from {self.host}:{self.port}")
         cid, api_key, decode, version, sink = self._pending.popleft()
-        r = Reader(frame)
-        got = r.int32()
+        if len(frame) < 4:
+            raise ProtocolError(f"an answer of {len(frame)} bytes from {self.host}:{self.port}")
+        got = I32.unpack_from(frame)[0]
         if got != cid:
             raise ProtocolError(f"answer {got} from {self.host}:{self.port} while waiting for {cid}")
         try:
-            body = decode(r, version)
+            body = decode(Reader(frame, 4), version)
         except DecodeError as exc:
             raise ProtocolError(f"unreadable {ApiKey(api_key).name} answer: {exc}") from None
         if isinstance(sink, asyncio.Future):

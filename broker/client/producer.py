@@ -92,11 +92,12 @@ class _Batch:
     list of per-record outcomes (a split batch) or an exception; a future is made only for those who
     wait on it."""
 
-    __slots__ = ("topic", "partition", "builder", "_future", "outcome", "created", "sequence", "attempts", "data",
+    __slots__ = ("topic", "partition", "tp", "builder", "_future", "outcome", "created", "sequence", "attempts", "data",
                  "deadline", "size", "retry_at", "parent", "results", "waiting")  # fmt: skip
 
     def __init__(self, topic: str, partition: int, codec: Codec, deadline: float, now: float) -> None:
         self.topic, self.partition = topic, partition
+        self.tp = (topic, partition)
         self.builder = BatchBuilder(codec)
         self._future: asyncio.Future | None = None
         self.outcome: Any = _PENDING
@@ -399,7 +400,7 @@ class AsyncProducer:
         return batch
 
     def _queue(self, b: _Batch, front: bool = False) -> None:
-        tp = (b.topic, b.partition)
+        tp = b.tp
         queue = self.ready.get(tp)
         if queue is None:
             queue = self.ready[tp] = collections.deque()
@@ -631,7 +632,7 @@ class AsyncProducer:
             return True
         self.in_flight[node] += 1
         for b in batches:
-            tp = (b.topic, b.partition)
+            tp = b.tp
             self.tp_in_flight[tp] = self.tp_in_flight.get(tp, 0) + 1
         return True
 
@@ -639,7 +640,7 @@ class AsyncProducer:
         """The batch's first sequence number (idempotence), taken when it is first built; -1 without."""
         b.sequence = -1
         if self.producer_id >= 0:
-            tp = (b.topic, b.partition)
+            tp = b.tp
             b.sequence = self.sequences[tp]
             self.sequences[tp] = (b.sequence + b.builder.count) % (2**31)
 
@@ -648,7 +649,7 @@ class AsyncProducer:
         """A Produce answer (or the connection's failure): complete, retry, split or fail each batch."""
         self.in_flight[node] -= 1
         for b in batches:
-            self.tp_in_flight[(b.topic, b.partition)] -= 1
+            self.tp_in_flight[b.tp] -= 1
         self._wake.set()
         if exc is not None or answer is None:
             for b in batches:
@@ -661,7 +662,7 @@ class AsyncProducer:
                 return
         results = {(p.topic, p.partition): p for p in answer}
         for b in batches:
-            p = results.get((b.topic, b.partition))
+            p = results.get(b.tp)
             if p is None:
                 self._fail(b, ProduceError(f"{b.topic}-{b.partition}: no answer for this partition"))
                 continue
@@ -698,7 +699,7 @@ class AsyncProducer:
         records = decode_records(b.builder.build(), 0)
         b.results = [None] * len(records)
         b.waiting = len(records)
-        tp = (b.topic, b.partition)
+        tp = b.tp
         self.splitting[tp] = self.splitting.get(tp, 0) + 1
         if b.sequence >= 0:
             self._rewind(b)
@@ -727,7 +728,7 @@ class AsyncProducer:
                 parent.results[first + i] = outcome if isinstance(outcome, BaseException) else outcome + i
         parent.waiting -= count
         if parent.waiting == 0:
-            self.splitting[(parent.topic, parent.partition)] -= 1
+            self.splitting[parent.tp] -= 1
             if parent.parent is not None:
                 self._child_done(parent, parent.results, len(parent.results))
             else:
@@ -752,7 +753,7 @@ class AsyncProducer:
 
     def _rewind(self, b: _Batch) -> None:
         """`b`'s sequences were never appended: later batches of its partition take them over."""
-        tp = (b.topic, b.partition)
+        tp = b.tp
         self.sequences[tp] = b.sequence
         b.sequence = -1
         for x in self.unfinished:
