@@ -515,10 +515,15 @@ class AsyncProducer:
             timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
             if self.ready:  # blocked by in-flight limits: wait for an answer
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
+            if self._wake.is_set():
+                continue
+            # a timer that sets the wake-up event costs less than wait_for's task per round
+            timer = None if timeout is None else asyncio.get_running_loop().call_later(timeout, self._wake.set)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+                await self._wake.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
     async def _send_ready(self) -> bool:
         """Send what the in-flight limits allow (one batch per partition per request); True if anything went out."""
