@@ -4,6 +4,8 @@ The sorted list of segment base offsets is the paper's in-memory offset index: b
 segment, then the segment's sparse `.index` for a position. Appends validate each batch (framing,
 magic, CRC, size) and assign offsets by rewriting the 16 bytes outside the CRC; the record bytes are
 written as received. Reads return `FetchSlice`s — descriptor, position, length — for `sendfile`.
+An append may be deferred (`append(defer=True)`, then `write_deferred()`): the broker writes the
+appends of one read's pipelined Produce requests together, before it answers any of them.
 """
 
 from __future__ import annotations
@@ -173,19 +175,24 @@ class PartitionLog:
     # -- append --------------------------------------------------------------------------------
 
     def append(self, data: Buffer, *, leader_epoch: int = -1, assign_offsets: bool = True,
-               validated: list[tuple[int, int, int, int, int]] | None = None) -> AppendResult:  # fmt: skip
+               validated: list[tuple[int, int, int, int, int]] | None = None,
+               defer: bool = False) -> AppendResult:  # fmt: skip
         """Validate and append whole batches; with `assign_offsets` they get the next offsets of the log.
 
         Without it (a follower copying its leader) the batches keep their offsets, which must move forward.
         `validated` is `self.validate(data)` already done by the caller (so the CRC is checked only once).
+        With `defer` the log's state moves on but the bytes (`data` is kept by reference: it must not
+        change) reach the file only at `write_deferred()`, or before anything reads, rolls or flushes.
         """
         mv = memoryview(data)
         batches = validated if validated is not None else self.validate(mv)
         total = sum(b[1] for b in batches)
-        now = self._now_ms()
+        now = int(self.clock() * 1000)
         self._maybe_roll(total, now)
-        log_append = self.config.message_timestamp_type == "LogAppendTime"
-        next_offset = self.log_end_offset
+        config = self.config
+        log_append = config.message_timestamp_type == "LogAppendTime"
+        active = self.segments[self.bases[-1]]
+        next_offset = active.next_offset
         first = next_offset if assign_offsets else _base_offset(mv, 0)
         iov: list = []
         notes: list[tuple[int, int, int]] = []
@@ -211,11 +218,15 @@ class PartitionLog:
             records += count
             max_ts = max(max_ts, batch_max_ts)
             next_offset = base + delta + 1
-        self.active.append(iov, notes, total)
+        active.append(iov, notes, total, defer=defer)
         self._unflushed_messages += records
-        if self._unflushed_messages >= self.config.flush_messages:
+        if self._unflushed_messages >= config.flush_messages:
             self.flush()
         return AppendResult(first, next_offset - 1, records, len(batches), max_ts, now if log_append else -1)
+
+    def write_deferred(self) -> None:
+        """Write the deferred appends (only the active segment has any: a roll flushes the old one)."""
+        self.segments[self.bases[-1]].write_deferred()
 
     def validate(self, data: Buffer) -> list[tuple[int, int, int, int, int]]:
         """`validate_batches` under this log's `max.message.bytes`: the check `append` makes first."""

@@ -4,6 +4,11 @@ The `.log` holds whole batches back to back (framing in `broker.log.scanner`); i
 offset it may hold. Appends go to the end through one O_APPEND descriptor; reads hand out
 (descriptor, position, length) slices for `sendfile`. The segment keeps in memory only what its
 indexes and a short tail read give it: size, next offset, largest timestamp.
+
+A deferred append (`append(defer=True)`) moves that state on at once but leaves its bytes queued,
+so the appends of pipelined requests reach the file with one `writev` (`write_deferred`). Whatever
+reads, flushes, cuts or closes the file writes the queue first, so no read sees a batch the file
+does not hold; a failed write cuts the segment back to what the file holds.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ TIMEINDEX_SUFFIX = ".timeindex"
 _NAME = re.compile(r"^(\d{20})\.log$")
 # baseOffset, batchLength, epoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp
 _HEAD = struct.Struct(">qiibIhiqq")
+_IOV_MAX = 1024  # Linux's limit on the buffers of one writev
 
 
 def segment_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
@@ -77,6 +83,8 @@ class LogSegment:
         self.max_timestamp = -1
         self.first_timestamp = -1  # max timestamp of the first batch: the clock segment.ms rolls by
         self._bytes_since_index = 0
+        self._deferred: list = []  # buffers of deferred appends, not yet in the file (the last _deferred_bytes of size)
+        self._deferred_bytes = 0
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -135,29 +143,67 @@ class LogSegment:
         self.next_offset = last_offset + 1
         self.size = position + size
 
-    def append(self, iov: list, batches: list[tuple[int, int, int]], total: int | None = None) -> None:
-        """Write `iov` (whole batches, `total` bytes) at the end; `batches` gives (size, last offset, max ts)."""
+    def append(self, iov: list, batches: list[tuple[int, int, int]], total: int | None = None, *,
+               defer: bool = False) -> None:  # fmt: skip
+        """Write `iov` (whole batches, `total` bytes) at the end; `batches` gives (size, last offset, max ts).
+
+        With `defer` the bytes are only queued (kept by reference: they must not change) until
+        `write_deferred` or anything else that touches the file.
+        """
         if total is None:
             total = sum(len(b) for b in iov)
-        written = os.writev(self.fd, iov)
-        if written != total:  # a short write: finish it
-            rest = b"".join(bytes(b) for b in iov)[written:]
-            while rest:
-                n = os.write(self.fd, rest)
-                rest = rest[n:]
+        if defer or self._deferred:
+            self._deferred += iov
+            self._deferred_bytes += total
+            self._note_batches(batches)
+            if not defer:
+                self.write_deferred()
+            return
+        self._write(iov, total)
+        self._note_batches(batches)
+
+    def _note_batches(self, batches: list[tuple[int, int, int]]) -> None:
         pos = self.size
         for size, last_offset, max_ts in batches:
             self._note_batch(pos, size, last_offset, max_ts)
             pos += size
 
+    def _write(self, iov: list, total: int) -> None:
+        written = os.writev(self.fd, iov) if len(iov) <= _IOV_MAX else 0
+        if written != total:  # a short write (or too many buffers for one writev): finish it
+            rest = b"".join(iov)[written:]
+            while rest:
+                n = os.write(self.fd, rest)
+                rest = rest[n:]
+
+    @property
+    def deferred_bytes(self) -> int:
+        """Bytes appended with `defer` and not yet written."""
+        return self._deferred_bytes
+
+    def write_deferred(self) -> None:
+        """Write the deferred appends with one writev. If that fails, the segment (file, indexes and state)
+        is cut back to the end of what was written before them, and the OSError goes on."""
+        if not self._deferred:
+            return
+        iov, total = self._deferred, self._deferred_bytes
+        self._deferred, self._deferred_bytes = [], 0
+        try:
+            self._write(iov, total)
+        except OSError:
+            self.truncate_to_position(self.size - total)
+            raise
+
     def flush(self) -> None:
         """fsync the log, then write and fsync the new index entries."""
+        self.write_deferred()
         os.fsync(self.fd)
         self.index.flush()
         self.time_index.flush()
 
     def truncate_to_position(self, position: int) -> None:
         """Cut the log at `position` (a batch boundary) and forget index entries past it."""
+        self.write_deferred()
         os.ftruncate(self.fd, position)
         self.size = position
         self.index.truncate_to_position(position)
@@ -172,6 +218,8 @@ class LogSegment:
 
     def read_head(self, position: int) -> BatchHead | None:
         """The header of the batch at `position`, or None past the end or where the framing breaks."""
+        if self._deferred:
+            self.write_deferred()
         data = os.pread(self.fd, _HEAD.size, position)
         if len(data) < MAGIC_OFFSET + 1:
             return None
@@ -214,6 +262,7 @@ class LogSegment:
         return None
 
     def read(self, position: int, length: int) -> bytes:
+        self.write_deferred()
         return os.pread(self.fd, length, position)
 
     @property
@@ -222,7 +271,10 @@ class LogSegment:
 
     def close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            try:
+                self.write_deferred()
+            finally:
+                os.close(self.fd)
             self.fd = -1
 
     def files(self) -> list[Path]:

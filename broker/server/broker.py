@@ -47,6 +47,7 @@ class Broker:
         self.logs = LogManager(config.log_dirs, config.log, broker_id=self.id)
         self.purgatory = Purgatory()
         self.producer_states: dict[TopicPartition, ProducerStates] = defaultdict(ProducerStates)
+        self.deferred_logs: set[PartitionLog] = set()  # logs with appends deferred until `write_deferred`
         self.pid_pool = ProducerIdPool()
         self.coordinator = GroupCoordinator(
             initial_delay_ms=config.group_initial_rebalance_delay_ms,
@@ -73,6 +74,7 @@ class Broker:
         self.server = Server(
             cfg.host, cfg.port, dispatcher(self), max_request_bytes=cfg.socket_request_max_bytes,
             send_buffer=cfg.socket_send_buffer_bytes, receive_buffer=cfg.socket_receive_buffer_bytes,
+            settle=self.write_deferred,
         )  # fmt: skip
         self.server.bind()
         try:
@@ -364,10 +366,13 @@ class Broker:
         self, topic: str, partition: int
     ) -> tuple[ErrorCode, PartitionLog | None, PartitionInfo | None]:
         """The local log of a partition this broker leads, or the error to answer."""
-        info = self.cache.partition(topic, partition)
-        if info is None and topic not in self.cache.topics:
+        if topic not in self.cache.topics:
             await self.refresh_topic(topic)
-            info = self.cache.partition(topic, partition)
+        return self.leader_log_now(topic, partition)
+
+    def leader_log_now(self, topic: str, partition: int) -> tuple[ErrorCode, PartitionLog | None, PartitionInfo | None]:
+        """`leader_log` without looking in ZooKeeper: a topic not in the metadata cache is unknown."""
+        info = self.cache.partition(topic, partition)
         if info is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, None
         if info.leader != self.id:
@@ -379,6 +384,27 @@ class Broker:
                 topic_id=self.cache.topic_ids.get(topic),
             )
         return ErrorCode.NONE, plog, info
+
+    def write_deferred(self) -> None:
+        """Write the appends the Produce handler deferred; the server calls this before it answers or waits.
+
+        A log whose write fails is cut back to what its file holds and forgets its producers' sequences
+        (the answers are never sent, and a retry must not pass for a duplicate); then the OSError goes on.
+        """
+        if not self.deferred_logs:
+            return
+        logs, self.deferred_logs = self.deferred_logs, set()
+        error: OSError | None = None
+        for plog in logs:
+            try:
+                plog.write_deferred()
+            except OSError as exc:
+                log.error("writing to %s-%d failed, its unanswered appends are dropped: %s",
+                          plog.topic, plog.partition, exc)  # fmt: skip
+                self.producer_states.pop((plog.topic, plog.partition), None)
+                error = exc
+        if error is not None:
+            raise error
 
     def high_watermark(self, plog: PartitionLog) -> int:
         """Without followers the ISR is the leader alone, so the high watermark is the log end offset."""

@@ -2,8 +2,15 @@
 
 Each connection reads a frame (int32 size + request), hands it to the dispatcher and writes the
 answer before reading the next, so answers keep request order as Kafka's do. Answers are lists of
-parts: bytes go out with `sendmsg`, `FileRegion`s (segment file slices) with `sendfile`. A frame
-that cannot be framed or parsed closes only its own connection, with one log line.
+parts: all-bytes answers go out joined with one `send`, others with `sendmsg` for the bytes and
+`sendfile` for the `FileRegion`s (segment file slices). A frame that cannot be framed or parsed
+closes only its own connection, with one log line.
+
+The hot path does not await: a frame already received is cut without a coroutine, a dispatcher may
+answer synchronously (it returns an awaitable only when the request must wait), and the held answers
+are sent with a plain `send` unless the socket is full. Handlers may leave work for `settle` (the
+broker's deferred log appends): the server calls it before any answer leaves and before it waits for
+anything, so every answer goes out after the work it reports, and none is pending while others run.
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ log = logging.getLogger(__name__)
 _CORK = getattr(socket, "TCP_CORK", None)
 _REUSE = 4 << 20
 _CHUNK = 64 * 1024
-_HOLD = 8  # answers held back at most while more pipelined requests wait
+_HOLD = 32  # answers held back at most while more pipelined requests wait
+
+
+def _nothing() -> None:
+    pass
 
 
 class FileRegion(NamedTuple):
@@ -44,8 +55,9 @@ class BadRequest(Exception):
 #: the "host:port" of the client whose request is being handled (set once per connection task)
 current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="")
 
-#: (frame, peer) → the answer's parts, or None when no answer is due (acks=0)
-Dispatch = Callable[[memoryview, str], Awaitable[list[Any] | None]]
+#: (frame, peer) → the answer's parts, None when no answer is due (acks=0), or an awaitable of either
+#: when the request has to wait (a coroutine function is a valid dispatcher: it always answers later)
+Dispatch = Callable[[memoryview, str], "list[Any] | None | Awaitable[list[Any] | None]"]
 
 
 class Connection:
@@ -65,6 +77,19 @@ class Connection:
         """Whether a whole next frame is already received (its answer can then go out with this one's)."""
         have = self._end - self._start
         return have >= 4 and have - 4 >= I32.unpack_from(self._buf, self._start)[0]
+
+    def next_frame(self) -> memoryview | None:
+        """The next frame if it is already whole in the buffer and of a valid size, else None (then
+        `read_frame` receives it, or raises for its size)."""
+        pos = self._start
+        have = self._end - pos - 4
+        if have < 0:
+            return None
+        size = I32.unpack_from(self._buf, pos)[0]
+        if size > have or size < 8 or size > self.max_request_bytes:
+            return None
+        self._start = pos + 4 + size
+        return memoryview(self._buf[pos + 4 : pos + 4 + size])  # a copy: the buffer is reused
 
     async def _recv(self) -> bool:
         """Receive more into the buffer (moving what is left to its front first); False at end of stream."""
@@ -129,6 +154,22 @@ class Connection:
         finally:
             self.loop.remove_writer(fd)
 
+    def send_now(self, parts: list[Any]) -> list[Any]:
+        """Send what goes without waiting; returns the parts left for `send` (empty when all went).
+
+        An answer of bytes only (every Produce answer) is joined and written with one `send`; any
+        other answer is left whole to `send`.
+        """
+        for p in parts:
+            if p.__class__ is not bytes:
+                return parts
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return [data]
+        return [] if sent == len(data) else [data[sent:]]
+
     async def send(self, parts: list[Any]) -> None:
         """Write an answer: runs of bytes with sendmsg, file regions with sendfile."""
         corked = _CORK is not None and any(isinstance(p, FileRegion) for p in parts)
@@ -157,7 +198,7 @@ class Connection:
                     pass
 
     async def _sendmsg(self, buffers: list[Any]) -> None:
-        views = [memoryview(b).cast("B") for b in buffers]
+        views = [b if b.__class__ is bytes else memoryview(b).cast("B") for b in buffers]
         while views:
             try:
                 sent = self.sock.sendmsg(views[:512])
@@ -192,9 +233,11 @@ class Server:
     """Accepts connections and serves each on its own task until it closes or misbehaves."""
 
     def __init__(self, host: str, port: int, dispatch: Dispatch, *, max_request_bytes: int,
-                 send_buffer: int = -1, receive_buffer: int = -1) -> None:  # fmt: skip
+                 send_buffer: int = -1, receive_buffer: int = -1,
+                 settle: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.host, self.port = host, port
         self.dispatch = dispatch
+        self.settle = settle or _nothing
         self.max_request_bytes = max_request_bytes
         self.send_buffer, self.receive_buffer = send_buffer, receive_buffer
         self.sock: socket.socket | None = None
@@ -249,26 +292,37 @@ class Server:
         conn = Connection(sock, peer, self.max_request_bytes)
         current_peer.set(peer)
         self.connections.add(sock)
+        dispatch, settle = self.dispatch, self.settle
         out: list[Any] = []
         held = 0
         try:
             while True:
-                frame = await conn.read_frame()
+                frame = conn.next_frame()
                 if frame is None:
-                    return
-                answer = await self.dispatch(frame, peer)
+                    settle()  # before waiting (also: a big frame's reused buffer is refilled only then)
+                    frame = await conn.read_frame()
+                    if frame is None:
+                        return
+                answer = dispatch(frame, peer)
+                if answer is not None and answer.__class__ is not list:
+                    settle()
+                    answer = await answer
                 if answer is not None:
                     out += answer
                     held += 1
                 # answers to pipelined requests leave together, a few at a time: the client works on
                 # the first ones while the broker handles the rest
                 if out and (held >= _HOLD or not conn.frame_ready()):
-                    await conn.send(out)
+                    settle()
+                    rest = conn.send_now(out)
+                    if rest:
+                        await conn.send(rest)
                     out = []
                     held = 0
         except BadRequest as exc:
             if out:  # the requests before the bad one still get their answers
                 with contextlib.suppress(OSError, BadRequest):
+                    settle()
                     await conn.send(out)
             log.warning("closing connection from %s: %s", peer, exc)
         except (ConnectionError, BrokenPipeError, TimeoutError):
@@ -280,6 +334,8 @@ class Server:
         except Exception:  # a handler bug: this connection ends, the broker stays up
             log.exception("closing connection from %s after an internal error", peer)
         finally:
+            with contextlib.suppress(OSError):  # a handler failed after others deferred work: do it
+                settle()
             self.connections.discard(sock)
             sock.close()
 

@@ -3,12 +3,16 @@
 A frame whose header or body does not parse, an unknown API key or a version outside the advertised
 range ends the connection (`BadRequest`, one log line). ApiVersions above v2 gets the v0-format
 answer with UNSUPPORTED_VERSION and the list, so the client can retry at a version we speak.
+
+Produce has a synchronous handler too: when it can answer without waiting (its partitions are in
+the metadata cache) the dispatcher returns the answer frame itself, with no coroutine on the way;
+otherwise, and for every other API, it returns a coroutine the server awaits.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol.api import APIS, ApiKey, api_versions_table
@@ -54,9 +58,19 @@ HANDLERS: dict[int, Handler] = {
 #: api key → (read request, encode answer frame): hand-written codecs of the hot APIs, equal to the schemas'
 FAST_CODECS = {ApiKey.PRODUCE: (read_produce_request, encode_produce_response)}
 
+#: api key → handler(broker, header, body) → answer body, None (no answer) or `produce.LATER` when it
+#: must wait: then the async handler of `HANDLERS` runs instead (nothing was done yet)
+SYNC_HANDLERS: dict[int, Callable[[Broker, RequestHeader, dict[str, Any]], Any]] = {
+    ApiKey.PRODUCE: produce.produce_now,
+}
 
-def dispatcher(broker: Broker) -> Callable[[memoryview, str], Awaitable[list[Any] | None]]:
-    async def dispatch(frame: memoryview, peer: str) -> list[Any] | None:
+Answer = list[Any] | None
+
+
+def dispatcher(broker: Broker) -> Callable[[memoryview, str], Answer | Awaitable[Answer]]:
+    """The server's dispatch function: the answer frame's parts, or a coroutine giving them."""
+
+    def dispatch(frame: memoryview, peer: str) -> Answer | Coroutine[Any, Any, Answer]:
         r = Reader(frame)
         try:
             header = read_request_header(r)
@@ -80,11 +94,21 @@ def dispatcher(broker: Broker) -> Callable[[memoryview, str], Awaitable[list[Any
             raise BadRequest(f"malformed {ApiKey(header.api_key).name} v{v} request: {exc}") from None
         if r.remaining():
             raise BadRequest(f"{ApiKey(header.api_key).name} v{v} request has {r.remaining()} bytes after its body")
-        answer = await HANDLERS[header.api_key](broker, header, body)
-        if answer is None:
-            return None
+        now = SYNC_HANDLERS.get(header.api_key)
+        if now is not None:
+            answer = now(broker, header, body)
+            if answer is not produce.LATER:
+                return None if answer is None else encode(header, answer)
+        return handle(header, body)
+
+    def encode(header: RequestHeader, answer: dict[str, Any]) -> list[Any]:
+        fast = FAST_CODECS.get(header.api_key)
         if fast is not None:
-            return fast[1](header.correlation_id, answer, v)
-        return encode_response(header.correlation_id, api.response, answer, v)
+            return fast[1](header.correlation_id, answer, header.api_version)
+        return encode_response(header.correlation_id, APIS[header.api_key].response, answer, header.api_version)
+
+    async def handle(header: RequestHeader, body: dict[str, Any]) -> Answer:
+        answer = await HANDLERS[header.api_key](broker, header, body)
+        return None if answer is None else encode(header, answer)
 
     return dispatch

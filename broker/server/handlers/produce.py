@@ -2,12 +2,18 @@
 
 The record set is appended as received (only the 16 bytes outside the CRC are rewritten by the log);
 a bad CRC or framing rejects that partition's batches with CORRUPT_MESSAGE and appends nothing.
+
+Produce never waits once its topics are in the metadata cache (acks=all only checks the ISR size:
+there is no replication to wait for), so the dispatcher runs `produce_now` without a coroutine; a
+topic not yet cached sends the request through `handle_produce`, which looks it up in ZooKeeper first.
+Appends are deferred: the server has the broker write them (`Broker.write_deferred`) before it sends
+their answers, so the pipelined requests of one read reach a partition's file with one write.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from broker.errors import CorruptRecordError, RecordTooLargeError
 from broker.protocol.errors import ErrorCode
@@ -22,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _NO_PRODUCER = -1
+_ACKS = (0, 1, -1)
 
 
 def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
@@ -44,16 +51,38 @@ def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
     return pid, pepoch, first_seq, (first_seq + total - 1) % (2**31)
 
 
+#: `produce_now`'s answer when a topic must first be looked up in ZooKeeper (nothing was appended)
+LATER: Final = object()
+
+
+def produce_now(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None | object:
+    """Produce without waiting, the hot path: every topic is in the metadata cache (else LATER)."""
+    if header.api_version >= 3 and req["acks"] in _ACKS:
+        topics = b.cache.topics
+        for t in req["topics"]:
+            if t["name"] not in topics:
+                return LATER
+    return _produce(b, header.api_version, req)
+
+
 async def handle_produce(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None:
+    """Produce after looking up in ZooKeeper the topics the metadata cache does not know yet."""
+    if header.api_version >= 3 and req["acks"] in _ACKS:
+        for t in req["topics"]:
+            if t["name"] not in b.cache.topics:
+                await b.refresh_topic(t["name"])
+    return _produce(b, header.api_version, req)
+
+
+def _produce(b: Broker, version: int, req: dict[str, Any]) -> dict[str, Any] | None:
     acks = req["acks"]
-    version = header.api_version
     failed: list[str] = []
     topics_out = []
     for t in req["topics"]:
         name = t["name"]
         parts_out = []
         for p in t["partitions"]:
-            out = await _produce_partition(b, name, p["index"], p["records"], acks, version)
+            out = _produce_partition(b, name, p["index"], p["records"], acks, version)
             if out["error_code"]:
                 failed.append(f"{name}-{p['index']}: {ErrorCode(out['error_code']).name}")
             parts_out.append(out)
@@ -65,16 +94,16 @@ async def handle_produce(b: Broker, header: RequestHeader, req: dict[str, Any]) 
     return {"topics": topics_out}
 
 
-async def _produce_partition(b: Broker, topic: str, partition: int, records: memoryview | None,
-                             acks: int, version: int) -> dict[str, Any]:  # fmt: skip
+def _produce_partition(b: Broker, topic: str, partition: int, records: memoryview | None,
+                       acks: int, version: int) -> dict[str, Any]:  # fmt: skip
     out: dict[str, Any] = {"index": partition, "error_code": 0}
     if version < 3:
         out["error_code"] = ErrorCode.UNSUPPORTED_VERSION
         return out
-    if acks not in (0, 1, -1):
+    if acks not in _ACKS:
         out["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
         return out
-    code, plog, info = await b.leader_log(topic, partition)
+    code, plog, info = b.leader_log_now(topic, partition)
     if plog is None or info is None:
         out["error_code"] = code
         return out
@@ -92,7 +121,8 @@ async def _produce_partition(b: Broker, topic: str, partition: int, records: mem
         span = _producer_span(records)
         if span is not None and _answered_by_sequence(b, tp, span, plog.log_start_offset, out):
             return out
-        result = plog.append(records, leader_epoch=info.leader_epoch, validated=validated)
+        result = plog.append(records, leader_epoch=info.leader_epoch, validated=validated, defer=True)
+        b.deferred_logs.add(plog)  # written before this answer leaves (see `Broker.write_deferred`)
     except CorruptRecordError as exc:
         log.info("rejected a produce to %s-%d: %s", topic, partition, exc)
         out["error_code"] = ErrorCode.CORRUPT_MESSAGE
@@ -102,6 +132,9 @@ async def _produce_partition(b: Broker, topic: str, partition: int, records: mem
         out["error_code"] = ErrorCode.MESSAGE_TOO_LARGE
         out["error_message"] = str(exc)
         return out
+    except OSError:  # the log cut back its deferred appends (see `Broker.write_deferred`): forget their sequences
+        b.producer_states.pop(tp, None)
+        raise
     if span is not None:
         b.producer_states[tp].record(*span, result.first_offset)
     b.purgatory.notify(tp)

@@ -617,3 +617,20 @@ def test_log_start_offset_from_a_checkpoint(open_log, make_batch, read_all):
         again.read(1, 10)
     assert [r.value for r in read_all(again)] == [b"c"]
     assert again.offset_for_timestamp(0)[0] == 2
+
+
+def test_deferred_appends_read_flush_and_roll_like_written_ones(tmp_path, open_log, make_batch, read_all, layout):
+    plain, deferred = open_log(segment_bytes=1000), open_log(tmp_path / "deferred-0", segment_bytes=1000)
+    values = [b"d%d" % i + b"." * (i * 17 % 90) for i in range(40)]
+    for i, v in enumerate(values):
+        first = plain.append(make_batch([v])).first_offset
+        assert deferred.append(make_batch([v]), defer=True).first_offset == first == i
+        if i % 7 == 6:  # the broker writes a read's appends before answering them
+            deferred.write_deferred()
+    assert [r.value for r in read_all(deferred)] == values  # reading writes what is still deferred
+    deferred.write_deferred()
+    deferred.flush()
+    assert [(base, [b.size for b in batches]) for base, batches in layout(deferred.dir)] == [
+        (base, [b.size for b in batches]) for base, batches in layout(plain.dir)
+    ]  # the same segments (rolled at the same batches) and the same batches
+    assert deferred.recovery_point == deferred.log_end_offset == 40

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
 from broker.log.scanner import Damage, open_segment, scan
@@ -142,3 +145,65 @@ def test_delete_removes_all_three_files(seg, make_batch):
     seg.delete()
     assert not any(p.exists() for p in files)
     assert seg.fd == -1
+
+
+def test_a_deferred_append_moves_the_state_at_once_and_the_file_at_write_deferred(seg, make_batch):
+    a, b = make_batch([b"a"], offset=100), make_batch([b"b", b"c"], offset=101, timestamp=60_000)
+    seg.append([a], [(len(a), 100, 50_000)], defer=True)
+    seg.append([b], [(len(b), 102, 60_000)], defer=True)
+    assert (seg.size, seg.next_offset, seg.max_timestamp) == (len(a) + len(b), 103, 60_000)
+    assert seg.deferred_bytes == len(a) + len(b) and seg.log_path.stat().st_size == 0
+    seg.write_deferred()
+    assert seg.deferred_bytes == 0 and seg.log_path.read_bytes() == a + b
+
+
+@pytest.mark.parametrize("touch", ["read_head", "find", "read", "flush", "close", "plain-append"])
+def test_whatever_touches_the_file_writes_the_deferred_appends_first(seg, make_batch, touch):
+    a, b = make_batch([b"a"], offset=100), make_batch([b"b"], offset=101)
+    seg.append([a], [(len(a), 100, 50_000)], defer=True)
+    if touch == "read_head":
+        assert seg.read_head(0).base_offset == 100
+    elif touch == "find":
+        assert seg.find(100).size == len(a)
+    elif touch == "read":
+        assert seg.read(0, len(a)) == a
+    elif touch == "flush":
+        seg.flush()
+    elif touch == "close":
+        seg.close()
+    else:  # an append that is not deferred lands after the deferred ones, in order
+        seg.append([b], [(len(b), 101, 50_000)])
+    assert seg.log_path.read_bytes() == (a + b if touch == "plain-append" else a)
+
+
+def test_deferred_appends_of_more_buffers_than_one_writev_takes(seg, make_batch):
+    batches = [make_batch([b"v%d" % i], offset=100 + i) for i in range(700)]
+    for i, batch in enumerate(batches):  # two buffers each, as PartitionLog.append gives them
+        seg.append([batch[:12], memoryview(batch)[12:]], [(len(batch), 100 + i, 50_000)], defer=True)
+    seg.write_deferred()
+    assert seg.log_path.read_bytes() == b"".join(batches)
+    assert [h.base_offset for h in seg.heads()] == list(range(100, 800))
+
+
+def test_a_failed_deferred_write_cuts_the_segment_back_to_its_file(seg, make_batch, monkeypatch):
+    placed = fill(seg, make_batch, base=100)
+    before = (seg.size, seg.next_offset, seg.max_timestamp, seg.index.entries(), seg.time_index.entries())
+    late = [make_batch([b"x" * 100], offset=placed[-1][2] + 1 + i, timestamp=90_000) for i in range(4)]
+    for i, batch in enumerate(late):
+        seg.append([batch], [(len(batch), placed[-1][2] + 1 + i, 90_000)], defer=True)
+    assert seg.next_offset == placed[-1][2] + 5
+
+    def half_then_fail(fd, buffers):  # a short write, then the disk fills up
+        os.write(fd, bytes(buffers[0])[:50])
+        return 50
+
+    def no_space(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "writev", half_then_fail)
+    monkeypatch.setattr(os, "write", no_space)
+    with pytest.raises(OSError):
+        seg.write_deferred()
+    monkeypatch.undo()
+    assert (seg.size, seg.next_offset, seg.max_timestamp, seg.index.entries(), seg.time_index.entries()) == before
+    assert seg.log_path.stat().st_size == before[0] and seg.deferred_bytes == 0
