@@ -411,15 +411,19 @@ def test_a_too_large_batch_is_halved_until_only_the_big_records_fail(start_broke
     assert len(heads) <= 12, [h.record_count for h in heads]  # halves of halves, not one batch per record
 
 
-def test_broker_killed_mid_stream_only_acknowledged_messages_count(start_broker):
+@pytest.mark.parametrize("settings", [
+    {"linger_ms": 2, "batch_size": 2000},
+    # one record per request, 100 pipelined: the broker writes a read's appends together before answering
+    {"linger_ms": 0, "max_batch_messages": 1, "max_in_flight": 100, "enable_idempotence": False, "acks": 1},
+], ids=["batches", "pipelined-single-records"])  # fmt: skip
+def test_broker_killed_mid_stream_only_acknowledged_messages_count(start_broker, settings):
     b = start_broker(1)
     topic = create_topic(b.bootstrap, "killed", 1)
     acked: dict[int, bytes] = {}
     failed: list[bytes] = []
 
     async def run():
-        producer = AsyncProducer(b.bootstrap, delivery_timeout_ms=3000, request_timeout_ms=1500, linger_ms=2,
-                                 batch_size=2000)  # fmt: skip
+        producer = AsyncProducer(b.bootstrap, delivery_timeout_ms=3000, request_timeout_ms=1500, **settings)
         await producer.start()
         pending = []
         try:
