@@ -14,7 +14,6 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,23 +23,11 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import encode_request
 from broker.protocol.primitives import I32, Reader
 from broker.records.batch import Record, build_batch
-from broker.server.broker import Broker
-from broker.server.config import BrokerConfig
 from broker.server.handlers import dispatcher
 from broker.server.network import Connection, Server
 
 TOPIC = "hot"
 PRODUCE_V = 8
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Any:
-    """Broker 1 leading TOPIC-0, with its log dir loaded and locked (released at the end)."""
-    b = Broker(BrokerConfig.load(overrides={"log.dirs": str(tmp_path / "logs"), "broker.id": "1"}))
-    b.logs.startup()
-    b.cache.set_topic(TOPIC, {0: [1]}, {0: {"leader": 1, "leader_epoch": 0, "isr": [1]}})
-    yield b
-    b.logs.shutdown()
 
 
 def batch(value: bytes, *, producer_id: int = -1, sequence: int = -1) -> bytes:

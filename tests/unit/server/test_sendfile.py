@@ -21,23 +21,11 @@ from broker.protocol.api import APIS, ApiKey
 from broker.protocol.framing import encode_request
 from broker.protocol.primitives import I32, Reader
 from broker.records.batch import Record, build_batch, decode_header, iter_records
-from broker.server.broker import Broker
-from broker.server.config import BrokerConfig
 from broker.server.handlers import dispatcher
 from broker.server.network import Connection, FileRegion
 
 TOPIC = "zero-copy"
 FETCH_V = 11
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Any:
-    """Broker 1 leading TOPIC-0, with its log dir loaded and locked (released at the end)."""
-    b = Broker(BrokerConfig.load(overrides={"log.dirs": str(tmp_path / "logs"), "broker.id": "1"}))
-    b.logs.startup()
-    b.cache.set_topic(TOPIC, {0: [1]}, {0: {"leader": 1, "leader_epoch": 0, "isr": [1]}})
-    yield b
-    b.logs.shutdown()
 
 
 def append_batches(b: Any, n: int, value_size: int) -> list[bytes]:
