@@ -95,9 +95,8 @@ class _Batch:
     __slots__ = ("topic", "partition", "tp", "builder", "_future", "outcome", "created", "sequence", "attempts", "data",
                  "deadline", "size", "retry_at", "parent", "results", "waiting")  # fmt: skip
 
-    def __init__(self, topic: str, partition: int, codec: Codec, deadline: float, now: float) -> None:
-        self.topic, self.partition = topic, partition
-        self.tp = (topic, partition)
+    def __init__(self, tp: tuple[str, int], codec: Codec, deadline: float, now: float) -> None:
+        self.topic, self.partition = self.tp = tp
         self.builder = BatchBuilder(codec)
         self._future: asyncio.Future | None = None
         self.outcome: Any = _PENDING
@@ -393,7 +392,7 @@ class AsyncProducer:
 
     def _open_batch(self, tp: tuple[str, int]) -> _Batch:
         now = time.monotonic()
-        batch = self.open[tp] = _Batch(tp[0], tp[1], self.codec, now + self.config.delivery_timeout_ms / 1000, now)
+        batch = self.open[tp] = _Batch(tp, self.codec, now + self.config.delivery_timeout_ms / 1000, now)
         self.unfinished[batch] = None
         if len(self.open) == 1:
             self._wake.set()  # the sender sleeps until the first linger deadline
@@ -711,7 +710,7 @@ class AsyncProducer:
         middle = len(records) // 2
         children = []
         for first, part in ((0, records[:middle]), (middle, records[middle:])):
-            child = _Batch(b.topic, b.partition, self.codec, b.deadline, time.monotonic())
+            child = _Batch(b.tp, self.codec, b.deadline, time.monotonic())
             for r in part:
                 child.builder.append(r.timestamp, r.key, r.value, r.headers)
             child.parent = (b, first)
