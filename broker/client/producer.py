@@ -257,7 +257,7 @@ class AsyncProducer:
         self._flushing = 0
         self._closed = False
         self._refresh_needed = False
-        self._acks0_drain: AsyncConnection | None = None
+        self._acks0_drain: set[AsyncConnection] = set()  # connections written to at acks=0 this round
 
     async def start(self) -> AsyncProducer:
         await self.cluster.refresh([])
@@ -440,8 +440,10 @@ class AsyncProducer:
         try:
             for tp, b in list(self.open.items()):
                 self._seal(tp, b)
-            for b in reversed(list(self.unfinished)):  # the newest is answered last: then the rest are done
-                if not b.done():
+            # newest first: usually answered last, so the others are done by then and need no future; the
+            # halves of a split batch are skipped, their parent is done when they are
+            for b in reversed(list(self.unfinished)):
+                if b.parent is None and not b.done():
                     await asyncio.wait([b.future])
         finally:
             self._flushing -= 1
@@ -562,13 +564,14 @@ class AsyncProducer:
                             self._retry(b, exc, refresh=True)
                         continue
                 sent = self._send_request(node, conn, batches) or sent
-            if self._acks0_drain is not None:
-                conn, self._acks0_drain = self._acks0_drain, None
-                await conn.drain()
-        if self._acks0_drain is not None:
-            conn, self._acks0_drain = self._acks0_drain, None
-            await conn.drain()
+            await self._drain_acks0()
+        await self._drain_acks0()
         return sent
+
+    async def _drain_acks0(self) -> None:
+        """acks=0 back-pressure: wait until every connection written to this round has room again."""
+        while self._acks0_drain:
+            await self._acks0_drain.pop().drain()
 
     def _send_run(self, tp: tuple[str, int], queue: collections.deque[_Batch]) -> bool:
         """Send `tp`'s queued batches, a request each, while its leader is connected and the in-flight
@@ -598,11 +601,11 @@ class AsyncProducer:
             first = batches[0]
             if len(batches) == 1 and first.data is None and not self.codec:
                 # the usual request, one new batch: built right behind the request's head, one buffer
-                self._assign_sequence(first)
                 size = len(first.builder)
                 lead = one_partition_lead(version, cfg.acks, cfg.request_timeout_ms, first.topic, first.partition,
                                           size)  # fmt: skip
-                cid, head = conn.request_head(ApiKey.PRODUCE, version, len(lead) + size)
+                cid, head = conn.request_head(ApiKey.PRODUCE, version, len(lead) + size)  # raises when closed
+                self._assign_sequence(first)  # only now: a batch that did not go keeps its sequences for the retry
                 frame = first.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                                             base_sequence=first.sequence, lead=head + lead)  # fmt: skip
                 first.data = memoryview(frame)[len(frame) - size :]  # kept for a retry
@@ -632,7 +635,7 @@ class AsyncProducer:
         if acks0:
             for b in batches:
                 self._complete(b, -1)
-            self._acks0_drain = conn  # back-pressure: the sender waits for the socket once this round is out
+            self._acks0_drain.add(conn)  # back-pressure: the sender waits for the socket once this round is out
             return True
         self.in_flight[node] += 1
         for b in batches:
