@@ -1,8 +1,11 @@
-"""Builds the optional C record codec (broker/records/_codec.c); everything else is in pyproject.toml.
+"""Builds the optional C parts (the record codec, the Produce run scanner); everything else is in pyproject.toml.
 
 `optional=True`: without a compiler the install still succeeds and the pure-Python codec is used.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("broker.records._codec", ["broker/records/_codec.c"], optional=True)])
+setup(ext_modules=[
+    Extension("broker.records._codec", ["broker/records/_codec.c"], optional=True),
+    Extension("broker.server._produce_run", ["broker/server/_produce_run.c"], optional=True),
+])

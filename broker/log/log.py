@@ -24,7 +24,7 @@ from broker.log import recovery
 from broker.log.config import LogConfig
 from broker.log.index import IndexCorruptError
 from broker.log.scanner import Damage, read_batch
-from broker.log.segment import LogSegment
+from broker.log.segment import LogSegment, StitchableRun
 from broker.records.batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -223,6 +223,18 @@ class PartitionLog:
         if self._unflushed_messages >= config.flush_messages:
             self.flush()
         return AppendResult(first, next_offset - 1, records, len(batches), max_ts, now if log_append else -1)
+
+    def append_run(self, run: StitchableRun, total: int, records: int, *, leader_epoch: int = -1) -> int:
+        """Append, deferred, a run of `records` records in batches of `total` bytes that `run` stitches with
+        their offsets (the broker's path for pipelined one-batch requests); returns the first offset."""
+        self._maybe_roll(total, int(self.clock() * 1000))
+        active = self.segments[self.bases[-1]]
+        first = active.next_offset
+        active.append_run(run, first, leader_epoch)
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return first
 
     def write_deferred(self) -> None:
         """Write the deferred appends (only the active segment has any: a roll flushes the old one)."""

@@ -19,7 +19,7 @@ import struct
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from broker.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from broker.log.scanner import ScannedBatch
@@ -43,6 +43,16 @@ def parse_segment_name(name: str) -> int | None:
     """The base offset a `.log` file name encodes, or None if it is not a segment name."""
     m = _NAME.match(name)
     return int(m.group(1)) if m else None
+
+
+class StitchableRun(Protocol):
+    """Single batches to append as one (see `broker.server.handlers.produce_run`): `stitch` assigns
+    their offsets and says where the indexes take entries, by `_note_batch`'s rule."""
+
+    first_max_timestamp: int
+
+    def stitch(self, first_offset: int, leader_epoch: int, position: int, since_index: int, interval: int,
+               max_timestamp: int) -> tuple[bytes, list[tuple[int, int, int]], int, int, int]: ...  # fmt: skip
 
 
 class BatchHead(NamedTuple):
@@ -161,6 +171,24 @@ class LogSegment:
             return
         self._write(iov, total)
         self._note_batches(batches)
+
+    def append_run(self, run: StitchableRun, first_offset: int, leader_epoch: int) -> None:
+        """Queue (as a deferred append) a run of batches that get their offsets from `first_offset` on."""
+        data, marks, since, max_ts, next_offset = run.stitch(
+            first_offset, leader_epoch, self.size, self._bytes_since_index, self.index_interval_bytes,
+            self.max_timestamp,
+        )  # fmt: skip
+        if self.size == 0:
+            self.first_timestamp = run.first_max_timestamp
+        for last_offset, position, ts in marks:  # `_note_batch`'s rule, applied by the stitcher
+            self.index.append(last_offset, position)
+            self.time_index.maybe_append(ts, last_offset)
+        self._bytes_since_index = since
+        self.max_timestamp = max_ts
+        self.next_offset = next_offset
+        self.size += len(data)
+        self._deferred.append(data)
+        self._deferred_bytes += len(data)
 
     def _note_batches(self, batches: list[tuple[int, int, int]]) -> None:
         pos = self.size

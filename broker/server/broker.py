@@ -67,6 +67,7 @@ class Broker:
 
     async def start(self) -> None:
         from broker.server.handlers import dispatcher
+        from broker.server.handlers.produce_run import run_dispatcher
 
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
@@ -74,7 +75,7 @@ class Broker:
         self.server = Server(
             cfg.host, cfg.port, dispatcher(self), max_request_bytes=cfg.socket_request_max_bytes,
             send_buffer=cfg.socket_send_buffer_bytes, receive_buffer=cfg.socket_receive_buffer_bytes,
-            settle=self.write_deferred,
+            settle=self.write_deferred, run=run_dispatcher(self),
         )  # fmt: skip
         self.server.bind()
         try:

@@ -55,6 +55,10 @@ class BadRequest(Exception):
 #: the "host:port" of the client whose request is being handled (set once per connection task)
 current_peer: contextvars.ContextVar[str] = contextvars.ContextVar("current_peer", default="")
 
+#: (receive buffer, start, end) → (position after the requests it answered, how many, their answer frames or
+#: None) for a run of requests handled together, or the count of requests to hand to `Dispatch` one by one
+RunDispatch = Callable[[bytearray, int, int], "tuple[int, int, bytes | None] | int"]
+
 #: (frame, peer) → the answer's parts, None when no answer is due (acks=0), or an awaitable of either
 #: when the request has to wait (a coroutine function is a valid dispatcher: it always answers later)
 Dispatch = Callable[[memoryview, str], "list[Any] | None | Awaitable[list[Any] | None]"]
@@ -234,9 +238,10 @@ class Server:
 
     def __init__(self, host: str, port: int, dispatch: Dispatch, *, max_request_bytes: int,
                  send_buffer: int = -1, receive_buffer: int = -1,
-                 settle: Callable[[], None] | None = None) -> None:  # fmt: skip
+                 settle: Callable[[], None] | None = None, run: RunDispatch | None = None) -> None:  # fmt: skip
         self.host, self.port = host, port
         self.dispatch = dispatch
+        self.run = run
         self.settle = settle or _nothing
         self.max_request_bytes = max_request_bytes
         self.send_buffer, self.receive_buffer = send_buffer, receive_buffer
@@ -292,11 +297,31 @@ class Server:
         conn = Connection(sock, peer, self.max_request_bytes)
         current_peer.set(peer)
         self.connections.add(sock)
-        dispatch, settle = self.dispatch, self.settle
+        dispatch, settle, run = self.dispatch, self.settle, self.run
         out: list[Any] = []
         held = 0
+        singles = 0  # requests the run dispatch declined: they go to `dispatch` one by one
         try:
             while True:
+                if run is not None and not singles and conn._end - conn._start > 4:
+                    got = run(conn._buf, conn._start, conn._end)
+                    if got.__class__ is int:
+                        singles = got
+                    else:
+                        conn._start, answered, answers = got
+                        if answers is not None:
+                            out.append(answers)
+                            held += answered
+                        if out and (held >= _HOLD or not conn.frame_ready()):
+                            settle()
+                            rest = conn.send_now(out)
+                            if rest:
+                                await conn.send(rest)
+                            out = []
+                            held = 0
+                        continue
+                if singles:
+                    singles -= 1
                 frame = conn.next_frame()
                 if frame is None:
                     settle()  # before waiting (also: a big frame's reused buffer is refilled only then)

@@ -11,6 +11,7 @@ import asyncio
 import errno
 import inspect
 import os
+import random
 import socket
 import threading
 import time
@@ -23,7 +24,9 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import encode_request
 from broker.protocol.primitives import I32, Reader
 from broker.records.batch import Record, build_batch
+from broker.records.compression import Codec
 from broker.server.handlers import dispatcher
+from broker.server.handlers.produce_run import run_dispatcher
 from broker.server.network import Connection, Server
 
 TOPIC = "hot"
@@ -81,8 +84,13 @@ def test_acks_all_below_min_insync_is_refused_on_the_hot_path(broker) -> None:
     assert broker.logs.get(TOPIC, 0).log_end_offset == 0
 
 
-def serve_pipelined(b: Any, frames: list[bytes], expect: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[bytes], list[int], list[int]]:  # noqa: E501
-    """Send `frames` in one write before the server reads, then read `expect` answers (or to the end).
+RUNS = pytest.mark.parametrize("runs", [False, True], ids=["one-by-one", "runs"])
+
+
+def serve_pipelined(b: Any, frames: list[bytes], expect: int, monkeypatch: pytest.MonkeyPatch, *,
+                    runs: bool = False) -> tuple[list[bytes], list[int], list[int]]:  # fmt: skip
+    """Send `frames` in one write before the server reads, then read `expect` answers (or to the end);
+    with `runs` the server offers them to the Produce run dispatch first, as a broker's does.
 
     Returns (answer frames, the log file's size at each send of answers, bytes of each writev).
     """
@@ -110,7 +118,8 @@ def serve_pipelined(b: Any, frames: list[bytes], expect: int, monkeypatch: pytes
     answers: list[bytes] = []
 
     async def run() -> None:
-        server = Server("127.0.0.1", 0, dispatcher(b), max_request_bytes=1 << 20, settle=b.write_deferred)
+        server = Server("127.0.0.1", 0, dispatcher(b), max_request_bytes=1 << 20, settle=b.write_deferred,
+                        run=run_dispatcher(b) if runs else None)  # fmt: skip
         server.bind()
         client = socket.create_connection(("127.0.0.1", server.port))
         client.sendall(b"".join(frames))  # all of it waits in the server's receive buffer: one recv takes it
@@ -142,43 +151,47 @@ def serve_pipelined(b: Any, frames: list[bytes], expect: int, monkeypatch: pytes
     return answers, file_sizes, writes
 
 
-def test_pipelined_produces_are_written_together_and_before_their_answers(broker, monkeypatch) -> None:
+@RUNS
+def test_pipelined_produces_are_written_together_and_before_their_answers(broker, monkeypatch, runs) -> None:
     batches = [batch(b"v%d" % i) for i in range(20)]
     answers, file_sizes, writes = serve_pipelined(broker, [produce_frame(i, {TOPIC: r}) for i, r in enumerate(batches)],
-                                                  20, monkeypatch)  # fmt: skip
+                                                  20, monkeypatch, runs=runs)  # fmt: skip
     assert [read_answer(a)[0] for a in answers] == list(range(20))
     assert [read_answer(a)[1][0]["base_offset"] for a in answers] == list(range(20))
     assert stored_values(broker) == [b"v%d" % i for i in range(20)]
     assert len(writes) < 20 and sum(writes) == sum(len(r) for r in batches)  # several appends per write
-    # every send of answers found the batches it answers in the file already (8 answers go at most at once)
+    # every send of answers found the batches it answers in the file already (32 answers go at most at once)
     answered = 0
     for size in file_sizes:
-        answered = min(answered + 8, 20)
+        answered = min(answered + 32, 20)
         assert size >= sum(len(r) for r in batches[:answered])
 
 
-def test_pipelined_acks_0_produces_are_written_without_answers(broker, monkeypatch) -> None:
+@RUNS
+def test_pipelined_acks_0_produces_are_written_without_answers(broker, monkeypatch, runs) -> None:
     frames = [produce_frame(i, {TOPIC: batch(b"z%d" % i)}, acks=0) for i in range(12)]
-    answers, _, writes = serve_pipelined(broker, frames, 0, monkeypatch)
+    answers, _, writes = serve_pipelined(broker, frames, 0, monkeypatch, runs=runs)
     assert answers == [] and stored_values(broker) == [b"z%d" % i for i in range(12)]
     assert broker.logs.get(TOPIC, 0).segments[0].deferred_bytes == 0
 
 
-def test_a_duplicate_in_the_same_read_is_answered_with_the_first_offset(broker, monkeypatch) -> None:
+@RUNS
+def test_a_duplicate_in_the_same_read_is_answered_with_the_first_offset(broker, monkeypatch, runs) -> None:
     first, second = batch(b"a", producer_id=9, sequence=0), batch(b"b", producer_id=9, sequence=1)
     frames = [produce_frame(0, {TOPIC: first}), produce_frame(1, {TOPIC: first}), produce_frame(2, {TOPIC: second}),
               produce_frame(3, {TOPIC: batch(b"c", producer_id=9, sequence=5)})]  # fmt: skip
-    answers, _, _ = serve_pipelined(broker, frames, 4, monkeypatch)
+    answers, _, _ = serve_pipelined(broker, frames, 4, monkeypatch, runs=runs)
     parts = [read_answer(a)[1][0] for a in answers]
     assert [(p["error_code"], p["base_offset"]) for p in parts] == [
         (0, 0), (0, 0), (0, 1), (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)]  # fmt: skip
     assert stored_values(broker) == [b"a", b"b"]
 
 
-def test_a_malformed_frame_still_answers_the_requests_before_it(broker, monkeypatch) -> None:
+@RUNS
+def test_a_malformed_frame_still_answers_the_requests_before_it(broker, monkeypatch, runs) -> None:
     good = [produce_frame(i, {TOPIC: batch(b"g%d" % i)}) for i in range(3)]
     bad = I32.pack(10) + b"\x00\x00\x00\x08" + b"\x00" * 6  # Produce v8 whose body ends in its header
-    answers, file_sizes, _ = serve_pipelined(broker, [*good, bad, *good], 10, monkeypatch)
+    answers, file_sizes, _ = serve_pipelined(broker, [*good, bad, *good], 10, monkeypatch, runs=runs)
     assert [read_answer(a)[0] for a in answers] == [0, 1, 2]  # then the connection closed
     assert stored_values(broker) == [b"g0", b"g1", b"g2"]
     assert file_sizes and file_sizes[-1] == broker.logs.get(TOPIC, 0).segments[0].size
@@ -201,3 +214,118 @@ def test_a_failed_write_sends_no_answer_and_cuts_the_log_back(broker, monkeypatc
     assert answers == []  # the connection ended unanswered: the client retries
     assert plog.log_end_offset == 1 and stored_values(broker) == [b"kept"]
     assert (TOPIC, 0) not in broker.producer_states  # a retry must not pass for a duplicate of a lost batch
+
+
+def _frame(version: int, correlation_id: int, client_id: str | None, acks: int,
+           records: dict[str, bytes | None]) -> bytes:  # fmt: skip
+    topics = [{"name": t, "partitions": [{"index": 0, "records": r}]} for t, r in records.items()]
+    body = {"transactional_id": None, "acks": acks, "timeout_ms": 30_000, "topics": topics}
+    parts = encode_request(ApiKey.PRODUCE, version, correlation_id, client_id, APIS[ApiKey.PRODUCE].request, body)
+    return b"".join(bytes(p) for p in parts)
+
+
+def _mixed_frames(seed: int) -> tuple[list[bytes], int]:
+    """Pipelined Produce requests, most of them runs' and the rest each a reason for a run to stop or be
+    declined; returns them with the count of answers due."""
+    rng = random.Random(seed)
+    frames: list[bytes] = []
+    answered = sequence = 0
+    now = int(time.time() * 1000)
+    for cid in range(rng.randrange(40, 160)):
+        kind = rng.choices(["run", "run-other", "corrupt", "idempotent", "two-batches", "two-topics", "log-append",
+                            "too-big", "isr", "uncached", "null", "compressed"],
+                           [30, 6, 2, 2, 2, 2, 2, 2, 2, 1, 1, 3])[0]  # fmt: skip
+        version, acks = rng.choice([3, 5, 7, 8, 8, 8]), rng.choice([1, 1, 1, -1, 0])
+        client = rng.choice([None, "", "t", "a-longer-client-id"])
+        n = rng.randrange(1, 4)
+        recs = [Record(i, now + rng.randrange(-5, 5), rng.choice([None, b"k%d" % i]), b"v%d-%d" % (cid, i),
+                       rng.choice([(), (("h", b"x"), ("n", None))])) for i in range(n)]  # fmt: skip
+        topic = "run-other" if kind == "run-other" else TOPIC
+        data: bytes | None = build_batch(recs, codec=Codec.GZIP if kind == "compressed" else Codec.NONE)
+        if kind == "corrupt":
+            data = data[:-1] + bytes([data[-1] ^ 1])
+        elif kind == "idempotent":
+            data = build_batch(recs, producer_id=7, producer_epoch=0, base_sequence=sequence)
+            sequence += n
+        elif kind == "two-batches":
+            data = data + build_batch(recs)
+        elif kind in ("log-append", "too-big", "isr", "uncached"):
+            topic = {"log-append": "appendtime", "too-big": "small", "isr": "isr", "uncached": "elsewhere"}[kind]
+            if kind == "too-big":
+                data = build_batch([Record(0, now, None, b"x" * 400)])
+        elif kind == "null":
+            data = None
+        records = {topic: data}
+        if kind == "two-topics":
+            records["run-other"] = build_batch(recs)
+        if kind in ("corrupt", "too-big", "isr", "uncached", "null"):
+            acks = rng.choice([1, -1])  # an error with acks=0 would close the connection
+        frames.append(_frame(version, cid, client, acks, records))
+        answered += acks != 0
+    return frames, answered
+
+
+def _twin_broker(path: Any) -> Any:
+    from broker.server.broker import Broker
+    from broker.server.config import BrokerConfig
+
+    b = Broker(BrokerConfig.load(overrides={"log.dirs": str(path), "broker.id": "1"}))
+    b.logs.startup()
+    for topic in (TOPIC, "run-other", "appendtime", "small", "isr"):
+        b.cache.set_topic(topic, {0: [1]}, {0: {"leader": 1, "leader_epoch": 3, "isr": [1]}})
+    b.cache.configs.update({"appendtime": {"message.timestamp.type": "LogAppendTime"},
+                            "small": {"max.message.bytes": "300"}, "isr": {"min.insync.replicas": "2"}})  # fmt: skip
+    return b
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_runs_answer_and_store_byte_for_byte_what_one_by_one_does(tmp_path, monkeypatch, seed) -> None:
+    """The same pipelined mix served request by request and through the run dispatch: equal answer
+    bytes, equal log files and index entries (LogAppendTime's batches differ only in their clock)."""
+    frames, expect = _mixed_frames(seed)
+    got = {}
+    for runs in (False, True):
+        b = _twin_broker(tmp_path / f"runs-{runs}")
+        try:
+            answers, _, _ = serve_pipelined(b, frames, expect, monkeypatch, runs=runs)
+            logs = {}
+            for topic in (TOPIC, "run-other", "appendtime", "small", "isr"):
+                plog = b.logs.get(topic, 0)
+                if plog is None:
+                    continue
+                seg = plog.active
+                stored = [(r.offset, r.key, r.value, r.headers) for r in plog.read_records(0)]
+                if topic == "appendtime":  # its timestamps are the broker's clock
+                    logs[topic] = (stored, seg.index.keys, seg.index.values, seg.size)
+                    continue
+                logs[topic] = (next(plog.dir.glob("*.log")).read_bytes(), stored, seg.index.keys, seg.index.values,
+                               seg.time_index.keys, seg.time_index.values, seg.first_timestamp, seg.max_timestamp)
+            # the LogAppendTime answers carry the broker's clock (bytes 38-46: after the base offset)
+            answers = [a[:38] + b"<clock>" + a[46:] if a[10:20] == b"appendtime" else a for a in answers]
+            got[runs] = (answers, logs)
+        finally:
+            b.logs.shutdown()
+    assert len(got[False][0]) == expect
+    assert got[True][0] == got[False][0]
+    assert got[True][1] == got[False][1]
+    assert got[True][1][TOPIC][1]  # the mix stored something
+
+
+def test_a_run_of_many_small_batches_takes_index_entries_where_one_by_one_does(tmp_path, monkeypatch) -> None:
+    """Several hundred pipelined one-record requests: the index entries (every 4096 bytes) and the
+    answers agree with the one-by-one path's, across the runs' boundaries. The batches are 256 bytes,
+    so 16 of them end exactly at the 4096-byte interval (no entry yet: Kafka's rule is "more than")."""
+    batches = [batch((b"%05d" % i).ljust(186, b".")) for i in range(700)]
+    assert {len(b) for b in batches} == {256}
+    frames = [_frame(8, i, "t", 1, {TOPIC: b}) for i, b in enumerate(batches)]
+    got = {}
+    for runs in (False, True):
+        b = _twin_broker(tmp_path / f"many-{runs}")
+        try:
+            answers, _, _ = serve_pipelined(b, frames, 700, monkeypatch, runs=runs)
+            seg = b.logs.get(TOPIC, 0).active
+            got[runs] = (answers, seg.index.keys, seg.index.values, seg.time_index.keys, seg.size)
+        finally:
+            b.logs.shutdown()
+    assert len(got[True][1]) > 10
+    assert got[True] == got[False]

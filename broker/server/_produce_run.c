@@ -1,0 +1,275 @@
+/* Runs of pipelined one-partition Produce requests, handled per run rather than per request.
+ *
+ * A producer that sends one small batch per request (kafkactl bench --batch 1, a keyed stream to one
+ * partition) pipelines many requests that differ only in their correlation id and batch. `scan` cuts
+ * the longest such run from a connection's receive buffer; `stitch` copies the run's batches into one
+ * buffer with their offsets and leader epoch assigned, and says where the offset and time indexes get
+ * entries (the rule of broker/log/segment.py's `_note_batch`); `answers` writes every answer frame of
+ * the run at once. broker/server/produce_run.py is the caller; anything `scan` does not take goes the
+ * general way (broker/server/handlers), which stays the reference for every answer and log byte.
+ *
+ * A request of the run: size int32, header v1 (api_key 0, api_version 3..max, correlation_id,
+ * client_id), a null transactional id, acks in {0, 1, -1}, timeout_ms, one topic with one partition,
+ * and a record set that is exactly one RecordBatch v2: batch length + 12 == record set size, magic 2,
+ * no transactional or control bit, producer id < 0 (not idempotent: no sequence to check), at least one
+ * record, a last offset delta >= 0, and a CRC-32C that matches. Version, acks, topic and partition are
+ * the same in every request of a run.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* one request of a run (`info` holds them back to back) */
+typedef struct {
+    int64_t position; /* the batch's first byte in the scanned buffer */
+    int64_t max_ts;
+    int32_t correlation_id;
+    int32_t size; /* the batch's bytes */
+    int32_t last_delta;
+    int32_t count;
+} Item;
+
+static inline uint32_t u32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline int32_t s32(const unsigned char *p) { return (int32_t)u32(p); }
+static inline int16_t s16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+static inline int64_t s64(const unsigned char *p) { return (int64_t)(((uint64_t)u32(p) << 32) | u32(p + 4)); }
+
+static inline unsigned char *put(unsigned char *p, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+    return p + n;
+}
+
+/* crc(memoryview of the batch from its attributes on) == the stored CRC: 1; mismatch: 0; error: -1 */
+static int crc_matches(PyObject *crc, const unsigned char *batch, Py_ssize_t size) {
+    PyObject *mv = PyMemoryView_FromMemory((char *)batch + 21, size - 21, PyBUF_READ);
+    if (!mv) return -1;
+    PyObject *got = PyObject_CallOneArg(crc, mv);
+    Py_DECREF(mv);
+    if (!got) return -1;
+    unsigned long value = PyLong_AsUnsignedLong(got);
+    Py_DECREF(got);
+    if (value == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    return value == u32(batch + 17);
+}
+
+/* scan(buf, start, end, max_frames, max_request_bytes, max_version, crc) -> None | tuple
+ * The run at buf[start:end]: None when the first whole frame there is not one of a run, else
+ * (frames, end position, version, acks, topic (bytes), partition, info, bytes, records, largest batch). */
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end;
+    int max_frames, max_request_bytes, max_version;
+    PyObject *crc;
+    if (!PyArg_ParseTuple(args, "y*nniiiO", &view, &start, &end, &max_frames, &max_request_bytes, &max_version,
+                          &crc))
+        return NULL;
+    PyObject *result = NULL;
+    Item *items = NULL;
+    if (start < 0 || end > view.len || start > end || max_frames < 1) {
+        PyErr_SetString(PyExc_ValueError, "scan: bad bounds");
+        goto done;
+    }
+    items = PyMem_Malloc(sizeof(Item) * (size_t)max_frames);
+    if (!items) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const unsigned char *b = view.buf;
+    const unsigned char *topic = NULL;
+    int n = 0, version = 0, acks = 0, topic_len = 0, failed = 0;
+    int32_t partition = 0, largest = 0;
+    int64_t total = 0, records = 0;
+    Py_ssize_t pos = start;
+    while (n < max_frames && end - pos >= 4) {
+        int32_t size = s32(b + pos);
+        if (size < 8 || size > max_request_bytes || size > end - pos - 4) break;
+        const unsigned char *p = b + pos + 4, *fe = p + size;
+#define NEED(k) if (fe - p < (k)) break
+        NEED(10);
+        int api = s16(p), ver = s16(p + 2);
+        int32_t corr = s32(p + 4);
+        int16_t client = s16(p + 8);
+        p += 10;
+        if (api != 0 || ver < 3 || ver > max_version || client < -1) break;
+        if (client > 0) {
+            NEED(client);
+            p += client;
+        }
+        NEED(12);
+        int16_t tid = s16(p), ack = s16(p + 2);
+        int32_t topics = s32(p + 8);
+        p += 12;
+        if (tid != -1 || topics != 1 || (ack != 0 && ack != 1 && ack != -1)) break;
+        NEED(2);
+        int16_t tlen = s16(p);
+        p += 2;
+        if (tlen < 0) break;
+        NEED(tlen + 12);
+        const unsigned char *name = p;
+        p += tlen;
+        int32_t parts = s32(p), index = s32(p + 4), rsize = s32(p + 8);
+        p += 12;
+        if (parts != 1 || rsize < 61 || fe - p != rsize) break;
+        const unsigned char *r = p;
+        int attributes = s16(r + 21);
+        int32_t last_delta = s32(r + 23), count = s32(r + 57);
+        if (s32(r + 8) + 12 != rsize || r[16] != 2 || (attributes & 0x30) || s64(r + 43) >= 0 || last_delta < 0 ||
+            count <= 0)
+            break;
+        if (n == 0) {
+            version = ver, acks = ack, topic = name, topic_len = tlen, partition = index;
+        } else if (ver != version || ack != acks || tlen != topic_len || index != partition ||
+                   memcmp(name, topic, (size_t)tlen) != 0) {
+            break;
+        }
+        int ok = crc_matches(crc, r, rsize);
+        if (ok < 0) {
+            failed = 1;
+            break;
+        }
+        if (!ok) break;
+#undef NEED
+        Item *it = &items[n++];
+        it->position = r - b;
+        it->max_ts = s64(r + 35);
+        it->correlation_id = corr;
+        it->size = rsize;
+        it->last_delta = last_delta;
+        it->count = count;
+        total += rsize;
+        records += count;
+        if (rsize > largest) largest = rsize;
+        pos += 4 + (Py_ssize_t)size;
+    }
+    if (failed) goto done;
+    if (n == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    result = Py_BuildValue("(inii" "y#" "iy#LLi)", n, pos, version, acks, (const char *)topic, (Py_ssize_t)topic_len,
+                           partition, (const char *)items, (Py_ssize_t)(sizeof(Item) * (size_t)n), (long long)total,
+                           (long long)records, largest);
+done:
+    PyMem_Free(items);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* stitch(buf, info, first_offset, leader_epoch, position, since_index, interval, max_ts)
+ *   -> (data, marks, since_index, max_ts, next_offset)
+ * The run's batches back to back with base offsets from `first_offset` on; `marks` lists the
+ * (last offset, position, largest timestamp so far) where the segment's indexes take an entry, for a
+ * segment of `position` bytes, `since_index` bytes past its last entry and largest timestamp `max_ts`. */
+static PyObject *stitch(PyObject *self, PyObject *args) {
+    Py_buffer view, info;
+    long long first, position, since, max_ts;
+    int epoch, interval;
+    if (!PyArg_ParseTuple(args, "y*y*LiLLiL", &view, &info, &first, &epoch, &position, &since, &interval, &max_ts))
+        return NULL;
+    PyObject *data = NULL, *marks = NULL, *result = NULL;
+    const Item *items = info.buf;
+    Py_ssize_t n = info.len / (Py_ssize_t)sizeof(Item), total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (items[i].position < 0 || items[i].position + items[i].size > view.len) {
+            PyErr_SetString(PyExc_ValueError, "stitch: the info does not fit the buffer");
+            goto done;
+        }
+        total += items[i].size;
+    }
+    data = PyBytes_FromStringAndSize(NULL, total);
+    marks = PyList_New(0);
+    if (!data || !marks) goto done;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(data);
+    long long offset = first;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Item *it = &items[i];
+        memcpy(o, (const unsigned char *)view.buf + it->position, (size_t)it->size);
+        put(o, (uint64_t)offset, 8);
+        put(o + 12, (uint32_t)epoch, 4);
+        long long last = offset + it->last_delta;
+        if (it->max_ts > max_ts) max_ts = it->max_ts;
+        if (since > interval) {
+            PyObject *mark = Py_BuildValue("(LLL)", last, position, max_ts);
+            if (!mark || PyList_Append(marks, mark) < 0) {
+                Py_XDECREF(mark);
+                goto done;
+            }
+            Py_DECREF(mark);
+            since = 0;
+        }
+        since += it->size;
+        position += it->size;
+        o += it->size;
+        offset = last + 1;
+    }
+    result = Py_BuildValue("(OOLLL)", data, marks, since, max_ts, offset);
+done:
+    Py_XDECREF(data);
+    Py_XDECREF(marks);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&info);
+    return result;
+}
+
+/* answers(info, version, topic, partition, first_offset, log_start_offset) -> bytes
+ * Every request's answer frame, in order: no error, its base offset, no log append time. */
+static PyObject *answers(PyObject *self, PyObject *args) {
+    Py_buffer info, topic;
+    int version, partition;
+    long long first, log_start;
+    if (!PyArg_ParseTuple(args, "y*iy*iLL", &info, &version, &topic, &partition, &first, &log_start)) return NULL;
+    PyObject *out = NULL;
+    const Item *items = info.buf;
+    Py_ssize_t n = info.len / (Py_ssize_t)sizeof(Item);
+    Py_ssize_t body = 4 + 4 + 2 + topic.len + 4 + 4 + 2 + 8 + (version >= 2 ? 8 : 0) + (version >= 5 ? 8 : 0) +
+                      (version >= 8 ? 6 : 0) + (version >= 1 ? 4 : 0);
+    if (topic.len > INT16_MAX) {
+        PyErr_SetString(PyExc_ValueError, "answers: topic name too long");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, n * (4 + body));
+    if (!out) goto done;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    long long offset = first;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        o = put(o, (uint32_t)body, 4);
+        o = put(o, (uint32_t)items[i].correlation_id, 4);
+        o = put(o, 1, 4);
+        o = put(o, (uint16_t)topic.len, 2);
+        memcpy(o, topic.buf, (size_t)topic.len);
+        o += topic.len;
+        o = put(o, 1, 4);
+        o = put(o, (uint32_t)partition, 4);
+        o = put(o, 0, 2);
+        o = put(o, (uint64_t)offset, 8);
+        if (version >= 2) o = put(o, (uint64_t)-1, 8); /* log append time: none (CreateTime) */
+        if (version >= 5) o = put(o, (uint64_t)log_start, 8);
+        if (version >= 8) {
+            o = put(o, 0, 4);            /* record errors */
+            o = put(o, (uint16_t)-1, 2); /* error message: null */
+        }
+        if (version >= 1) o = put(o, 0, 4); /* throttle time */
+        offset += (long long)items[i].last_delta + 1;
+    }
+done:
+    PyBuffer_Release(&info);
+    PyBuffer_Release(&topic);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "The run of one-partition Produce requests at the start of a buffer, or None."},
+    {"stitch", stitch, METH_VARARGS, "A run's batches with their offsets assigned, and the index entries due."},
+    {"answers", answers, METH_VARARGS, "Every answer frame of a run appended at first_offset."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce_run", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__produce_run(void) { return PyModule_Create(&module); }

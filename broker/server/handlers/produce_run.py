@@ -1,0 +1,86 @@
+"""Runs of pipelined one-partition Produce requests, appended and answered per run.
+
+A producer sending one small batch per request pipelines many requests alike but for their
+correlation id and batch. The server offers each connection's received bytes here first: the C scanner
+(`broker/server/_produce_run.c`, which documents what a request of a run is) cuts the run, and the
+run is appended with one deferred write and answered with one buffer, with no per-request Python.
+Whatever the run cannot answer with "no error" (a topic not in the metadata cache, not the leader,
+too small an ISR for acks=all, LogAppendTime, a batch over max.message.bytes) goes the general way,
+request by request, so the errors and every other case have one implementation (`produce.py`).
+Without the C extension there are no runs: every request goes the general way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from broker.protocol.api import APIS, ApiKey
+from broker.records.crc import crc32c
+
+try:
+    from broker.server import _produce_run
+except ImportError:  # no compiler at install time
+    _produce_run = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from broker.server.broker import Broker
+
+#: requests of one run at most: the answers of a run leave together, so the client hears back steadily
+MAX_RUN = 64
+
+#: a connection's bytes → (position after the run, answers in it, the answer frames or None for acks=0),
+#: or the count of the next requests that must go the general way (0: the next one is no run's)
+RunDispatch = Callable[[bytearray, int, int], "tuple[int, int, bytes | None] | int"]
+
+
+class _Run:
+    """The scanner's view of a run, stitched when the log appends it (`StitchableRun`)."""
+
+    __slots__ = ("buf", "info", "first_max_timestamp")
+
+    def __init__(self, buf: bytearray, info: bytes) -> None:
+        self.buf, self.info = buf, info
+        self.first_max_timestamp = int.from_bytes(info[8:16], "little", signed=True)  # the first Item's max_ts
+
+    def stitch(self, first_offset: int, leader_epoch: int, position: int, since_index: int, interval: int,
+               max_timestamp: int) -> tuple[bytes, list[tuple[int, int, int]], int, int, int]:  # fmt: skip
+        return _produce_run.stitch(self.buf, self.info, first_offset, leader_epoch, position, since_index, interval,
+                                   max_timestamp)  # fmt: skip
+
+
+def run_dispatcher(b: Broker) -> RunDispatch | None:
+    """The server's run dispatch for broker `b`, or None without the C extension."""
+    if _produce_run is None:
+        return None
+    scan, answers = _produce_run.scan, _produce_run.answers
+    max_request = b.config.socket_request_max_bytes
+    max_version = APIS[ApiKey.PRODUCE].advertised[1]
+    topics = b.cache.topics
+
+    def dispatch_run(buf: bytearray, start: int, end: int) -> tuple[int, int, bytes | None] | int:
+        got = scan(buf, start, end, MAX_RUN, max_request, max_version, crc32c)
+        if got is None:
+            return 0
+        n, pos, version, acks, topic_b, partition, info, total, records, largest = got
+        try:
+            topic = topic_b.decode()
+        except UnicodeDecodeError:
+            return n
+        if topic not in topics:
+            return n
+        code, plog, part = b.leader_log_now(topic, partition)
+        if plog is None or part is None:
+            return n
+        config = plog.config
+        if (config.message_timestamp_type != "CreateTime" or largest > config.max_message_bytes
+                or (acks == -1 and len(part.isr) < b.min_insync(topic))):  # fmt: skip
+            return n
+        first = plog.append_run(_Run(buf, info), total, records, leader_epoch=part.leader_epoch)
+        b.deferred_logs.add(plog)  # written before the answers leave (see `Broker.write_deferred`)
+        b.purgatory.notify((topic, partition))
+        if acks == 0:
+            return pos, 0, None
+        return pos, n, answers(info, version, topic_b, partition, first, plog.log_start_offset)
+
+    return dispatch_run
