@@ -1,4 +1,4 @@
-"""Builds the optional C parts (the record codec, the Produce run scanner); everything else is in pyproject.toml.
+"""Builds the optional C parts (the record codec, the Produce run codec); everything else is in pyproject.toml.
 
 `optional=True`: without a compiler the install still succeeds and the pure-Python codec is used.
 """
@@ -7,5 +7,5 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("broker.records._codec", ["broker/records/_codec.c"], optional=True),
-    Extension("broker.server._produce_run", ["broker/server/_produce_run.c"], optional=True),
+    Extension("broker.protocol._produce_run", ["broker/protocol/_produce_run.c"], optional=True),
 ])

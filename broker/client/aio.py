@@ -23,6 +23,7 @@ from broker.errors import KafkactlError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import encode_request
+from broker.protocol.messages.produce import read_produce_response
 from broker.protocol.primitives import I32, DecodeError, Reader
 
 _REQUEST_HEAD = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
@@ -30,6 +31,26 @@ _READ_CHUNK = 256 * 1024
 
 #: called with (decoded answer, None) or (None, the connection's error) instead of a future
 AnswerSink = Callable[[Any, BaseException | None], None]
+
+#: a run's answers: (index of the first request answered, base offsets of a run of no-error answers or None,
+#: the decoded answer of one request or None, None or the connection's error for every request left)
+RunSink = Callable[[int, "list[int] | None", Any, BaseException | None], None]
+
+try:
+    from broker.protocol._produce_run import scan_answers as _scan_answers
+except ImportError:  # no compiler at install time: every answer is decoded on its own
+    _scan_answers = None
+
+
+class PendingRun:
+    """`count` pipelined one-partition Produce requests with consecutive correlation ids, answered
+    through one sink: the answers that say "no error" are read a run at a time (`scan_answers`)."""
+
+    __slots__ = ("cid", "left", "index", "version", "topic", "partition", "sink")
+
+    def __init__(self, cid: int, count: int, version: int, topic: bytes, partition: int, sink: RunSink) -> None:
+        self.cid, self.left, self.index = cid, count, 0
+        self.version, self.topic, self.partition, self.sink = version, topic, partition, sink
 
 
 class AsyncConnection:
@@ -49,7 +70,7 @@ class AsyncConnection:
         self._out: list[Any] = []  # frames written this loop tick, sent together by _flush
         self._flush_handle: asyncio.Handle | None = None
         cid_bytes = client_id.encode()
-        self._client_id = struct.pack(">h", len(cid_bytes)) + cid_bytes
+        self.client_id_field = struct.pack(">h", len(cid_bytes)) + cid_bytes  # as a request header holds it
         self.closed = False
 
     @classmethod
@@ -102,7 +123,8 @@ class AsyncConnection:
         if self.closed or self._writer is None:
             raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
         cid = next(self._ids) & 0x7FFFFFFF
-        return cid, _REQUEST_HEAD.pack(8 + len(self._client_id) + body_size, api_key, version, cid) + self._client_id
+        client = self.client_id_field
+        return cid, _REQUEST_HEAD.pack(8 + len(client) + body_size, api_key, version, cid) + client
 
     def send_frame(self, parts: list[Any], cid: int, api_key: int, version: int, decode: Callable[[Reader, int], Any],
                    on_answer: AnswerSink | None) -> None:  # fmt: skip
@@ -113,6 +135,26 @@ class AsyncConnection:
         self._out += parts
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def send_run(self, data: bytes, first_cid: int, count: int, version: int, topic: str, partition: int,
+                 sink: RunSink) -> None:  # fmt: skip
+        """Queue `count` one-partition Produce requests framed together in `data` (ids from `first_cid`,
+        taken with `take_ids`) for this tick's write; their answers go to `sink` (see `RunSink`)."""
+        if self.closed or self._writer is None:
+            raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
+        self._pending.append(PendingRun(first_cid, count, version, topic.encode(), partition, sink))
+        self._out.append(data)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def take_ids(self, count: int) -> int:
+        """`count` consecutive correlation ids for `send_run`; returns the first (they wrap at 2**31)."""
+        if self.closed or self._writer is None:
+            raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
+        first = next(self._ids)
+        if count > 1:
+            self._ids = itertools.count(first + count)
+        return first & 0x7FFFFFFF
 
     def _enqueue(self, parts: list[Any], api_key: int, cid: int, decode: Callable[[Reader, int], Any], version: int,
                  expect_response: bool) -> asyncio.Future | None:  # fmt: skip
@@ -170,6 +212,18 @@ class AsyncConnection:
                 pos, n = 0, len(data)
                 view = memoryview(data)
                 while n - pos >= 4:
+                    head = self._pending[0] if self._pending else None
+                    if head.__class__ is PendingRun and _scan_answers is not None:
+                        pos, offsets = _scan_answers(data, pos, n, head.cid, head.left, head.version, head.topic,
+                                                     head.partition)  # fmt: skip
+                        if offsets:
+                            k = len(offsets)
+                            index = head.index
+                            head.cid, head.left, head.index = (head.cid + k) & 0x7FFFFFFF, head.left - k, index + k
+                            if not head.left:
+                                self._pending.popleft()
+                            head.sink(index, offsets, None, None)
+                            continue
                     end = pos + 4 + I32.unpack_from(data, pos)[0]
                     if end > n:
                         if end - n > _READ_CHUNK:  # a big answer: the rest of it in one read
@@ -192,10 +246,16 @@ class AsyncConnection:
             raise
 
     def _answer(self, frame: memoryview) -> None:
-        """Match one answer frame to the oldest pending request, decode it and hand it over."""
+        """Match one answer frame to the oldest pending request, decode it and hand it over. A frame that
+        does not match or decode raises with its request still pending, so `_fail` answers it too."""
         if not self._pending:
             raise ProtocolError(f"unexpected answer from {self.host}:{self.port}")
-        cid, api_key, decode, version, sink = self._pending.popleft()
+        head = self._pending[0]
+        run = head if head.__class__ is PendingRun else None
+        if run is not None:  # one answer of a run that is not a plain "no error"
+            cid, api_key, decode, version = run.cid, ApiKey.PRODUCE, read_produce_response, run.version
+        else:
+            cid, api_key, decode, version, sink = head
         if len(frame) < 4:
             raise ProtocolError(f"an answer of {len(frame)} bytes from {self.host}:{self.port}")
         got = I32.unpack_from(frame)[0]
@@ -205,6 +265,14 @@ class AsyncConnection:
             body = decode(Reader(frame, 4), version)
         except DecodeError as exc:
             raise ProtocolError(f"unreadable {ApiKey(api_key).name} answer: {exc}") from None
+        if run is not None:
+            index = run.index
+            run.cid, run.left, run.index = (cid + 1) & 0x7FFFFFFF, run.left - 1, index + 1
+            if not run.left:
+                self._pending.popleft()
+            run.sink(index, None, body, None)
+            return
+        self._pending.popleft()
         if isinstance(sink, asyncio.Future):
             if not sink.done():
                 sink.set_result(body)
@@ -214,7 +282,12 @@ class AsyncConnection:
     def _fail(self, exc: Exception) -> None:
         self.closed = True
         while self._pending:
-            *_, sink = self._pending.popleft()
+            entry = self._pending.popleft()
+            if entry.__class__ is PendingRun:
+                with contextlib.suppress(Exception):
+                    entry.sink(entry.index, None, None, exc)
+                continue
+            *_, sink = entry
             if not isinstance(sink, asyncio.Future):
                 with contextlib.suppress(Exception):  # one broken consumer of answers must not keep the rest waiting
                     sink(None, exc)

@@ -29,12 +29,19 @@ from broker.protocol.messages.produce import (
     PartitionResult,
     encode_one_partition_request,
     encode_produce_request,
+    one_partition_head,
     one_partition_lead,
     read_produce_response,
 )
 from broker.records.batch import decode_records
 from broker.records.builder import BatchBuilder
 from broker.records.compression import Codec
+from broker.records.crc import crc32c
+
+try:
+    from broker.protocol._produce_run import build_requests as _build_requests
+except ImportError:  # no compiler at install time: a request is framed at a time
+    _build_requests = None
 
 CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
 
@@ -258,10 +265,13 @@ class AsyncProducer:
         self._closed = False
         self._refresh_needed = False
         self._acks0_drain: set[AsyncConnection] = set()  # connections written to at acks=0 this round
+        #: whether queued batches of one partition may go as a run of requests framed together in C
+        self._runs = _build_requests is not None and self.codec == Codec.NONE and cfg.acks != 0
 
     async def start(self) -> AsyncProducer:
         await self.cluster.refresh([])
         if self.config.enable_idempotence:
+            self._runs = False  # a run's batches carry no sequence numbers
             conn = await self.cluster._any()
             answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
                                                                    "transaction_timeout_ms": 60000})  # fmt: skip
@@ -583,6 +593,13 @@ class AsyncProducer:
         limit = self.config.max_in_flight
         in_flight = self.in_flight
         sent = False
+        room = limit - in_flight[node]
+        if self._runs and room > 1 and len(queue) > 1 and not self.splitting.get(tp):
+            run = []
+            while queue and len(run) < room and queue[0].data is None and queue[0].parent is None:
+                run.append(queue.popleft())
+            if run:
+                sent = self._send_batch_run(node, conn, tp, run)
         while queue and in_flight[node] < limit and self._send_request(node, conn, [queue.popleft()]):
             sent = True
             if self.splitting.get(tp):
@@ -590,6 +607,55 @@ class AsyncProducer:
         if not queue:
             del self.ready[tp]
         return sent
+
+    def _send_batch_run(self, node: int, conn: AsyncConnection, tp: tuple[str, int], run: list[_Batch]) -> bool:
+        """`run`'s batches (new, uncompressed, of a producer without idempotence), a request each, framed
+        together in C; their answers come back a run at a time (`_on_run_answers`)."""
+        cfg = self.config
+        try:
+            version = conn.version_for(ApiKey.PRODUCE)
+            cid = conn.take_ids(len(run))
+            data = _build_requests(version, cid, conn.client_id_field,
+                                   one_partition_head(version, cfg.acks, cfg.request_timeout_ms, tp[0]), tp[1],
+                                   [b.builder for b in run], -1, -1, -1, crc32c)  # fmt: skip
+            sink = functools.partial(self._on_run_answers, node, run)
+            conn.send_run(data, cid, len(run), version, tp[0], tp[1], sink)
+        except (ProtocolError, KafkactlError) as exc:
+            for b in run:
+                b.attempts += 1
+                self._retry(b, exc, refresh=True)
+            return False
+        self.in_flight[node] += len(run)
+        self.tp_in_flight[tp] = self.tp_in_flight.get(tp, 0) + len(run)
+        return True
+
+    def _on_run_answers(self, node: int, run: list[_Batch], index: int, offsets: list[int] | None, answer: Any,
+                        exc: BaseException | None) -> None:  # fmt: skip
+        """Answers to a run of requests (see `RunSink`): base offsets of no-error answers from `index` on are
+        the usual case, done here in bulk; any other answer, or the connection's end, goes to `_on_answer`."""
+        if offsets is None:
+            for b in run[index : index + 1] if exc is None else run[index:]:
+                b.attempts += 1  # (counted here, not when sent: a run's batches are not touched on the way out)
+                self._on_answer(node, [b], answer, exc)
+            return
+        k = len(offsets)
+        self.in_flight[node] -= k
+        tp = run[index].tp
+        self.tp_in_flight[tp] -= k
+        self._wake.set()
+        unfinished = self.unfinished
+        freed = 0
+        for b, offset in zip(run[index : index + k], offsets, strict=True):  # `_complete` of each, inlined
+            if b.outcome is _PENDING:
+                b.outcome = offset
+                if b._future is not None:
+                    b._settle(b._future)
+            del unfinished[b]
+            freed += b.size
+            b.size = 0
+            b.builder = None  # type: ignore[assignment]
+        self.buffered -= freed
+        self._room.set()
 
     def _send_request(self, node: int, conn: AsyncConnection, batches: list[_Batch]) -> bool:
         """One Produce request of `batches` to `node`; False (and the batches retried) when it could not go."""

@@ -94,7 +94,7 @@ def encode_produce_request(version: int, acks: int, timeout_ms: int,
 
 
 @functools.lru_cache(maxsize=1024)
-def _one_partition_head(version: int, acks: int, timeout_ms: int, topic: str) -> bytes:
+def one_partition_head(version: int, acks: int, timeout_ms: int, topic: str) -> bytes:
     """What precedes the partition index in a request of one topic and one partition."""
     encoded = topic.encode()
     return (_NULL_STRING if version >= 3 else b"") + _ACKS_TIMEOUT_COUNT.pack(acks, timeout_ms, 1) \
@@ -103,13 +103,13 @@ def _one_partition_head(version: int, acks: int, timeout_ms: int, topic: str) ->
 
 def one_partition_lead(version: int, acks: int, timeout_ms: int, topic: str, partition: int, size: int) -> bytes:
     """A request body of one partition up to its record set of `size` bytes, which follows it."""
-    return _one_partition_head(version, acks, timeout_ms, topic) + _INDEX_SIZE.pack(partition, size)
+    return one_partition_head(version, acks, timeout_ms, topic) + _INDEX_SIZE.pack(partition, size)
 
 
 def encode_one_partition_request(version: int, acks: int, timeout_ms: int, topic: str, partition: int,
                                  records: Any) -> list[Any]:  # fmt: skip
     """`encode_produce_request` of one partition's record set (the usual request), from a cached head."""
-    return [_one_partition_head(version, acks, timeout_ms, topic) + _INDEX_SIZE.pack(partition, len(records)),
+    return [one_partition_head(version, acks, timeout_ms, topic) + _INDEX_SIZE.pack(partition, len(records)),
             records]  # fmt: skip
 
 

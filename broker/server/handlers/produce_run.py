@@ -2,7 +2,7 @@
 
 A producer sending one small batch per request pipelines many requests alike but for their
 correlation id and batch. The server offers each connection's received bytes here first: the C scanner
-(`broker/server/_produce_run.c`, which documents what a request of a run is) cuts the run, and the
+(`broker/protocol/_produce_run.c`, which documents what a request of a run is) cuts the run, and the
 run is appended with one deferred write and answered with one buffer, with no per-request Python.
 Whatever the run cannot answer with "no error" (a topic not in the metadata cache, not the leader,
 too small an ISR for acks=all, LogAppendTime, a batch over max.message.bytes) goes the general way,
@@ -19,7 +19,7 @@ from broker.protocol.api import APIS, ApiKey
 from broker.records.crc import crc32c
 
 try:
-    from broker.server import _produce_run
+    from broker.protocol import _produce_run
 except ImportError:  # no compiler at install time
     _produce_run = None  # type: ignore[assignment]
 

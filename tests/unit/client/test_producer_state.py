@@ -1,13 +1,19 @@
-"""The producer's bookkeeping on paths a live broker seldom shows: a request that cannot go out, and a
-flush while a batch is being split. Pure logic: the connection is a stand-in, nothing is sent."""
+"""The producer's bookkeeping on paths a live broker seldom shows: a request that cannot go out, a
+flush while a batch is being split, a run of requests whose answers are not all plain. Pure logic:
+the connection is a stand-in, nothing is sent."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-from broker.client.aio import AsyncConnection
+import pytest
+
+from broker.client.aio import AsyncConnection, PendingRun
 from broker.client.connection import ProtocolError
 from broker.client.producer import AsyncProducer, _Batch
+from broker.protocol.errors import ErrorCode
+from broker.protocol.messages.produce import PartitionResult, encode_produce_response
 from broker.records.batch import decode_header
 from broker.records.compression import Codec
 
@@ -30,7 +36,7 @@ class RecordingConnection:
     def __init__(self) -> None:
         self.frames: list[bytes] = []
         self.request_head = AsyncConnection.request_head.__get__(self)
-        self.closed, self._writer, self._client_id = False, object(), b"\x00\x01x"
+        self.closed, self._writer, self.client_id_field = False, object(), b"\x00\x01x"
         self._ids = iter(range(1, 100))
 
     def version_for(self, api_key: int) -> int:
@@ -83,3 +89,64 @@ def test_flush_while_a_batch_is_split_returns_when_its_halves_are_answered() -> 
         return b.result()
 
     assert asyncio.run(main()) == [10, 11, 12, 13]
+
+
+def test_a_runs_answers_complete_retry_and_count_each_batch_once() -> None:
+    """Answers to a run of seven one-batch requests: three plain ones, an error, one more plain one, then
+    the connection ends. The answered complete, the others wait to be retried, and every count adds up."""
+
+    async def main() -> tuple[AsyncProducer, list[_Batch]]:
+        producer = AsyncProducer("127.0.0.1:9", acks=1, retries=5)
+        run = [_batch(producer, [b"%d" % i]) for i in range(7)]
+        for b in run:
+            b.size = 21
+        producer.buffered = 7 * 21
+        producer.in_flight[0], producer.tp_in_flight[TP] = 7, 7
+        producer._on_run_answers(0, run, 0, [100, 101, 102], None, None)
+        not_leader = [PartitionResult("t", 0, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, None)]
+        producer._on_run_answers(0, run, 3, None, not_leader, None)
+        producer._on_run_answers(0, run, 4, [104], None, None)
+        producer._on_run_answers(0, run, 5, None, None, ProtocolError("broker 127.0.0.1:9 closed the connection"))
+        return producer, run
+
+    producer, run = asyncio.run(main())
+    assert [b.outcome for b in (run[0], run[1], run[2], run[4])] == [100, 101, 102, 104]
+    waiting = [run[3], run[5], run[6]]
+    assert not any(b.done() for b in waiting)
+    assert producer.retrying == waiting and [b.attempts for b in waiting] == [1, 1, 1]
+    assert list(producer.unfinished) == waiting
+    assert (producer.in_flight[0], producer.tp_in_flight[TP], producer.buffered) == (0, 0, 3 * 21)
+
+
+def test_the_read_loop_hands_a_run_its_answers_a_run_at_a_time_and_the_rest_one_by_one() -> None:
+    """Five answers to a run, split across reads mid-frame, the third an error; then a second run the
+    connection leaves with one answer of three: the rest get the connection's error."""
+    pytest.importorskip("broker.protocol._produce_run")
+    calls: list[tuple] = []
+
+    def sink(index: int, offsets: list[int] | None, answer: Any, exc: BaseException | None) -> None:
+        calls.append((index, offsets, answer and [(p.error_code, p.base_offset) for p in answer],
+                      type(exc).__name__ if exc else None))  # fmt: skip
+
+    def answer(cid: int, code: int, base: int) -> bytes:
+        body = {"topics": [{"name": "t", "partitions": [{"index": 0, "error_code": code, "base_offset": base}]}]}
+        return b"".join(encode_produce_response(cid, body, 8))
+
+    async def main() -> None:
+        conn = AsyncConnection("127.0.0.1", 9, "c", 5.0)
+        conn._reader = reader = asyncio.StreamReader()
+        conn._pending.append(PendingRun(10, 5, 8, b"t", 0, sink))
+        conn._pending.append(PendingRun(15, 3, 8, b"t", 0, sink))
+        data = answer(10, 0, 7) + answer(11, 0, 8) + answer(12, 6, -1) + answer(13, 0, 9) + answer(14, 0, 10)
+        data += answer(15, 0, 11)
+        task = asyncio.get_running_loop().create_task(conn._read_loop())
+        for piece in (data[:60], data[60:150], data[150:]):
+            reader.feed_data(piece)
+            await asyncio.sleep(0.01)
+        reader.feed_eof()
+        await task
+
+    asyncio.run(main())
+    assert calls[0] == (0, [7], None, None)  # the first read held one whole answer
+    assert calls[1:] == [(1, [8], None, None), (2, None, [(6, -1)], None), (3, [9, 10], None, None),
+                         (0, [11], None, None), (1, None, None, "ProtocolError")]  # fmt: skip

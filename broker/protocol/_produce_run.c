@@ -8,6 +8,11 @@
  * the run at once. broker/server/produce_run.py is the caller; anything `scan` does not take goes the
  * general way (broker/server/handlers), which stays the reference for every answer and log byte.
  *
+ * The client's side is the mirror image: `build_requests` writes a run of such requests, one new batch
+ * each, in one buffer (broker/client/producer.py's `_send_run`), and `scan_answers` reads the answers
+ * that say "no error" with a base offset, a run of them at a time (broker/client/aio.py's read loop);
+ * any other answer is decoded the general way (broker/protocol/messages/produce.py).
+ *
  * A request of the run: size int32, header v1 (api_key 0, api_version 3..max, correlation_id,
  * client_id), a null transactional id, acks in {0, 1, -1}, timeout_ms, one topic with one partition,
  * and a record set that is exactly one RecordBatch v2: batch length + 12 == record set size, magic 2,
@@ -263,10 +268,162 @@ done:
     return out;
 }
 
+static int attr_ll(PyObject *o, const char *name, long long *out) {
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (!v) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* build_requests(version, first_cid, client_id, body_head, partition, builders, producer_id, producer_epoch,
+ *                first_sequence, crc) -> bytes
+ * One Produce request per BatchBuilder of `builders` (uncompressed: attributes 0), correlation ids
+ * first_cid, first_cid + 1, ...: frame size, api key 0, `version`, the id, `client_id` (int16 length +
+ * bytes), `body_head` (the body up to the partition index: null transactional id, acks, timeout, one
+ * topic, one partition), `partition`, the record set's size, the batch (base offset 0, leader epoch -1,
+ * sequences from `first_sequence` on when it is >= 0). BatchBuilder.build is the reference. */
+static PyObject *build_requests(PyObject *self, PyObject *args) {
+    int version, partition, epoch;
+    long long cid, pid, seq;
+    Py_buffer client, head;
+    PyObject *builders, *crc;
+    if (!PyArg_ParseTuple(args, "iLy*y*iOLiLO", &version, &cid, &client, &head, &partition, &builders, &pid, &epoch,
+                          &seq, &crc))
+        return NULL;
+    PyObject *out = NULL, *bufs = NULL;
+    long long *meta = NULL;
+    if (!PyList_Check(builders)) {
+        PyErr_SetString(PyExc_TypeError, "build_requests: builders must be a list");
+        goto done;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(builders), total = 0;
+    Py_ssize_t fixed = 4 + 8 + client.len + head.len + 8 + 61;
+    bufs = PyList_New(n);
+    meta = PyMem_Malloc(sizeof(long long) * 3 * (size_t)(n ? n : 1));
+    if (!bufs || !meta) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyList_GET_ITEM(builders, i);
+        PyObject *buf = PyObject_GetAttrString(b, "buf");
+        if (!buf) goto done;
+        PyList_SET_ITEM(bufs, i, buf);
+        if (!PyByteArray_Check(buf)) {
+            PyErr_SetString(PyExc_TypeError, "build_requests: a builder's buf must be a bytearray");
+            goto done;
+        }
+        if (attr_ll(b, "count", &meta[3 * i]) < 0 || attr_ll(b, "base_ts", &meta[3 * i + 1]) < 0 ||
+            attr_ll(b, "max_ts", &meta[3 * i + 2]) < 0)
+            goto done;
+        if (meta[3 * i] < 1 || meta[3 * i] > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "build_requests: a batch holds 1 to 2**31-1 records");
+            goto done;
+        }
+        total += fixed + PyByteArray_GET_SIZE(buf);
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *buf = PyList_GET_ITEM(bufs, i);
+        Py_ssize_t rlen = PyByteArray_GET_SIZE(buf), size = 61 + rlen;
+        long long count = meta[3 * i];
+        o = put(o, (uint32_t)(fixed - 4 + rlen), 4);
+        o = put(o, 0, 2);
+        o = put(o, (uint16_t)version, 2);
+        o = put(o, (uint32_t)((cid + i) & 0x7FFFFFFF), 4);
+        memcpy(o, client.buf, (size_t)client.len);
+        o += client.len;
+        memcpy(o, head.buf, (size_t)head.len);
+        o += head.len;
+        o = put(o, (uint32_t)partition, 4);
+        o = put(o, (uint32_t)size, 4);
+        unsigned char *b = o;
+        put(b, 0, 8);
+        put(b + 8, (uint64_t)(size - 12), 4);
+        put(b + 12, (uint32_t)-1, 4);
+        b[16] = 2;
+        put(b + 21, 0, 2);
+        put(b + 23, (uint64_t)(count - 1), 4);
+        put(b + 27, (uint64_t)meta[3 * i + 1], 8);
+        put(b + 35, (uint64_t)meta[3 * i + 2], 8);
+        put(b + 43, (uint64_t)pid, 8);
+        put(b + 51, (uint16_t)epoch, 2);
+        put(b + 53, (uint32_t)(seq >= 0 ? seq : -1), 4);
+        put(b + 57, (uint64_t)count, 4);
+        memcpy(b + 61, PyByteArray_AS_STRING(buf), (size_t)rlen);
+        PyObject *covered = PyMemoryView_FromMemory((char *)b + 21, size - 21, PyBUF_READ);
+        if (!covered) goto fail;
+        PyObject *sum = PyObject_CallOneArg(crc, covered);
+        Py_DECREF(covered);
+        if (!sum) goto fail;
+        unsigned long value = PyLong_AsUnsignedLong(sum);
+        Py_DECREF(sum);
+        if (value == (unsigned long)-1 && PyErr_Occurred()) goto fail;
+        put(b + 17, (uint32_t)value, 4);
+        o = b + size;
+        if (seq >= 0) seq = (seq + count) % 2147483648LL;
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    Py_XDECREF(bufs);
+    PyMem_Free(meta);
+    PyBuffer_Release(&client);
+    PyBuffer_Release(&head);
+    return out;
+}
+
+/* scan_answers(data, position, end, first_cid, max_count, version, topic, partition) -> (position, offsets)
+ * The whole answer frames at data[position:end], up to max_count of them, with correlation ids
+ * first_cid, first_cid + 1, ... that each answer `topic`'s `partition` alone with no error: their base
+ * offsets, and the position after them. It stops at the first frame that is not one (or not whole). */
+static PyObject *scan_answers(PyObject *self, PyObject *args) {
+    Py_buffer data, topic;
+    Py_ssize_t pos, end;
+    long long cid;
+    int max_count, version, partition;
+    if (!PyArg_ParseTuple(args, "y*nnLiiy*i", &data, &pos, &end, &cid, &max_count, &version, &topic, &partition))
+        return NULL;
+    PyObject *offsets = PyList_New(0), *result = NULL;
+    if (!offsets) goto done;
+    if (pos < 0 || end > data.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "scan_answers: bad bounds");
+        goto done;
+    }
+    const unsigned char *b = data.buf;
+    Py_ssize_t body = 4 + 4 + 2 + topic.len + 4 + 4 + 2 + 8 + (version >= 2 ? 8 : 0) + (version >= 5 ? 8 : 0) +
+                      (version >= 8 ? 6 : 0) + (version >= 1 ? 4 : 0);
+    Py_ssize_t at_partition = 4 + 4 + 4 + 2 + topic.len + 4; /* from the frame's start */
+    for (int i = 0; i < max_count && end - pos >= 4 + body; i++) {
+        const unsigned char *f = b + pos;
+        if (s32(f) != body || s32(f + 4) != (int32_t)((cid + i) & 0x7FFFFFFF) || s32(f + 8) != 1 ||
+            s16(f + 12) != topic.len || memcmp(f + 14, topic.buf, (size_t)topic.len) != 0 ||
+            s32(f + at_partition - 4) != 1 || s32(f + at_partition) != partition || s16(f + at_partition + 4) != 0)
+            break;
+        if (version >= 8 && (s32(f + 4 + body - 10) != 0 || s16(f + 4 + body - 6) != -1)) break;
+        PyObject *offset = PyLong_FromLongLong(s64(f + at_partition + 6));
+        if (!offset || PyList_Append(offsets, offset) < 0) {
+            Py_XDECREF(offset);
+            goto done;
+        }
+        Py_DECREF(offset);
+        pos += 4 + body;
+    }
+    result = Py_BuildValue("(nO)", pos, offsets);
+done:
+    Py_XDECREF(offsets);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&topic);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "The run of one-partition Produce requests at the start of a buffer, or None."},
     {"stitch", stitch, METH_VARARGS, "A run's batches with their offsets assigned, and the index entries due."},
     {"answers", answers, METH_VARARGS, "Every answer frame of a run appended at first_offset."},
+    {"build_requests", build_requests, METH_VARARGS, "A run of one-batch Produce requests in one buffer."},
+    {"scan_answers", scan_answers, METH_VARARGS, "The base offsets of a run of no-error Produce answers."},
     {NULL, NULL, 0, NULL},
 };
 
