@@ -23,7 +23,7 @@ from broker.errors import KafkactlError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import encode_request
-from broker.protocol.messages.produce import read_produce_response
+from broker.protocol.messages.produce import RUN_CODEC, read_produce_response
 from broker.protocol.primitives import I32, DecodeError, Reader
 
 _REQUEST_HEAD = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
@@ -36,10 +36,7 @@ AnswerSink = Callable[[Any, BaseException | None], None]
 #: the decoded answer of one request or None, None or the connection's error for every request left)
 RunSink = Callable[[int, "list[int] | None", Any, BaseException | None], None]
 
-try:
-    from broker.protocol._produce_run import scan_answers as _scan_answers
-except ImportError:  # no compiler at install time: every answer is decoded on its own
-    _scan_answers = None
+_scan_answers = RUN_CODEC.scan_answers if RUN_CODEC is not None else None  # else each answer is decoded alone
 
 
 class PendingRun:

@@ -26,6 +26,7 @@ from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.produce import (
+    RUN_CODEC,
     PartitionResult,
     encode_one_partition_request,
     encode_produce_request,
@@ -38,10 +39,7 @@ from broker.records.builder import BatchBuilder
 from broker.records.compression import Codec
 from broker.records.crc import crc32c
 
-try:
-    from broker.protocol._produce_run import build_requests as _build_requests
-except ImportError:  # no compiler at install time: a request is framed at a time
-    _build_requests = None
+_build_requests = RUN_CODEC.build_requests if RUN_CODEC is not None else None  # else a request is framed at a time
 
 CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
 

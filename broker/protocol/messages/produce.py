@@ -3,12 +3,15 @@
 Besides the schemas, the hot paths have their own Produce codec: the producer's
 `encode_produce_request` / `read_produce_response` and the broker's `read_produce_request` /
 `encode_produce_response`, byte for byte what the schemas write and read (a test holds them to it),
-without walking the schema field by field.
+without walking the schema field by field. Runs of pipelined one-partition requests and their
+answers have a C codec besides (`RUN_CODEC`, broker/protocol/_produce_run.c), None when it was not
+built or `KAFKACTL_PURE_PYTHON` is set: then every request and answer goes through this module.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -25,6 +28,13 @@ from broker.protocol.schema import (
     F,
     Struct,
 )  # fmt: skip
+
+try:
+    from broker.protocol import _produce_run as RUN_CODEC
+except ImportError:  # pragma: no cover - depends on the build
+    RUN_CODEC = None
+if os.environ.get("KAFKACTL_PURE_PYTHON"):
+    RUN_CODEC = None
 
 PRODUCE_REQUEST = Struct(
     F("transactional_id", NULLABLE_STRING, "3+"),

@@ -7,7 +7,7 @@ run is appended with one deferred write and answered with one buffer, with no pe
 Whatever the run cannot answer with "no error" (a topic not in the metadata cache, not the leader,
 too small an ISR for acks=all, LogAppendTime, a batch over max.message.bytes) goes the general way,
 request by request, so the errors and every other case have one implementation (`produce.py`).
-Without the C extension there are no runs: every request goes the general way.
+Without the C codec there are no runs: every request goes the general way.
 """
 
 from __future__ import annotations
@@ -16,12 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.protocol.api import APIS, ApiKey
+from broker.protocol.messages.produce import RUN_CODEC
 from broker.records.crc import crc32c
-
-try:
-    from broker.protocol import _produce_run
-except ImportError:  # no compiler at install time
-    _produce_run = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from broker.server.broker import Broker
@@ -45,15 +41,15 @@ class _Run:
 
     def stitch(self, first_offset: int, leader_epoch: int, position: int, since_index: int, interval: int,
                max_timestamp: int) -> tuple[bytes, list[tuple[int, int, int]], int, int, int]:  # fmt: skip
-        return _produce_run.stitch(self.buf, self.info, first_offset, leader_epoch, position, since_index, interval,
+        return RUN_CODEC.stitch(self.buf, self.info, first_offset, leader_epoch, position, since_index, interval,
                                    max_timestamp)  # fmt: skip
 
 
 def run_dispatcher(b: Broker) -> RunDispatch | None:
     """The server's run dispatch for broker `b`, or None without the C extension."""
-    if _produce_run is None:
+    if RUN_CODEC is None:
         return None
-    scan, answers = _produce_run.scan, _produce_run.answers
+    scan, answers = RUN_CODEC.scan, RUN_CODEC.answers
     max_request = b.config.socket_request_max_bytes
     max_version = APIS[ApiKey.PRODUCE].advertised[1]
     topics = b.cache.topics
