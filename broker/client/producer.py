@@ -90,6 +90,7 @@ def parse_acks(value: str | int) -> int:
 
 
 _PENDING: Any = object()  # a batch's outcome before its answer
+_IN_RUN: Any = memoryview(b"")  # a batch's `data` once sent in a run with its sequence: rebuilt for a retry
 
 
 class _Batch:
@@ -269,7 +270,6 @@ class AsyncProducer:
     async def start(self) -> AsyncProducer:
         await self.cluster.refresh([])
         if self.config.enable_idempotence:
-            self._runs = False  # a run's batches carry no sequence numbers
             conn = await self.cluster._any()
             answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
                                                                    "transaction_timeout_ms": 60000})  # fmt: skip
@@ -607,20 +607,28 @@ class AsyncProducer:
         return sent
 
     def _send_batch_run(self, node: int, conn: AsyncConnection, tp: tuple[str, int], run: list[_Batch]) -> bool:
-        """`run`'s batches (new, uncompressed, of a producer without idempotence), a request each, framed
-        together in C; their answers come back a run at a time (`_on_run_answers`)."""
+        """`run`'s batches (new and uncompressed), a request each, framed together in C; their answers
+        come back a run at a time (`_on_run_answers`). An idempotent producer's batches take their
+        sequence numbers once the connection took the ids, and keep them for a retry (`_IN_RUN`)."""
         cfg = self.config
         try:
             version = conn.version_for(ApiKey.PRODUCE)
-            cid = conn.take_ids(len(run))
+            cid = conn.take_ids(len(run))  # raises when the connection is closed: no sequence is taken then
+            first_sequence = -1
+            if self.producer_id >= 0:
+                first_sequence = sequence = self.sequences[tp]
+                for b in run:
+                    b.sequence, b.data = sequence, _IN_RUN
+                    sequence = (sequence + b.builder.count) % (2**31)
+                self.sequences[tp] = sequence
             data = _build_requests(version, cid, conn.client_id_field,
                                    one_partition_head(version, cfg.acks, cfg.request_timeout_ms, tp[0]), tp[1],
-                                   [b.builder for b in run], -1, -1, -1, crc32c)  # fmt: skip
+                                   [b.builder for b in run], self.producer_id, self.producer_epoch, first_sequence,
+                                   crc32c)  # fmt: skip
             sink = functools.partial(self._on_run_answers, node, run)
             conn.send_run(data, cid, len(run), version, tp[0], tp[1], sink)
         except (ProtocolError, KafkactlError) as exc:
-            for b in run:
-                b.attempts += 1
+            for b in run:  # not sent: no attempt counted, as `_send_request`
                 self._retry(b, exc, refresh=True)
             return False
         self.in_flight[node] += len(run)
@@ -677,8 +685,9 @@ class AsyncProducer:
                 conn.send_frame([frame], cid, ApiKey.PRODUCE, version, read_produce_response, sink)
             else:
                 for b in batches:
-                    if b.data is None:
-                        self._assign_sequence(b)
+                    if b.data is None or b.data is _IN_RUN:  # new, or sent in a run: (re)built with its sequence
+                        if b.data is None:
+                            self._assign_sequence(b)
                         b.data = b.builder.build(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
                                                  base_sequence=b.sequence)  # fmt: skip
                     b.attempts += 1

@@ -16,9 +16,11 @@
  * A request of the run: size int32, header v1 (api_key 0, api_version 3..max, correlation_id,
  * client_id), a null transactional id, acks in {0, 1, -1}, timeout_ms, one topic with one partition,
  * and a record set that is exactly one RecordBatch v2: batch length + 12 == record set size, magic 2,
- * no transactional or control bit, producer id < 0 (not idempotent: no sequence to check), at least one
- * record, a last offset delta >= 0, and a CRC-32C that matches. Version, acks, topic and partition are
- * the same in every request of a run.
+ * no transactional or control bit, at least one record, a last offset delta >= 0, and a CRC-32C that
+ * matches. Version, acks, topic, partition and producer id are the same in every request of a run; an
+ * idempotent producer's batches (producer id >= 0) also share its epoch, and each one's base sequence
+ * follows on from the previous batch's last, so the caller checks only the first against the
+ * partition's producer state.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -65,7 +67,8 @@ static int crc_matches(PyObject *crc, const unsigned char *batch, Py_ssize_t siz
 
 /* scan(buf, start, end, max_frames, max_request_bytes, max_version, crc) -> None | tuple
  * The run at buf[start:end]: None when the first whole frame there is not one of a run, else
- * (frames, end position, version, acks, topic (bytes), partition, info, bytes, records, largest batch). */
+ * (frames, end position, version, acks, topic (bytes), partition, info, bytes, records, largest batch,
+ *  producer id, producer epoch, first base sequence). */
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, end;
@@ -88,8 +91,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     const unsigned char *b = view.buf;
     const unsigned char *topic = NULL;
     int n = 0, version = 0, acks = 0, topic_len = 0, failed = 0;
-    int32_t partition = 0, largest = 0;
-    int64_t total = 0, records = 0;
+    int32_t partition = 0, largest = 0, first_seq = -1;
+    int64_t total = 0, records = 0, producer = -1, next_seq = 0;
+    int producer_epoch = -1;
     Py_ssize_t pos = start;
     while (n < max_frames && end - pos >= 4) {
         int32_t size = s32(b + pos);
@@ -124,15 +128,21 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         const unsigned char *r = p;
         int attributes = s16(r + 21);
         int32_t last_delta = s32(r + 23), count = s32(r + 57);
-        if (s32(r + 8) + 12 != rsize || r[16] != 2 || (attributes & 0x30) || s64(r + 43) >= 0 || last_delta < 0 ||
-            count <= 0)
+        int64_t pid = s64(r + 43);
+        int pepoch = s16(r + 51);
+        int32_t seq = s32(r + 53);
+        if (s32(r + 8) + 12 != rsize || r[16] != 2 || (attributes & 0x30) || last_delta < 0 || count <= 0 ||
+            (pid >= 0 && seq < 0))
             break;
         if (n == 0) {
             version = ver, acks = ack, topic = name, topic_len = tlen, partition = index;
+            producer = pid, producer_epoch = pepoch, first_seq = seq;
         } else if (ver != version || ack != acks || tlen != topic_len || index != partition ||
-                   memcmp(name, topic, (size_t)tlen) != 0) {
+                   memcmp(name, topic, (size_t)tlen) != 0 || pid != producer ||
+                   (pid >= 0 && (pepoch != producer_epoch || seq != next_seq))) {
             break;
         }
+        next_seq = ((int64_t)seq + last_delta + 1) % 2147483648LL; /* as the general path counts a batch's records */
         int ok = crc_matches(crc, r, rsize);
         if (ok < 0) {
             failed = 1;
@@ -157,9 +167,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    result = Py_BuildValue("(inii" "y#" "iy#LLi)", n, pos, version, acks, (const char *)topic, (Py_ssize_t)topic_len,
+    result = Py_BuildValue("(iniiy#iy#LLiLii)", n, pos, version, acks, (const char *)topic, (Py_ssize_t)topic_len,
                            partition, (const char *)items, (Py_ssize_t)(sizeof(Item) * (size_t)n), (long long)total,
-                           (long long)records, largest);
+                           (long long)records, largest, (long long)producer, producer_epoch, first_seq);
 done:
     PyMem_Free(items);
     PyBuffer_Release(&view);

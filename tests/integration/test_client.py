@@ -295,6 +295,51 @@ def test_idempotent_batches_carry_one_producer_id_and_consecutive_sequences(shar
     assert pids[0][0] != pids[0][1]
 
 
+@pytest.mark.parametrize("acks", [1, "all"])
+def test_single_record_requests_pipelined_go_as_runs_and_land_whole(shared_broker, monkeypatch, acks):
+    """One record per request, many in flight, one partition: the producer frames them a run at a time and
+    the broker appends them a run at a time (with acks=all the producer is idempotent: the runs carry
+    chained sequences). Every message is stored once, in order, at the offset it was told, one per batch."""
+    from broker.client import producer as producer_module
+
+    runs: list[int] = []
+    real = producer_module.AsyncProducer._send_batch_run
+
+    def counting(self, node, conn, tp, run):  # noqa: ANN001
+        runs.append(len(run))
+        return real(self, node, conn, tp, run)
+
+    monkeypatch.setattr(producer_module.AsyncProducer, "_send_batch_run", counting)
+    topic = create_topic(shared_broker.bootstrap, unique("runs"), 1)
+    values = [b"r%05d" % i + b"." * (i % 37) for i in range(3000)]
+
+    async def run() -> list[int]:
+        async with AsyncProducer(shared_broker.bootstrap, acks=acks, linger_ms=0, max_batch_messages=1,
+                                 max_in_flight=5 if acks == "all" else 50) as producer:  # fmt: skip
+            await producer.partitions(topic)
+            deliveries = []
+            for i, v in enumerate(values):
+                deliveries.append(producer.send_nowait(topic, v, key=b"k%d" % i, partition=0,
+                                                       headers=[("i", b"%d" % i)]))  # fmt: skip
+                if i % 200 == 199:
+                    await asyncio.sleep(0)
+            return [(await d).offset for d in deliveries]
+
+    offsets = asyncio.run(run())
+    assert offsets == list(range(3000))
+    assert sum(runs) > 1000 and max(runs) > 1  # most went in runs
+    stored = read_all(shared_broker.bootstrap, topic)
+    assert [(r.offset, r.key, r.value, r.headers) for r in stored] == [
+        (i, b"k%d" % i, v, (("i", b"%d" % i),)) for i, v in enumerate(values)]  # fmt: skip
+    heads = [h for h, _ in disk_batches(shared_broker.log_dir, topic, 0)]
+    assert [h.record_count for h in heads] == [1] * 3000
+    if acks == "all":
+        assert len({h.producer_id for h in heads}) == 1 and heads[0].producer_id >= 0
+        assert [h.base_sequence for h in heads] == list(range(3000))
+    else:
+        assert {(h.producer_id, h.base_sequence) for h in heads} == {(-1, -1)}
+
+
 def test_buffer_memory_back_pressure_still_delivers_everything(shared_broker):
     topic = create_topic(shared_broker.bootstrap, unique("bufmem"), 1)
 

@@ -5,22 +5,29 @@ correlation id and batch. The server offers each connection's received bytes her
 (`broker/protocol/_produce_run.c`, which documents what a request of a run is) cuts the run, and the
 run is appended with one deferred write and answered with one buffer, with no per-request Python.
 Whatever the run cannot answer with "no error" (a topic not in the metadata cache, not the leader,
-too small an ISR for acks=all, LogAppendTime, a batch over max.message.bytes) goes the general way,
+too small an ISR for acks=all, LogAppendTime, a batch over max.message.bytes, an idempotent first
+batch that is a duplicate or out of sequence) goes the general way,
 request by request, so the errors and every other case have one implementation (`produce.py`).
 Without the C codec there are no runs: every request goes the general way.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.messages.produce import RUN_CODEC
 from broker.records.crc import crc32c
+from broker.server.producers import KEEP, ProducerStates
 
 if TYPE_CHECKING:
     from broker.server.broker import Broker
+
+_ITEM = struct.Struct("<qqiiii")  # one request of a run in `info`: position, max timestamp, correlation id,
+#                                   batch size, last offset delta, record count (the C codec's Item)
+_SEQ = 2**31  # sequence numbers wrap here
 
 #: requests of one run at most: the answers of a run leave together, so the client hears back steadily
 MAX_RUN = 64
@@ -37,12 +44,25 @@ class _Run:
 
     def __init__(self, buf: bytearray, info: bytes) -> None:
         self.buf, self.info = buf, info
-        self.first_max_timestamp = int.from_bytes(info[8:16], "little", signed=True)  # the first Item's max_ts
+        self.first_max_timestamp = _ITEM.unpack_from(info, 0)[1]
 
     def stitch(self, first_offset: int, leader_epoch: int, position: int, since_index: int, interval: int,
                max_timestamp: int) -> tuple[bytes, list[tuple[int, int, int]], int, int, int]:  # fmt: skip
         return RUN_CODEC.stitch(self.buf, self.info, first_offset, leader_epoch, position, since_index, interval,
                                    max_timestamp)  # fmt: skip
+
+
+def _record_last_batches(states: ProducerStates, pid: int, epoch: int, first_seq: int, first_offset: int,
+                         info: bytes) -> None:  # fmt: skip
+    """Note the run's batches in the producer's state as one by one appends would; only the last
+    `KEEP` are kept, so only those are noted."""
+    spans = []
+    seq, offset = first_seq, first_offset
+    for _, _, _, _, delta, _ in _ITEM.iter_unpack(info):
+        spans.append((seq, (seq + delta) % _SEQ, offset))
+        seq, offset = (seq + delta + 1) % _SEQ, offset + delta + 1
+    for first, last, at in spans[-KEEP:]:
+        states.record(pid, epoch, first, last, at)
 
 
 def run_dispatcher(b: Broker) -> RunDispatch | None:
@@ -58,7 +78,7 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
         got = scan(buf, start, end, MAX_RUN, max_request, max_version, crc32c)
         if got is None:
             return 0
-        n, pos, version, acks, topic_b, partition, info, total, records, largest = got
+        n, pos, version, acks, topic_b, partition, info, total, records, largest, pid, epoch, first_seq = got
         try:
             topic = topic_b.decode()
         except UnicodeDecodeError:
@@ -72,9 +92,21 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
         if (config.message_timestamp_type != "CreateTime" or largest > config.max_message_bytes
                 or (acks == -1 and len(part.isr) < b.min_insync(topic))):  # fmt: skip
             return n
-        first = plog.append_run(_Run(buf, info), total, records, leader_epoch=part.leader_epoch)
+        tp = (topic, partition)
+        if pid >= 0:  # the batches chain on from the first (the scanner saw to it): check only that one
+            last_seq = (first_seq + _ITEM.unpack_from(info, 0)[4]) % _SEQ  # a batch's records: its last delta + 1
+            err, duplicate_of = b.producer_states[tp].check(pid, epoch, first_seq, last_seq)
+            if err or duplicate_of >= 0:
+                return n
+        try:
+            first = plog.append_run(_Run(buf, info), total, records, leader_epoch=part.leader_epoch)
+        except OSError:  # the log cut back its deferred appends (see `Broker.write_deferred`): forget their sequences
+            b.producer_states.pop(tp, None)
+            raise
         b.deferred_logs.add(plog)  # written before the answers leave (see `Broker.write_deferred`)
-        b.purgatory.notify((topic, partition))
+        if pid >= 0:
+            _record_last_batches(b.producer_states[tp], pid, epoch, first_seq, first, info)
+        b.purgatory.notify(tp)
         if acks == 0:
             return pos, 0, None
         return pos, n, answers(info, version, topic_b, partition, first, plog.log_start_offset)

@@ -45,6 +45,9 @@ class RecordingConnection:
     def send_frame(self, parts, cid, api_key, version, decode, on_answer) -> None:  # noqa: ANN001
         self.frames.append(b"".join(parts))
 
+    def send_encoded(self, api_key, version, body, decode, *, expect_response=True, on_answer=None) -> None:  # noqa: ANN001
+        self.frames.append(b"".join(bytes(p) for p in body))
+
 
 def _batch(producer: AsyncProducer, values: list[bytes]) -> _Batch:
     b = _Batch(TP, Codec.NONE, 1e18, 0.0)
@@ -150,3 +153,61 @@ def test_the_read_loop_hands_a_run_its_answers_a_run_at_a_time_and_the_rest_one_
     assert calls[0] == (0, [7], None, None)  # the first read held one whole answer
     assert calls[1:] == [(1, [8], None, None), (2, None, [(6, -1)], None), (3, [9, 10], None, None),
                          (0, [11], None, None), (1, None, None, "ProtocolError")]  # fmt: skip
+
+
+class RunConnection(RecordingConnection):
+    """A stand-in that also takes runs of requests (kept, not sent)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[tuple[bytes, int, int]] = []
+        self.take_ids = AsyncConnection.take_ids.__get__(self)
+
+    def send_run(self, data, first_cid, count, version, topic, partition, sink) -> None:  # noqa: ANN001
+        self.runs.append((data, first_cid, count))
+
+
+def _frame_batches(data: bytes) -> list[bytes]:
+    """The record set of each request frame in `data` (one-partition Produce v8, client id "x")."""
+    out, pos = [], 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        frame = data[pos + 4 : pos + 4 + size]
+        # request header with client id "x", null transactional id, acks, timeout, topic "t", partition, size
+        out.append(frame[8 + 3 + 2 + 2 + 4 + 4 + 2 + 1 + 4 + 4 + 4 :])
+        pos += 4 + size
+    return out
+
+
+def test_an_idempotent_run_takes_chained_sequences_and_a_retry_resends_the_same_ones() -> None:
+    pytest.importorskip("broker.protocol._produce_run")
+
+    async def main() -> tuple[AsyncProducer, list[_Batch], RunConnection, RecordingConnection]:
+        producer = AsyncProducer("127.0.0.1:9", acks="all")
+        producer.producer_id, producer.producer_epoch = 7, 2
+        producer.sequences[TP] = 2**31 - 2
+        run = [_batch(producer, [b"a", b"b"]), _batch(producer, [b"c"]), _batch(producer, [b"d", b"e", b"f"])]
+        closed = ClosedConnection()
+        closed.take_ids = lambda n: closed.request_head(0, 8, 0)  # type: ignore[attr-defined]
+        assert not producer._send_batch_run(0, closed, TP, run)  # type: ignore[arg-type]
+        assert producer.sequences[TP] == 2**31 - 2 and [b.sequence for b in run] == [-1, -1, -1]
+        producer.retrying.clear()
+        conn = RunConnection()
+        assert producer._send_batch_run(0, conn, TP, run)  # type: ignore[arg-type]
+        producer._on_run_answers(0, run, 0, [40], None, None)
+        producer._on_run_answers(0, run, 1, None, None, ProtocolError("broker 127.0.0.1:9 closed the connection"))
+        again = RecordingConnection()
+        for b in run[1:]:
+            assert producer._send_request(0, again, [b])  # type: ignore[arg-type]
+        return producer, run, conn, again
+
+    producer, run, conn, again = asyncio.run(main())
+    [(data, first_cid, count)] = conn.runs
+    heads = [decode_header(b) for b in _frame_batches(data)]
+    assert count == 3 and [h.base_sequence for h in heads] == [2**31 - 2, 0, 1]  # wrapping past 2**31-1
+    assert {(h.producer_id, h.producer_epoch) for h in heads} == {(7, 2)}
+    assert [b.sequence for b in run] == [2**31 - 2, 0, 1]
+    assert producer.sequences[TP] == 4
+    resent = [decode_header(f[-len(b.data) :]) for f, b in zip(again.frames, run[1:], strict=True)]
+    assert [h.base_sequence for h in resent] == [0, 1]  # the retries carry the sequences first sent
+    assert run[0].outcome == 40 and [b.attempts for b in run[1:]] == [2, 2]

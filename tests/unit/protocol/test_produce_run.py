@@ -155,7 +155,8 @@ def test_scan_takes_a_run_and_says_what_it_holds() -> None:
     frames = [_request(i) for i in range(5)]
     got = _scan(b"".join(frames))
     assert got is not None
-    n, pos, version, acks, topic, partition, info, total, records, largest = got
+    n, pos, version, acks, topic, partition, info, total, records, largest, pid, epoch, sequence = got
+    assert (pid, epoch, sequence) == (-1, -1, -1)
     assert (n, pos, version, acks, topic, partition, records) == (5, sum(map(len, frames)), 8, 1, b"t", 0, 5)
     sizes = [len(build_batch([Record(0, 1_700_000_000_000 + i, None, b"v%d" % i)])) for i in range(5)]
     assert (total, largest, len(info)) == (sum(sizes), max(sizes), 5 * 32)
@@ -171,8 +172,8 @@ def test_scan_takes_a_run_and_says_what_it_holds() -> None:
     ("another version", _request(1, version=7)),
     ("other acks", _request(1, acks=-1)),
     ("a transactional id", _request(1, transactional_id="tx")),
-    ("an idempotent batch", _request(1, records=build_batch([Record(0, 1, None, b"x")], producer_id=3,
-                                                            producer_epoch=0, base_sequence=0))),
+    ("another producer", _request(1, records=build_batch([Record(0, 1, None, b"x")], producer_id=3,
+                                                         producer_epoch=0, base_sequence=0))),
     ("two batches", _request(1, records=build_batch([Record(0, 1, None, b"x")]) * 2)),
     ("a control batch", _request(1, records=build_batch([Record(0, 1, None, b"x")], control=True))),
     ("a bad CRC", _request(1, records=build_batch([Record(0, 1, None, b"x")])[:-1] + b"y")),
@@ -185,5 +186,21 @@ def test_scan_takes_a_run_and_says_what_it_holds() -> None:
 def test_scan_ends_a_run_before_a_request_that_is_not_one_of_it(reason, second) -> None:
     first = _request(0)
     assert _scan(first + second + _request(2))[:2] == (1, len(first)), reason
-    if reason not in ("another topic", "another partition", "another version", "other acks"):
+    if reason not in ("another topic", "another partition", "another version", "other acks", "another producer"):
         assert _scan(second + first) is None, reason  # and no run starts with it
+
+
+def _idempotent(cid: int, sequence: int, records: int = 2, *, pid: int = 3, epoch: int = 0) -> bytes:
+    recs = [Record(i, 1, None, b"x%d" % i) for i in range(records)]
+    return _request(cid, records=build_batch(recs, producer_id=pid, producer_epoch=epoch, base_sequence=sequence))
+
+
+def test_an_idempotent_run_chains_its_sequences_and_says_where_they_start() -> None:
+    frames = [_idempotent(0, 2**31 - 3), _idempotent(1, 2**31 - 1), _idempotent(2, 1, records=1), _idempotent(3, 2)]
+    got = _scan(b"".join(frames))
+    assert got[0] == 4 and got[-3:] == (3, 0, 2**31 - 3)  # producer id, epoch, first sequence (wrapping past 2**31-1)
+    assert _scan(b"".join(frames[:2]) + _idempotent(2, 2))[0] == 2  # a sequence gap ends the run
+    assert _scan(b"".join(frames[:2]) + _idempotent(2, 1, epoch=1))[0] == 2  # so does another epoch
+    assert _scan(b"".join(frames[:2]) + _idempotent(2, 1, pid=4))[0] == 2  # and another producer
+    assert _scan(_request(0) + frames[0])[0] == 1  # no mix of idempotent and not
+    assert _scan(_idempotent(0, -1)) is None  # a producer id with no sequence is for the general path to refuse

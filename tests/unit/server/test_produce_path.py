@@ -229,12 +229,13 @@ def _mixed_frames(seed: int) -> tuple[list[bytes], int]:
     declined; returns them with the count of answers due."""
     rng = random.Random(seed)
     frames: list[bytes] = []
-    answered = sequence = 0
+    answered = sequence = epoch = 0
+    sent: list[bytes] = []  # the idempotent producer's batches
     now = int(time.time() * 1000)
     for cid in range(rng.randrange(40, 160)):
         kind = rng.choices(["run", "run-other", "corrupt", "idempotent", "two-batches", "two-topics", "log-append",
-                            "too-big", "isr", "uncached", "null", "compressed"],
-                           [30, 6, 2, 2, 2, 2, 2, 2, 2, 1, 1, 3])[0]  # fmt: skip
+                            "too-big", "isr", "uncached", "null", "compressed", "duplicate", "gap", "new-epoch"],
+                           [30, 6, 2, 12, 2, 2, 2, 2, 2, 1, 1, 3, 2, 1, 1])[0]  # fmt: skip
         version, acks = rng.choice([3, 5, 7, 8, 8, 8]), rng.choice([1, 1, 1, -1, 0])
         client = rng.choice([None, "", "t", "a-longer-client-id"])
         n = rng.randrange(1, 4)
@@ -244,9 +245,16 @@ def _mixed_frames(seed: int) -> tuple[list[bytes], int]:
         data: bytes | None = build_batch(recs, codec=Codec.GZIP if kind == "compressed" else Codec.NONE)
         if kind == "corrupt":
             data = data[:-1] + bytes([data[-1] ^ 1])
-        elif kind == "idempotent":
-            data = build_batch(recs, producer_id=7, producer_epoch=0, base_sequence=sequence)
+        elif kind == "idempotent" or kind == "new-epoch":
+            if kind == "new-epoch":  # the producer starts over: epoch + 1, sequence 0
+                epoch, sequence = epoch + 1, 0
+            data = build_batch(recs, producer_id=7, producer_epoch=epoch, base_sequence=sequence)
+            sent.append(data)
             sequence += n
+        elif kind == "duplicate" and sent:  # a retry of one of the last batches: answered, not appended again
+            data = rng.choice(sent[-3:])
+        elif kind == "gap":  # sequences skipped: OUT_OF_ORDER_SEQUENCE_NUMBER
+            data = build_batch(recs, producer_id=7, producer_epoch=epoch, base_sequence=sequence + 3)
         elif kind == "two-batches":
             data = data + build_batch(recs)
         elif kind in ("log-append", "too-big", "isr", "uncached"):
@@ -258,7 +266,7 @@ def _mixed_frames(seed: int) -> tuple[list[bytes], int]:
         records = {topic: data}
         if kind == "two-topics":
             records["run-other"] = build_batch(recs)
-        if kind in ("corrupt", "too-big", "isr", "uncached", "null"):
+        if kind in ("corrupt", "too-big", "isr", "uncached", "null", "gap"):
             acks = rng.choice([1, -1])  # an error with acks=0 would close the connection
         frames.append(_frame(version, cid, client, acks, records))
         answered += acks != 0
