@@ -614,17 +614,17 @@ class AsyncProducer:
         try:
             version = conn.version_for(ApiKey.PRODUCE)
             cid = conn.take_ids(len(run))  # raises when the connection is closed: no sequence is taken then
-            first_sequence = -1
-            if self.producer_id >= 0:
-                first_sequence = sequence = self.sequences[tp]
-                for b in run:
-                    b.sequence, b.data = sequence, _IN_RUN
-                    sequence = (sequence + b.builder.count) % (2**31)
-                self.sequences[tp] = sequence
+            first_sequence = self.sequences[tp] if self.producer_id >= 0 else -1
             data = _build_requests(version, cid, conn.client_id_field,
                                    one_partition_head(version, cfg.acks, cfg.request_timeout_ms, tp[0]), tp[1],
                                    [b.builder for b in run], self.producer_id, self.producer_epoch, first_sequence,
                                    crc32c)  # fmt: skip
+            if first_sequence >= 0:  # taken only once the requests are built
+                sequence = first_sequence
+                for b in run:
+                    b.sequence, b.data = sequence, _IN_RUN
+                    sequence = (sequence + b.builder.count) % (2**31)
+                self.sequences[tp] = sequence
             sink = functools.partial(self._on_run_answers, node, run)
             conn.send_run(data, cid, len(run), version, tp[0], tp[1], sink)
         except (ProtocolError, KafkactlError) as exc:
@@ -656,7 +656,7 @@ class AsyncProducer:
                 b.outcome = offset
                 if b._future is not None:
                     b._settle(b._future)
-            del unfinished[b]
+            unfinished.pop(b, None)  # (gone already if the sender failed it)
             freed += b.size
             b.size = 0
             b.builder = None  # type: ignore[assignment]

@@ -224,10 +224,25 @@ class PartitionLog:
             self.flush()
         return AppendResult(first, next_offset - 1, records, len(batches), max_ts, now if log_append else -1)
 
+    def takes_run(self, total: int, batches: int) -> bool:
+        """Whether a run of `batches` batches, `total` bytes, goes into the active segment with no roll due
+        before any of them: not into an empty segment (its first batch sets the segment's age), nor past
+        segment.bytes, segment.ms or the index sizes. Else its requests go one by one, rolling as `append` does."""
+        seg = self.segments[self.bases[-1]]
+        config = self.config
+        if not seg.size or seg.size + total > config.segment_bytes:
+            return False
+        if int(self.clock() * 1000) - seg.rolling_base_ms > config.segment_ms:
+            return False
+        entries = batches  # at most one index entry per batch
+        max_bytes = config.index_max_bytes
+        room = min(max_bytes // 8 - len(seg.index.keys), max_bytes // 12 - 1 - len(seg.time_index.keys))
+        return entries < room
+
     def append_run(self, run: StitchableRun, total: int, records: int, *, leader_epoch: int = -1) -> int:
         """Append, deferred, a run of `records` records in batches of `total` bytes that `run` stitches with
-        their offsets (the broker's path for pipelined one-batch requests); returns the first offset."""
-        self._maybe_roll(total, int(self.clock() * 1000))
+        their offsets (the broker's path for pipelined one-batch requests), once `takes_run` said it fits;
+        returns the first offset."""
         active = self.segments[self.bases[-1]]
         first = active.next_offset
         active.append_run(run, first, leader_epoch)

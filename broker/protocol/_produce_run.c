@@ -93,7 +93,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     int n = 0, version = 0, acks = 0, topic_len = 0, failed = 0;
     int32_t partition = 0, largest = 0, first_seq = -1;
     int64_t total = 0, records = 0, producer = -1, next_seq = 0;
-    int producer_epoch = -1;
+    int producer_epoch = -1, client_len = -1;
+    const unsigned char *client_id = NULL; /* the last client id found to be UTF-8 */
     Py_ssize_t pos = start;
     while (n < max_frames && end - pos >= 4) {
         int32_t size = s32(b + pos);
@@ -108,6 +109,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (api != 0 || ver < 3 || ver > max_version || client < -1) break;
         if (client > 0) {
             NEED(client);
+            if (!(client_len == client && memcmp(p, client_id, (size_t)client) == 0)) {
+                /* the general path decodes it and closes the connection if it is not UTF-8 */
+                PyObject *decoded = PyUnicode_DecodeUTF8((const char *)p, client, NULL);
+                if (!decoded) {
+                    PyErr_Clear();
+                    break;
+                }
+                Py_DECREF(decoded);
+                client_id = p, client_len = client;
+            }
             p += client;
         }
         NEED(12);
@@ -131,7 +142,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         int64_t pid = s64(r + 43);
         int pepoch = s16(r + 51);
         int32_t seq = s32(r + 53);
-        if (s32(r + 8) + 12 != rsize || r[16] != 2 || (attributes & 0x30) || last_delta < 0 || count <= 0 ||
+        if ((int64_t)s32(r + 8) + 12 != rsize || r[16] != 2 || (attributes & 0x30) || last_delta < 0 || count <= 0 ||
             (pid >= 0 && seq < 0))
             break;
         if (n == 0) {
@@ -191,7 +202,7 @@ static PyObject *stitch(PyObject *self, PyObject *args) {
     const Item *items = info.buf;
     Py_ssize_t n = info.len / (Py_ssize_t)sizeof(Item), total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (items[i].position < 0 || items[i].position + items[i].size > view.len) {
+        if (items[i].position < 0 || items[i].size < 61 || items[i].position + items[i].size > view.len) {
             PyErr_SetString(PyExc_ValueError, "stitch: the info does not fit the buffer");
             goto done;
         }
@@ -310,7 +321,7 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
     Py_ssize_t n = PyList_GET_SIZE(builders), total = 0;
     Py_ssize_t fixed = 4 + 8 + client.len + head.len + 8 + 61;
     bufs = PyList_New(n);
-    meta = PyMem_Malloc(sizeof(long long) * 3 * (size_t)(n ? n : 1));
+    meta = PyMem_Malloc(sizeof(long long) * 4 * (size_t)(n ? n : 1));
     if (!bufs || !meta) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *b = PyList_GET_ITEM(builders, i);
@@ -321,11 +332,12 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "build_requests: a builder's buf must be a bytearray");
             goto done;
         }
-        if (attr_ll(b, "count", &meta[3 * i]) < 0 || attr_ll(b, "base_ts", &meta[3 * i + 1]) < 0 ||
-            attr_ll(b, "max_ts", &meta[3 * i + 2]) < 0)
+        if (attr_ll(b, "count", &meta[4 * i]) < 0 || attr_ll(b, "base_ts", &meta[4 * i + 1]) < 0 ||
+            attr_ll(b, "max_ts", &meta[4 * i + 2]) < 0)
             goto done;
-        if (meta[3 * i] < 1 || meta[3 * i] > INT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "build_requests: a batch holds 1 to 2**31-1 records");
+        meta[4 * i + 3] = PyByteArray_GET_SIZE(buf);
+        if (meta[4 * i] < 1 || meta[4 * i] > INT32_MAX || meta[4 * i + 3] > INT32_MAX - 61) {
+            PyErr_SetString(PyExc_ValueError, "build_requests: a batch holds 1 to 2**31-1 records, under 2 GiB");
             goto done;
         }
         total += fixed + PyByteArray_GET_SIZE(buf);
@@ -335,8 +347,12 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *buf = PyList_GET_ITEM(bufs, i);
-        Py_ssize_t rlen = PyByteArray_GET_SIZE(buf), size = 61 + rlen;
-        long long count = meta[3 * i];
+        Py_ssize_t rlen = (Py_ssize_t)meta[4 * i + 3], size = 61 + rlen;
+        long long count = meta[4 * i];
+        if (PyByteArray_GET_SIZE(buf) != rlen) { /* the crc callback ran Python code that changed it */
+            PyErr_SetString(PyExc_RuntimeError, "build_requests: a batch changed while it was framed");
+            goto fail;
+        }
         o = put(o, (uint32_t)(fixed - 4 + rlen), 4);
         o = put(o, 0, 2);
         o = put(o, (uint16_t)version, 2);
@@ -354,8 +370,8 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
         b[16] = 2;
         put(b + 21, 0, 2);
         put(b + 23, (uint64_t)(count - 1), 4);
-        put(b + 27, (uint64_t)meta[3 * i + 1], 8);
-        put(b + 35, (uint64_t)meta[3 * i + 2], 8);
+        put(b + 27, (uint64_t)meta[4 * i + 1], 8);
+        put(b + 35, (uint64_t)meta[4 * i + 2], 8);
         put(b + 43, (uint64_t)pid, 8);
         put(b + 51, (uint16_t)epoch, 2);
         put(b + 53, (uint32_t)(seq >= 0 ? seq : -1), 4);

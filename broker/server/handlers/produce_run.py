@@ -6,7 +6,7 @@ correlation id and batch. The server offers each connection's received bytes her
 run is appended with one deferred write and answered with one buffer, with no per-request Python.
 Whatever the run cannot answer with "no error" (a topic not in the metadata cache, not the leader,
 too small an ISR for acks=all, LogAppendTime, a batch over max.message.bytes, an idempotent first
-batch that is a duplicate or out of sequence) goes the general way,
+batch that is a duplicate or out of sequence, a segment roll due) goes the general way,
 request by request, so the errors and every other case have one implementation (`produce.py`).
 Without the C codec there are no runs: every request goes the general way.
 """
@@ -25,7 +25,7 @@ from broker.server.producers import KEEP, ProducerStates
 if TYPE_CHECKING:
     from broker.server.broker import Broker
 
-_ITEM = struct.Struct("<qqiiii")  # one request of a run in `info`: position, max timestamp, correlation id,
+_ITEM = struct.Struct("=qqiiii")  # one request of a run in `info`: position, max timestamp, correlation id,
 #                                   batch size, last offset delta, record count (the C codec's Item)
 _SEQ = 2**31  # sequence numbers wrap here
 
@@ -90,7 +90,7 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
             return n
         config = plog.config
         if (config.message_timestamp_type != "CreateTime" or largest > config.max_message_bytes
-                or (acks == -1 and len(part.isr) < b.min_insync(topic))):  # fmt: skip
+                or (acks == -1 and len(part.isr) < b.min_insync(topic)) or not plog.takes_run(total, n)):  # fmt: skip
             return n
         tp = (topic, partition)
         if pid >= 0:  # the batches chain on from the first (the scanner saw to it): check only that one

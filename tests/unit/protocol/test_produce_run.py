@@ -91,7 +91,7 @@ def _answer_frames(version: int, topic: str, partition: int, first_cid: int, par
        counts=st.lists(st.integers(1, 500), min_size=1, max_size=8))  # fmt: skip
 def test_answers_write_what_the_general_encoder_writes(version, topic, partition, first, log_start, first_cid,
                                                        counts) -> None:  # fmt: skip
-    info = b"".join(struct.pack("<qqiiii", 0, 0, (first_cid + i) & 0x7FFFFFFF, 61, n - 1, n)
+    info = b"".join(struct.pack("=qqiiii", 0, 0, (first_cid + i) & 0x7FFFFFFF, 61, n - 1, n)
                     for i, n in enumerate(counts))  # fmt: skip (the C Item: position, max_ts, cid, size, delta, count)
     offsets = [first + sum(counts[:i]) for i in range(len(counts))]
     got = run.answers(info, version, topic.encode(), partition, first, log_start)
@@ -160,7 +160,7 @@ def test_scan_takes_a_run_and_says_what_it_holds() -> None:
     assert (n, pos, version, acks, topic, partition, records) == (5, sum(map(len, frames)), 8, 1, b"t", 0, 5)
     sizes = [len(build_batch([Record(0, 1_700_000_000_000 + i, None, b"v%d" % i)])) for i in range(5)]
     assert (total, largest, len(info)) == (sum(sizes), max(sizes), 5 * 32)
-    items = [struct.unpack_from("<qqiiii", info, 32 * i)[2:] for i in range(5)]  # (cid, size, delta, count)
+    items = [struct.unpack_from("=qqiiii", info, 32 * i)[2:] for i in range(5)]  # (cid, size, delta, count)
     assert items == [(i, sizes[i], 0, 1) for i in range(5)]
     assert _scan(b"".join(frames), max_frames=2)[0] == 2
     assert _scan(b"".join(frames)[:-1])[0] == 4  # the last frame is not whole yet
@@ -204,3 +204,12 @@ def test_an_idempotent_run_chains_its_sequences_and_says_where_they_start() -> N
     assert _scan(b"".join(frames[:2]) + _idempotent(2, 1, pid=4))[0] == 2  # and another producer
     assert _scan(_request(0) + frames[0])[0] == 1  # no mix of idempotent and not
     assert _scan(_idempotent(0, -1)) is None  # a producer id with no sequence is for the general path to refuse
+
+
+def test_a_client_id_that_is_not_utf8_is_left_to_the_general_path_which_refuses_it() -> None:
+    good = _request(0, client_id="ab")
+    bad = good[:14] + b"\xff\xfe" + good[16:]  # the client id's two bytes
+    other = _request(1, client_id="zz")
+    assert _scan(bad) is None
+    assert _scan(good + bad)[0] == 1
+    assert _scan(good + other + good)[0] == 3  # any valid client ids, mixed

@@ -273,7 +273,12 @@ def _mixed_frames(seed: int) -> tuple[list[bytes], int]:
     return frames, answered
 
 
-def _twin_broker(path: Any) -> Any:
+#: TOPIC's settings in the small-segments twin: a roll every few requests, an index entry every batch or
+#: two, and index files of 6 offset and 3 time entries (a roll when they fill)
+SMALL_SEGMENTS = {"segment.bytes": "1000", "index.interval.bytes": "100", "segment.index.bytes": "48"}
+
+
+def _twin_broker(path: Any, topic_config: dict[str, str] | None = None) -> Any:
     from broker.server.broker import Broker
     from broker.server.config import BrokerConfig
 
@@ -283,17 +288,22 @@ def _twin_broker(path: Any) -> Any:
         b.cache.set_topic(topic, {0: [1]}, {0: {"leader": 1, "leader_epoch": 3, "isr": [1]}})
     b.cache.configs.update({"appendtime": {"message.timestamp.type": "LogAppendTime"},
                             "small": {"max.message.bytes": "300"}, "isr": {"min.insync.replicas": "2"}})  # fmt: skip
+    if topic_config:
+        b.cache.configs[TOPIC] = topic_config
+    b.leader_log_now(TOPIC, 0)  # opened with its topic's config (serve_pipelined opens it otherwise)
     return b
 
 
+@pytest.mark.parametrize("segments", ["default", "small"])
 @pytest.mark.parametrize("seed", range(6))
-def test_runs_answer_and_store_byte_for_byte_what_one_by_one_does(tmp_path, monkeypatch, seed) -> None:
+def test_runs_answer_and_store_byte_for_byte_what_one_by_one_does(tmp_path, monkeypatch, seed, segments) -> None:
     """The same pipelined mix served request by request and through the run dispatch: equal answer
-    bytes, equal log files and index entries (LogAppendTime's batches differ only in their clock)."""
+    bytes, equal segment files and index entries (LogAppendTime's batches differ only in their clock);
+    with small segments the rolls (by size and by full indexes) fall where they fall one by one."""
     frames, expect = _mixed_frames(seed)
     got = {}
     for runs in (False, True):
-        b = _twin_broker(tmp_path / f"runs-{runs}")
+        b = _twin_broker(tmp_path / f"runs-{runs}", SMALL_SEGMENTS if segments == "small" else None)
         try:
             answers, _, _ = serve_pipelined(b, frames, expect, monkeypatch, runs=runs)
             logs = {}
@@ -306,8 +316,10 @@ def test_runs_answer_and_store_byte_for_byte_what_one_by_one_does(tmp_path, monk
                 if topic == "appendtime":  # its timestamps are the broker's clock
                     logs[topic] = (stored, seg.index.keys, seg.index.values, seg.size)
                     continue
-                logs[topic] = (next(plog.dir.glob("*.log")).read_bytes(), stored, seg.index.keys, seg.index.values,
-                               seg.time_index.keys, seg.time_index.values, seg.first_timestamp, seg.max_timestamp)
+                files = sorted((f.name, f.read_bytes()) for f in plog.dir.glob("*.log"))
+                indexes = [(s.base_offset, s.index.keys, s.index.values, s.time_index.keys, s.time_index.values,
+                            s.first_timestamp, s.max_timestamp) for s in plog.segments.values()]  # fmt: skip
+                logs[topic] = (files, stored, indexes)
             # the LogAppendTime answers carry the broker's clock (bytes 38-46: after the base offset)
             answers = [a[:38] + b"<clock>" + a[46:] if a[10:20] == b"appendtime" else a for a in answers]
             got[runs] = (answers, logs)
@@ -317,6 +329,8 @@ def test_runs_answer_and_store_byte_for_byte_what_one_by_one_does(tmp_path, monk
     assert got[True][0] == got[False][0]
     assert got[True][1] == got[False][1]
     assert got[True][1][TOPIC][1]  # the mix stored something
+    if segments == "small":
+        assert len(got[True][1][TOPIC][0]) > 3  # and rolled a few times
 
 
 def test_a_run_of_many_small_batches_takes_index_entries_where_one_by_one_does(tmp_path, monkeypatch) -> None:
