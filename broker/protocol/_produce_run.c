@@ -52,8 +52,8 @@ static inline unsigned char *put(unsigned char *p, uint64_t v, int n) {
     return p + n;
 }
 
-/* crc(memoryview of the batch from its attributes on) == the stored CRC: 1; mismatch: 0; error: -1 */
-static int crc_matches(PyObject *crc, const unsigned char *batch, Py_ssize_t size) {
+/* *out = crc(memoryview of the batch from its attributes on), the CRC-32C a batch's header holds; -1 on error */
+static int batch_crc(PyObject *crc, const unsigned char *batch, Py_ssize_t size, uint32_t *out) {
     PyObject *mv = PyMemoryView_FromMemory((char *)batch + 21, size - 21, PyBUF_READ);
     if (!mv) return -1;
     PyObject *got = PyObject_CallOneArg(crc, mv);
@@ -62,6 +62,14 @@ static int crc_matches(PyObject *crc, const unsigned char *batch, Py_ssize_t siz
     unsigned long value = PyLong_AsUnsignedLong(got);
     Py_DECREF(got);
     if (value == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    *out = (uint32_t)value;
+    return 0;
+}
+
+/* the batch's CRC matches: 1; mismatch: 0; error: -1 */
+static int crc_matches(PyObject *crc, const unsigned char *batch, Py_ssize_t size) {
+    uint32_t value;
+    if (batch_crc(crc, batch, size, &value) < 0) return -1;
     return value == u32(batch + 17);
 }
 
@@ -377,15 +385,9 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
         put(b + 53, (uint32_t)(seq >= 0 ? seq : -1), 4);
         put(b + 57, (uint64_t)count, 4);
         memcpy(b + 61, PyByteArray_AS_STRING(buf), (size_t)rlen);
-        PyObject *covered = PyMemoryView_FromMemory((char *)b + 21, size - 21, PyBUF_READ);
-        if (!covered) goto fail;
-        PyObject *sum = PyObject_CallOneArg(crc, covered);
-        Py_DECREF(covered);
-        if (!sum) goto fail;
-        unsigned long value = PyLong_AsUnsignedLong(sum);
-        Py_DECREF(sum);
-        if (value == (unsigned long)-1 && PyErr_Occurred()) goto fail;
-        put(b + 17, (uint32_t)value, 4);
+        uint32_t value;
+        if (batch_crc(crc, b, size, &value) < 0) goto fail;
+        put(b + 17, value, 4);
         o = b + size;
         if (seq >= 0) seq = (seq + count) % 2147483648LL;
     }

@@ -303,52 +303,43 @@ class Server:
         singles = 0  # requests the run dispatch declined: they go to `dispatch` one by one
         try:
             while True:
+                got: Any = 0
                 if run is not None and not singles and conn._end - conn._start > 4:
                     got = run(conn._buf, conn._start, conn._end)
-                    if got.__class__ is int:
-                        singles = got
-                    else:
-                        conn._start, answered, answers = got
-                        if answers is not None:
-                            out.append(answers)
-                            held += answered
-                        if out and (held >= _HOLD or not conn.frame_ready()):
-                            settle()
-                            rest = conn.send_now(out)
-                            if rest:
-                                await conn.send(rest)
-                            out = []
-                            held = 0
-                        continue
-                if singles:
-                    singles -= 1
-                frame = conn.next_frame()
-                if frame is None:
-                    settle()  # before waiting (also: a big frame's reused buffer is refilled only then)
-                    frame = await conn.read_frame()
+                if got.__class__ is not int:  # a run of requests, appended; their answers in one buffer
+                    conn._start, answered, answers = got
+                    if answers is not None:
+                        out.append(answers)
+                        held += answered
+                else:
+                    singles = max(singles, got) - 1 if singles or got else 0
+                    frame = conn.next_frame()
                     if frame is None:
-                        return
-                answer = dispatch(frame, peer)
-                if answer is not None and answer.__class__ is not list:
-                    settle()
-                    answer = await answer
-                if answer is not None:
-                    out += answer
-                    held += 1
+                        settle()  # before waiting (also: a big frame's reused buffer is refilled only then)
+                        frame = await conn.read_frame()
+                        if frame is None:
+                            return
+                    answer = dispatch(frame, peer)
+                    if answer is not None and answer.__class__ is not list:
+                        settle()
+                        answer = await answer
+                    if answer is not None:
+                        out += answer
+                        held += 1
                 # answers to pipelined requests leave together, a few at a time: the client works on
                 # the first ones while the broker handles the rest
                 if out and (held >= _HOLD or not conn.frame_ready()):
                     settle()
-                    rest = conn.send_now(out)
+                    parts, out, held = out, [], 0  # `send` closes their file regions, sent or not
+                    rest = conn.send_now(parts)
                     if rest:
                         await conn.send(rest)
-                    out = []
-                    held = 0
         except BadRequest as exc:
             if out:  # the requests before the bad one still get their answers
                 with contextlib.suppress(OSError, BadRequest):
                     settle()
-                    await conn.send(out)
+                    parts, out = out, []
+                    await conn.send(parts)
             log.warning("closing connection from %s: %s", peer, exc)
         except (ConnectionError, BrokenPipeError, TimeoutError):
             pass
@@ -361,6 +352,9 @@ class Server:
         finally:
             with contextlib.suppress(OSError):  # a handler failed after others deferred work: do it
                 settle()
+            for part in out:  # answers never handed to `send` (the deferred write failed): their regions' fds
+                if isinstance(part, FileRegion):
+                    os.close(part.fd)
             self.connections.discard(sock)
             sock.close()
 

@@ -150,3 +150,53 @@ def test_connection_sends_record_data_with_sendfile(broker, monkeypatch: pytest.
     [p] = answer["topics"][0]["partitions"]
     assert p["error_code"] == 0 and p["high_watermark"] == 40
     assert values_in(bytes(p["records"])) == values
+
+
+def test_a_fetch_answer_held_when_the_deferred_write_fails_has_its_descriptor_closed(tmp_path, monkeypatch) -> None:
+    """Two pipelined requests answered with file regions while the broker's deferred write fails: the
+    connection ends unanswered and every region's descriptor is closed once (none leaks, none twice)."""
+    from broker.server.network import Server
+
+    data_file = tmp_path / "segment"
+    data_file.write_bytes(b"x" * 64)
+    fd = os.open(data_file, os.O_RDONLY)
+    dups: list[int] = []
+    closed: list[int] = []
+    real_close = os.close
+
+    def dispatch(frame: memoryview, peer: str) -> list[Any]:
+        dups.append(os.dup(fd))
+        return [I32.pack(4 + 16) + frame[4:8].tobytes(), FileRegion(dups[-1], 0, 16)]
+
+    def settle() -> None:  # fails once both answers are held (the one before the first read passes)
+        if len(dups) == 2:
+            raise OSError(28, "No space left on device")
+
+    def close(n: int) -> None:
+        if n in dups:
+            closed.append(n)
+        real_close(n)
+
+    monkeypatch.setattr(os, "close", close)
+
+    async def run() -> bytes:
+        server = Server("127.0.0.1", 0, dispatch, max_request_bytes=1 << 20, settle=settle)
+        server.bind()
+        client = socket.create_connection(("127.0.0.1", server.port))
+        frame = I32.pack(8) + b"\x00\x01\x00\x00\x00\x00\x00\x07"
+        client.sendall(frame * 2)
+        server.start()
+        client.settimeout(10)
+        try:
+            return await asyncio.to_thread(client.recv, 1024)
+        except ConnectionResetError:  # closed with requests unread
+            return b""
+        finally:
+            client.close()
+            await server.close()
+
+    try:
+        assert asyncio.run(run()) == b""  # closed with no answer: they were not written
+    finally:
+        real_close(fd)
+    assert len(dups) == 2 and sorted(closed) == sorted(dups)
