@@ -447,7 +447,7 @@ def _decode_until_corrupt(
 ) -> tuple[list[ConsumerRecord], CorruptRecordError | None]:
     """`decode_records`, but a corrupt batch ends the decoding instead: the records of the batches
     before it, and its error."""
-    buf = data if isinstance(data, bytes | bytearray) else bytes(data)
+    buf = data if isinstance(data, bytes | bytearray) else memoryview(data).cast("B")  # not copied
     out: list[ConsumerRecord] = []
     make = functools.partial(ConsumerRecord, topic, partition)
     pos, end = 0, len(buf)

@@ -254,7 +254,7 @@ def decode_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
     size = header.size
     if len(buf) - pos < size:
         raise CorruptRecordError("record batch is truncated")
-    data = bytes(memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + size])  # bytes: slices copy out keys and values
+    data: Any = memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + size]  # the C decoder copies keys and values out
     if header.codec:
         data = bytes(decompress(header.codec, data))
     base_offset, base_ts = header.base_offset, header.base_timestamp
@@ -265,6 +265,8 @@ def decode_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
             cls, prefix, suffix = shape
             append_ts = header.max_timestamp if log_append else -1
             return _codec.decode(data, base_offset, base_ts, append_ts, cls, prefix, suffix, header.record_count)
+    if data.__class__ is not bytes:
+        data = bytes(data)  # bytes: its slices are the keys and values
     out: list[Any] = []
     append = out.append
     p, end = 0, len(data)

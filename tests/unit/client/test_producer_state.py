@@ -13,7 +13,7 @@ from broker.client.aio import AsyncConnection, PendingRun
 from broker.client.connection import ProtocolError
 from broker.client.producer import AsyncProducer, _Batch
 from broker.protocol.errors import ErrorCode
-from broker.protocol.messages.produce import PartitionResult, encode_produce_response
+from broker.protocol.messages.produce import RUN_CODEC, PartitionResult, encode_produce_response
 from broker.records.batch import decode_header
 from broker.records.compression import Codec
 
@@ -121,10 +121,13 @@ def test_a_runs_answers_complete_retry_and_count_each_batch_once() -> None:
     assert (producer.in_flight[0], producer.tp_in_flight[TP], producer.buffered) == (0, 0, 3 * 21)
 
 
+NEEDS_RUNS = pytest.mark.skipif(RUN_CODEC is None, reason="the C run codec is not built here (or is switched off)")
+
+
+@NEEDS_RUNS
 def test_the_read_loop_hands_a_run_its_answers_a_run_at_a_time_and_the_rest_one_by_one() -> None:
     """Five answers to a run, split across reads mid-frame, the third an error; then a second run the
     connection leaves with one answer of three: the rest get the connection's error."""
-    pytest.importorskip("broker.protocol._produce_run")
     calls: list[tuple] = []
 
     def sink(index: int, offsets: list[int] | None, answer: Any, exc: BaseException | None) -> None:
@@ -179,8 +182,8 @@ def _frame_batches(data: bytes) -> list[bytes]:
     return out
 
 
+@NEEDS_RUNS
 def test_an_idempotent_run_takes_chained_sequences_and_a_retry_resends_the_same_ones() -> None:
-    pytest.importorskip("broker.protocol._produce_run")
 
     async def main() -> tuple[AsyncProducer, list[_Batch], RunConnection, RecordingConnection]:
         producer = AsyncProducer("127.0.0.1:9", acks="all")
