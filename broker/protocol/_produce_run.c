@@ -297,8 +297,11 @@ done:
     return out;
 }
 
-static int attr_ll(PyObject *o, const char *name, long long *out) {
-    PyObject *v = PyObject_GetAttrString(o, name);
+/* the attribute names build_requests reads of a BatchBuilder, made once (PyInit) */
+static PyObject *name_buf, *name_count, *name_base_ts, *name_max_ts;
+
+static int attr_ll(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
     if (!v) return -1;
     *out = PyLong_AsLongLong(v);
     Py_DECREF(v);
@@ -333,15 +336,15 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
     if (!bufs || !meta) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *b = PyList_GET_ITEM(builders, i);
-        PyObject *buf = PyObject_GetAttrString(b, "buf");
+        PyObject *buf = PyObject_GetAttr(b, name_buf);
         if (!buf) goto done;
         PyList_SET_ITEM(bufs, i, buf);
         if (!PyByteArray_Check(buf)) {
             PyErr_SetString(PyExc_TypeError, "build_requests: a builder's buf must be a bytearray");
             goto done;
         }
-        if (attr_ll(b, "count", &meta[4 * i]) < 0 || attr_ll(b, "base_ts", &meta[4 * i + 1]) < 0 ||
-            attr_ll(b, "max_ts", &meta[4 * i + 2]) < 0)
+        if (attr_ll(b, name_count, &meta[4 * i]) < 0 || attr_ll(b, name_base_ts, &meta[4 * i + 1]) < 0 ||
+            attr_ll(b, name_max_ts, &meta[4 * i + 2]) < 0)
             goto done;
         meta[4 * i + 3] = PyByteArray_GET_SIZE(buf);
         if (meta[4 * i] < 1 || meta[4 * i] > INT32_MAX || meta[4 * i + 3] > INT32_MAX - 61) {
@@ -457,4 +460,11 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce_run", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__produce_run(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__produce_run(void) {
+    name_buf = PyUnicode_InternFromString("buf");
+    name_count = PyUnicode_InternFromString("count");
+    name_base_ts = PyUnicode_InternFromString("base_ts");
+    name_max_ts = PyUnicode_InternFromString("max_ts");
+    if (!name_buf || !name_count || !name_base_ts || !name_max_ts) return NULL;
+    return PyModule_Create(&module);
+}
