@@ -27,7 +27,8 @@ from broker.protocol.messages.produce import RUN_CODEC, read_produce_response
 from broker.protocol.primitives import I32, DecodeError, Reader
 
 _REQUEST_HEAD = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
-_READ_CHUNK = 256 * 1024
+_READ_CHUNK = 256 * 1024  # the receive buffer; a bigger answer gets a buffer of its own
+_MIN_READ = 64 * 1024  # a receive into less room than this first moves the partial frame to the front
 
 #: called with (decoded answer, None) or (None, the connection's error) instead of a future
 AnswerSink = Callable[[Any, BaseException | None], None]
@@ -61,9 +62,7 @@ class AsyncConnection:
         self._chosen: dict[int, int] = {}  # api key → the version version_for chose
         self._ids = itertools.count(1)
         self._pending: collections.deque[tuple[int, int, Any, int, asyncio.Future]] = collections.deque()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._task: asyncio.Task | None = None
+        self._wire: _Wire | None = None  # the socket, once connected
         self._out: list[Any] = []  # frames written this loop tick, sent together by _flush
         self._flush_handle: asyncio.Handle | None = None
         cid_bytes = client_id.encode()
@@ -73,13 +72,13 @@ class AsyncConnection:
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0) -> AsyncConnection:
         conn = cls(host, port, client_id, timeout)
+        loop = asyncio.get_running_loop()
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            _, conn._wire = await asyncio.wait_for(loop.create_connection(lambda: _Wire(conn), host, port), timeout)
         except (OSError, TimeoutError) as exc:
             raise KafkactlError(
                 f"cannot connect to broker {host}:{port}: {getattr(exc, 'strerror', None) or exc}"
             ) from None
-        conn._task = asyncio.get_running_loop().create_task(conn._read_loop())
         answer = await conn.request(ApiKey.API_VERSIONS, {}, version=2)
         if answer["error_code"]:
             answer = await conn.request(ApiKey.API_VERSIONS, {}, version=0)
@@ -96,7 +95,7 @@ class AsyncConnection:
     def send(self, api_key: int, body: dict[str, Any], version: int | None = None, *,
              expect_response: bool = True) -> asyncio.Future | None:  # fmt: skip
         """Write a request (this loop tick); returns the future of its decoded answer (None when none is due)."""
-        if self.closed or self._writer is None:
+        if self.closed or self._wire is None:
             raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
         v = self.version_for(api_key) if version is None else version
         cid = next(self._ids) & 0x7FFFFFFF
@@ -117,7 +116,7 @@ class AsyncConnection:
     def request_head(self, api_key: int, version: int, body_size: int) -> tuple[int, bytes]:
         """A correlation id, and the head of a request frame with a body of `body_size` bytes (size, API key,
         version, that id, client id), for a hot path that frames a request itself (`send_frame`)."""
-        if self.closed or self._writer is None:
+        if self.closed or self._wire is None:
             raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
         cid = next(self._ids) & 0x7FFFFFFF
         client = self.client_id_field
@@ -137,7 +136,7 @@ class AsyncConnection:
                  sink: RunSink) -> None:  # fmt: skip
         """Queue `count` one-partition Produce requests framed together in `data` (ids from `first_cid`,
         taken with `take_ids`) for this tick's write; their answers go to `sink` (see `RunSink`)."""
-        if self.closed or self._writer is None:
+        if self.closed or self._wire is None:
             raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
         self._pending.append(PendingRun(first_cid, count, version, topic.encode(), partition, sink))
         self._out.append(data)
@@ -146,7 +145,7 @@ class AsyncConnection:
 
     def take_ids(self, count: int) -> int:
         """`count` consecutive correlation ids for `send_run`; returns the first (they wrap at 2**31)."""
-        if self.closed or self._writer is None:
+        if self.closed or self._wire is None:
             raise ProtocolError(f"connection to {self.host}:{self.port} is closed")
         first = next(self._ids)
         if count > 1:
@@ -170,8 +169,8 @@ class AsyncConnection:
     def _flush(self) -> None:
         self._flush_handle = None
         out, self._out = self._out, []
-        if out and self._writer is not None and not self.closed:
-            self._writer.write(b"".join(out))
+        if out and self._wire is not None and not self.closed:
+            self._wire.transport.write(b"".join(out))
 
     def _flush_now(self) -> None:
         if self._flush_handle is not None:
@@ -189,58 +188,9 @@ class AsyncConnection:
 
     async def drain(self) -> None:
         """Wait until the socket buffer has room (back-pressure for pipelined senders)."""
-        if self._writer is not None:
+        if self._wire is not None:
             self._flush_now()
-            await self._writer.drain()
-
-    async def _read_loop(self) -> None:
-        """Read answers a chunk at a time and hand out every whole frame in it: pipelined answers that
-        arrive together cost one read, not two awaits each. A frame bigger than a chunk is read whole."""
-        reader = self._reader
-        assert reader is not None
-        rest = b""
-        try:
-            while True:
-                data = await reader.read(_READ_CHUNK)
-                if not data:
-                    raise asyncio.IncompleteReadError(rest, None)
-                if rest:
-                    data = rest + data
-                pos, n = 0, len(data)
-                view = memoryview(data)
-                while n - pos >= 4:
-                    head = self._pending[0] if self._pending else None
-                    if head.__class__ is PendingRun and _scan_answers is not None:
-                        pos, offsets = _scan_answers(data, pos, n, head.cid, head.left, head.version, head.topic,
-                                                     head.partition)  # fmt: skip
-                        if offsets:
-                            k = len(offsets)
-                            index = head.index
-                            head.cid, head.left, head.index = (head.cid + k) & 0x7FFFFFFF, head.left - k, index + k
-                            if not head.left:
-                                self._pending.popleft()
-                            head.sink(index, offsets, None, None)
-                            continue
-                    end = pos + 4 + I32.unpack_from(data, pos)[0]
-                    if end > n:
-                        if end - n > _READ_CHUNK:  # a big answer: the rest of it in one read
-                            data = data[pos:] + await reader.readexactly(end - n)
-                            view, pos, n, end = memoryview(data), 0, len(data), end - pos
-                        else:
-                            break
-                    self._answer(view[pos + 4 : end])
-                    pos = end
-                rest = data[pos:] if pos < n else b""
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            self._fail(ProtocolError(f"broker {self.host}:{self.port} closed the connection"))
-        except ProtocolError as exc:
-            self._fail(exc)
-        except asyncio.CancelledError:
-            self._fail(ProtocolError("connection closed"))
-            raise
-        except Exception as exc:  # a bug in a decoder or an answer's consumer: nobody may wait forever
-            self._fail(ProtocolError(f"reading answers from {self.host}:{self.port} failed: {exc!r}"))
-            raise
+            await self._wire.drain()
 
     def _answer(self, frame: memoryview) -> None:
         """Match one answer frame to the oldest pending request, decode it and hand it over. A frame that
@@ -291,20 +241,129 @@ class AsyncConnection:
             elif not sink.done():
                 sink.set_exception(exc)
                 sink.exception()  # whoever awaits it still gets the error; nobody waiting is no warning
-        if self._writer is not None:
-            self._writer.close()
+        if self._wire is not None:
+            self._wire.transport.close()
 
     async def close(self) -> None:
         self._flush_now()  # what was sent before close still goes out
         self.closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        if self._writer is not None:
-            self._writer.close()
+        if self._wire is not None:
+            self._wire.transport.close()
             with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
+                await self._wire.lost
+
+
+class _Wire(asyncio.BufferedProtocol):
+    """The socket under an AsyncConnection. Answers are received straight into a reused buffer and
+    every whole frame there is handed out (copied out: the buffer is reused), and the plain answers
+    of a run are read in place; a frame too big for the buffer is received straight into a buffer of
+    its own, which is handed out as it is. Writes are the transport's, with its flow control."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set by connection_made
+        self.buf = bytearray(_READ_CHUNK)
+        self.start = self.end = 0  # the received bytes not handed out yet: buf[start:end]
+        self.big: bytearray | None = None  # a frame bigger than buf, and how much of it is here
+        self.big_got = 0
+        self.paused = False
+        self.waiters: list[asyncio.Future] = []
+        self.lost: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.big is not None:
+            return memoryview(self.big)[self.big_got :]
+        if self.start and len(self.buf) - self.end < _MIN_READ:  # little room after the partial frame: to the front
+            left = self.end - self.start
+            self.buf[:left] = memoryview(self.buf)[self.start : self.end]
+            self.start, self.end = 0, left
+        return memoryview(self.buf)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        conn = self.conn
+        try:
+            if self.big is not None:
+                self.big_got += nbytes
+                if self.big_got == len(self.big):
+                    frame, self.big = self.big, None
+                    conn._answer(memoryview(frame)[4:])
+                return
+            self.end += nbytes
+            self._hand_out()
+        except ProtocolError as exc:
+            conn._fail(exc)
+        except Exception as exc:  # a bug in a decoder or an answer's consumer: nobody may wait forever
+            conn._fail(ProtocolError(f"reading answers from {conn.host}:{conn.port} failed: {exc!r}"))
+            raise
+
+    def _hand_out(self) -> None:
+        conn, buf, pos, end = self.conn, self.buf, self.start, self.end
+        pending = conn._pending
+        while end - pos >= 4:
+            head = pending[0] if pending else None
+            if head.__class__ is PendingRun and _scan_answers is not None:
+                pos, offsets = _scan_answers(buf, pos, end, head.cid, head.left, head.version, head.topic,
+                                             head.partition)  # fmt: skip
+                if offsets:
+                    k = len(offsets)
+                    index = head.index
+                    head.cid, head.left, head.index = (head.cid + k) & 0x7FFFFFFF, head.left - k, index + k
+                    if not head.left:
+                        pending.popleft()
+                    head.sink(index, offsets, None, None)
+                    continue
+            size = I32.unpack_from(buf, pos)[0]
+            if size < 0:
+                raise ProtocolError(f"an answer of size {size} from {conn.host}:{conn.port}")
+            frame_end = pos + 4 + size
+            if frame_end > end:
+                if 4 + size > len(buf):  # the rest of it straight into its own buffer
+                    big = bytearray(4 + size)
+                    big[: end - pos] = memoryview(buf)[pos:end]
+                    self.big, self.big_got = big, end - pos
+                    pos = end
+                break
+            conn._answer(memoryview(bytes(memoryview(buf)[pos + 4 : frame_end])))  # a copy: buf is reused
+            pos = frame_end
+        if pos == end:
+            self.start = self.end = 0
+        else:
+            self.start = pos
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        conn = self.conn
+        conn._fail(ProtocolError(f"broker {conn.host}:{conn.port} closed the connection"))
+        for w in self.waiters:
+            if not w.done():
+                w.set_exception(ProtocolError(f"connection to {conn.host}:{conn.port} is closed"))
+        self.waiters.clear()
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        for w in self.waiters:
+            if not w.done():
+                w.set_result(None)
+        self.waiters.clear()
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark again."""
+        if self.lost.done():
+            raise ProtocolError(f"connection to {self.conn.host}:{self.conn.port} is closed")
+        if self.paused:
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters.append(fut)
+            await fut
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from broker.client.aio import AsyncConnection, PendingRun
+from broker.client.aio import AsyncConnection, PendingRun, _Wire
 from broker.client.connection import ProtocolError
 from broker.client.producer import AsyncProducer, _Batch
 from broker.protocol.errors import ErrorCode
@@ -36,7 +36,7 @@ class RecordingConnection:
     def __init__(self) -> None:
         self.frames: list[bytes] = []
         self.request_head = AsyncConnection.request_head.__get__(self)
-        self.closed, self._writer, self.client_id_field = False, object(), b"\x00\x01x"
+        self.closed, self._wire, self.client_id_field = False, object(), b"\x00\x01x"
         self._ids = iter(range(1, 100))
 
     def version_for(self, api_key: int) -> int:
@@ -47,6 +47,15 @@ class RecordingConnection:
 
     def send_encoded(self, api_key, version, body, decode, *, expect_response=True, on_answer=None) -> None:  # noqa: ANN001
         self.frames.append(b"".join(bytes(p) for p in body))
+
+
+class ClosingTransport:
+    """A transport that only notes it was closed."""
+
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def _batch(producer: AsyncProducer, values: list[bytes]) -> _Batch:
@@ -125,7 +134,7 @@ NEEDS_RUNS = pytest.mark.skipif(RUN_CODEC is None, reason="the C run codec is no
 
 
 @NEEDS_RUNS
-def test_the_read_loop_hands_a_run_its_answers_a_run_at_a_time_and_the_rest_one_by_one() -> None:
+def test_the_wire_hands_a_run_its_answers_a_run_at_a_time_and_the_rest_one_by_one() -> None:
     """Five answers to a run, split across reads mid-frame, the third an error; then a second run the
     connection leaves with one answer of three: the rest get the connection's error."""
     calls: list[tuple] = []
@@ -140,17 +149,20 @@ def test_the_read_loop_hands_a_run_its_answers_a_run_at_a_time_and_the_rest_one_
 
     async def main() -> None:
         conn = AsyncConnection("127.0.0.1", 9, "c", 5.0)
-        conn._reader = reader = asyncio.StreamReader()
+        conn._wire = wire = _Wire(conn)
+        wire.connection_made(ClosingTransport())  # type: ignore[arg-type]
         conn._pending.append(PendingRun(10, 5, 8, b"t", 0, sink))
         conn._pending.append(PendingRun(15, 3, 8, b"t", 0, sink))
         data = answer(10, 0, 7) + answer(11, 0, 8) + answer(12, 6, -1) + answer(13, 0, 9) + answer(14, 0, 10)
         data += answer(15, 0, 11)
-        task = asyncio.get_running_loop().create_task(conn._read_loop())
-        for piece in (data[:60], data[60:150], data[150:]):
-            reader.feed_data(piece)
-            await asyncio.sleep(0.01)
-        reader.feed_eof()
-        await task
+        for piece in (data[:60], data[60:150], data[150:]):  # as the transport hands bytes in
+            while piece:
+                into = wire.get_buffer(-1)
+                n = min(len(into), len(piece))
+                into[:n] = piece[:n]
+                wire.buffer_updated(n)
+                piece = piece[n:]
+        wire.connection_lost(None)
 
     asyncio.run(main())
     assert calls[0] == (0, [7], None, None)  # the first read held one whole answer
