@@ -226,3 +226,30 @@ def test_an_idempotent_run_takes_chained_sequences_and_a_retry_resends_the_same_
     resent = [decode_header(f[-len(b.data) :]) for f, b in zip(again.frames, run[1:], strict=True)]
     assert [h.base_sequence for h in resent] == [0, 1]  # the retries carry the sequences first sent
     assert run[0].outcome == 40 and [b.attempts for b in run[1:]] == [2, 2]
+
+
+def test_the_wire_hands_out_every_frame_whole_whatever_the_pieces_it_is_received_in() -> None:
+    """Small answers around two bigger than the receive buffer, received in pieces of every size: each
+    frame is handed out whole and in order, the big ones in buffers of their own."""
+    import random
+
+    frames = [bytes([i]) * n for i, n in enumerate([10, 300_000, 7, 70_000, 5, 600_000, 3] * 3)]
+    data = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+    async def receive(rng: random.Random, got: list[tuple[bytes, type]]) -> None:
+        conn = AsyncConnection("127.0.0.1", 9, "c", 5.0)
+        conn._answer = lambda frame: got.append((bytes(frame), type(frame.obj)))  # type: ignore[method-assign]
+        wire = _Wire(conn)
+        wire.connection_made(ClosingTransport())  # type: ignore[arg-type]
+        pos = 0
+        while pos < len(data):
+            into = wire.get_buffer(-1)
+            n = min(len(into), len(data) - pos, rng.choice([1, 3, 100, 4096, 65536, 1 << 20]))
+            into[:n] = data[pos : pos + n]
+            wire.buffer_updated(n)
+            pos += n
+
+    for seed in range(5):
+        got: list[tuple[bytes, type]] = []
+        asyncio.run(receive(random.Random(seed), got))
+        assert [f for f, _ in got] == frames, seed
+        assert [t for f, t in got if len(f) > 256 * 1024] == [bytearray] * 6  # their own buffers, not copies
