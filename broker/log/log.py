@@ -234,10 +234,8 @@ class PartitionLog:
             return False
         if int(self.clock() * 1000) - seg.rolling_base_ms > config.segment_ms:
             return False
-        entries = batches  # at most one index entry per batch
-        max_bytes = config.index_max_bytes
-        room = min(max_bytes // 8 - len(seg.index.keys), max_bytes // 12 - 1 - len(seg.time_index.keys))
-        return entries < room
+        max_bytes = config.index_max_bytes  # each batch adds one index entry at most
+        return batches < min(max_bytes // 8 - len(seg.index.keys), max_bytes // 12 - 1 - len(seg.time_index.keys))
 
     def append_run(self, run: StitchableRun, total: int, records: int, *, leader_epoch: int = -1) -> int:
         """Append, deferred, a run of `records` records in batches of `total` bytes that `run` stitches with

@@ -95,6 +95,17 @@ class Connection:
         self._start = pos + 4 + size
         return memoryview(self._buf[pos + 4 : pos + 4 + size])  # a copy: the buffer is reused
 
+    def take_run(self, run: RunDispatch) -> tuple[int, bytes | None] | int:
+        """Offer the received bytes to `run`: (how many requests it answered, their answer frames or None),
+        those requests then consumed; or the count of the next requests that must go one by one."""
+        if self._end - self._start <= 4:
+            return 0
+        got = run(self._buf, self._start, self._end)
+        if got.__class__ is int:
+            return got  # type: ignore[return-value]
+        self._start, answered, answers = got  # type: ignore[misc]
+        return answered, answers
+
     async def _recv(self) -> bool:
         """Receive more into the buffer (moving what is left to its front first); False at end of stream."""
         if self._start:
@@ -303,11 +314,9 @@ class Server:
         singles = 0  # requests the run dispatch declined: they go to `dispatch` one by one
         try:
             while True:
-                got: Any = 0
-                if run is not None and not singles and conn._end - conn._start > 4:
-                    got = run(conn._buf, conn._start, conn._end)
+                got: Any = conn.take_run(run) if run is not None and not singles else 0
                 if got.__class__ is not int:  # a run of requests, appended; their answers in one buffer
-                    conn._start, answered, answers = got
+                    answered, answers = got
                     if answers is not None:
                         out.append(answers)
                         held += answered
