@@ -11,6 +11,8 @@ line per event, flushed at once:
     {"ev": "msg", "p": 0, "o": 17, "k": "...", "v": "..."}
     {"ev": "closed"}                                  after a clean close (SIGTERM) that committed
 
+With GROUP_MEMBER_LOG=PATH set, the client library's debug log goes to PATH.<pid> (python clients only).
+
 A record is printed before its offset can be committed: confluent-kafka stores the offset only after the
 line is written (enable.auto.offset.store=false), kafka-python and aiokafka commit positions of records
 returned by an earlier poll. On SIGTERM the member leaves its poll loop and closes the consumer, which
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -138,6 +142,9 @@ def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, commit
 CLIENTS = {"confluent-kafka": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}
 
 if __name__ == "__main__":
+    if os.environ.get("GROUP_MEMBER_LOG"):  # the client library's debug log, for a failure to be read afterwards
+        path = f"{os.environ['GROUP_MEMBER_LOG']}.{os.getpid()}"
+        logging.basicConfig(level=logging.DEBUG, filename=path, format="%(asctime)s %(name)s %(message)s")
     client, bootstrap, group, topic, session = sys.argv[1:6]
     commit_interval = int(sys.argv[6]) if len(sys.argv) > 6 else AUTO_COMMIT_MS
     CLIENTS[client](bootstrap, group, topic, int(session), commit_interval)
