@@ -97,6 +97,8 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, co
                              heartbeat_interval_ms=heartbeat_ms(session_ms), fetch_max_wait_ms=100,
                              metadata_max_age_ms=1000, retry_backoff_ms=100, request_timeout_ms=10_000)  # fmt: skip
     consumer.subscribe([topic], listener=Listener())
+    # know the topic's partitions before the first poll joins: see tests/integration/clientkit.py kafka_python_knows
+    consumer.partitions_for_topic(topic)
     while not stop:
         for tp, records in consumer.poll(timeout_ms=100).items():
             for r in records:

@@ -1,5 +1,5 @@
 """Unmodified third-party consumers in a consumer group coordinated by a live kafkactl broker (a real broker
-process on a real ZooKeeper; a short initial rebalance delay, sessions down to one second).
+process on a real ZooKeeper; no initial rebalance delay, sessions down to one second).
 
 For each of kcat (-G), confluent-kafka, kafka-python and aiokafka: two members (subprocesses printing a JSON
 line per event: tests/compat/group_member.py, or kcat -J itself) split a 6-partition topic into disjoint
@@ -38,10 +38,7 @@ from tests.integration.cluster import BrokerProcess
 KCAT = "/usr/bin/kcat"
 MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
 CLIENTS = ["kcat", "confluent-kafka", "kafka-python", "aiokafka"]
-# The initial delay (Kafka's default is 3 s) lets a first member learn the topic's partitions before it assigns:
-# with none, kafka-python 3.0.12's leader may assign nothing, rejoin when its metadata arrives, and lose that
-# join's outcome if its poll times out meanwhile (it never awaits the finished join again), owning nothing forever.
-GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "1000", "group.min.session.timeout.ms": "1000"}
+GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
 PARTITIONS = 6
 SESSION_MS = 2000
 DEADLINE = 30.0  # seconds for any one wait

@@ -11,6 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from broker.client.admin import Admin
 from broker.client.consumer import AsyncConsumer, ConsumerRecord
@@ -133,6 +134,14 @@ async def read_all_async(bootstrap: str, topic: str, timeout: float = 20.0, **cf
                 out.extend(recs)
                 nxt[tp] = recs[-1].offset + 1
         return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+def kafka_python_knows(consumer: Any, topic: str) -> set[int]:
+    """Block until a subscribed kafka-python consumer's metadata lists `topic`'s partitions; call it before the
+    first poll joins the group. Otherwise kafka-python 3.0.12's group leader may assign before it knows them,
+    rejoin when they arrive, and lose that join's outcome if a poll times out meanwhile (it never looks at the
+    finished join again): the member then owns nothing until the next rebalance."""
+    return consumer.partitions_for_topic(topic)
 
 
 def read_all(bootstrap: str, topic: str, timeout: float = 20.0, **cfg) -> list[ConsumerRecord]:

@@ -26,7 +26,7 @@ from broker.client.admin import Admin
 from broker.client.sync import Producer
 from broker.protocol.messages.fetch import EARLIEST
 from broker.zk import consumers
-from tests.integration.clientkit import create_topic, unique
+from tests.integration.clientkit import create_topic, kafka_python_knows, unique
 from tests.integration.cluster import BrokerProcess, new_chroot
 from tests.integration.helpers import cli, error_line, json_lines, ok, tsv, wait_until, zk_session
 
@@ -109,6 +109,7 @@ def kp_consumer(b: BrokerProcess, topic: str, g: str, **extra: object) -> Iterat
     cfg.update(extra)
     c = KafkaConsumer(topic, **cfg)
     try:
+        kafka_python_knows(c, topic)
         yield c
     finally:
         c.close(autocommit=False)

@@ -33,6 +33,7 @@ from broker.protocol.api import ApiKey
 from broker.protocol.primitives import I16, I32, Reader
 from broker.server.coordinator import coordinator_for
 from tests.fixtures import zk_client
+from tests.integration.clientkit import kafka_python_knows
 from tests.integration.cluster import BrokerProcess
 from tests.integration.helpers import running_cluster
 from tests.integration.wire import (
@@ -646,6 +647,7 @@ def test_coordinator_failover_kafka_python_group_resumes_from_committed_offsets(
                              heartbeat_interval_ms=300, fetch_max_wait_ms=100, request_timeout_ms=10_000,
                              retry_backoff_ms=100, reconnect_backoff_ms=100, reconnect_backoff_max_ms=500,
                              metadata_max_age_ms=2000)  # fmt: skip
+    assert kafka_python_knows(consumer, topic) == set(range(partitions))
     consumed: list[tuple[int, int, bytes]] = []
 
     def consume_until(want: set[tuple[int, int]], phase: str) -> None:
