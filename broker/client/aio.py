@@ -187,7 +187,7 @@ class AsyncConnection:
             raise ProtocolError(f"no answer from {self.host}:{self.port} within {self.timeout:g}s") from None
 
     async def drain(self) -> None:
-        """Wait until the socket buffer has room (back-pressure for pipelined senders)."""
+        """Wait until the socket buffer has room (back-pressure for pipelined senders) or the connection is gone."""
         if self._wire is not None:
             self._flush_now()
             await self._wire.drain()
@@ -339,10 +339,7 @@ class _Wire(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         conn = self.conn
         conn._fail(ProtocolError(f"broker {conn.host}:{conn.port} closed the connection"))
-        for w in self.waiters:
-            if not w.done():
-                w.set_exception(ProtocolError(f"connection to {conn.host}:{conn.port} is closed"))
-        self.waiters.clear()
+        self.resume_writing()  # nothing left to wait for: the next write finds the connection closed
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -357,10 +354,9 @@ class _Wire(asyncio.BufferedProtocol):
         self.waiters.clear()
 
     async def drain(self) -> None:
-        """Wait until the transport's write buffer is below its high-water mark again."""
-        if self.lost.done():
-            raise ProtocolError(f"connection to {self.conn.host}:{self.conn.port} is closed")
-        if self.paused:
+        """Wait until the transport's write buffer is below its high-water mark again, or the connection is
+        gone: what was written is lost either way, and the next request on it fails on its own."""
+        if self.paused and not self.lost.done():
             fut = asyncio.get_running_loop().create_future()
             self.waiters.append(fut)
             await fut

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
 import pytest
@@ -13,6 +15,8 @@ from broker.client.producer import AsyncProducer, ProduceError
 from broker.errors import KafkactlError
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.produce import RUN_CODEC
+from broker.zk import paths as zk_paths
+from tests.fixtures import zk_client
 from tests.integration.clientkit import create_topic, disk_batches, read_all, read_all_async, unique
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -511,6 +515,57 @@ def test_broker_killed_mid_stream_only_acknowledged_messages_count(start_broker,
     values = [r.value for r in recs]
     assert len(set(values)) == len(values)  # no duplicates
     assert values == sorted(values)  # and in the order sent
+
+
+def test_acks0_sender_survives_its_broker_dying_while_it_waits_for_socket_room(start_broker):
+    """acks=0: the broker stops reading (SIGSTOP) until the producer's socket is full and its sender waits
+    for room, then dies (SIGKILL) and comes back. The sender carries on: what is sent after the restart
+    lands whole and in order (what was in the dead socket is gone, as acks=0 allows)."""
+    b = start_broker(1, overrides={"zookeeper.session.timeout.ms": "2000"})  # a quick restart after the kill
+    topic = create_topic(b.bootstrap, "acks0-dies", 1)
+    after = [b"after-%04d" % i for i in range(300)]
+
+    def restart() -> None:
+        zk = zk_client(b.zk_connect)
+        try:
+            deadline = time.monotonic() + 30
+            while zk.exists(zk_paths.broker(1)):  # the killed broker's registration expires first
+                assert time.monotonic() < deadline, "the killed broker's registration never expired"
+                time.sleep(0.1)
+        finally:
+            zk.stop()
+            zk.close()
+        b.start()
+
+    async def run():
+        async with AsyncProducer(b.bootstrap, acks=0, linger_ms=1, request_timeout_ms=1500,
+                                 delivery_timeout_ms=60_000) as producer:  # fmt: skip
+            await (await producer.send(topic, b"first"))
+            while not await read_all_async(b.bootstrap, topic):  # in the log before the broker stops reading
+                await asyncio.sleep(0.05)
+            conn = producer.cluster.open_connection(1)
+            assert conn is not None
+            os.kill(b.proc.pid, signal.SIGSTOP)
+            try:
+                value = b"x" * 10_000
+                for _ in range(20_000):  # up to 200 MB: far past what loopback socket buffers hold
+                    await producer.send(topic, value)
+                    if conn._wire.paused and conn._wire.waiters:  # the sender waits for room
+                        break
+                    await asyncio.sleep(0)
+                assert conn._wire.waiters, "the socket never filled"
+            finally:
+                b.kill()  # SIGKILL ends a stopped process too
+            await asyncio.to_thread(restart)
+            deliveries = [await producer.send(topic, v) for v in after]
+            await asyncio.wait_for(producer.flush(), 30)
+            assert all(d.exception() is None for d in deliveries)
+
+    asyncio.run(run())
+    values = [r.value for r in read_all(b.bootstrap, topic)]
+    assert values[0] == b"first"
+    assert [v for v in values if v.startswith(b"after-")] == after
+    assert set(values[1:]) <= {b"x" * 10_000, *after}
 
 
 # --- the consumer ----------------------------------------------------------------------------------
