@@ -11,6 +11,7 @@ appends of one read's pipelined Produce requests together, before it answers any
 from __future__ import annotations
 
 import bisect
+import mmap
 import os
 import re
 import struct
@@ -23,13 +24,14 @@ from broker.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLa
 from broker.log import recovery
 from broker.log.config import LogConfig
 from broker.log.index import IndexCorruptError
-from broker.log.scanner import Damage, read_batch
+from broker.log.scanner import Damage, ScannedBatch, read_batch, scan
 from broker.log.segment import LogSegment, StitchableRun
 from broker.records.batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     PREFIX,
     TIMESTAMP_TYPE_BIT,
+    BatchHeader,
     iter_records,
 )
 from broker.records.crc import crc32c
@@ -253,6 +255,18 @@ class PartitionLog:
         """Write the deferred appends (only the active segment has any: a roll flushes the old one)."""
         self.segments[self.bases[-1]].write_deferred()
 
+    def tail_batch_headers(self, segments: int = 2) -> list[BatchHeader]:
+        """The v2 batch headers of the last `segments` segments, oldest first, as the files hold them: what
+        a partition's idempotent producers wrote last (read through the one segment parser)."""
+        headers: list[BatchHeader] = []
+        for base in self.bases[-segments:]:
+            seg = self.segments[base]
+            seg.write_deferred()
+            if seg.size:
+                with mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ) as buf:
+                    headers += _v2_headers(buf)
+        return headers
+
     def validate(self, data: Buffer) -> list[tuple[int, int, int, int, int]]:
         """`validate_batches` under this log's `max.message.bytes`: the check `append` makes first."""
         return validate_batches(data, self.config.max_message_bytes)
@@ -422,3 +436,8 @@ class PartitionLog:
 
 def _base_offset(mv: memoryview, pos: int) -> int:
     return struct.unpack_from(">q", mv, pos)[0]
+
+
+def _v2_headers(buf: Buffer | mmap.mmap) -> list[BatchHeader]:
+    """The headers of the v2 batches of a segment's bytes (no views into `buf` outlive the call)."""
+    return [item.header for item in scan(buf, verify_crc=False) if isinstance(item, ScannedBatch) and item.header]

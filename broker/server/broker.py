@@ -27,7 +27,7 @@ from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
 from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.network import Server
-from broker.server.producers import ProducerIdPool, ProducerStates
+from broker.server.producers import ProducerIdPool, ProducerStates, states_from_log
 from broker.server.purgatory import Purgatory
 from broker.zk import client as zkclient
 from broker.zk import paths, registry
@@ -389,8 +389,9 @@ class Broker:
     def write_deferred(self) -> None:
         """Write the appends the Produce handler deferred; the server calls this before it answers or waits.
 
-        A log whose write fails is cut back to what its file holds and forgets its producers' sequences
-        (the answers are never sent, and a retry must not pass for a duplicate); then the OSError goes on.
+        A log whose write fails is cut back to what its file holds and its producers' sequences are read
+        back from it (the answers are never sent: a retry of a lost batch must not pass for a duplicate);
+        then the OSError goes on.
         """
         if not self.deferred_logs:
             return
@@ -402,10 +403,21 @@ class Broker:
             except OSError as exc:
                 log.error("writing to %s-%d failed, its unanswered appends are dropped: %s",
                           plog.topic, plog.partition, exc)  # fmt: skip
-                self.producer_states.pop((plog.topic, plog.partition), None)
+                self.reload_producer_states(plog)
                 error = exc
         if error is not None:
             raise error
+
+    def reload_producer_states(self, plog: PartitionLog) -> None:
+        """After a write or fsync failed, make a partition's sequence state what its file holds: a retry of
+        a batch the file kept is answered as a duplicate, one of a batch it lost is appended. If the file
+        cannot be read either, the state is forgotten (a retry may then be stored twice, but none is lost)."""
+        tp = (plog.topic, plog.partition)
+        try:
+            self.producer_states[tp] = states_from_log(plog.tail_batch_headers())
+        except OSError as exc:
+            log.error("reading back the producers of %s-%d failed: %s", plog.topic, plog.partition, exc)
+            self.producer_states.pop(tp, None)
 
     def high_watermark(self, plog: PartitionLog) -> int:
         """Without followers the ISR is the leader alone, so the high watermark is the log end offset."""

@@ -4,15 +4,18 @@ Each partition remembers, per producer id, its epoch and the sequence ranges and
 last five batches (as Kafka does). A batch repeating one of them is a duplicate: it is not
 appended again and its first answer is repeated. A batch that skips sequences is refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A producer the partition
-has no state for (a new one, or after a restart) is accepted at any sequence.
+has no state for (a new one, or after a restart) is accepted at any sequence. After a failed write or
+fsync a partition's state is read back from its log's last segments (`states_from_log`).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from broker.protocol.errors import ErrorCode
+from broker.records.batch import BatchHeader
 
 MAX_SEQ = 2**31 - 1
 KEEP = 5
@@ -54,6 +57,17 @@ class ProducerStates:
         if e is None or epoch != e.epoch:
             e = self.entries[producer_id] = _Entry(epoch)
         e.batches.append((first_seq, last_seq, first_offset))
+
+
+def states_from_log(headers: Iterable[BatchHeader]) -> ProducerStates:
+    """The sequence state that a partition's log tail (its batch headers, oldest first) leaves: each
+    idempotent producer's epoch and last five batches, as the file holds them."""
+    states = ProducerStates()
+    for h in headers:
+        if h.producer_id >= 0 and h.base_sequence >= 0:
+            last_seq = (h.base_sequence + h.last_offset_delta) % (MAX_SEQ + 1)
+            states.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset)
+    return states
 
 
 class ProducerIdPool:

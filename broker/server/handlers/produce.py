@@ -132,8 +132,8 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
         out["error_code"] = ErrorCode.MESSAGE_TOO_LARGE
         out["error_message"] = str(exc)
         return out
-    except OSError:  # the log cut back its deferred appends (see `Broker.write_deferred`): forget their sequences
-        b.producer_states.pop(tp, None)
+    except OSError:  # a write or fsync failed: sequences as the file holds them
+        b.reload_producer_states(plog)
         raise
     if span is not None:
         b.producer_states[tp].record(*span, result.first_offset)

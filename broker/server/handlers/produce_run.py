@@ -100,8 +100,8 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
                 return n
         try:
             first = plog.append_run(_Run(buf, info), total, records, leader_epoch=part.leader_epoch)
-        except OSError:  # the log cut back its deferred appends (see `Broker.write_deferred`): forget their sequences
-            b.producer_states.pop(tp, None)
+        except OSError:  # a write or fsync failed: sequences as the file holds them
+            b.reload_producer_states(plog)
             raise
         b.deferred_logs.add(plog)  # written before the answers leave (see `Broker.write_deferred`)
         if pid >= 0:

@@ -199,7 +199,7 @@ def test_a_malformed_frame_still_answers_the_requests_before_it(broker, monkeypa
 
 def test_a_failed_write_sends_no_answer_and_cuts_the_log_back(broker, monkeypatch) -> None:
     plog = broker.logs.get_or_create(TOPIC, 0)
-    plog.append(batch(b"kept"))
+    plog.append(batch(b"kept", producer_id=9, sequence=0))
     broker.producer_states[(TOPIC, 0)].record(9, 0, 0, 0, 0)
     real_writev = os.writev
 
@@ -213,7 +213,38 @@ def test_a_failed_write_sends_no_answer_and_cuts_the_log_back(broker, monkeypatc
     answers, _, _ = serve_pipelined(broker, frames, 3, monkeypatch)
     assert answers == []  # the connection ended unanswered: the client retries
     assert plog.log_end_offset == 1 and stored_values(broker) == [b"kept"]
-    assert (TOPIC, 0) not in broker.producer_states  # a retry must not pass for a duplicate of a lost batch
+    # the sequences are what the file holds: a retry of a lost batch is appended, one of the kept batch is not
+    states = broker.producer_states[(TOPIC, 0)]
+    assert states.check(9, 0, 1, 1) == (ErrorCode.NONE, -1) and states.check(9, 0, 0, 0) == (ErrorCode.NONE, 0)
+
+
+@RUNS
+def test_a_failed_fsync_keeps_the_sequences_of_what_was_written(broker, monkeypatch, runs) -> None:
+    """flush.messages=1 and the second fsync fails: the connection ends there unanswered, but what was written
+    is in the file, so its retries are answered as duplicates at their offsets, and the rest is appended once."""
+    broker.cache.configs[TOPIC] = {"flush.messages": "1"}
+    plog = broker.leader_log_now(TOPIC, 0)[1]
+    fsyncs, real_fsync = [], os.fsync
+
+    def fsync(fd: int) -> None:
+        if fd == plog.active.fd:
+            fsyncs.append(fd)
+            if len(fsyncs) == 2:
+                raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    values = [b"f%d" % i for i in range(4)]
+    frames = [produce_frame(i, {TOPIC: batch(v, producer_id=9, sequence=i)}) for i, v in enumerate(values)]
+    answers, _, _ = serve_pipelined(broker, frames, 4, monkeypatch, runs=runs)
+    # one by one the second request's fsync fails; with runs, that of the run of the last three
+    written = 4 if runs else 2
+    assert len(fsyncs) == 2 and [read_answer(a)[0] for a in answers] == list(range(len(answers)))
+    assert len(answers) <= 1 and stored_values(broker) == values[:written]
+    again, _, _ = serve_pipelined(broker, frames, 4, monkeypatch, runs=runs)  # the client retries them all
+    assert [(p["error_code"], p["base_offset"]) for a in again for p in read_answer(a)[1]] == [(0, i) for i in range(4)]
+    assert stored_values(broker) == values  # each once
+
 
 
 def _frame(version: int, correlation_id: int, client_id: str | None, acks: int,
