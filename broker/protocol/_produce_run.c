@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../records/_batch_bytes.h"
+
 /* one request of a run (`info` holds them back to back) */
 typedef struct {
     int64_t position; /* the batch's first byte in the scanned buffer */
@@ -36,42 +38,6 @@ typedef struct {
     int32_t last_delta;
     int32_t count;
 } Item;
-
-static inline uint32_t u32(const unsigned char *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static inline int32_t s32(const unsigned char *p) { return (int32_t)u32(p); }
-static inline int16_t s16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
-static inline int64_t s64(const unsigned char *p) { return (int64_t)(((uint64_t)u32(p) << 32) | u32(p + 4)); }
-
-static inline unsigned char *put(unsigned char *p, uint64_t v, int n) {
-    for (int i = n - 1; i >= 0; i--) {
-        p[i] = (unsigned char)(v & 0xFF);
-        v >>= 8;
-    }
-    return p + n;
-}
-
-/* *out = crc(memoryview of the batch from its attributes on), the CRC-32C a batch's header holds; -1 on error */
-static int batch_crc(PyObject *crc, const unsigned char *batch, Py_ssize_t size, uint32_t *out) {
-    PyObject *mv = PyMemoryView_FromMemory((char *)batch + 21, size - 21, PyBUF_READ);
-    if (!mv) return -1;
-    PyObject *got = PyObject_CallOneArg(crc, mv);
-    Py_DECREF(mv);
-    if (!got) return -1;
-    unsigned long value = PyLong_AsUnsignedLong(got);
-    Py_DECREF(got);
-    if (value == (unsigned long)-1 && PyErr_Occurred()) return -1;
-    *out = (uint32_t)value;
-    return 0;
-}
-
-/* the batch's CRC matches: 1; mismatch: 0; error: -1 */
-static int crc_matches(PyObject *crc, const unsigned char *batch, Py_ssize_t size) {
-    uint32_t value;
-    if (batch_crc(crc, batch, size, &value) < 0) return -1;
-    return value == u32(batch + 17);
-}
 
 /* scan(buf, start, end, max_frames, max_request_bytes, max_version, crc) -> None | tuple
  * The run at buf[start:end]: None when the first whole frame there is not one of a run, else

@@ -7,6 +7,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_batch_bytes.h"
+
 static PyObject *CorruptRecordError = NULL;
 
 static int corrupt(const char *msg) {
@@ -329,16 +331,6 @@ static PyObject *append_many(PyObject *self, PyObject *args) {
 
 /* ---- decode_columns: fetched record sets straight into Arrow-layout column buffers ---------------- */
 
-static inline int64_t be64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
-    return (int64_t)v;
-}
-
-static inline int32_t be32(const unsigned char *p) {
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
-
 /* a bytearray grown by doubling: `len` bytes used of its size (the capacity) */
 typedef struct {
     PyObject *obj;
@@ -570,19 +562,6 @@ static int decode_batch_columns(Columns *c, const unsigned char *p, const unsign
     return 0;
 }
 
-/* the batch at b (size bytes) fails its CRC: 1, passes: 0, error: -1 */
-static int crc_fails(PyObject *crc, const unsigned char *b, Py_ssize_t size) {
-    PyObject *mv = PyMemoryView_FromMemory((char *)b + 21, size - 21, PyBUF_READ);
-    if (!mv) return -1;
-    PyObject *got = PyObject_CallOneArg(crc, mv);
-    Py_DECREF(mv);
-    if (!got) return -1;
-    unsigned long value = PyLong_AsUnsignedLong(got);
-    Py_DECREF(got);
-    if (value == (unsigned long)-1 && PyErr_Occurred()) return -1;
-    return value != (uint32_t)be32(b + 17);
-}
-
 /* decode_columns(data, position, stop, crc, inflate) -> tuple
  * The records of a fetched record set with position <= offset < stop, as the columns
  * broker/records/columnar.py describes: (count, offsets, timestamps, timestamp types, keys, values,
@@ -598,8 +577,8 @@ static PyObject *decode_columns(PyObject *self, PyObject *args) {
     Py_ssize_t len = view.len, pos = 0, est_n = 0, est_bytes = 0;
     Columns c;
     while (len - pos >= 61) { /* size the buffers from the batch headers */
-        int32_t blen = be32(buf + pos + 8), n = be32(buf + pos + 57);
-        if (blen < 49 || blen > len - pos - 12 || be64(buf + pos) >= stop) break;
+        int32_t blen = s32(buf + pos + 8), n = s32(buf + pos + 57);
+        if (blen < 49 || blen > len - pos - 12 || s64(buf + pos) >= stop) break;
         est_n += n > 0 && n < blen ? n : 0;
         est_bytes += blen;
         pos += 12 + (Py_ssize_t)blen;
@@ -608,8 +587,8 @@ static PyObject *decode_columns(PyObject *self, PyObject *args) {
     pos = 0;
     while (len - pos >= 61) {
         const unsigned char *b = buf + pos;
-        int64_t base_offset = be64(b);
-        int32_t blen = be32(b + 8);
+        int64_t base_offset = s64(b);
+        int32_t blen = s32(b + 8);
         Py_ssize_t size = 12 + (Py_ssize_t)blen;
         if (size > len - pos || base_offset >= stop) break;
         char msg[96];
@@ -623,20 +602,20 @@ static PyObject *decode_columns(PyObject *self, PyObject *args) {
             corrupt(msg);
             goto fail;
         }
-        int bad = crc_fails(crc, b, size);
-        if (bad < 0) goto fail;
-        if (bad) {
+        int ok = crc_matches(crc, b, size);
+        if (ok < 0) goto fail;
+        if (!ok) {
             snprintf(msg, sizeof msg, "batch at offset %lld fails its CRC", (long long)base_offset);
             corrupt(msg);
             goto fail;
         }
         int attributes = (b[21] << 8) | b[22];
-        int64_t last_offset = base_offset + be32(b + 23);
+        int64_t last_offset = base_offset + s32(b + 23);
         pos += size;
         if ((attributes & 0x20) || last_offset < position) continue; /* control batch, or all below position */
         int log_append = (attributes & 0x08) != 0, codec = attributes & 0x07, rc;
-        int64_t base_ts = be64(b + 27), max_ts = be64(b + 35);
-        int32_t expected = be32(b + 57);
+        int64_t base_ts = s64(b + 27), max_ts = s64(b + 35);
+        int32_t expected = s32(b + 57);
         if (codec == 0) {
             rc = decode_batch_columns(&c, b + 61, b + size, base_offset, base_ts, log_append, max_ts, position, stop,
                                       expected);
@@ -696,13 +675,6 @@ fail:
 
 /* --- building a batch ---------------------------------------------------------------------------- */
 
-static void put_be(unsigned char *p, uint64_t v, int n) {
-    for (int i = n - 1; i >= 0; i--) {
-        p[i] = (unsigned char)(v & 0xFF);
-        v >>= 8;
-    }
-}
-
 /* build_batch(lead, records, count, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
  *             attributes, crc) -> bytes
  * `lead` (say, a request's head) followed by a RecordBatch v2 of the encoded `records` (compressed
@@ -727,28 +699,22 @@ static PyObject *build_batch(PyObject *self, PyObject *args) {
     unsigned char *b = (unsigned char *)PyBytes_AS_STRING(out);
     memcpy(b, lead.buf, lead.len);
     b += lead.len;
-    put_be(b, 0, 8);                               /* base offset: the broker assigns it */
-    put_be(b + 8, (uint64_t)(size - 12), 4);       /* batch length: what follows it */
-    put_be(b + 12, (uint32_t)-1, 4);               /* partition leader epoch */
+    put(b, 0, 8);                               /* base offset: the broker assigns it */
+    put(b + 8, (uint64_t)(size - 12), 4);       /* batch length: what follows it */
+    put(b + 12, (uint32_t)-1, 4);               /* partition leader epoch */
     b[16] = 2;                                     /* magic */
-    put_be(b + 21, (uint16_t)attributes, 2);
-    put_be(b + 23, (uint64_t)(count - 1), 4);      /* last offset delta */
-    put_be(b + 27, (uint64_t)base_ts, 8);
-    put_be(b + 35, (uint64_t)max_ts, 8);
-    put_be(b + 43, (uint64_t)pid, 8);
-    put_be(b + 51, (uint16_t)epoch, 2);
-    put_be(b + 53, (uint32_t)seq, 4);
-    put_be(b + 57, (uint64_t)count, 4);
+    put(b + 21, (uint16_t)attributes, 2);
+    put(b + 23, (uint64_t)(count - 1), 4);      /* last offset delta */
+    put(b + 27, (uint64_t)base_ts, 8);
+    put(b + 35, (uint64_t)max_ts, 8);
+    put(b + 43, (uint64_t)pid, 8);
+    put(b + 51, (uint16_t)epoch, 2);
+    put(b + 53, (uint32_t)seq, 4);
+    put(b + 57, (uint64_t)count, 4);
     memcpy(b + 61, recs.buf, recs.len);
-    PyObject *covered = PyMemoryView_FromMemory((char *)b + 21, size - 21, PyBUF_READ);
-    if (!covered) goto fail;
-    PyObject *sum = PyObject_CallOneArg(crc, covered);
-    Py_DECREF(covered);
-    if (!sum) goto fail;
-    unsigned long value = PyLong_AsUnsignedLong(sum);
-    Py_DECREF(sum);
-    if (value == (unsigned long)-1 && PyErr_Occurred()) goto fail;
-    put_be(b + 17, (uint32_t)value, 4);
+    uint32_t value;
+    if (batch_crc(crc, b, size, &value) < 0) goto fail;
+    put(b + BATCH_CRC_AT, value, 4);
     goto done;
 fail:
     Py_CLEAR(out);
