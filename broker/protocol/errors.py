@@ -63,6 +63,7 @@ class ErrorCode(IntEnum):
     OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
 
     @property

@@ -4,7 +4,11 @@ A group moves Empty → PreparingRebalance → CompletingRebalance → Stable, a
 answers wait (on futures) until every known member has rejoined or the rebalance timeout passes;
 the first member gets the others' metadata and computes the assignment, which its SyncGroup hands
 to everyone. Members that stop heartbeating for their session timeout are removed and the group
-rebalances; a group whose last member left is forgotten. State lives in memory only: committed
+rebalances; a group whose last member left is forgotten. A static member (KIP-345: a
+`group.instance.id`) that comes back under a new member id takes its old place and assignment without
+a rebalance while the group is stable, and its old incarnation is fenced (FENCED_INSTANCE_ID); like
+Kafka, a static member that does not rejoin a rebalance keeps its place until its session runs out.
+State lives in memory only: committed
 offsets go to ZooKeeper's offset registry, so a coordinator that moves (its broker died) loses
 nothing a client cannot rebuild by rejoining.
 
@@ -79,6 +83,7 @@ class Group:
     protocol: str = ""
     leader: str = ""
     members: dict[str, Member] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)  # group.instance.id → its member id
     timer: asyncio.TimerHandle | None = None
     initial: bool = False  # this rebalance started from Empty: wait the initial delay for more members
     initial_deadline: float = 0.0  # (loop time) the initial delay is extended up to here
@@ -165,7 +170,15 @@ class GroupCoordinator:
             )
         ):
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)  # fmt: skip
-        if not member_id and version >= 4:
+        instance = req.get("group_instance_id")
+        if instance is not None:
+            known = group.static.get(instance)
+            if member_id and member_id != known:  # an old incarnation (or an id this group never gave out)
+                fenced = known is not None
+                return _join_error(ErrorCode.FENCED_INSTANCE_ID if fenced else ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+            if not member_id and known is not None:
+                return await self._rejoin_static(group, known, req, client_id, client_host, protocols)
+        if not member_id and version >= 4 and instance is None:
             # KIP-394: hand out the id first; the member joins with it, so a lost answer leaves no ghost
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             self._pending[member_id] = (gid, time.monotonic() + session_ms / 1000)
@@ -181,6 +194,8 @@ class GroupCoordinator:
             member = Member(member_id, req.get("group_instance_id"), client_id, client_host, session_ms, rebalance_ms,
                             req["protocol_type"], protocols)  # fmt: skip
             group.members[member_id] = member
+            if instance is not None:
+                group.static[instance] = member_id
             self.groups[gid] = group
             if not group.protocol_type:
                 group.protocol_type = req["protocol_type"]
@@ -205,13 +220,47 @@ class GroupCoordinator:
                 _resolve(member.join, self._join_answer(group, member))
             else:
                 self._prepare(group, f"member {member_id} rejoined")
+        return await self._await_join(member)
+
+    async def _await_join(self, member: Member) -> dict[str, Any]:
         fut = member.join
+        assert fut is not None
         try:
             return await fut
         finally:
             if member.join is fut:
                 member.join = None
             member.last_seen = time.monotonic()
+
+    async def _rejoin_static(self, group: Group, old_id: str, req: dict[str, Any], client_id: str, client_host: str,
+                             protocols: list[tuple[str, bytes]]) -> dict[str, Any]:  # fmt: skip
+        """A known static member joins without a member id (it restarted): it takes its old place under a new
+        id, and the old id is fenced. A stable group whose protocol stays the same answers at once with the
+        current generation and no rebalance (the old leader's id as leader, so the member assigns nothing)."""
+        old = group.members.pop(old_id)
+        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        member = Member(new_id, old.group_instance_id, client_id, client_host, req["session_timeout_ms"],
+                        req["rebalance_timeout_ms"] if req["rebalance_timeout_ms"] > 0 else req["session_timeout_ms"],
+                        req["protocol_type"], protocols, assignment=old.assignment)  # fmt: skip
+        group.members[new_id] = member
+        assert old.group_instance_id is not None
+        group.static[old.group_instance_id] = new_id
+        previous_leader = group.leader
+        if group.leader == old_id:
+            group.leader = new_id
+        _resolve(old.join, _join_error(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        _resolve(old.sync, {"error_code": ErrorCode.FENCED_INSTANCE_ID})
+        log.info("group %s: static member %s rejoined as %s", group.group_id, old.group_instance_id, new_id)
+        member.join = asyncio.get_running_loop().create_future()
+        if group.state == GroupState.STABLE and self._choose_protocol(group) == group.protocol:
+            answer = self._join_answer(group, member)
+            answer.update(members=[], leader=previous_leader)
+            _resolve(member.join, answer)
+        elif group.state == GroupState.PREPARING:
+            self._maybe_complete(group)
+        else:  # CompletingRebalance (the leader may be assigning to the old id), or a protocol change
+            self._prepare(group, f"static member {old.group_instance_id} rejoined")
+        return await self._await_join(member)
 
     def _common_protocols(self, group: Group, protocols: list[tuple[str, bytes]], member_id: str) -> set[str]:
         names = {name for name, _ in protocols}
@@ -267,16 +316,19 @@ class GroupCoordinator:
         if group.timer is not None:
             group.timer.cancel()
             group.timer = None
-        for m in [m for m in group.members.values() if m.join is None or m.join.done()]:
-            log.info("group %s: member %s did not rejoin in time", group.group_id, m.member_id)
-            del group.members[m.member_id]
+        absent = [m for m in group.members.values() if m.join is None or m.join.done()]
+        joined = [m for m in group.members.values() if m not in absent]
+        for m in absent:  # as Kafka: a static member keeps its place (its session may still end it)
+            if m.group_instance_id is None or not joined:
+                log.info("group %s: member %s did not rejoin in time", group.group_id, m.member_id)
+                self._drop(group, m)
         group.generation += 1
         if not group.members:
             self._forget(group)
             return
         group.protocol = self._choose_protocol(group)
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in group.members or group.leader not in {m.member_id for m in joined}:
+            group.leader = joined[0].member_id
         group.state = GroupState.COMPLETING
         log.info("group %s: generation %d with %d member(s), leader %s", group.group_id, group.generation,
                  len(group.members), group.leader)  # fmt: skip
@@ -311,8 +363,11 @@ class GroupCoordinator:
 
     # -- SyncGroup, Heartbeat, LeaveGroup ---------------------------------------------------------
 
-    def _member(self, gid: str, member_id: str, generation: int) -> tuple[Group | None, Member | None, int]:
+    def _member(self, gid: str, member_id: str, generation: int,
+                instance: str | None = None) -> tuple[Group | None, Member | None, int]:  # fmt: skip
         group = self.groups.get(gid)
+        if group is not None and instance is not None and group.static.get(instance, member_id) != member_id:
+            return group, None, ErrorCode.FENCED_INSTANCE_ID  # an old incarnation of a static member
         if group is None or member_id not in group.members:
             return group, None, ErrorCode.UNKNOWN_MEMBER_ID
         member = group.members[member_id]
@@ -322,7 +377,8 @@ class GroupCoordinator:
         return group, member, ErrorCode.NONE
 
     async def sync(self, req: dict[str, Any]) -> dict[str, Any]:
-        group, member, error = self._member(req["group_id"], req["member_id"], req["generation_id"])
+        group, member, error = self._member(req["group_id"], req["member_id"], req["generation_id"],
+                                            req.get("group_instance_id"))  # fmt: skip
         if error:
             return {"error_code": error}
         assert group is not None and member is not None
@@ -349,7 +405,8 @@ class GroupCoordinator:
             member.last_seen = time.monotonic()
 
     def heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
-        group, member, error = self._member(req["group_id"], req["member_id"], req["generation_id"])
+        group, member, error = self._member(req["group_id"], req["member_id"], req["generation_id"],
+                                            req.get("group_instance_id"))  # fmt: skip
         if error:
             return {"error_code": error}
         assert group is not None
@@ -359,13 +416,22 @@ class GroupCoordinator:
 
     def leave(self, req: dict[str, Any], version: int) -> dict[str, Any]:
         gid = req["group_id"]
-        leaving = [req["member_id"]] if version < 3 else [m["member_id"] for m in req["members"]]
+        leaving = ([(req["member_id"], None)] if version < 3
+                   else [(m["member_id"], m.get("group_instance_id")) for m in req["members"]])  # fmt: skip
         group = self.groups.get(gid)
         results = []
-        for member_id in leaving:
-            member = group.members.get(member_id) if group is not None else None
+        for member_id, instance in leaving:
+            known = group.static.get(instance) if group is not None and instance is not None else None
+            if known is not None and member_id and member_id != known:
+                results.append({"member_id": member_id, "group_instance_id": instance,
+                                "error_code": ErrorCode.FENCED_INSTANCE_ID})  # fmt: skip
+                continue
+            if known is not None:  # a static member leaves by its instance id (its member id may be unknown)
+                member_id = known
+            member = group.members.get(member_id) if group is not None and (instance is None or known) else None
             if member is None:
-                results.append({"member_id": member_id, "error_code": ErrorCode.UNKNOWN_MEMBER_ID})
+                results.append({"member_id": member_id, "group_instance_id": instance,
+                                "error_code": ErrorCode.UNKNOWN_MEMBER_ID})  # fmt: skip
                 continue
             assert group is not None
             self._remove(group, member, "left the group")
@@ -375,8 +441,14 @@ class GroupCoordinator:
             return {"error_code": results[0]["error_code"]}
         return {"error_code": ErrorCode.NONE, "members": results}
 
-    def _remove(self, group: Group, member: Member, reason: str) -> None:
+    def _drop(self, group: Group, member: Member) -> None:
+        """The member is no longer in the group (its static instance id neither)."""
         group.members.pop(member.member_id, None)
+        if member.group_instance_id is not None and group.static.get(member.group_instance_id) == member.member_id:
+            del group.static[member.group_instance_id]
+
+    def _remove(self, group: Group, member: Member, reason: str) -> None:
+        self._drop(group, member)
         _resolve(member.join, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
         _resolve(member.sync, {"error_code": ErrorCode.UNKNOWN_MEMBER_ID})
         if group.state == GroupState.PREPARING:
@@ -401,14 +473,14 @@ class GroupCoordinator:
 
     # -- offsets ----------------------------------------------------------------------------------
 
-    def commit_error(self, gid: str, member_id: str, generation: int) -> int:
+    def commit_error(self, gid: str, member_id: str, generation: int, instance: str | None = None) -> int:
         """Whether a member may commit now: NONE, or the error Kafka answers."""
         group = self.groups.get(gid)
         if generation < 0 and not member_id and (group is None or not group.members):
             return ErrorCode.NONE  # a simple commit: the group does not use the coordinator for membership
         if group is None or not group.members:
             return ErrorCode.ILLEGAL_GENERATION  # a generation the (empty) group does not have
-        group, member, error = self._member(gid, member_id, generation)
+        group, member, error = self._member(gid, member_id, generation, instance)
         if error:
             return error
         assert group is not None

@@ -1,10 +1,10 @@
 """One consumer-group member for tests/compat/test_groups.py, run as a subprocess so it can be killed -9.
 
-    python group_member.py CLIENT BOOTSTRAP GROUP TOPIC SESSION_TIMEOUT_MS [AUTO_COMMIT_INTERVAL_MS]
+    python group_member.py CLIENT BOOTSTRAP GROUP TOPIC SESSION_TIMEOUT_MS [AUTO_COMMIT_INTERVAL_MS [INSTANCE_ID]]
 
 CLIENT is confluent-kafka, kafka-python or aiokafka. The member subscribes to TOPIC in GROUP (auto commit
-every 200 ms unless told, earliest offsets for a partition without a committed offset) and prints one JSON
-line per event, flushed at once:
+every 200 ms unless told, earliest offsets for a partition without a committed offset; a static member,
+KIP-345, when given an INSTANCE_ID) and prints one JSON line per event, flushed at once:
 
     {"ev": "assigned", "partitions": [0, 2, 4]}      after every rebalance: its whole new assignment
     {"ev": "revoked", "partitions": [0, 2, 4]}
@@ -45,7 +45,8 @@ def heartbeat_ms(session_ms: int) -> int:
     return max(100, session_ms // 6)
 
 
-def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int) -> None:
+def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int,
+                  instance: str | None) -> None:
     from confluent_kafka import Consumer
 
     stop = []
@@ -55,7 +56,7 @@ def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, commi
         "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": commit_ms,
         "enable.auto.offset.store": False, "session.timeout.ms": session_ms,
         "heartbeat.interval.ms": heartbeat_ms(session_ms), "fetch.wait.max.ms": 100,
-        "topic.metadata.refresh.interval.ms": 1000,
+        "topic.metadata.refresh.interval.ms": 1000, **({"group.instance.id": instance} if instance else {}),
     })  # fmt: skip
 
     def on_assign(c: Any, partitions: list) -> None:
@@ -78,7 +79,8 @@ def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, commi
     emit(ev="closed")
 
 
-def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int) -> None:
+def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int,
+                     instance: str | None) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
 
     stop = []
@@ -95,7 +97,8 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, co
                              auto_offset_reset="earliest", enable_auto_commit=True,
                              auto_commit_interval_ms=commit_ms, session_timeout_ms=session_ms,
                              heartbeat_interval_ms=heartbeat_ms(session_ms), fetch_max_wait_ms=100,
-                             metadata_max_age_ms=1000, retry_backoff_ms=100, request_timeout_ms=10_000)  # fmt: skip
+                             metadata_max_age_ms=1000, retry_backoff_ms=100, request_timeout_ms=10_000,
+                             group_instance_id=instance)  # fmt: skip
     consumer.subscribe([topic], listener=Listener())
     # know the topic's partitions before the first poll joins: see tests/integration/clientkit.py kafka_python_knows
     consumer.partitions_for_topic(topic)
@@ -107,7 +110,8 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, co
     emit(ev="closed")
 
 
-def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int) -> None:
+def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int,
+                 instance: str | None) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
     class Listener(ConsumerRebalanceListener):
@@ -125,7 +129,7 @@ def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, commit
                                     auto_commit_interval_ms=commit_ms, session_timeout_ms=session_ms,
                                     heartbeat_interval_ms=heartbeat_ms(session_ms), fetch_max_wait_ms=100,
                                     metadata_max_age_ms=1000, retry_backoff_ms=100,
-                                    request_timeout_ms=10_000)  # fmt: skip
+                                    request_timeout_ms=10_000, group_instance_id=instance)  # fmt: skip
         consumer.subscribe([topic], listener=Listener())
         await consumer.start()
         try:
@@ -149,4 +153,4 @@ if __name__ == "__main__":
         logging.basicConfig(level=logging.DEBUG, filename=path, format="%(asctime)s %(name)s %(message)s")
     client, bootstrap, group, topic, session = sys.argv[1:6]
     commit_interval = int(sys.argv[6]) if len(sys.argv) > 6 else AUTO_COMMIT_MS
-    CLIENTS[client](bootstrap, group, topic, int(session), commit_interval)
+    CLIENTS[client](bootstrap, group, topic, int(session), commit_interval, sys.argv[7] if len(sys.argv) > 7 else None)

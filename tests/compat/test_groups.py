@@ -11,6 +11,9 @@ across both outputs, with its key and value; offsets increase strictly per parti
 output; the committed offsets in ZooKeeper (/consumers/<g>/offsets/<t>/<p>, decimal strings) never run
 ahead of what was consumed, and after the survivor's clean close (SIGTERM: commit and leave) they are its
 last consumed offset + 1 on every partition.
+
+With static membership (KIP-345, a group.instance.id each), a member killed and started again within its
+session takes its old partitions back while the other member sees no rebalance at all.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class Member:
     """A group member subprocess whose output is collected as events by reader threads."""
 
     def __init__(self, name: str, client: str, bootstrap: str, group: str, topic: str, auto_commit_ms: int = 200, *,
-                 log_dir: Path) -> None:  # fmt: skip
+                 log_dir: Path, session_ms: int = SESSION_MS, instance: str | None = None) -> None:  # fmt: skip
         self.name, self.client = name, client
         self.events: list[dict[str, Any]] = []
         self.stderr: list[str] = []
@@ -67,12 +70,13 @@ class Member:
             # kcat -X hands auto.commit.interval.ms to the (legacy) topic config: the group's periodic commit
             # stays librdkafka's default 5 s, whatever `auto_commit_ms` says
             argv = [KCAT, "-b", bootstrap, "-G", group, "-J", "-u",
-                    "-X", "auto.offset.reset=earliest", "-X", f"session.timeout.ms={SESSION_MS}",
-                    "-X", f"heartbeat.interval.ms={SESSION_MS // 6}",
+                    "-X", "auto.offset.reset=earliest", "-X", f"session.timeout.ms={session_ms}",
+                    "-X", f"heartbeat.interval.ms={session_ms // 6}",
+                    *(["-X", f"group.instance.id={instance}"] if instance else []),
                     "-X", "fetch.wait.max.ms=100", "-X", "topic.metadata.refresh.interval.ms=1000", topic]  # fmt: skip
         else:
-            argv = [sys.executable, str(MEMBER_SCRIPT), client, bootstrap, group, topic, str(SESSION_MS),
-                    str(auto_commit_ms)]  # fmt: skip
+            argv = [sys.executable, str(MEMBER_SCRIPT), client, bootstrap, group, topic, str(session_ms),
+                    str(auto_commit_ms), *([instance] if instance else [])]  # fmt: skip
         self.log_path = log_dir / f"{name}.stderr"
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
@@ -171,8 +175,8 @@ def members(tmp_path: Path) -> Iterator[Callable[..., Member]]:
     """A factory for group member subprocesses; every one still running at the end is killed."""
     started: list[Member] = []
 
-    def start(*args: Any) -> Member:
-        m = Member(*args, log_dir=tmp_path)
+    def start(*args: Any, **kwargs: Any) -> Member:
+        m = Member(*args, log_dir=tmp_path, **kwargs)
         started.append(m)
         return m
 
@@ -373,3 +377,39 @@ def test_commit_on_revocation_is_kept(client: str, group_broker: BrokerProcess, 
     assert committed(zk, group, topic) == ends(produced)  # A's commit on revocation
     twice = [(e["p"], e["o"]) for e in b.messages() + a.messages()]
     assert len(twice) == len(set(twice)) == len(produced), sorted(twice)
+
+
+STATIC_SESSION_MS = 10_000  # long enough for a killed member's restart to come back within it
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_static_member_restarted_within_its_session_takes_its_partitions_back_without_a_rebalance(
+        client: str, group_broker: BrokerProcess, zk: KazooClient, members) -> None:  # fmt: skip
+    """KIP-345: A and B, each with a group.instance.id, split the partitions; A is killed (SIGKILL: it never
+    leaves) and started again under its instance id: it owns the same partitions again while B sees no
+    rebalance at all, and what was produced meanwhile is consumed from where A's commits left off."""
+    bootstrap = group_broker.bootstrap
+    tag = uuid.uuid4().hex[:8]
+    topic, group = f"static-{client}-{tag}", f"static-{client}-{tag}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    kw = {"session_ms": STATIC_SESSION_MS}
+    with Producer(bootstrap, acks="all") as producer:
+        a = members("member-a", client, bootstrap, group, topic, instance=f"a-{tag}", **kw)
+        wait_until("A to own every partition", lambda: a.assignment() == set(range(PARTITIONS)), a)
+        b = members("member-b", client, bootstrap, group, topic, instance=f"b-{tag}", **kw)
+        wait_until("A and B to split the partitions", lambda: split_evenly(a, b), a, b)
+        before = produce(producer, topic, "before", 5)
+        wait_until("everything consumed", consumed_all(before, a, b), a, b)
+        wait_until("everything committed", lambda: committed(zk, group, topic) == ends(before), a, b)
+        owned_by_a, b_events = a.assignment(), [e for e in b.snapshot() if e["ev"] != "msg"]
+        a.kill()
+        again = members("member-a-again", client, bootstrap, group, topic, instance=f"a-{tag}", **kw)
+        wait_until("A's restart to own A's partitions", lambda: again.assignment() == owned_by_a, again, b)
+        after = produce(producer, topic, "after", 5)
+        wait_until("the new messages consumed", consumed_all(after, again, b), again, b)
+    assert [e for e in b.snapshot() if e["ev"] != "msg"] == b_events  # B saw no rebalance
+    assert b.assignment() == set(range(PARTITIONS)) - owned_by_a
+    resumed = [(e["p"], e["o"]) for e in again.messages()]
+    assert sorted(resumed) == sorted(k for k in after if k[0] in owned_by_a)  # from the commits: nothing again
+    check_strictly_increasing(b)
+    check_strictly_increasing(again)

@@ -69,7 +69,8 @@ async def handle_offset_commit(b: Broker, header: RequestHeader, req: dict[str, 
     elif _not_coordinator(b, gid):
         error = ErrorCode.NOT_COORDINATOR
     else:
-        error = b.coordinator.commit_error(gid, req.get("member_id", ""), req.get("generation_id", -1))
+        error = b.coordinator.commit_error(gid, req.get("member_id", ""), req.get("generation_id", -1),
+                                           req.get("group_instance_id"))  # fmt: skip
     answer: list[dict[str, Any]] = []
     offsets: dict[tuple[str, int], int] = {}
     for t in req["topics"]:

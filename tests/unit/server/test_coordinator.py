@@ -64,21 +64,26 @@ def hb(c: GroupCoordinator, member_id: str, generation: int, gid: str = GID) -> 
 
 
 async def stable_group(c: GroupCoordinator, n: int, *, session_ms: int = 10_000, rebalance_ms: int = 5_000,
-                       gid: str = GID) -> tuple[int, list[str]]:  # fmt: skip
+                       gid: str = GID, static: bool = False) -> tuple[int, list[str]]:  # fmt: skip
     """`n` members in one Stable generation: (generation, member ids, leader first). Built the way real
     clients do it with no initial delay: each newcomer's JoinGroup starts a rebalance, the others rejoin,
-    and everyone syncs."""
+    and everyone syncs. With `static` the i-th member to join has group.instance.id `instance-i`."""
     members: list[str] = []
+    instance_of: dict[str, str | None] = {}
     generation = -1
     for i in range(n):
-        newcomer = join_task(c, join_req(gid=gid, session_ms=session_ms, rebalance_ms=rebalance_ms), f"c{i}")
+        instance = f"instance-{i}" if static else None
+        newcomer = join_task(c, join_req(gid=gid, session_ms=session_ms, rebalance_ms=rebalance_ms,
+                                         instance=instance), f"c{i}")  # fmt: skip
         await settle()
-        rejoins = [join_task(c, join_req(m, gid=gid, session_ms=session_ms, rebalance_ms=rebalance_ms), f"c{j}")
+        rejoins = [join_task(c, join_req(m, gid=gid, session_ms=session_ms, rebalance_ms=rebalance_ms,
+                                         instance=instance_of[m]), f"c{j}")
                    for j, m in enumerate(members)]  # fmt: skip
         answers = await asyncio.gather(*rejoins, newcomer)
         assert all(a["error_code"] == NONE for a in answers), answers
         assert len({a["generation_id"] for a in answers}) == 1
         generation = answers[0]["generation_id"]
+        instance_of[answers[-1]["member_id"]] = instance
         members = [a["member_id"] for a in answers]
         leader = c.groups[gid].leader
         members.sort(key=lambda m: m != leader)
@@ -846,5 +851,129 @@ def test_close_answers_waiting_syncs_and_stops_the_sweeper() -> None:
         assert c.groups == {}
         await settle()
         assert c._sweeper is not None and c._sweeper.cancelled()
+
+    run(main())
+
+
+# --- static membership (KIP-345) ---------------------------------------------------------------------
+
+
+def static_sync(c: GroupCoordinator, member_id: str, generation: int, instance: str) -> dict[str, Any]:
+    return {**sync_req(member_id, generation), "group_instance_id": instance}
+
+
+def test_a_static_member_joins_without_asking_for_a_member_id_and_restarts_without_a_rebalance() -> None:
+    """A restarted static follower (no member id, its instance id) takes its old place and assignment in the
+    same generation; the other member's heartbeats never see a rebalance; the old id is fenced everywhere."""
+
+    async def main() -> None:
+        c = coord()
+        gen, [leader, follower] = await stable_group(c, 2, static=True)
+        instance = c.groups[GID].members[follower].group_instance_id
+        back = await join_task(c, join_req(instance=instance), "restarted")
+        new_id = back["member_id"]
+        assert (back["error_code"], back["generation_id"], back["leader"], back["members"]) == (NONE, gen, leader, [])
+        assert new_id != follower and c.groups[GID].state == GroupState.STABLE
+        assert hb(c, leader, gen) == NONE  # no rebalance for the others
+        assert await c.sync(static_sync(c, new_id, gen, instance)) == {"error_code": NONE,
+                                                                        "assignment": f"assign-{follower}".encode()}
+        fenced = ErrorCode.FENCED_INSTANCE_ID
+        assert c.heartbeat({"group_id": GID, "generation_id": gen, "member_id": follower,
+                            "group_instance_id": instance})["error_code"] == fenced  # fmt: skip
+        assert (await join_task(c, join_req(follower, instance=instance)))["error_code"] == fenced
+        assert c.commit_error(GID, follower, gen, instance) == fenced
+        assert c.commit_error(GID, new_id, gen, instance) == NONE
+        assert [m["member_id"] for m in c.describe(GID)["members"]] == [leader, new_id]
+
+    run(main())
+
+
+def test_a_restarted_static_leader_is_answered_with_the_old_leader_id_so_it_assigns_nothing() -> None:
+    async def main() -> None:
+        c = coord()
+        gen, [leader, follower] = await stable_group(c, 2, static=True)
+        instance = c.groups[GID].members[leader].group_instance_id
+        back = await join_task(c, join_req(instance=instance))
+        assert (back["generation_id"], back["leader"], back["members"]) == (gen, leader, [])  # not "you lead"
+        assert c.groups[GID].leader == back["member_id"]  # the group's leader is its new incarnation
+        answer = await c.sync(static_sync(c, back["member_id"], gen, instance))  # a follower's sync: no assignments
+        assert answer == {"error_code": NONE, "assignment": f"assign-{leader}".encode()}
+        assert hb(c, follower, gen) == NONE
+
+    run(main())
+
+
+def test_a_static_member_restarting_while_the_group_completes_a_rebalance_rebalances() -> None:
+    """In CompletingRebalance the leader may be assigning to the old member id: the group rebalances again,
+    and the old incarnation's waiting SyncGroup is fenced."""
+
+    async def main() -> None:
+        c = coord()
+        gen, [leader, follower, other] = await stable_group(c, 3, static=True)
+        instance_of = {m: c.groups[GID].members[m].group_instance_id for m in (leader, follower)}
+        c.leave({"group_id": GID, "members": [{"member_id": other, "group_instance_id": None}]}, 3)
+        rejoined = await asyncio.gather(*(join_task(c, join_req(m, instance=instance_of[m])) for m in instance_of))
+        assert {a["generation_id"] for a in rejoined} == {gen + 1} and c.groups[GID].state == GroupState.COMPLETING
+        waiting = asyncio.create_task(c.sync(static_sync(c, follower, gen + 1, instance_of[follower])))
+        await settle()
+        back = join_task(c, join_req(instance=instance_of[follower]))  # it restarted before the leader synced
+        await settle()
+        assert (await waiting)["error_code"] == ErrorCode.FENCED_INSTANCE_ID
+        assert c.groups[GID].state == GroupState.PREPARING
+        lead = await join_task(c, join_req(leader, instance=instance_of[leader]))
+        b = await back
+        assert (lead["generation_id"], b["generation_id"], b["leader"]) == (gen + 2, gen + 2, leader)
+        assert {m["member_id"] for m in lead["members"]} == {leader, b["member_id"]}
+
+    run(main())
+
+
+def test_a_static_member_that_misses_a_rebalance_keeps_its_place_until_its_session_ends() -> None:
+    """Kafka's rule: only dynamic members are dropped for not rejoining in time; the absent static member
+    is still in the next generation (the leader assigns to it) and leaves when its session runs out."""
+
+    async def main() -> None:
+        c = coord()
+        c.start()
+        try:
+            gen, [leader, absent] = await stable_group(c, 2, static=True, session_ms=800, rebalance_ms=200)
+            newcomer = join_task(c, join_req(session_ms=800, rebalance_ms=200))
+            await settle()
+            lead = await join_task(c, join_req(leader, session_ms=800, rebalance_ms=200,
+                                               instance=c.groups[GID].members[leader].group_instance_id))  # fmt: skip
+            n = await newcomer
+            assert lead["generation_id"] == n["generation_id"] == gen + 1
+            assert {m["member_id"] for m in lead["members"]} == {leader, absent, n["member_id"]}
+            follower_sync = asyncio.create_task(c.sync(sync_req(n["member_id"], gen + 1)))
+            await settle()
+            given = {leader: b"l", absent: b"a", n["member_id"]: b"n"}
+            assert (await c.sync(sync_req(leader, gen + 1, given)))["assignment"] == b"l"
+            assert (await follower_sync)["assignment"] == b"n" and c.groups[GID].members[absent].assignment == b"a"
+            instance = c.groups[GID].members[absent].group_instance_id
+            while absent in c.groups[GID].members:  # the others heartbeat; the absent one's session runs out
+                assert hb(c, leader, gen + 1) == hb(c, n["member_id"], gen + 1) == NONE
+                await asyncio.sleep(0.05)
+            assert c.groups[GID].state == GroupState.PREPARING and instance not in c.groups[GID].static
+        finally:
+            c.close()
+
+    run(main())
+
+
+def test_leave_group_by_instance_id() -> None:
+    async def main() -> None:
+        c = coord()
+        gen, [m1, m2, m3] = await stable_group(c, 3, static=True)
+        i2, i3 = (c.groups[GID].members[m].group_instance_id for m in (m2, m3))
+        answer = c.leave({"group_id": GID, "members": [
+            {"member_id": "", "group_instance_id": i2},  # by instance id alone (an admin removing it)
+            {"member_id": m2, "group_instance_id": i3},  # a member id that is not this instance's
+            {"member_id": "", "group_instance_id": "instance-unknown"},
+        ]}, 3)  # fmt: skip
+        assert [(r["member_id"], r["error_code"]) for r in answer["members"]] == [
+            (m2, NONE), (m2, ErrorCode.FENCED_INSTANCE_ID), ("", ErrorCode.UNKNOWN_MEMBER_ID)]  # fmt: skip
+        assert list(c.groups[GID].members) == [m1, m3] and i2 not in c.groups[GID].static
+        back = await join_task(c, join_req(instance=i2))  # a new member now: it joins through a rebalance
+        assert back["error_code"] == NONE and back["member_id"] not in (m1, m2, m3)
 
     run(main())
