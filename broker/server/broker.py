@@ -9,6 +9,7 @@ flush, write the checkpoints and the clean-shutdown marker, close the ZooKeeper 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import signal
@@ -30,7 +31,7 @@ from broker.server.network import Server
 from broker.server.producers import ProducerIdPool, ProducerStates, states_from_log
 from broker.server.purgatory import Purgatory
 from broker.zk import client as zkclient
-from broker.zk import paths, registry
+from broker.zk import consumers, paths, registry
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,10 @@ class Broker:
         self.coordinator = GroupCoordinator(
             initial_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_ms=config.group_min_session_timeout_ms, max_session_ms=config.group_max_session_timeout_ms,
+            store=self._store_group,
         )  # fmt: skip
+        # the group generations' ZooKeeper writes and reads, in the order they were asked for
+        self._group_io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="group-state")
         self.zk: KazooClient | None = None
         self.server: Server | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -141,6 +145,8 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         self.coordinator.close()
+        with contextlib.suppress(TimeoutError):  # the last generations stored, for the coordinators taking over
+            await asyncio.wait_for(asyncio.to_thread(self._group_io.shutdown, wait=True), 5)
         zk = self.zk
         if zk is not None and self._registered:
             with contextlib.suppress(Exception):
@@ -418,6 +424,27 @@ class Broker:
         except OSError as exc:
             log.error("reading back the producers of %s-%d failed: %s", plog.topic, plog.partition, exc)
             self.producer_states.pop(tp, None)
+
+    def _store_group(self, group_id: str, state: dict[str, Any] | None) -> None:
+        """The coordinator's hook: write a group's stable generation (or its end) to ZooKeeper, in order."""
+        if self.zk is None or self.loop is None or self._closing and state is not None:
+            return
+        fut = self.loop.run_in_executor(self._group_io, consumers.store_generation, self.zk, group_id, state)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
+            "storing group %s's generation failed: %s", group_id, f.exception()))
+
+    async def load_group(self, group_id: str) -> None:
+        """Before a group request to the coordinator: take over the group's stored generation if this
+        broker does not know the group (it just became its coordinator, or restarted)."""
+        if group_id in self.coordinator.groups or self.zk is None or self.loop is None:
+            return
+        try:
+            state = await self.loop.run_in_executor(self._group_io, consumers.generation, self.zk, group_id)
+        except Exception as exc:  # ZooKeeper unreachable: the group starts afresh, as it did before
+            log.warning("reading group %s's generation failed: %s", group_id, exc)
+            return
+        if state is not None and coordinator_for(group_id, self.cache.brokers) == self.id:
+            self.coordinator.restore(group_id, state)
 
     def high_watermark(self, plog: PartitionLog) -> int:
         """Without followers the ISR is the leader alone, so the high watermark is the log end offset."""

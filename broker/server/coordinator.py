@@ -8,9 +8,9 @@ rebalances; a group whose last member left is forgotten. A static member (KIP-34
 `group.instance.id`) that comes back under a new member id takes its old place and assignment without
 a rebalance while the group is stable, and its old incarnation is fenced (FENCED_INSTANCE_ID); like
 Kafka, a static member that does not rejoin a rebalance keeps its place until its session runs out.
-State lives in memory only: committed
-offsets go to ZooKeeper's offset registry, so a coordinator that moves (its broker died) loses
-nothing a client cannot rebuild by rejoining.
+Committed offsets go to ZooKeeper's offset registry; each stable generation (members, assignments)
+goes through the `store` hook to ZooKeeper too (`/consumers/<g>/generation`), and a coordinator that
+takes a group over (its old one died or moved) `restore`s it, so members keep their generation.
 
 The coordinator of a group is `sorted(live broker ids)[java_hash(group) % count]`, the same on every
 broker that sees the same live set.
@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -96,8 +97,11 @@ class Group:
 class GroupCoordinator:
     """Every group this broker coordinates, driven by the group API handlers on the event loop."""
 
-    def __init__(self, *, initial_delay_ms: int = 3000, min_session_ms: int = 6000, max_session_ms: int = 1800000):
+    def __init__(self, *, initial_delay_ms: int = 3000, min_session_ms: int = 6000, max_session_ms: int = 1800000,
+                 store: Callable[[str, dict[str, Any] | None], None] | None = None):  # fmt: skip
         self.groups: dict[str, Group] = {}
+        #: called with a group's `snapshot` when a generation is stable, and None when the group empties
+        self.store = store
         self.initial_delay_ms = initial_delay_ms
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
@@ -256,6 +260,7 @@ class GroupCoordinator:
             answer = self._join_answer(group, member)
             answer.update(members=[], leader=previous_leader)
             _resolve(member.join, answer)
+            self._store(group)
         elif group.state == GroupState.PREPARING:
             self._maybe_complete(group)
         else:  # CompletingRebalance (the leader may be assigning to the old id), or a protocol change
@@ -395,6 +400,7 @@ class GroupCoordinator:
                 m.assignment = given.get(m.member_id, b"")
             group.state = GroupState.STABLE
             log.info("group %s: generation %d is stable", group.group_id, group.generation)
+            self._store(group)
             for m in group.members.values():
                 _resolve(m.sync, {"error_code": ErrorCode.NONE, "assignment": m.assignment})
         try:
@@ -469,6 +475,8 @@ class GroupCoordinator:
         group.state = GroupState.EMPTY
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
+            if self.store is not None:
+                self.store(group.group_id, None)
         log.info("group %s is empty", group.group_id)
 
     # -- offsets ----------------------------------------------------------------------------------
@@ -487,6 +495,45 @@ class GroupCoordinator:
         if group.state == GroupState.COMPLETING:
             return ErrorCode.REBALANCE_IN_PROGRESS  # (in PreparingRebalance, members commit before revoking)
         return ErrorCode.NONE
+
+    # -- persistence ------------------------------------------------------------------------------
+
+    def _store(self, group: Group) -> None:
+        if self.store is not None:
+            self.store(group.group_id, self.snapshot(group))
+
+    def snapshot(self, group: Group) -> dict[str, Any]:
+        """What a coordinator taking the group over needs of its stable generation."""
+        return {
+            "generation": group.generation, "protocol_type": group.protocol_type, "protocol": group.protocol,
+            "leader": group.leader,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                 "client_host": m.client_host, "session_timeout_ms": m.session_timeout_ms,
+                 "rebalance_timeout_ms": m.rebalance_timeout_ms, "metadata": m.metadata(group.protocol),
+                 "assignment": m.assignment}
+                for m in group.members.values()
+            ],
+        }  # fmt: skip
+
+    def restore(self, gid: str, state: dict[str, Any]) -> None:
+        """Take over a group at the stable generation another coordinator stored (unless it is known here):
+        its members' sessions start now."""
+        if gid in self.groups or not state["members"]:
+            return
+        group = Group(gid, GroupState.STABLE, state["generation"], state["protocol_type"], state["protocol"],
+                      state["leader"])  # fmt: skip
+        for m in state["members"]:
+            member = Member(m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
+                            m["session_timeout_ms"], m["rebalance_timeout_ms"], group.protocol_type,
+                            [(group.protocol, m["metadata"])], assignment=m["assignment"])  # fmt: skip
+            group.members[member.member_id] = member
+            if member.group_instance_id is not None:
+                group.static[member.group_instance_id] = member.member_id
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        self.groups[gid] = group
+        log.info("group %s: took over generation %d with %d member(s)", gid, group.generation, len(group.members))
 
     # -- describe ---------------------------------------------------------------------------------
 

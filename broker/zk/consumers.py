@@ -1,16 +1,18 @@
 """The paper's consumer registries: group members, partition ownership and committed offsets.
 
 Blocking kazoo calls over the `/consumers/<g>/...` paths of `broker.zk.paths`. kafkactl's group
-consumer uses all three registries; the broker's group coordinator only the offset registry, so
-`kafkactl group` reads committed offsets of both kinds of group from here.
+consumer uses all three registries; the broker's group coordinator the offset registry and its own
+`generation` node, so `kafkactl group` reads committed offsets of both kinds of group from here.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import base64
+import json
+from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 from broker.zk import paths
 
@@ -134,6 +136,45 @@ def commit(zk: KazooClient, group: str, offsets: dict[TopicPartition, int]) -> N
                 zk.create(path, value, makepath=True)
             except NodeExistsError:
                 zk.set(path, value)
+
+
+def store_generation(zk: KazooClient, group: str, state: dict[str, Any] | None) -> None:
+    """Write a coordinator group's stable generation (members' `metadata` and `assignment` as bytes), or
+    delete it (None: the group is empty), and the group's node with it if no committed offsets are left."""
+    path = paths.group_generation(group)
+    if state is None:
+        for node in (path, paths.group(group)):  # and the group's node, when nothing else is under it
+            try:
+                zk.delete(node)
+            except (NoNodeError, NotEmptyError):
+                break
+        return
+    members = [{**m, "metadata": _b64(m["metadata"]), "assignment": _b64(m["assignment"])} for m in state["members"]]
+    data = json.dumps({"version": 1, **state, "members": members}, separators=(",", ":")).encode()
+    try:
+        zk.set(path, data)
+    except NoNodeError:
+        try:
+            zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            zk.set(path, data)
+
+
+def generation(zk: KazooClient, group: str) -> dict[str, Any] | None:
+    """What `store_generation` wrote, or None (no node, or one this version cannot read)."""
+    try:
+        data, _ = zk.get(paths.group_generation(group))
+        state = json.loads(data)
+        state["members"] = [{**m, "metadata": base64.b64decode(m["metadata"]),
+                             "assignment": base64.b64decode(m["assignment"])} for m in state["members"]]  # fmt: skip
+    except (NoNodeError, ValueError, KeyError, TypeError):
+        return None
+    state.pop("version", None)
+    return state
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def delete_offsets(zk: KazooClient, group: str, topic: str) -> None:

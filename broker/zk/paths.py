@@ -15,10 +15,16 @@
 | /consumers/<g>/ids/<c> | ephemeral | {"version":1,"subscription":{"<t>":1},"pattern":"static","timestamp"} |
 | /consumers/<g>/owners/<t>/<p> | ephemeral | the owning consumer id (utf-8) |
 | /consumers/<g>/offsets/<t>/<p> | persistent | the committed offset, a decimal string |
+| /consumers/<g>/generation | persistent | {"version":1,"generation","protocol_type","protocol","leader",
+  "members":[{"member_id","group_instance_id","client_id","client_host","session_timeout_ms",
+  "rebalance_timeout_ms","metadata","assignment"}]} (the two byte fields in base64) |
 
-The last three are the paper's consumer, ownership and offset registries. Only kafkactl's own
-(ZooKeeper-coordinated) group consumer writes `ids` and `owners`; both kinds of group commit to
+`ids`, `owners` and `offsets` are the paper's consumer, ownership and offset registries. Only kafkactl's
+own (ZooKeeper-coordinated) group consumer writes `ids` and `owners`; both kinds of group commit to
 `offsets`, so a group with an `ids` node is ZooKeeper-coordinated and one without is the broker's.
+`generation` is the broker's group coordinator's last stable generation of a group, what Kafka keeps in
+`__consumer_offsets`: a coordinator that takes a group over (its old one died or moved) loads it, so
+members keep heartbeating and committing without rejoining.
 
 Timestamps are decimal strings of epoch milliseconds, as Kafka writes them.
 """
@@ -107,6 +113,10 @@ def group_owners(name: str) -> str:
 
 def group_owner(name: str, topic: str, partition: int) -> str:
     return f"{group(name)}/owners/{topic}/{partition}"
+
+
+def group_generation(name: str) -> str:
+    return f"{group(name)}/generation"
 
 
 def group_offsets(name: str) -> str:

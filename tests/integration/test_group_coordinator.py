@@ -7,10 +7,9 @@
   as a decimal string), OffsetFetch v1 and v2+ (null topics: every committed partition), DescribeGroups,
   ListGroups, LeaveGroup.
 - A malformed JoinGroup closes only its own connection.
-- The coordinator broker stopped: FindCoordinator from the others names another live broker, and a
-  kafka-python consumer group rejoins there and resumes from the offsets committed in ZooKeeper.
-
-Tests marked xfail(strict=True) pin a difference from Kafka (see each reason).
+- The coordinator broker stopped: FindCoordinator from the others names another live broker, which takes
+  the group's stable generation over from ZooKeeper (/consumers/<g>/generation): a member heartbeats and
+  commits there without rejoining, and a kafka-python consumer group resumes from its committed offsets.
 """
 
 from __future__ import annotations
@@ -701,11 +700,11 @@ def test_coordinator_failover_kafka_python_group_resumes_from_committed_offsets(
         assert not gaps, gaps[:5]
         assert successor != victim
 
-        # the group's state was the old coordinator's alone: the consumer rejoins at the successor (while it
-        # polls, with nothing new to consume) — a commit before that would be refused (see the xfail below).
-        # The coordinator is Stable as soon as it has the leader's SyncGroup; the consumer takes its
-        # assignment from the SyncGroup answer only in a later poll() (kafka-python's join runs on its IO
-        # thread and a poll that times out leaves it in flight), so the rejoin is over when both agree.
+        # the successor takes the group's stored generation over (see test_members_survive_a_coordinator_move);
+        # should the consumer rejoin all the same (say, its heartbeat raced the move), the coordinator is
+        # Stable as soon as it has the leader's SyncGroup, and the consumer takes its assignment from the
+        # SyncGroup answer only in a later poll() (kafka-python's join runs on its IO thread and a poll that
+        # times out leaves it in flight): the consumer is settled at the successor when both agree.
         def rejoined() -> bool:
             assert not consumer.poll(timeout_ms=100)
             with conn_to(by_id(brokers, successor)) as c:
@@ -742,12 +741,10 @@ def test_coordinator_failover_kafka_python_group_resumes_from_committed_offsets(
         consumer.close(autocommit=False)
 
 
-@pytest.mark.xfail(strict=True, reason="group membership lives only in the coordinator's memory (coordinator.py); "
-                   "Kafka persists it with the offsets (__consumer_offsets), so after a coordinator move the new "
-                   "coordinator still knows every member and generation: heartbeats and commits go on without a "
-                   "rebalance. Here the successor answers UNKNOWN_MEMBER_ID to both, every member must rejoin, "
-                   "and offsets consumed but not yet committed before the move are consumed again")  # fmt: skip
 def test_members_survive_a_coordinator_move(start_broker) -> None:
+    """As Kafka (which keeps a group's generation in __consumer_offsets): after its coordinator stops, the
+    successor takes the group's stable generation from ZooKeeper, and the member heartbeats, commits and
+    describes without rejoining."""
     brokers = start_cluster(start_broker, [1, 2])
     group = group_on(1, [1, 2], prefix="move")
     topic = unique("move")
@@ -768,3 +765,7 @@ def test_members_survive_a_coordinator_move(start_broker) -> None:
         assert heartbeat(c, group, gen, member) == NONE
         answer = c.request(ApiKey.OFFSET_COMMIT, commit_body(group, gen, member, {(topic, 0): 0}), 2)
         assert commit_errors(answer) == {(topic, 0): NONE}
+        d = describe(c, group)
+        assert (d["group_state"], [(m["member_id"], m["member_assignment"]) for m in d["members"]]) == (
+            "Stable", [(member, b"all")])
+        assert c.request(ApiKey.SYNC_GROUP, sync_body(group, gen, member, {}))["error_code"] == NONE

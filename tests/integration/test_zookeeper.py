@@ -17,6 +17,8 @@ import pytest
 from broker import home
 from broker.daemon import free_port, is_alive, port_open, read_pid, stop_process
 from broker.errors import KafkactlError
+from broker.zk import consumers
+from broker.zk import paths as zk_paths
 from broker.zk.server import PID_FILE, ZooKeeperServer, four_letter, is_serving, server_info
 from tests.cli.conftest import kafkactl
 from tests.fixtures import zk_client
@@ -244,3 +246,33 @@ def test_default_data_dir_is_under_kafkactl_home(kafkactl_home: Path) -> None:
         assert (data_dir / "zoo.cfg").exists() and (data_dir / "data" / "version-2").is_dir()
         assert kafkactl("zookeeper", "stop", "--port", port).returncode == 0
     assert os.listdir(kafkactl_home / "run") == []
+
+
+def test_a_group_generation_round_trips_through_its_znode(zk_chroot: str) -> None:
+    """The coordinator's stored generation (bytes in base64) reads back as written; None deletes it, and a
+    node this version cannot read is no generation."""
+    state = {"generation": 7, "protocol_type": "consumer", "protocol": "range", "leader": "m-1",
+             "members": [{"member_id": "m-1", "group_instance_id": "i-1", "client_id": "c", "client_host": "/h",
+                          "session_timeout_ms": 6000, "rebalance_timeout_ms": 9000, "metadata": b"\x00\x01meta",
+                          "assignment": bytes(range(256))}]}  # fmt: skip
+    client = zk_client(zk_chroot)
+    try:
+        assert consumers.generation(client, "g/1") is None
+        consumers.store_generation(client, "g/1", state)
+        assert consumers.generation(client, "g/1") == state
+        assert json.loads(client.get(zk_paths.group_generation("g/1"))[0])["version"] == 1
+        consumers.store_generation(client, "g/1", {**state, "generation": 8})
+        assert consumers.generation(client, "g/1")["generation"] == 8
+        consumers.commit(client, "g/1", {("t", 0): 5})
+        consumers.store_generation(client, "g/1", None)
+        assert client.exists(zk_paths.group_generation("g/1")) is None
+        assert consumers.committed(client, "g/1")[("t", 0)].offset == 5  # the offsets stay
+        consumers.store_generation(client, "g/3", state)
+        consumers.store_generation(client, "g/3", None)
+        assert client.exists(zk_paths.group("g/3")) is None  # nothing left of a group that never committed
+        consumers.store_generation(client, "g/1", None)  # already gone: nothing to do
+        client.create(zk_paths.group_generation("g/2"), b"not json", makepath=True)
+        assert consumers.generation(client, "g/2") is None
+    finally:
+        client.stop()
+        client.close()

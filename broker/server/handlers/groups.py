@@ -40,6 +40,7 @@ def _not_coordinator(b: Broker, group_id: str) -> bool:
 async def handle_join_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if _not_coordinator(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR, "generation_id": -1, "member_id": req["member_id"]}
+    await b.load_group(req["group_id"])
     host = current_peer.get().rpartition(":")[0]
     return await b.coordinator.join(req, header.client_id or "", f"/{host}", header.api_version)
 
@@ -47,18 +48,21 @@ async def handle_join_group(b: Broker, header: RequestHeader, req: dict[str, Any
 async def handle_sync_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if _not_coordinator(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
+    await b.load_group(req["group_id"])
     return await b.coordinator.sync(req)
 
 
 async def handle_heartbeat(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if _not_coordinator(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
+    await b.load_group(req["group_id"])
     return b.coordinator.heartbeat(req)
 
 
 async def handle_leave_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if _not_coordinator(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
+    await b.load_group(req["group_id"])
     return b.coordinator.leave(req, header.api_version)
 
 
@@ -69,6 +73,8 @@ async def handle_offset_commit(b: Broker, header: RequestHeader, req: dict[str, 
     elif _not_coordinator(b, gid):
         error = ErrorCode.NOT_COORDINATOR
     else:
+        if req.get("member_id"):  # a member's commit: its group may have been taken over just now
+            await b.load_group(gid)
         error = b.coordinator.commit_error(gid, req.get("member_id", ""), req.get("generation_id", -1),
                                            req.get("group_instance_id"))  # fmt: skip
     answer: list[dict[str, Any]] = []
@@ -132,6 +138,7 @@ async def handle_describe_groups(b: Broker, header: RequestHeader, req: dict[str
         if _not_coordinator(b, gid):
             out.append({"error_code": ErrorCode.NOT_COORDINATOR, "group_id": gid})
             continue
+        await b.load_group(gid)
         desc = b.coordinator.describe(gid)
         if desc["group_state"] == GroupState.DEAD and gid in await _stored_groups(b):
             desc.update(group_state=GroupState.EMPTY, protocol_type="consumer")  # no members, committed offsets

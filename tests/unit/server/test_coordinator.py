@@ -977,3 +977,54 @@ def test_leave_group_by_instance_id() -> None:
         assert back["error_code"] == NONE and back["member_id"] not in (m1, m2, m3)
 
     run(main())
+
+
+# --- a stable generation stored, and taken over by another coordinator --------------------------------------
+
+
+def test_each_stable_generation_is_stored_and_the_end_of_the_group_too() -> None:
+    async def main() -> None:
+        stored: list[tuple[str, dict[str, Any] | None]] = []
+        c = coord(store=lambda gid, state: stored.append((gid, state)))
+        gen, [leader, follower] = await stable_group(c, 2, static=True)
+        assert [s["generation"] for _, s in stored] == [gen - 1, gen]  # one per stable generation
+        gid, last = stored[-1]
+        assert gid == GID and (last["leader"], last["protocol"], last["protocol_type"]) == (leader, "range", "consumer")
+        assert [(m["member_id"], m["group_instance_id"], m["metadata"], m["assignment"]) for m in last["members"]] == [
+            (leader, "instance-0", b"meta", f"assign-{leader}".encode()),
+            (follower, "instance-1", b"meta", f"assign-{follower}".encode())]  # fmt: skip
+        back = await join_task(c, join_req(instance="instance-1"))  # a static restart: stored, no rebalance
+        assert stored[-1][1]["generation"] == gen and back["member_id"] in {m["member_id"] for m in
+                                                                            stored[-1][1]["members"]}  # fmt: skip
+        c.leave({"group_id": GID, "members": [{"member_id": "", "group_instance_id": "instance-0"},
+                                              {"member_id": "", "group_instance_id": "instance-1"}]}, 3)  # fmt: skip
+        assert stored[-1] == (GID, None)
+
+    run(main())
+
+
+def test_a_coordinator_taking_a_group_over_keeps_its_generation_members_and_instances() -> None:
+    async def main() -> None:
+        stored: dict[str, Any] = {}
+        old = coord(store=stored.__setitem__)
+        gen, [leader, follower] = await stable_group(old, 2, static=True)
+        new = coord()
+        new.restore(GID, stored[GID])
+        assert new.groups[GID].state == GroupState.STABLE and new.groups[GID].leader == leader
+        assert hb(new, leader, gen) == hb(new, follower, gen) == NONE
+        assert new.commit_error(GID, follower, gen) == NONE
+        assert await new.sync(sync_req(follower, gen)) == {"error_code": NONE,
+                                                           "assignment": f"assign-{follower}".encode()}  # fmt: skip
+        assert new.heartbeat({"group_id": GID, "generation_id": gen, "member_id": "old-incarnation",
+                              "group_instance_id": "instance-1"})["error_code"] == ErrorCode.FENCED_INSTANCE_ID
+        d = new.describe(GID)
+        assert [(m["member_id"], m["member_metadata"]) for m in d["members"]] == [(leader, b"meta"),
+                                                                                  (follower, b"meta")]  # fmt: skip
+        new.restore(GID, {**stored[GID], "generation": 99})  # a group it knows already is not replaced
+        assert new.groups[GID].generation == gen
+        # the next rebalance goes on from the stored generation
+        t = join_task(new, join_req(leader, instance="instance-0"))
+        f = await join_task(new, join_req(follower, instance="instance-1"))
+        assert (await t)["generation_id"] == f["generation_id"] == gen + 1
+
+    run(main())
