@@ -127,15 +127,7 @@ def committed(zk: KazooClient, group: str, topics: list[str] | None = None) -> d
 def commit(zk: KazooClient, group: str, offsets: dict[TopicPartition, int]) -> None:
     """Write committed offsets (the next offset to consume, as Kafka commits them)."""
     for (topic, p), offset in offsets.items():
-        path = paths.group_offset(group, topic, p)
-        value = str(int(offset)).encode()
-        try:
-            zk.set(path, value)
-        except NoNodeError:
-            try:
-                zk.create(path, value, makepath=True)
-            except NodeExistsError:
-                zk.set(path, value)
+        _put(zk, paths.group_offset(group, topic, p), str(int(offset)).encode())
 
 
 def store_generation(zk: KazooClient, group: str, state: dict[str, Any] | None) -> None:
@@ -150,14 +142,7 @@ def store_generation(zk: KazooClient, group: str, state: dict[str, Any] | None) 
                 break
         return
     members = [{**m, "metadata": _b64(m["metadata"]), "assignment": _b64(m["assignment"])} for m in state["members"]]
-    data = json.dumps({"version": 1, **state, "members": members}, separators=(",", ":")).encode()
-    try:
-        zk.set(path, data)
-    except NoNodeError:
-        try:
-            zk.create(path, data, makepath=True)
-        except NodeExistsError:
-            zk.set(path, data)
+    _put(zk, path, json.dumps({"version": 1, **state, "members": members}, separators=(",", ":")).encode())
 
 
 def generation(zk: KazooClient, group: str) -> dict[str, Any] | None:
@@ -171,6 +156,17 @@ def generation(zk: KazooClient, group: str) -> dict[str, Any] | None:
         return None
     state.pop("version", None)
     return state
+
+
+def _put(zk: KazooClient, path: str, data: bytes) -> None:
+    """Set a persistent node, creating it (and its parents) if it is not there yet."""
+    try:
+        zk.set(path, data)
+    except NoNodeError:
+        try:
+            zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            zk.set(path, data)
 
 
 def _b64(data: bytes) -> str:
