@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import time
 
 import pytest
 
-from broker.client.consumer import AsyncConsumer, ConsumeError
+from broker.client.consumer import AsyncConsumer, ConsumeError, RawConsumer, decode_records
 from broker.client.partitioner import murmur2, partition_for_key
 from broker.client.producer import AsyncProducer, ProduceError
 from broker.errors import KafkactlError
@@ -598,6 +599,52 @@ async def _offsets(consumer: AsyncConsumer, want: int, timeout: float = 10.0) ->
         for recs in (await consumer.getmany(timeout_ms=200)).values():
             out.extend(r.offset for r in recs)
     return out
+
+
+def test_raw_consumer_hands_out_whole_record_sets_from_its_position_and_bounds_its_prefetch(shared_broker):
+    """RawConsumer (what spark-load reads with): record sets as fetched, chained offset to next_offset from the
+    seek position to the end, that decode to exactly the records from there; max_records counts record sets,
+    and prefetching stops at fetch.max.bytes / max.partition.fetch.bytes record sets waiting."""
+    topic = create_topic(shared_broker.bootstrap, unique("raw"), 2)
+    sent: dict[int, list[bytes]] = {0: [], 1: []}
+
+    async def produce():
+        async with AsyncProducer(shared_broker.bootstrap, linger_ms=1000, batch_size=4096) as producer:
+            for p in (0, 1):
+                for n in (1, 5, 300, 2, 200):  # batches of these sizes (the larger ones split by batch_size)
+                    values = [b"p%d-%05d" % (p, len(sent[p]) + i) for i in range(n)]
+                    ds = [await producer.send(topic, v, key=b"k", partition=p) for v in values]
+                    await producer.flush()
+                    assert [(await d).offset for d in ds] == list(range(len(sent[p]), len(sent[p]) + n))
+                    sent[p] += values
+
+    async def consume():
+        async with RawConsumer(shared_broker.bootstrap, max_partition_fetch_bytes=2048, fetch_max_bytes=6144,
+                               fetch_max_wait_ms=50) as c:  # fmt: skip
+            await c.assign([(topic, 0), (topic, 1)])
+            c.seek((topic, 0), 3)  # inside the second batch
+            c.seek((topic, 1), 0)
+            sets: dict[int, list] = {0: [], 1: []}
+            peak = 0
+            deadline = time.monotonic() + 20
+            while any(not s or s[-1].next_offset < len(sent[p]) for p, s in sets.items()):
+                assert time.monotonic() < deadline, {p: [(x.offset, x.next_offset) for x in s] for p, s in sets.items()}
+                await asyncio.sleep(0.02)  # the fetchers run ahead until the buffer is full
+                peak = max(peak, c.buffered)
+                got = await c.getmany(timeout_ms=200, max_records=2)
+                assert sum(len(v) for v in got.values()) <= 2
+                for (_, p), rsets in got.items():
+                    sets[p] += rsets
+            return sets, peak
+
+    asyncio.run(produce())
+    sets, peak = asyncio.run(consume())
+    assert 1 <= peak <= 6144 // 2048
+    for p, start in ((0, 3), (1, 0)):
+        assert sets[p][0].offset == start and sets[p][-1].next_offset == len(sent[p])
+        assert all(a.next_offset == b.offset for a, b in itertools.pairwise(sets[p]))  # no gap or overlap
+        values = [r.value for s in sets[p] for r in decode_records(s.data, topic, p, s.offset)]
+        assert values == sent[p][start:]
 
 
 def test_seek_variants(shared_broker, timed_topic):
