@@ -255,16 +255,21 @@ class PartitionLog:
         """Write the deferred appends (only the active segment has any: a roll flushes the old one)."""
         self.segments[self.bases[-1]].write_deferred()
 
-    def tail_batch_headers(self, segments: int = 2) -> list[BatchHeader]:
-        """The v2 batch headers of the last `segments` segments, oldest first, as the files hold them: what
-        a partition's idempotent producers wrote last (read through the one segment parser)."""
+    def batch_headers_from(self, offset: int) -> list[BatchHeader]:
+        """The v2 batch headers from the batch holding `offset` to the log end, as the files hold them (read
+        through the one segment parser): what a failed append left behind it."""
         headers: list[BatchHeader] = []
-        for base in self.bases[-segments:]:
+        if offset >= self.log_end_offset:
+            return headers
+        for base in self.bases[max(bisect.bisect_right(self.bases, offset) - 1, 0) :]:
             seg = self.segments[base]
             seg.write_deferred()
-            if seg.size:
-                with mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ) as buf:
-                    headers += _v2_headers(buf)
+            head = seg.find(offset) if offset > base else None
+            start = head.position if head is not None else 0
+            size = min(seg.size, os.fstat(seg.fd).st_size)
+            if size > start:
+                with mmap.mmap(seg.fd, size, access=mmap.ACCESS_READ) as buf:
+                    headers += _v2_headers(buf, start)
         return headers
 
     def validate(self, data: Buffer) -> list[tuple[int, int, int, int, int]]:
@@ -438,6 +443,7 @@ def _base_offset(mv: memoryview, pos: int) -> int:
     return struct.unpack_from(">q", mv, pos)[0]
 
 
-def _v2_headers(buf: Buffer | mmap.mmap) -> list[BatchHeader]:
-    """The headers of the v2 batches of a segment's bytes (no views into `buf` outlive the call)."""
-    return [item.header for item in scan(buf, verify_crc=False) if isinstance(item, ScannedBatch) and item.header]
+def _v2_headers(buf: Buffer | mmap.mmap, start: int) -> list[BatchHeader]:
+    """The headers of the v2 batches of a segment's bytes from `start` (no views into `buf` outlive the call)."""
+    items = scan(buf, start, verify_crc=False)
+    return [item.header for item in items if isinstance(item, ScannedBatch) and item.header]

@@ -28,7 +28,7 @@ from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
 from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.network import Server
-from broker.server.producers import ProducerIdPool, ProducerStates, states_from_log
+from broker.server.producers import ProducerIdPool, ProducerStates
 from broker.server.purgatory import Purgatory
 from broker.zk import client as zkclient
 from broker.zk import consumers, paths, registry
@@ -414,14 +414,18 @@ class Broker:
         if error is not None:
             raise error
 
-    def reload_producer_states(self, plog: PartitionLog) -> None:
+    def reload_producer_states(self, plog: PartitionLog, since: int | None = None) -> None:
         """After a write or fsync failed, make a partition's sequence state what its file holds: a retry of
-        a batch the file kept is answered as a duplicate, one of a batch it lost is appended. If the file
-        cannot be read either, the state is forgotten (a retry may then be stored twice, but none is lost)."""
+        a batch the file kept is answered as a duplicate, one of a batch it lost is appended. `since`: the
+        log end offset before the failed append (its batches may be in the file, unrecorded). If the file
+        cannot be read, the state is forgotten (a retry may then be stored twice, but none is lost)."""
         tp = (plog.topic, plog.partition)
+        states = self.producer_states.get(tp)
         try:
-            self.producer_states[tp] = states_from_log(plog.tail_batch_headers())
-        except OSError as exc:
+            written = plog.batch_headers_from(since) if since is not None else []
+            if states is not None or written:
+                self.producer_states[tp].repair(plog.log_end_offset, written)
+        except Exception as exc:  # (OSError, or a file shorter than the log thinks)
             log.error("reading back the producers of %s-%d failed: %s", plog.topic, plog.partition, exc)
             self.producer_states.pop(tp, None)
 

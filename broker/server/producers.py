@@ -5,7 +5,7 @@ last five batches (as Kafka does). A batch repeating one of them is a duplicate:
 appended again and its first answer is repeated. A batch that skips sequences is refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A producer the partition
 has no state for (a new one, or after a restart) is accepted at any sequence. After a failed write or
-fsync a partition's state is read back from its log's last segments (`states_from_log`).
+fsync a partition's state is `repair`ed to what its log holds.
 """
 
 from __future__ import annotations
@@ -58,16 +58,19 @@ class ProducerStates:
             e = self.entries[producer_id] = _Entry(epoch)
         e.batches.append((first_seq, last_seq, first_offset))
 
-
-def states_from_log(headers: Iterable[BatchHeader]) -> ProducerStates:
-    """The sequence state that a partition's log tail (its batch headers, oldest first) leaves: each
-    idempotent producer's epoch and last five batches, as the file holds them."""
-    states = ProducerStates()
-    for h in headers:
-        if h.producer_id >= 0 and h.base_sequence >= 0:
-            last_seq = (h.base_sequence + h.last_offset_delta) % (MAX_SEQ + 1)
-            states.record(h.producer_id, h.producer_epoch, h.base_sequence, last_seq, h.base_offset)
-    return states
+    def repair(self, log_end_offset: int, written: Iterable[BatchHeader]) -> None:
+        """After a failed write or fsync: forget the batches the log no longer holds (at or past its end),
+        and record the `written` ones (the log's batches from where the failed append began) that are not."""
+        for e in self.entries.values():
+            e.batches = deque((b for b in e.batches if b[2] < log_end_offset), maxlen=KEEP)
+        for h in written:
+            if h.producer_id < 0 or h.base_sequence < 0:
+                continue
+            e = self.entries.get(h.producer_id)
+            if e is not None and e.epoch == h.producer_epoch and any(b[2] == h.base_offset for b in e.batches):
+                continue
+            self.record(h.producer_id, h.producer_epoch, h.base_sequence,
+                        (h.base_sequence + h.last_offset_delta) % (MAX_SEQ + 1), h.base_offset)  # fmt: skip
 
 
 class ProducerIdPool:

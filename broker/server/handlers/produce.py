@@ -116,6 +116,7 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
         out["error_message"] = "empty record set"
         return out
     tp = (topic, partition)
+    end_before = plog.log_end_offset
     try:  # validate before the sequence check: a corrupted retry of a stored batch is no duplicate
         validated = plog.validate(records)
         span = _producer_span(records)
@@ -133,7 +134,7 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
         out["error_message"] = str(exc)
         return out
     except OSError:  # a write or fsync failed: sequences as the file holds them
-        b.reload_producer_states(plog)
+        b.reload_producer_states(plog, end_before)
         raise
     if span is not None:
         b.producer_states[tp].record(*span, result.first_offset)

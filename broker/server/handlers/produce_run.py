@@ -98,10 +98,11 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
             err, duplicate_of = b.producer_states[tp].check(pid, epoch, first_seq, last_seq)
             if err or duplicate_of >= 0:
                 return n
+        end_before = plog.log_end_offset
         try:
             first = plog.append_run(_Run(buf, info), total, records, leader_epoch=part.leader_epoch)
         except OSError:  # a write or fsync failed: sequences as the file holds them
-            b.reload_producer_states(plog)
+            b.reload_producer_states(plog, end_before)
             raise
         b.deferred_logs.add(plog)  # written before the answers leave (see `Broker.write_deferred`)
         if pid >= 0:

@@ -11,10 +11,8 @@ from broker.log.config import LogConfig
 from broker.log.log import FetchSlice, parse_partition_dir, validate_batches
 from broker.log.scanner import read_batch
 from broker.log.segment import segment_name
-from broker.protocol.errors import ErrorCode
 from broker.records.batch import TIMESTAMP_TYPE_BIT, Record, build_batch, compute_crc, iter_records
 from broker.records.compression import Codec
-from broker.server.producers import states_from_log
 
 DAY = 24 * 3600 * 1000
 
@@ -638,21 +636,19 @@ def test_deferred_appends_read_flush_and_roll_like_written_ones(tmp_path, open_l
     assert deferred.recovery_point == deferred.log_end_offset == 40
 
 
-def test_tail_batch_headers_are_the_last_segments_batches_and_give_the_producers_last_five(open_log):
-    """40 idempotent one-record batches over several segments, the last append deferred: the headers are
-    every batch of the last two segments, in order, the deferred one included; the producer's state from
-    them knows its last five batches at their offsets."""
+def test_batch_headers_from_an_offset_to_the_end_as_the_files_hold_them(open_log):
+    """40 idempotent one-record batches over several segments, the last append deferred: the headers from
+    any offset are those of every batch from the one holding it to the end, the deferred one included."""
     log = open_log(segment_bytes=700)
     for i in range(40):
-        data = build_batch([Record(0, 1_700_000_000_000, None, b"v%03d" % i)], producer_id=7, producer_epoch=3,
-                           base_sequence=i)  # fmt: skip
+        data = build_batch([Record(0, 1_700_000_000_000, None, b"v%03d" % i)] * (1 + i % 3), producer_id=7,
+                           producer_epoch=3, base_sequence=i)  # fmt: skip
         log.append(data, defer=i == 39)
     assert len(log.bases) >= 4, "the log must roll"
-    heads = log.tail_batch_headers()
-    assert [h.base_offset for h in heads] == list(range(log.bases[-2], 40))
-    assert {(h.producer_id, h.producer_epoch) for h in heads} == {(7, 3)}
-    assert [h.base_sequence for h in heads] == [h.base_offset for h in heads]
-    states = states_from_log(heads)
-    assert [states.check(7, 3, s, s) for s in range(35, 40)] == [(ErrorCode.NONE, s) for s in range(35, 40)]
-    assert states.check(7, 3, 40, 40) == (ErrorCode.NONE, -1)  # the next one
-    assert states.check(7, 3, 34, 34)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # older than the last five
+    firsts = [h.base_offset for h in log.batch_headers_from(0)]
+    assert len(firsts) == 40 and firsts[0] == 0 and {h.producer_id for h in log.batch_headers_from(0)} == {7}
+    for offset in range(log.log_end_offset + 2):
+        holding = max((f for f in firsts if f <= offset), default=0)
+        expected = [f for f in firsts if f >= holding] if offset < log.log_end_offset else []
+        assert [h.base_offset for h in log.batch_headers_from(offset)] == expected, offset
+    assert [h.base_sequence for h in log.batch_headers_from(0)] == list(range(40))

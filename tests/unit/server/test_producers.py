@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.protocol.errors import ErrorCode
+from broker.records.batch import BatchHeader
 from broker.server.producers import KEEP, MAX_SEQ, ProducerIdPool, ProducerStates
 
 OK = (ErrorCode.NONE, -1)
@@ -162,3 +163,23 @@ def test_pool_new_block_replaces_the_rest_of_the_old() -> None:
     assert pool.take() == 0
     pool.add_block(5000, 5001)
     assert [pool.take(), pool.take(), pool.take()] == [5000, 5001, None]
+
+
+def _header(pid: int, epoch: int, seq: int, base_offset: int, records: int = 1) -> BatchHeader:
+    return BatchHeader(base_offset, 0, 0, 2, 0, 0, records - 1, 0, 0, pid, epoch, seq, records)
+
+
+def test_repair_forgets_what_the_log_lost_and_records_what_it_kept() -> None:
+    """The log was cut back to offset 6 (batches at 6 and 8 lost), and a failed append wrote batches at
+    offsets 6 and 7 (one already recorded, one not, one of another producer, one not idempotent)."""
+    s = ProducerStates()
+    for seq, offset in ((0, 2), (1, 4), (2, 6), (3, 8)):
+        s.record(5, 0, seq, seq, offset)
+    s.repair(8, [_header(5, 0, 2, 6), _header(5, 0, 3, 7, records=2), _header(6, 1, 0, 9), _header(-1, -1, -1, 10)])
+    assert [s.check(5, 0, q, q) for q in (0, 1, 2)] == [(ErrorCode.NONE, 2), (ErrorCode.NONE, 4), (ErrorCode.NONE, 6)]
+    assert s.check(5, 0, 3, 4) == (ErrorCode.NONE, 7)  # the unrecorded batch the log kept: a duplicate now
+    assert s.check(5, 0, 5, 5) == (ErrorCode.NONE, -1)  # and the next one is new
+    assert s.check(6, 1, 0, 0) == (ErrorCode.NONE, 9)
+    s.repair(3, [])  # cut back further: only the batch at offset 2 stays
+    assert s.check(5, 0, 0, 0) == (ErrorCode.NONE, 2) and s.check(5, 0, 1, 1) == (ErrorCode.NONE, -1)
+    assert s.check(6, 1, 1, 1) == (ErrorCode.NONE, -1)  # nothing of producer 6 left: any sequence goes
