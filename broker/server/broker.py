@@ -429,26 +429,39 @@ class Broker:
             log.error("reading back the producers of %s-%d failed: %s", plog.topic, plog.partition, exc)
             self.producer_states.pop(tp, None)
 
-    def _store_group(self, group_id: str, state: dict[str, Any] | None) -> None:
+    def coordinates(self, group_id: str) -> bool:
+        """Whether this broker is the group's coordinator now (not once it is shutting down)."""
+        return not self._closing and coordinator_for(group_id, self.cache.brokers) == self.id
+
+    def _store_group(self, group_id: str, generation: int, state: dict[str, Any] | None) -> None:
         """The coordinator's hook: write a group's stable generation (or its end) to ZooKeeper, in order."""
-        if self.zk is None or self.loop is None or self._closing and state is not None:
+        if self.zk is None or self.loop is None:
             return
-        fut = self.loop.run_in_executor(self._group_io, consumers.store_generation, self.zk, group_id, state)
+        try:
+            fut = self.loop.run_in_executor(self._group_io, self._write_group, group_id, generation, state)
+        except RuntimeError:  # shut down: the groups were handed over, not ended
+            return
         fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
-            "storing group %s's generation failed: %s", group_id, f.exception()))
+            "storing group %s's generation failed: %s", group_id, f.exception()))  # fmt: skip
+
+    def _write_group(self, group_id: str, generation: int, state: dict[str, Any] | None) -> None:
+        """(On the group writer thread.) A group that moved meanwhile is its new coordinator's to write."""
+        if coordinator_for(group_id, self.cache.brokers) == self.id and self.zk is not None:
+            consumers.store_generation(self.zk, group_id, generation, state)
 
     async def load_group(self, group_id: str) -> None:
         """Before a group request to the coordinator: take over the group's stored generation if this
         broker does not know the group (it just became its coordinator, or restarted)."""
-        if group_id in self.coordinator.groups or self.zk is None or self.loop is None:
+        if group_id in self.coordinator.groups or self.zk is None or self.loop is None or self._closing:
             return
+        self.coordinator.begin_load(group_id)
+        state = None
         try:
             state = await self.loop.run_in_executor(self._group_io, consumers.generation, self.zk, group_id)
         except Exception as exc:  # ZooKeeper unreachable: the group starts afresh, as it did before
             log.warning("reading group %s's generation failed: %s", group_id, exc)
-            return
-        if state is not None and coordinator_for(group_id, self.cache.brokers) == self.id:
-            self.coordinator.restore(group_id, state)
+        finally:
+            self.coordinator.end_load(group_id, state if self.coordinates(group_id) else None)
 
     def high_watermark(self, plog: PartitionLog) -> int:
         """Without followers the ISR is the leader alone, so the high watermark is the log end offset."""

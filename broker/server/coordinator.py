@@ -98,10 +98,13 @@ class GroupCoordinator:
     """Every group this broker coordinates, driven by the group API handlers on the event loop."""
 
     def __init__(self, *, initial_delay_ms: int = 3000, min_session_ms: int = 6000, max_session_ms: int = 1800000,
-                 store: Callable[[str, dict[str, Any] | None], None] | None = None):  # fmt: skip
+                 store: Callable[[str, int, dict[str, Any] | None], None] | None = None):  # fmt: skip
         self.groups: dict[str, Group] = {}
-        #: called with a group's `snapshot` when a generation is stable, and None when the group empties
+        #: called with a group id, its generation and its `snapshot` when a generation is stable, or None
+        #: when the group empties
         self.store = store
+        self._loading: dict[str, int] = {}  # group → loads of its stored generation in flight
+        self._stale: set[str] = set()  # groups forgotten or handed over while a load was in flight
         self.initial_delay_ms = initial_delay_ms
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
@@ -125,6 +128,7 @@ class GroupCoordinator:
         group = self.groups.pop(group_id, None)
         if group is None:
             return
+        self._mark_stale(group_id)
         if group.timer is not None:
             group.timer.cancel()
         for m in group.members.values():
@@ -432,9 +436,8 @@ class GroupCoordinator:
                 results.append({"member_id": member_id, "group_instance_id": instance,
                                 "error_code": ErrorCode.FENCED_INSTANCE_ID})  # fmt: skip
                 continue
-            if known is not None:  # a static member leaves by its instance id (its member id may be unknown)
-                member_id = known
-            member = group.members.get(member_id) if group is not None and (instance is None or known) else None
+            member_id = member_id or known or ""  # a static member may leave by its instance id alone
+            member = group.members.get(member_id) if group is not None else None
             if member is None:
                 results.append({"member_id": member_id, "group_instance_id": instance,
                                 "error_code": ErrorCode.UNKNOWN_MEMBER_ID})  # fmt: skip
@@ -475,8 +478,9 @@ class GroupCoordinator:
         group.state = GroupState.EMPTY
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
+            self._mark_stale(group.group_id)
             if self.store is not None:
-                self.store(group.group_id, None)
+                self.store(group.group_id, group.generation, None)
         log.info("group %s is empty", group.group_id)
 
     # -- offsets ----------------------------------------------------------------------------------
@@ -500,7 +504,28 @@ class GroupCoordinator:
 
     def _store(self, group: Group) -> None:
         if self.store is not None:
-            self.store(group.group_id, self.snapshot(group))
+            self.store(group.group_id, group.generation, self.snapshot(group))
+
+    def begin_load(self, gid: str) -> None:
+        """A read of the group's stored generation starts (see `end_load`)."""
+        self._loading[gid] = self._loading.get(gid, 0) + 1
+
+    def end_load(self, gid: str, state: dict[str, Any] | None) -> None:
+        """The read started by `begin_load` returned `state`: take the group over with it, unless the group
+        is known here meanwhile, or was forgotten or handed over since (then `state` may predate that)."""
+        left = self._loading[gid] - 1
+        stale = gid in self._stale
+        if left:
+            self._loading[gid] = left
+        else:
+            del self._loading[gid]
+            self._stale.discard(gid)
+        if state is not None and not stale:
+            self.restore(gid, state)
+
+    def _mark_stale(self, gid: str) -> None:
+        if gid in self._loading:
+            self._stale.add(gid)
 
     def snapshot(self, group: Group) -> dict[str, Any]:
         """What a coordinator taking the group over needs of its stable generation."""
@@ -510,8 +535,8 @@ class GroupCoordinator:
             "members": [
                 {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
                  "client_host": m.client_host, "session_timeout_ms": m.session_timeout_ms,
-                 "rebalance_timeout_ms": m.rebalance_timeout_ms, "metadata": m.metadata(group.protocol),
-                 "assignment": m.assignment}
+                 "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                 "protocols": [{"name": n, "metadata": meta} for n, meta in m.protocols], "assignment": m.assignment}
                 for m in group.members.values()
             ],
         }  # fmt: skip
@@ -524,9 +549,10 @@ class GroupCoordinator:
         group = Group(gid, GroupState.STABLE, state["generation"], state["protocol_type"], state["protocol"],
                       state["leader"])  # fmt: skip
         for m in state["members"]:
+            protocols = [(p["name"], p["metadata"]) for p in m["protocols"]]
             member = Member(m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
-                            m["session_timeout_ms"], m["rebalance_timeout_ms"], group.protocol_type,
-                            [(group.protocol, m["metadata"])], assignment=m["assignment"])  # fmt: skip
+                            m["session_timeout_ms"], m["rebalance_timeout_ms"], group.protocol_type, protocols,
+                            assignment=m["assignment"])  # fmt: skip
             group.members[member.member_id] = member
             if member.group_instance_id is not None:
                 group.static[member.group_instance_id] = member.member_id

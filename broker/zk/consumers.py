@@ -8,11 +8,12 @@ consumer uses all three registries; the broker's group coordinator the offset re
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from broker.zk import paths
 
@@ -130,19 +131,35 @@ def commit(zk: KazooClient, group: str, offsets: dict[TopicPartition, int]) -> N
         _put(zk, paths.group_offset(group, topic, p), str(int(offset)).encode())
 
 
-def store_generation(zk: KazooClient, group: str, state: dict[str, Any] | None) -> None:
-    """Write a coordinator group's stable generation (members' `metadata` and `assignment` as bytes), or
-    delete it (None: the group is empty), and the group's node with it if no committed offsets are left."""
+def store_generation(zk: KazooClient, group: str, generation: int, state: dict[str, Any] | None) -> bool:
+    """Write a coordinator group's stable generation (its members' protocol metadata and assignments as
+    bytes), or delete it (None: the group emptied) with the group's node if no committed offsets are left.
+    Only over a generation no newer than `generation`, and only if nobody wrote in between: a coordinator
+    the group already left does not undo its successor's. Returns whether it wrote."""
     path = paths.group_generation(group)
-    if state is None:
-        for node in (path, paths.group(group)):  # and the group's node, when nothing else is under it
-            try:
-                zk.delete(node)
-            except (NoNodeError, NotEmptyError):
-                break
-        return
-    members = [{**m, "metadata": _b64(m["metadata"]), "assignment": _b64(m["assignment"])} for m in state["members"]]
-    _put(zk, path, json.dumps({"version": 1, **state, "members": members}, separators=(",", ":")).encode())
+    try:
+        data, stat = zk.get(path)
+        if _stored_generation(data) > generation:
+            return False
+    except NoNodeError:
+        stat = None
+    try:
+        if state is None:
+            if stat is not None:
+                zk.delete(path, version=stat.version)
+            with contextlib.suppress(NoNodeError, NotEmptyError):
+                zk.delete(paths.group(group))
+            return True
+        members = [{**m, "protocols": [{"name": p["name"], "metadata": _b64(p["metadata"])} for p in m["protocols"]],
+                    "assignment": _b64(m["assignment"])} for m in state["members"]]  # fmt: skip
+        data = json.dumps({"version": 1, **state, "members": members}, separators=(",", ":")).encode()
+        if stat is None:
+            zk.create(path, data, makepath=True)
+        else:
+            zk.set(path, data, version=stat.version)
+        return True
+    except (BadVersionError, NodeExistsError, NoNodeError):
+        return False  # another coordinator wrote meanwhile
 
 
 def generation(zk: KazooClient, group: str) -> dict[str, Any] | None:
@@ -150,12 +167,29 @@ def generation(zk: KazooClient, group: str) -> dict[str, Any] | None:
     try:
         data, _ = zk.get(paths.group_generation(group))
         state = json.loads(data)
-        state["members"] = [{**m, "metadata": base64.b64decode(m["metadata"]),
-                             "assignment": base64.b64decode(m["assignment"])} for m in state["members"]]  # fmt: skip
-    except (NoNodeError, ValueError, KeyError, TypeError):
+        if state.pop("version", None) != 1:
+            return None
+        state["generation"] = int(state["generation"])
+        for key in ("protocol_type", "protocol", "leader"):
+            if not isinstance(state[key], str):
+                return None
+        state["members"] = [
+            {"member_id": m["member_id"], "group_instance_id": m["group_instance_id"], "client_id": m["client_id"],
+             "client_host": m["client_host"], "session_timeout_ms": int(m["session_timeout_ms"]),
+             "rebalance_timeout_ms": int(m["rebalance_timeout_ms"]), "assignment": base64.b64decode(m["assignment"]),
+             "protocols": [{"name": p["name"], "metadata": base64.b64decode(p["metadata"])} for p in m["protocols"]]}
+            for m in state["members"]
+        ]  # fmt: skip
+    except (NoNodeError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    state.pop("version", None)
     return state
+
+
+def _stored_generation(data: bytes) -> int:
+    try:
+        return int(json.loads(data)["generation"])
+    except (ValueError, KeyError, TypeError):
+        return -1  # unreadable: anyone may replace it
 
 
 def _put(zk: KazooClient, path: str, data: bytes) -> None:

@@ -17,7 +17,7 @@
 | /consumers/<g>/offsets/<t>/<p> | persistent | the committed offset, a decimal string |
 | /consumers/<g>/generation | persistent | {"version":1,"generation","protocol_type","protocol","leader",
   "members":[{"member_id","group_instance_id","client_id","client_host","session_timeout_ms",
-  "rebalance_timeout_ms","metadata","assignment"}]} (the two byte fields in base64) |
+  "rebalance_timeout_ms","protocols":[{"name","metadata"}],"assignment"}]} (bytes in base64) |
 
 `ids`, `owners` and `offsets` are the paper's consumer, ownership and offset registries. Only kafkactl's
 own (ZooKeeper-coordinated) group consumer writes `ids` and `owners`; both kinds of group commit to

@@ -249,30 +249,38 @@ def test_default_data_dir_is_under_kafkactl_home(kafkactl_home: Path) -> None:
 
 
 def test_a_group_generation_round_trips_through_its_znode(zk_chroot: str) -> None:
-    """The coordinator's stored generation (bytes in base64) reads back as written; None deletes it, and a
-    node this version cannot read is no generation."""
+    """The coordinator's stored generation (bytes in base64) reads back as written; None deletes it (and the
+    group's node when no offsets are left); an older generation does not overwrite or delete a newer one;
+    a node this version cannot read is no generation."""
     state = {"generation": 7, "protocol_type": "consumer", "protocol": "range", "leader": "m-1",
              "members": [{"member_id": "m-1", "group_instance_id": "i-1", "client_id": "c", "client_host": "/h",
-                          "session_timeout_ms": 6000, "rebalance_timeout_ms": 9000, "metadata": b"\x00\x01meta",
+                          "session_timeout_ms": 6000, "rebalance_timeout_ms": 9000,
+                          "protocols": [{"name": "range", "metadata": b"\x00\x01meta"},
+                                        {"name": "cooperative-sticky", "metadata": b""}],
                           "assignment": bytes(range(256))}]}  # fmt: skip
     client = zk_client(zk_chroot)
     try:
         assert consumers.generation(client, "g/1") is None
-        consumers.store_generation(client, "g/1", state)
+        assert consumers.store_generation(client, "g/1", 7, state)
         assert consumers.generation(client, "g/1") == state
         assert json.loads(client.get(zk_paths.group_generation("g/1"))[0])["version"] == 1
-        consumers.store_generation(client, "g/1", {**state, "generation": 8})
+        assert consumers.store_generation(client, "g/1", 8, {**state, "generation": 8})
+        assert not consumers.store_generation(client, "g/1", 7, state)  # a coordinator the group left
+        assert not consumers.store_generation(client, "g/1", 7, None)
         assert consumers.generation(client, "g/1")["generation"] == 8
         consumers.commit(client, "g/1", {("t", 0): 5})
-        consumers.store_generation(client, "g/1", None)
+        assert consumers.store_generation(client, "g/1", 9, None)
         assert client.exists(zk_paths.group_generation("g/1")) is None
         assert consumers.committed(client, "g/1")[("t", 0)].offset == 5  # the offsets stay
-        consumers.store_generation(client, "g/3", state)
-        consumers.store_generation(client, "g/3", None)
+        assert consumers.store_generation(client, "g/1", 9, None)  # already gone: nothing to do
+        assert consumers.store_generation(client, "g/3", 1, {**state, "generation": 1})
+        assert consumers.store_generation(client, "g/3", 1, None)
         assert client.exists(zk_paths.group("g/3")) is None  # nothing left of a group that never committed
-        consumers.store_generation(client, "g/1", None)  # already gone: nothing to do
-        client.create(zk_paths.group_generation("g/2"), b"not json", makepath=True)
-        assert consumers.generation(client, "g/2") is None
+        for bad in (b"not json", b'{"version":2}', b'{"version":1,"generation":1}'):
+            client.create(zk_paths.group_generation("g/2"), bad, makepath=True)
+            assert consumers.generation(client, "g/2") is None, bad
+            assert consumers.store_generation(client, "g/2", 7, state)  # an unreadable node may be replaced
+            client.delete(zk_paths.group_generation("g/2"))
     finally:
         client.stop()
         client.close()

@@ -34,35 +34,40 @@ async def handle_find_coordinator(b: Broker, header: RequestHeader, req: dict[st
 
 
 def _not_coordinator(b: Broker, group_id: str) -> bool:
-    return coordinator_for(group_id, b.cache.brokers) != b.id
+    return not b.coordinates(group_id)
+
+
+async def _not_coordinating(b: Broker, group_id: str) -> bool:
+    """`_not_coordinator`, asked again after taking over the group's stored generation (if new here): the
+    live brokers, and with them the coordinator, may change while it is read."""
+    if _not_coordinator(b, group_id):
+        return True
+    await b.load_group(group_id)
+    return _not_coordinator(b, group_id)
 
 
 async def handle_join_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    if _not_coordinator(b, req["group_id"]):
+    if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR, "generation_id": -1, "member_id": req["member_id"]}
-    await b.load_group(req["group_id"])
     host = current_peer.get().rpartition(":")[0]
     return await b.coordinator.join(req, header.client_id or "", f"/{host}", header.api_version)
 
 
 async def handle_sync_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    if _not_coordinator(b, req["group_id"]):
+    if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
-    await b.load_group(req["group_id"])
     return await b.coordinator.sync(req)
 
 
 async def handle_heartbeat(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    if _not_coordinator(b, req["group_id"]):
+    if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
-    await b.load_group(req["group_id"])
     return b.coordinator.heartbeat(req)
 
 
 async def handle_leave_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    if _not_coordinator(b, req["group_id"]):
+    if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
-    await b.load_group(req["group_id"])
     return b.coordinator.leave(req, header.api_version)
 
 
@@ -70,11 +75,9 @@ async def handle_offset_commit(b: Broker, header: RequestHeader, req: dict[str, 
     gid = req["group_id"]
     if not gid:
         error = ErrorCode.INVALID_GROUP_ID
-    elif _not_coordinator(b, gid):
-        error = ErrorCode.NOT_COORDINATOR
+    elif await _not_coordinating(b, gid) if req.get("member_id") else _not_coordinator(b, gid):
+        error = ErrorCode.NOT_COORDINATOR  # (a member's commit: its group may have been taken over just now)
     else:
-        if req.get("member_id"):  # a member's commit: its group may have been taken over just now
-            await b.load_group(gid)
         error = b.coordinator.commit_error(gid, req.get("member_id", ""), req.get("generation_id", -1),
                                            req.get("group_instance_id"))  # fmt: skip
     answer: list[dict[str, Any]] = []
@@ -135,10 +138,9 @@ async def handle_offset_fetch(b: Broker, header: RequestHeader, req: dict[str, A
 async def handle_describe_groups(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
     for gid in req["groups"]:
-        if _not_coordinator(b, gid):
+        if await _not_coordinating(b, gid):
             out.append({"error_code": ErrorCode.NOT_COORDINATOR, "group_id": gid})
             continue
-        await b.load_group(gid)
         desc = b.coordinator.describe(gid)
         if desc["group_state"] == GroupState.DEAD and gid in await _stored_groups(b):
             desc.update(group_state=GroupState.EMPTY, protocol_type="consumer")  # no members, committed offsets

@@ -973,6 +973,10 @@ def test_leave_group_by_instance_id() -> None:
         assert [(r["member_id"], r["error_code"]) for r in answer["members"]] == [
             (m2, NONE), (m2, ErrorCode.FENCED_INSTANCE_ID), ("", ErrorCode.UNKNOWN_MEMBER_ID)]  # fmt: skip
         assert list(c.groups[GID].members) == [m1, m3] and i2 not in c.groups[GID].static
+        # as Kafka: a known member id with an instance id the group does not know leaves all the same
+        gone = c.leave({"group_id": GID, "members": [{"member_id": m3, "group_instance_id": "instance-other"}]}, 3)
+        assert gone["members"][0]["error_code"] == NONE and list(c.groups[GID].members) == [m1]
+        assert i3 not in c.groups[GID].static
         back = await join_task(c, join_req(instance=i2))  # a new member now: it joins through a rebalance
         assert back["error_code"] == NONE and back["member_id"] not in (m1, m2, m3)
 
@@ -984,21 +988,22 @@ def test_leave_group_by_instance_id() -> None:
 
 def test_each_stable_generation_is_stored_and_the_end_of_the_group_too() -> None:
     async def main() -> None:
-        stored: list[tuple[str, dict[str, Any] | None]] = []
-        c = coord(store=lambda gid, state: stored.append((gid, state)))
+        stored: list[tuple[str, int, dict[str, Any] | None]] = []
+        c = coord(store=lambda gid, generation, state: stored.append((gid, generation, state)))
         gen, [leader, follower] = await stable_group(c, 2, static=True)
-        assert [s["generation"] for _, s in stored] == [gen - 1, gen]  # one per stable generation
-        gid, last = stored[-1]
+        assert [(g, s["generation"]) for _, g, s in stored] == [(gen - 1, gen - 1), (gen, gen)]  # one per generation
+        gid, _, last = stored[-1]
         assert gid == GID and (last["leader"], last["protocol"], last["protocol_type"]) == (leader, "range", "consumer")
-        assert [(m["member_id"], m["group_instance_id"], m["metadata"], m["assignment"]) for m in last["members"]] == [
-            (leader, "instance-0", b"meta", f"assign-{leader}".encode()),
-            (follower, "instance-1", b"meta", f"assign-{follower}".encode())]  # fmt: skip
+        range_meta = [{"name": "range", "metadata": b"meta"}]
+        assert [(m["member_id"], m["group_instance_id"], m["protocols"], m["assignment"]) for m in last["members"]] == [
+            (leader, "instance-0", range_meta, f"assign-{leader}".encode()),
+            (follower, "instance-1", range_meta, f"assign-{follower}".encode())]  # fmt: skip
         back = await join_task(c, join_req(instance="instance-1"))  # a static restart: stored, no rebalance
-        assert stored[-1][1]["generation"] == gen and back["member_id"] in {m["member_id"] for m in
-                                                                            stored[-1][1]["members"]}  # fmt: skip
+        assert stored[-1][2]["generation"] == gen and back["member_id"] in {m["member_id"] for m in
+                                                                            stored[-1][2]["members"]}  # fmt: skip
         c.leave({"group_id": GID, "members": [{"member_id": "", "group_instance_id": "instance-0"},
                                               {"member_id": "", "group_instance_id": "instance-1"}]}, 3)  # fmt: skip
-        assert stored[-1] == (GID, None)
+        assert stored[-1] == (GID, gen + 1, None)  # (the leaving started a generation nobody joined)
 
     run(main())
 
@@ -1006,7 +1011,7 @@ def test_each_stable_generation_is_stored_and_the_end_of_the_group_too() -> None
 def test_a_coordinator_taking_a_group_over_keeps_its_generation_members_and_instances() -> None:
     async def main() -> None:
         stored: dict[str, Any] = {}
-        old = coord(store=stored.__setitem__)
+        old = coord(store=lambda gid, generation, state: stored.__setitem__(gid, state))
         gen, [leader, follower] = await stable_group(old, 2, static=True)
         new = coord()
         new.restore(GID, stored[GID])
@@ -1021,6 +1026,14 @@ def test_a_coordinator_taking_a_group_over_keeps_its_generation_members_and_inst
         assert [(m["member_id"], m["member_metadata"]) for m in d["members"]] == [(leader, b"meta"),
                                                                                   (follower, b"meta")]  # fmt: skip
         new.restore(GID, {**stored[GID], "generation": 99})  # a group it knows already is not replaced
+        assert new.groups[GID].generation == gen
+        # a read that started before the group was forgotten or handed over does not bring it back
+        new.begin_load(GID)
+        new.unload(GID)
+        new.end_load(GID, stored[GID])
+        assert GID not in new.groups
+        new.begin_load(GID)
+        new.end_load(GID, stored[GID])
         assert new.groups[GID].generation == gen
         # the next rebalance goes on from the stored generation
         t = join_task(new, join_req(leader, instance="instance-0"))
