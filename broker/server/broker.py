@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import logging
 import signal
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from broker.log import producer_snapshot
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.protocol.errors import ErrorCode
@@ -28,7 +30,7 @@ from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
 from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.network import Server
-from broker.server.producers import ProducerIdPool, ProducerStates
+from broker.server.producers import ProducerIdPool, ProducerStates, load_states
 from broker.server.purgatory import Purgatory
 from broker.zk import client as zkclient
 from broker.zk import consumers, paths, registry
@@ -90,6 +92,7 @@ class Broker:
             self.cache.cluster_id = registry.cluster_id(zk)
             topic_configs = {t: log_config_for(cfg.log, registry.topic_config(zk, t)) for t in registry.topic_names(zk)}
             self.logs.startup(topic_configs)
+            self._load_producer_states()
             self.server.start()
             registry.register_broker(zk, self.id, cfg.advertised_host, cfg.advertised_port)
             self._registered = True
@@ -154,6 +157,7 @@ class Broker:
         if self.server is not None:
             await self.server.close()
         self._record_high_watermarks()
+        self._save_producer_states()
         self.logs.shutdown()
         if zk is not None:
             zkclient.close(zk)
@@ -413,6 +417,27 @@ class Broker:
                 error = exc
         if error is not None:
             raise error
+
+    def _load_producer_states(self) -> None:
+        """At start-up: every partition's idempotent producers, from its snapshot and the log after it."""
+        for tp, plog in self.logs.logs.items():
+            try:
+                states = load_states(plog)
+            except Exception as exc:  # the producers are taken as new: duplicates of retries possible, no loss
+                log.warning("loading the producers of %s-%d failed: %s", tp[0], tp[1], exc)
+                continue
+            if states.entries:
+                self.producer_states[tp] = states
+
+    def _save_producer_states(self) -> None:
+        """At a clean shutdown: a snapshot of every partition's producers at its log end."""
+        now_ms = int(time.time() * 1000)
+        for tp, plog in self.logs.logs.items():
+            states = self.producer_states.get(tp)
+            try:
+                producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms) if states else [])
+            except OSError as exc:
+                log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
 
     def reload_producer_states(self, plog: PartitionLog, since: int | None = None) -> None:
         """After a write or fsync failed, make a partition's sequence state what its file holds: a retry of

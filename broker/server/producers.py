@@ -4,8 +4,9 @@ Each partition remembers, per producer id, its epoch and the sequence ranges and
 last five batches (as Kafka does). A batch repeating one of them is a duplicate: it is not
 appended again and its first answer is repeated. A batch that skips sequences is refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A producer the partition
-has no state for (a new one, or after a restart) is accepted at any sequence. After a failed write or
-fsync a partition's state is `repair`ed to what its log holds.
+has no state for (a new one) is accepted at any sequence. A clean shutdown writes each partition's
+state to a snapshot file (`broker.log.producer_snapshot`) that start-up reads back (`load_states`).
+After a failed write or fsync a partition's state is `repair`ed to what its log holds.
 """
 
 from __future__ import annotations
@@ -13,9 +14,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from broker.log import producer_snapshot
+from broker.log.producer_snapshot import SnapshotEntry
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import BatchHeader
+
+if TYPE_CHECKING:
+    from broker.log.log import PartitionLog
 
 MAX_SEQ = 2**31 - 1
 KEEP = 5
@@ -63,7 +70,11 @@ class ProducerStates:
         and record the `written` ones (the log's batches from where the failed append began) that are not."""
         for e in self.entries.values():
             e.batches = deque((b for b in e.batches if b[2] < log_end_offset), maxlen=KEEP)
-        for h in written:
+        self.record_batches(written)
+
+    def record_batches(self, headers: Iterable[BatchHeader]) -> None:
+        """Record the idempotent ones of a log's batches (oldest first) that are not recorded yet."""
+        for h in headers:
             if h.producer_id < 0 or h.base_sequence < 0:
                 continue
             e = self.entries.get(h.producer_id)
@@ -71,6 +82,38 @@ class ProducerStates:
                 continue
             self.record(h.producer_id, h.producer_epoch, h.base_sequence,
                         (h.base_sequence + h.last_offset_delta) % (MAX_SEQ + 1), h.base_offset)  # fmt: skip
+
+    def snapshot(self, now_ms: int) -> list[SnapshotEntry]:
+        """Each producer's last batch, as a snapshot file keeps it (Kafka keeps no more either)."""
+        out = []
+        for pid, e in self.entries.items():
+            if e.batches:
+                first_seq, last_seq, first_offset = e.batches[-1]
+                delta = (last_seq - first_seq) % (MAX_SEQ + 1)
+                out.append(SnapshotEntry(pid, e.epoch, last_seq, first_offset + delta, delta, now_ms))
+        return out
+
+    @classmethod
+    def from_snapshot(cls, entries: Iterable[SnapshotEntry]) -> ProducerStates:
+        states = cls()
+        for e in entries:
+            first_seq = (e.last_sequence - e.offset_delta) % (MAX_SEQ + 1)
+            states.record(e.producer_id, e.epoch, first_seq, e.last_sequence, e.last_offset - e.offset_delta)
+        return states
+
+
+def load_states(plog: PartitionLog) -> ProducerStates:
+    """A partition's producer state at start-up: its snapshot (written at the last clean shutdown) and the
+    batches after it; without a snapshot in the active segment, the batches of the active segment alone
+    (bounded work after a crash: a producer that wrote only further back is taken as new)."""
+    snap = producer_snapshot.latest(plog.dir, plog.log_end_offset)
+    active_base = plog.bases[-1]
+    if snap is not None and snap[0] >= active_base:
+        states, since = ProducerStates.from_snapshot(snap[1]), snap[0]
+    else:
+        states, since = ProducerStates(), active_base
+    states.record_batches(plog.batch_headers_from(since))
+    return states
 
 
 class ProducerIdPool:

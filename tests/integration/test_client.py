@@ -18,6 +18,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.produce import RUN_CODEC
 from broker.zk import paths as zk_paths
 from tests.fixtures import zk_client
+from tests.integration import wire
 from tests.integration.clientkit import create_topic, disk_batches, read_all, read_all_async, unique
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -567,6 +568,43 @@ def test_acks0_sender_survives_its_broker_dying_while_it_waits_for_socket_room(s
     assert values[0] == b"first"
     assert [v for v in values if v.startswith(b"after-")] == after
     assert set(values[1:]) <= {b"x" * 10_000, *after}
+
+
+@pytest.mark.parametrize("stop", ["clean", "killed"])
+def test_an_idempotent_retry_after_a_broker_restart_is_still_a_duplicate(start_broker, stop):
+    """Idempotence survives the broker's restart: after a clean shutdown through the producer snapshot it
+    wrote, after a SIGKILL through the log's last segment. A retry of the last batch is answered with its
+    first offset and not stored again; the next sequence is appended; a gap is still out of order."""
+    b = start_broker(1, overrides={"zookeeper.session.timeout.ms": "2000"})  # a quick restart after a kill
+    topic = create_topic(b.bootstrap, f"idem-{stop}", 1)
+    pid = 4242
+    batches = [wire.make_batch([b"m%d-%d" % (seq, i) for i in range(3)], producer_id=pid, producer_epoch=0,
+                               base_sequence=3 * seq) for seq in range(4)]  # fmt: skip
+    with wire.open_conn(b) as c:
+        assert [wire.produce_one(c, topic, 0, x)["base_offset"] for x in batches[:3]] == [0, 3, 6]
+    if stop == "clean":
+        assert b.stop(timeout=20) == 0
+        assert any(p.suffix == ".snapshot" for p in (b.log_dir / f"{topic}-0").iterdir())
+    else:
+        b.kill()
+        zk = zk_client(b.zk_connect)
+        try:
+            deadline = time.monotonic() + 30
+            while zk.exists(zk_paths.broker(1)):  # the killed broker's registration expires first
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        finally:
+            zk.stop()
+            zk.close()
+    b.start()
+    with wire.open_conn(b) as c:
+        again = wire.produce_one(c, topic, 0, batches[2])
+        assert (again["error_code"], again["base_offset"]) == (0, 6)  # a duplicate: its first offset
+        gap = wire.produce_one(c, topic, 0, wire.make_batch([b"gap"], producer_id=pid, producer_epoch=0,
+                                                            base_sequence=20))  # fmt: skip
+        assert gap["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert wire.produce_one(c, topic, 0, batches[3])["base_offset"] == 9
+        assert wire.fetch_values(c, topic, 0) == [b"m%d-%d" % (seq, i) for seq in range(4) for i in range(3)]
 
 
 # --- the consumer ----------------------------------------------------------------------------------

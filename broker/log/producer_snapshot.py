@@ -1,0 +1,103 @@
+"""Producer-state snapshots: what a partition's idempotent producers last wrote, kept across restarts.
+
+A snapshot is `<20-digit offset>.snapshot` in the partition dir, in Kafka's format (version 1): the
+state the log's batches below `offset` leave. All integers are big-endian.
+
+| field | type |
+|---|---|
+| version | int16 = 1 |
+| crc | uint32: CRC-32C of every byte after it |
+| entries | int32 count, then per producer: |
+| · producer_id | int64 |
+| · epoch | int16 |
+| · last_sequence | int32: the last sequence of its last batch |
+| · last_offset | int64: the last offset of its last batch |
+| · offset_delta | int32: last_sequence − the batch's first sequence |
+| · timestamp | int64: when it last wrote, epoch ms |
+| · coordinator_epoch | int32 (-1: no transactions here) |
+| · current_txn_first_offset | int64 (-1) |
+
+The broker writes one for every partition at a clean shutdown, and reads it back at start-up; a file
+that fails its CRC or its layout is no snapshot (the log's last segment is read instead).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from pathlib import Path
+from typing import NamedTuple
+
+from broker.log.checkpoint import write_atomically
+from broker.records.crc import crc32c
+
+SUFFIX = ".snapshot"
+VERSION = 1
+_NAME = re.compile(r"^(\d{20})\.snapshot$")
+_HEAD = struct.Struct(">hIi")  # version, crc, entry count
+_ENTRY = struct.Struct(">qhiqiqiq")
+_CRC_FROM = 6
+
+
+class SnapshotEntry(NamedTuple):
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SUFFIX}"
+
+
+def encode(entries: list[SnapshotEntry]) -> bytes:
+    body = bytearray(_HEAD.pack(VERSION, 0, len(entries)))
+    for e in entries:
+        body += _ENTRY.pack(*e, -1, -1)
+    struct.pack_into(">I", body, 2, crc32c(memoryview(body)[_CRC_FROM:]))
+    return bytes(body)
+
+
+def decode(data: bytes) -> list[SnapshotEntry] | None:
+    """The entries of a snapshot file's bytes, or None if they are not a whole, intact version-1 snapshot."""
+    if len(data) < _HEAD.size:
+        return None
+    version, crc, count = _HEAD.unpack_from(data)
+    if version != VERSION or count < 0 or len(data) != _HEAD.size + count * _ENTRY.size:
+        return None
+    if crc32c(memoryview(data)[_CRC_FROM:]) != crc:
+        return None
+    return [SnapshotEntry(*_ENTRY.unpack_from(data, _HEAD.size + i * _ENTRY.size)[:6]) for i in range(count)]
+
+
+def snapshots(directory: Path) -> list[tuple[int, Path]]:
+    """The snapshot files of a partition dir as (offset, path), oldest first."""
+    out = []
+    for entry in os.scandir(directory):
+        m = _NAME.match(entry.name)
+        if m and entry.is_file():
+            out.append((int(m.group(1)), Path(entry.path)))
+    return sorted(out)
+
+
+def write(directory: Path, offset: int, entries: list[SnapshotEntry]) -> None:
+    """Write the snapshot at `offset` (atomically) and delete every other one of the partition."""
+    path = snapshot_path(directory, offset)
+    write_atomically(path, encode(entries))
+    for _, other in snapshots(directory):
+        if other != path:
+            other.unlink(missing_ok=True)
+
+
+def latest(directory: Path, at_most: int) -> tuple[int, list[SnapshotEntry]] | None:
+    """The newest intact snapshot at an offset the log still reaches (`at_most`, its end), as (offset,
+    entries); snapshots past the log end (it was cut back) and unreadable ones are deleted."""
+    for offset, path in reversed(snapshots(directory)):
+        entries = decode(path.read_bytes()) if offset <= at_most else None
+        if entries is not None:
+            return offset, entries
+        path.unlink(missing_ok=True)
+    return None

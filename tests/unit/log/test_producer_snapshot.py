@@ -1,0 +1,93 @@
+"""broker/log/producer_snapshot.py and the producer state a partition starts with (producers.load_states):
+Kafka's snapshot layout, its CRC, which snapshot counts, and what the log after it adds."""
+
+from __future__ import annotations
+
+import struct
+
+from broker.log import producer_snapshot as ps
+from broker.log.producer_snapshot import SnapshotEntry
+from broker.protocol.errors import ErrorCode
+from broker.records.batch import Record, build_batch
+from broker.records.crc import crc32c
+from broker.server.producers import MAX_SEQ, ProducerStates, load_states
+
+NONE = ErrorCode.NONE
+
+
+def test_the_layout_is_kafkas_version_1() -> None:
+    entries = [SnapshotEntry(7, 3, 41, 1041, 4, 1_700_000_000_000), SnapshotEntry(2**40, 0, 0, 5, 0, 1)]
+    data = ps.encode(entries)
+    version, crc, count = struct.unpack_from(">hIi", data)
+    assert (version, count, len(data)) == (1, 2, 10 + 2 * 46)
+    assert crc == crc32c(data[6:])
+    assert struct.unpack_from(">qhiqiqiq", data, 10) == (7, 3, 41, 1041, 4, 1_700_000_000_000, -1, -1)
+    assert ps.decode(data) == entries
+    assert ps.decode(ps.encode([])) == []
+
+
+def test_a_damaged_snapshot_is_no_snapshot() -> None:
+    data = ps.encode([SnapshotEntry(7, 3, 41, 1041, 4, 0)])
+    flipped = bytearray(data)
+    flipped[20] ^= 1
+    assert ps.decode(bytes(flipped)) is None  # its CRC
+    assert ps.decode(data[:-1]) is None and ps.decode(data + b"\0") is None and ps.decode(data[:5]) is None
+    assert ps.decode(b"\x00\x02" + data[2:]) is None  # another version
+
+
+def test_write_keeps_one_snapshot_and_latest_skips_what_the_log_no_longer_reaches(tmp_path) -> None:
+    ps.write(tmp_path, 10, [SnapshotEntry(1, 0, 0, 9, 0, 0)])
+    ps.write(tmp_path, 20, [SnapshotEntry(1, 0, 1, 19, 0, 0)])
+    assert [o for o, _ in ps.snapshots(tmp_path)] == [20]
+    assert ps.latest(tmp_path, 25) == (20, [SnapshotEntry(1, 0, 1, 19, 0, 0)])
+    assert ps.latest(tmp_path, 15) is None  # the log was cut back below it: deleted
+    assert ps.snapshots(tmp_path) == []
+    ps.snapshot_path(tmp_path, 5).write_bytes(b"junk")
+    assert ps.latest(tmp_path, 25) is None and ps.snapshots(tmp_path) == []
+
+
+def test_states_round_trip_through_a_snapshot_each_producers_last_batch() -> None:
+    s = ProducerStates()
+    s.record(7, 3, 10, 14, 100)
+    s.record(7, 3, 15, 15, 105)
+    s.record(8, 0, MAX_SEQ - 1, 1, 200)  # a batch across the sequence wrap
+    back = ProducerStates.from_snapshot(s.snapshot(123))
+    assert back.check(7, 3, 15, 15) == (NONE, 105) and back.check(7, 3, 16, 16) == (NONE, -1)
+    assert back.check(8, 0, MAX_SEQ - 1, 1) == (NONE, 200) and back.check(8, 0, 2, 2) == (NONE, -1)
+    assert back.check(7, 3, 10, 14)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # only the last batch is kept
+
+
+def _append(log, pid: int, seq: int, n: int = 1) -> int:
+    data = build_batch([Record(i, 1_700_000_000_000, None, b"v") for i in range(n)], producer_id=pid,
+                       producer_epoch=0, base_sequence=seq)  # fmt: skip
+    return log.append(data).first_offset
+
+
+def test_load_states_after_a_clean_shutdown_and_after_a_crash(open_log, tmp_path) -> None:
+    log = open_log()
+    offsets = []
+    for seq in range(30):
+        if seq in (10, 20):
+            log.roll()
+        offsets.append(_append(log, 5, seq))
+    assert log.bases == [0, 10, 20]
+    # a clean shutdown's snapshot at the log end: nothing to read from the log
+    s = ProducerStates()
+    s.record(5, 0, 29, 29, offsets[29])
+    ps.write(log.dir, log.log_end_offset, s.snapshot(0))
+    loaded = load_states(log)
+    assert loaded.check(5, 0, 29, 29) == (NONE, offsets[29]) and loaded.check(5, 0, 30, 30) == (NONE, -1)
+    # more batches after the snapshot (a crash): they are read from the log
+    more = [_append(log, 5, seq, 2) for seq in (30, 32)] + [_append(log, 6, 0)]
+    loaded = load_states(log)
+    assert loaded.check(5, 0, 32, 33) == (NONE, more[1]) and loaded.check(5, 0, 30, 31) == (NONE, more[0])
+    assert loaded.check(6, 0, 0, 0) == (NONE, more[2])
+    # no snapshot at all: the active segment's batches (the last five of them per producer)
+    for _, path in ps.snapshots(log.dir):
+        path.unlink()
+    loaded = load_states(log)
+    assert loaded.check(5, 0, 32, 33) == (NONE, more[1]) and loaded.check(5, 0, 28, 28) == (NONE, offsets[28])
+    assert loaded.check(6, 0, 0, 0) == (NONE, more[2])
+    # a snapshot from before the active segment is not used (what lies between is not read either)
+    ps.write(log.dir, 15, ProducerStates().snapshot(0))
+    assert load_states(log).check(5, 0, 32, 33) == (NONE, more[1])
