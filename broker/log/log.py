@@ -255,9 +255,10 @@ class PartitionLog:
         """Write the deferred appends (only the active segment has any: a roll flushes the old one)."""
         self.segments[self.bases[-1]].write_deferred()
 
-    def batch_headers_from(self, offset: int) -> list[BatchHeader]:
+    def batch_headers_from(self, offset: int, tail_bytes: int | None = None) -> list[BatchHeader]:
         """The v2 batch headers from the batch holding `offset` to the log end, as the files hold them (read
-        through the one segment parser): what a failed append left behind it."""
+        through the one segment parser): what a failed append left behind it. With `tail_bytes`, no more
+        than about that much of each segment's end is read (from the first indexed batch within it)."""
         headers: list[BatchHeader] = []
         if offset >= self.log_end_offset:
             return headers
@@ -266,6 +267,10 @@ class PartitionLog:
             seg.write_deferred()
             head = seg.find(offset) if offset > base else None
             start = head.position if head is not None else 0
+            if tail_bytes is not None and seg.size - start > tail_bytes:
+                positions = seg.index.values
+                i = bisect.bisect_left(positions, seg.size - tail_bytes)
+                start = max(start, positions[i]) if i < len(positions) else start
             size = min(seg.size, os.fstat(seg.fd).st_size)
             if size > start:
                 with mmap.mmap(seg.fd, size, access=mmap.ACCESS_READ) as buf:

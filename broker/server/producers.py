@@ -102,17 +102,22 @@ class ProducerStates:
         return states
 
 
+#: after a crash, start-up reads at most about this much of a partition's log end for its producers
+LOAD_TAIL_BYTES = 16 << 20
+
+
 def load_states(plog: PartitionLog) -> ProducerStates:
     """A partition's producer state at start-up: its snapshot (written at the last clean shutdown) and the
-    batches after it; without a snapshot in the active segment, the batches of the active segment alone
-    (bounded work after a crash: a producer that wrote only further back is taken as new)."""
+    batches after it; without a snapshot in the active segment, the batches of the active segment's last
+    LOAD_TAIL_BYTES (bounded work after a crash, a few seconds at most: a producer that wrote only
+    further back is taken as new, as one was before snapshots)."""
     snap = producer_snapshot.latest(plog.dir, plog.log_end_offset)
     active_base = plog.bases[-1]
     if snap is not None and snap[0] >= active_base:
         states, since = ProducerStates.from_snapshot(snap[1]), snap[0]
     else:
         states, since = ProducerStates(), active_base
-    states.record_batches(plog.batch_headers_from(since))
+    states.record_batches(plog.batch_headers_from(since, LOAD_TAIL_BYTES))
     return states
 
 

@@ -652,3 +652,15 @@ def test_batch_headers_from_an_offset_to_the_end_as_the_files_hold_them(open_log
         expected = [f for f in firsts if f >= holding] if offset < log.log_end_offset else []
         assert [h.base_offset for h in log.batch_headers_from(offset)] == expected, offset
     assert [h.base_sequence for h in log.batch_headers_from(0)] == list(range(40))
+
+
+def test_batch_headers_from_reads_no_more_than_the_tail_asked_for(open_log, make_batch):
+    log = open_log(index_interval_bytes=100)
+    for i in range(200):
+        log.append(make_batch([b"v%03d" % i]))
+    everything = [h.base_offset for h in log.batch_headers_from(0)]
+    size = log.active.size
+    tail = [h.base_offset for h in log.batch_headers_from(0, 1000)]
+    assert everything == list(range(200)) and tail == everything[-len(tail):]  # the end, whole batches
+    assert 1000 - 200 <= size * len(tail) / 200 <= 1000  # about as many bytes as asked (index every 100)
+    assert [h.base_offset for h in log.batch_headers_from(195, 1000)] == list(range(195, 200))

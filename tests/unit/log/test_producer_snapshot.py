@@ -91,3 +91,15 @@ def test_load_states_after_a_clean_shutdown_and_after_a_crash(open_log, tmp_path
     # a snapshot from before the active segment is not used (what lies between is not read either)
     ps.write(log.dir, 15, ProducerStates().snapshot(0))
     assert load_states(log).check(5, 0, 32, 33) == (NONE, more[1])
+
+
+def test_after_a_crash_only_the_active_segments_tail_is_read(open_log, monkeypatch) -> None:
+    import broker.server.producers as producers
+
+    log = open_log(index_interval_bytes=100)
+    early = _append(log, 1, 0)  # producer 1 wrote only at the start
+    late = [_append(log, 2, seq) for seq in range(100)]
+    monkeypatch.setattr(producers, "LOAD_TAIL_BYTES", 1000)
+    loaded = load_states(log)
+    assert loaded.check(2, 0, 99, 99) == (NONE, late[99])  # the recent writer is known
+    assert 1 not in loaded.entries and early == 0  # the early one is taken as new (any sequence goes)
