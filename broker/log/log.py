@@ -266,6 +266,8 @@ class PartitionLog:
             seg = self.segments[base]
             seg.write_deferred()
             head = seg.find(offset) if offset > base else None
+            if head is None and offset > base:
+                continue  # every batch of it lies before `offset`
             start = head.position if head is not None else 0
             if tail_bytes is not None and seg.size - start > tail_bytes:
                 positions = seg.index.values

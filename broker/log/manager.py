@@ -78,6 +78,8 @@ class LogManager:
         self.broker_id = broker_id
         self.clock = clock
         self.logs: dict[TopicPartition, PartitionLog] = {}
+        #: told when a partition's log is set aside (stray, or deleted): what the broker kept about it goes
+        self.on_set_aside: Callable[[TopicPartition], None] | None = None
         self._dir_of: dict[TopicPartition, Path] = {}
         self._locks: list[int] = []
         self.unclean_dirs: list[Path] = []
@@ -172,6 +174,8 @@ class LogManager:
     def _move_away(self, tp: TopicPartition, suffix: str) -> Path | None:
         """Close a partition's log, forget it and rename its dir to `<dir>.<ms>-<suffix>` (returned)."""
         plog = self.logs.pop(tp, None)
+        if self.on_set_aside is not None:
+            self.on_set_aside(tp)
         if plog is None:
             return None
         plog.close()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.errors import KafkactlError, LogDirLockedError, UsageError
-from broker.log import recovery
+from broker.log import producer_snapshot, recovery
 from broker.log.checkpoint import LOG_START, RECOVERY_POINT, REPLICATION, OffsetCheckpointFile
 from broker.log.log import parse_partition_dir
 from broker.log.manager import is_locked, is_log_dir
@@ -71,6 +71,9 @@ def execute(
     for p in run.plans:
         if p.needs_cut or p.needs_index_rebuild:
             run.quarantined += recovery.execute(p, quarantine_dir=quarantine_dir)
+        if p.needs_cut:  # its producer snapshot may name batches cut away: start-up reads the log instead
+            for _, snapshot in producer_snapshot.snapshots(p.dir):
+                snapshot.unlink(missing_ok=True)
         advance(1)
     run.executed = True
     if run.log_dir is not None:

@@ -48,6 +48,7 @@ class Broker:
         self.id = config.broker_id
         self.cache = MetadataCache()
         self.logs = LogManager(config.log_dirs, config.log, broker_id=self.id)
+        self.logs.on_set_aside = lambda tp: self.producer_states.pop(tp, None)
         self.purgatory = Purgatory()
         self.producer_states: dict[TopicPartition, ProducerStates] = defaultdict(ProducerStates)
         self.deferred_logs: set[PartitionLog] = set()  # logs with appends deferred until `write_deferred`
@@ -420,6 +421,7 @@ class Broker:
 
     def _load_producer_states(self) -> None:
         """At start-up: every partition's idempotent producers, from its snapshot and the log after it."""
+        started = time.monotonic()
         for tp, plog in self.logs.logs.items():
             try:
                 states = load_states(plog)
@@ -428,6 +430,8 @@ class Broker:
                 continue
             if states.entries:
                 self.producer_states[tp] = states
+        if time.monotonic() - started > 1:
+            log.info("loaded the producers of %d partitions in %.1f s", len(self.logs.logs), time.monotonic() - started)
 
     def _save_producer_states(self) -> None:
         """At a clean shutdown: a snapshot of every partition's producers at its log end."""

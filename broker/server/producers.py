@@ -11,6 +11,7 @@ After a failed write or fsync a partition's state is `repair`ed to what its log 
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,10 +29,15 @@ MAX_SEQ = 2**31 - 1
 KEEP = 5
 
 
+#: a producer silent this long is forgotten when the state is saved or loaded (Kafka's producer.id.expiration.ms)
+EXPIRATION_MS = 24 * 3600 * 1000
+
+
 @dataclass
 class _Entry:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=KEEP))  # (first_seq, last_seq, first_offset)
+    last_ms: int = 0  # when it last wrote (epoch ms)
 
 
 class ProducerStates:
@@ -59,11 +65,13 @@ class ProducerStates:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
         return ErrorCode.NONE, -1
 
-    def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int) -> None:
+    def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
+               when_ms: int | None = None) -> None:  # fmt: skip
         e = self.entries.get(producer_id)
         if e is None or epoch != e.epoch:
             e = self.entries[producer_id] = _Entry(epoch)
         e.batches.append((first_seq, last_seq, first_offset))
+        e.last_ms = int(time.time() * 1000) if when_ms is None else when_ms
 
     def repair(self, log_end_offset: int, written: Iterable[BatchHeader]) -> None:
         """After a failed write or fsync: forget the batches the log no longer holds (at or past its end),
@@ -81,24 +89,28 @@ class ProducerStates:
             if e is not None and e.epoch == h.producer_epoch and any(b[2] == h.base_offset for b in e.batches):
                 continue
             self.record(h.producer_id, h.producer_epoch, h.base_sequence,
-                        (h.base_sequence + h.last_offset_delta) % (MAX_SEQ + 1), h.base_offset)  # fmt: skip
+                        (h.base_sequence + h.last_offset_delta) % (MAX_SEQ + 1), h.base_offset,
+                        h.max_timestamp)  # fmt: skip
 
     def snapshot(self, now_ms: int) -> list[SnapshotEntry]:
-        """Each producer's last batch, as a snapshot file keeps it (Kafka keeps no more either)."""
+        """Each producer's last batch, as a snapshot file keeps it (Kafka keeps no more either); producers
+        silent for EXPIRATION_MS are left out."""
         out = []
         for pid, e in self.entries.items():
-            if e.batches:
+            if e.batches and now_ms - e.last_ms < EXPIRATION_MS:
                 first_seq, last_seq, first_offset = e.batches[-1]
                 delta = (last_seq - first_seq) % (MAX_SEQ + 1)
-                out.append(SnapshotEntry(pid, e.epoch, last_seq, first_offset + delta, delta, now_ms))
+                out.append(SnapshotEntry(pid, e.epoch, last_seq, first_offset + delta, delta, e.last_ms))
         return out
 
     @classmethod
-    def from_snapshot(cls, entries: Iterable[SnapshotEntry]) -> ProducerStates:
+    def from_snapshot(cls, entries: Iterable[SnapshotEntry], now_ms: int) -> ProducerStates:
         states = cls()
         for e in entries:
-            first_seq = (e.last_sequence - e.offset_delta) % (MAX_SEQ + 1)
-            states.record(e.producer_id, e.epoch, first_seq, e.last_sequence, e.last_offset - e.offset_delta)
+            if now_ms - e.timestamp < EXPIRATION_MS:
+                first_seq = (e.last_sequence - e.offset_delta) % (MAX_SEQ + 1)
+                states.record(e.producer_id, e.epoch, first_seq, e.last_sequence, e.last_offset - e.offset_delta,
+                              e.timestamp)  # fmt: skip
         return states
 
 
@@ -114,7 +126,7 @@ def load_states(plog: PartitionLog) -> ProducerStates:
     snap = producer_snapshot.latest(plog.dir, plog.log_end_offset)
     active_base = plog.bases[-1]
     if snap is not None and snap[0] >= active_base:
-        states, since = ProducerStates.from_snapshot(snap[1]), snap[0]
+        states, since = ProducerStates.from_snapshot(snap[1], int(time.time() * 1000)), snap[0]
     else:
         states, since = ProducerStates(), active_base
     states.record_batches(plog.batch_headers_from(since, LOAD_TAIL_BYTES))

@@ -4,13 +4,14 @@ Kafka's snapshot layout, its CRC, which snapshot counts, and what the log after 
 from __future__ import annotations
 
 import struct
+import time
 
 from broker.log import producer_snapshot as ps
 from broker.log.producer_snapshot import SnapshotEntry
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import Record, build_batch
 from broker.records.crc import crc32c
-from broker.server.producers import MAX_SEQ, ProducerStates, load_states
+from broker.server.producers import EXPIRATION_MS, MAX_SEQ, ProducerStates, load_states
 
 NONE = ErrorCode.NONE
 
@@ -51,7 +52,8 @@ def test_states_round_trip_through_a_snapshot_each_producers_last_batch() -> Non
     s.record(7, 3, 10, 14, 100)
     s.record(7, 3, 15, 15, 105)
     s.record(8, 0, MAX_SEQ - 1, 1, 200)  # a batch across the sequence wrap
-    back = ProducerStates.from_snapshot(s.snapshot(123))
+    now = int(time.time() * 1000)
+    back = ProducerStates.from_snapshot(s.snapshot(now), now)
     assert back.check(7, 3, 15, 15) == (NONE, 105) and back.check(7, 3, 16, 16) == (NONE, -1)
     assert back.check(8, 0, MAX_SEQ - 1, 1) == (NONE, 200) and back.check(8, 0, 2, 2) == (NONE, -1)
     assert back.check(7, 3, 10, 14)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # only the last batch is kept
@@ -103,3 +105,13 @@ def test_after_a_crash_only_the_active_segments_tail_is_read(open_log, monkeypat
     loaded = load_states(log)
     assert loaded.check(2, 0, 99, 99) == (NONE, late[99])  # the recent writer is known
     assert 1 not in loaded.entries and early == 0  # the early one is taken as new (any sequence goes)
+
+
+def test_producers_silent_for_the_expiration_time_are_neither_saved_nor_loaded() -> None:
+    now = 1_800_000_000_000
+    s = ProducerStates()
+    s.record(1, 0, 0, 0, 10, when_ms=now - EXPIRATION_MS)  # silent for a day
+    s.record(2, 0, 0, 0, 11, when_ms=now - 1000)
+    assert [e.producer_id for e in s.snapshot(now)] == [2] and s.snapshot(now)[0].timestamp == now - 1000
+    entries = [SnapshotEntry(1, 0, 0, 10, 0, now - EXPIRATION_MS), SnapshotEntry(2, 0, 0, 11, 0, now - 1000)]
+    assert list(ProducerStates.from_snapshot(entries, now).entries) == [2]

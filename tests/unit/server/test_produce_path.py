@@ -382,3 +382,12 @@ def test_a_run_of_many_small_batches_takes_index_entries_where_one_by_one_does(t
             b.logs.shutdown()
     assert len(got[True][1]) > 10
     assert got[True] == got[False]
+
+
+def test_a_log_set_aside_as_stray_takes_its_producers_with_it(broker) -> None:
+    """The topic was deleted and made again while the broker was down: its old log is set aside, and a retry
+    of a batch that old log held is no duplicate in the new one (it would be lost)."""
+    broker.logs.get_or_create(TOPIC, 0, topic_id=1)
+    broker.producer_states[(TOPIC, 0)].record(9, 0, 0, 0, 0)
+    broker.logs.get_or_create(TOPIC, 0, topic_id=2)  # another topic of that name
+    assert (TOPIC, 0) not in broker.producer_states
