@@ -45,8 +45,9 @@ def heartbeat_ms(session_ms: int) -> int:
     return max(100, session_ms // 6)
 
 
-def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int,
-                  instance: str | None) -> None:
+def run_confluent(
+    bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int, instance: str | None
+) -> None:
     from confluent_kafka import Consumer
 
     stop = []
@@ -79,8 +80,9 @@ def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, commi
     emit(ev="closed")
 
 
-def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int,
-                     instance: str | None) -> None:
+def run_kafka_python(
+    bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int, instance: str | None
+) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
 
     stop = []
@@ -110,8 +112,7 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, co
     emit(ev="closed")
 
 
-def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int,
-                 instance: str | None) -> None:
+def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, commit_ms: int, instance: str | None) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
     class Listener(ConsumerRebalanceListener):

@@ -766,6 +766,6 @@ def test_members_survive_a_coordinator_move(start_broker) -> None:
         answer = c.request(ApiKey.OFFSET_COMMIT, commit_body(group, gen, member, {(topic, 0): 0}), 2)
         assert commit_errors(answer) == {(topic, 0): NONE}
         d = describe(c, group)
-        assert (d["group_state"], [(m["member_id"], m["member_assignment"]) for m in d["members"]]) == (
-            "Stable", [(member, b"all")])
+        assigned = [(m["member_id"], m["member_assignment"]) for m in d["members"]]
+        assert (d["group_state"], assigned) == ("Stable", [(member, b"all")])
         assert c.request(ApiKey.SYNC_GROUP, sync_body(group, gen, member, {}))["error_code"] == NONE

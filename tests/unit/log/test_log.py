@@ -661,6 +661,6 @@ def test_batch_headers_from_reads_no_more_than_the_tail_asked_for(open_log, make
     everything = [h.base_offset for h in log.batch_headers_from(0)]
     size = log.active.size
     tail = [h.base_offset for h in log.batch_headers_from(0, 1000)]
-    assert everything == list(range(200)) and tail == everything[-len(tail):]  # the end, whole batches
+    assert everything == list(range(200)) and tail == everything[-len(tail) :]  # the end, whole batches
     assert 1000 - 200 <= size * len(tail) / 200 <= 1000  # about as many bytes as asked (index every 100)
     assert [h.base_offset for h in log.batch_headers_from(195, 1000)] == list(range(195, 200))

@@ -875,8 +875,8 @@ def test_a_static_member_joins_without_asking_for_a_member_id_and_restarts_witho
         assert (back["error_code"], back["generation_id"], back["leader"], back["members"]) == (NONE, gen, leader, [])
         assert new_id != follower and c.groups[GID].state == GroupState.STABLE
         assert hb(c, leader, gen) == NONE  # no rebalance for the others
-        assert await c.sync(static_sync(c, new_id, gen, instance)) == {"error_code": NONE,
-                                                                        "assignment": f"assign-{follower}".encode()}
+        synced = await c.sync(static_sync(c, new_id, gen, instance))
+        assert synced == {"error_code": NONE, "assignment": f"assign-{follower}".encode()}
         fenced = ErrorCode.FENCED_INSTANCE_ID
         assert c.heartbeat({"group_id": GID, "generation_id": gen, "member_id": follower,
                             "group_instance_id": instance})["error_code"] == fenced  # fmt: skip
@@ -1020,8 +1020,8 @@ def test_a_coordinator_taking_a_group_over_keeps_its_generation_members_and_inst
         assert new.commit_error(GID, follower, gen) == NONE
         assert await new.sync(sync_req(follower, gen)) == {"error_code": NONE,
                                                            "assignment": f"assign-{follower}".encode()}  # fmt: skip
-        assert new.heartbeat({"group_id": GID, "generation_id": gen, "member_id": "old-incarnation",
-                              "group_instance_id": "instance-1"})["error_code"] == ErrorCode.FENCED_INSTANCE_ID
+        old_incarnation = {"group_id": GID, "generation_id": gen, "member_id": "old", "group_instance_id": "instance-1"}
+        assert new.heartbeat(old_incarnation)["error_code"] == ErrorCode.FENCED_INSTANCE_ID
         d = new.describe(GID)
         assert [(m["member_id"], m["member_metadata"]) for m in d["members"]] == [(leader, b"meta"),
                                                                                   (follower, b"meta")]  # fmt: skip

@@ -246,7 +246,6 @@ def test_a_failed_fsync_keeps_the_sequences_of_what_was_written(broker, monkeypa
     assert stored_values(broker) == values  # each once
 
 
-
 def _frame(version: int, correlation_id: int, client_id: str | None, acks: int,
            records: dict[str, bytes | None]) -> bytes:  # fmt: skip
     topics = [{"name": t, "partitions": [{"index": 0, "records": r}]} for t, r in records.items()]
