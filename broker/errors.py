@@ -27,5 +27,9 @@ class LogDirLockedError(KafkactlError):
     """A log dir held by a running broker."""
 
 
+class InconsistentClusterIdError(KafkactlError):
+    """A log dir that belongs to another cluster than ZooKeeper's (Kafka's InconsistentClusterIdException)."""
+
+
 class RecordTooLargeError(KafkactlError):
     """A batch larger than `max.message.bytes` (Kafka's MESSAGE_TOO_LARGE)."""

@@ -4,6 +4,8 @@ A log dir holds `<topic>-<partition>/` dirs, `meta.properties`, the three offset
 (`broker.log.checkpoint`), the clean-shutdown marker and a `.lock` file the running broker holds
 with flock, which is how offline tools (`kafkactl recover`) know to keep off. At start-up a dir
 without the marker had an unclean stop: its logs are recovered from their recovery points.
+`meta.properties` records the broker id and, as Kafka's does, the cluster id: a dir of another
+cluster (its ZooKeeper data was wiped, or it is another cluster's) is refused, not mixed in.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.errors import LogDirLockedError
+from broker.errors import InconsistentClusterIdError, LogDirLockedError
 from broker.log.checkpoint import (
     CLEAN_SHUTDOWN,
     LOG_START,
@@ -85,18 +87,21 @@ class LogManager:
         self.unclean_dirs: list[Path] = []
         self.high_watermarks: dict[TopicPartition, int] = {}
 
-    def startup(self, topic_configs: dict[str, LogConfig] | None = None) -> None:
-        """Lock every log dir and load its logs, recovering those of a dir that was not shut down cleanly."""
+    def startup(self, topic_configs: dict[str, LogConfig] | None = None, cluster_id: str | None = None) -> None:
+        """Lock every log dir and load its logs, recovering those of a dir that was not shut down cleanly.
+        With `cluster_id` (ZooKeeper's), a dir another cluster wrote is refused."""
         topic_configs = topic_configs or {}
         try:  # every dir or none: a refused start leaves no dir locked behind it
             for d in self.log_dirs:
                 d.mkdir(parents=True, exist_ok=True)
                 self._lock(d)
-        except LogDirLockedError:
+            for d in self.log_dirs:
+                self._check_cluster(d, cluster_id)
+        except (LogDirLockedError, InconsistentClusterIdError):
             self._unlock()
             raise
         for d in self.log_dirs:
-            self._write_meta(d)
+            self._write_meta(d, cluster_id)
             marker = d / CLEAN_SHUTDOWN
             clean = marker.exists()
             if not clean and any(parse_partition_dir(e.name) for e in os.scandir(d) if e.is_dir()):
@@ -129,10 +134,20 @@ class LogManager:
             raise LogDirLockedError(f"log dir {d} is in use by another broker") from None
         self._locks.append(fd)
 
-    def _write_meta(self, d: Path) -> None:
+    def _check_cluster(self, d: Path, cluster_id: str | None) -> None:
+        recorded = _read_meta(d).get("cluster.id")
+        if cluster_id is not None and recorded is not None and recorded != cluster_id:
+            raise InconsistentClusterIdError(
+                f"log dir {d} belongs to cluster {recorded}, not to this ZooKeeper's cluster {cluster_id}: "
+                f"use another log dir, or delete {d / META} to take this one over"
+            )
+
+    def _write_meta(self, d: Path, cluster_id: str | None = None) -> None:
         meta = d / META
-        if not meta.exists():
-            write_atomically(meta, f"version=0\nbroker.id={self.broker_id}\n".encode())
+        props = _read_meta(d)
+        if not meta.exists() or (cluster_id is not None and "cluster.id" not in props):
+            text = f"version=0\nbroker.id={props.get('broker.id', self.broker_id)}\n"
+            write_atomically(meta, (text + (f"cluster.id={cluster_id}\n" if cluster_id else "")).encode())
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
@@ -222,3 +237,12 @@ class LogManager:
         for fd in self._locks:
             os.close(fd)  # closing the descriptor releases its flock
         self._locks.clear()
+
+
+def _read_meta(d: Path) -> dict[str, str]:
+    """The `key=value` lines of a log dir's meta.properties (none if it has none)."""
+    try:
+        lines = (d / META).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return {}
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.lstrip().startswith("#"))

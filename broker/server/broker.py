@@ -92,7 +92,7 @@ class Broker:
             registry.ensure_roots(zk)
             self.cache.cluster_id = registry.cluster_id(zk)
             topic_configs = {t: log_config_for(cfg.log, registry.topic_config(zk, t)) for t in registry.topic_names(zk)}
-            self.logs.startup(topic_configs)
+            self.logs.startup(topic_configs, cluster_id=self.cache.cluster_id)
             self._load_producer_states()
             self.server.start()
             registry.register_broker(zk, self.id, cfg.advertised_host, cfg.advertised_port)

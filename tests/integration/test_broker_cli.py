@@ -17,6 +17,7 @@ from broker.daemon import free_port, is_alive, port_open
 from broker.protocol.api import ApiKey
 from broker.protocol.messages.admin import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.zk.server import is_serving
+from tests.integration.cluster import new_chroot
 from tests.integration.helpers import (
     CliProcess,
     cli,
@@ -311,6 +312,27 @@ def test_broker_id_already_registered_refuses_and_the_first_keeps_serving(start_
         assert [r.value for r in records_of(got["records"])] == [b"before", b"after"]
     assert first.stop() == 0
     assert "Traceback" not in first.log_text()
+
+
+def test_a_log_dir_of_another_cluster_is_one_clear_error_and_nothing_is_touched(start_broker, zk_server, tmp_path):
+    """The broker's log dir, started again against another ZooKeeper (a wiped one, as far as the dir can
+    tell): refused as Kafka refuses it, with one line, and the log dir is left as it was."""
+    first = start_broker(1)
+    with connect(first.bootstrap) as conn:
+        metadata(first.bootstrap, ["kept"], auto_create=True)
+        assert produce(conn, "kept", 0, [b"v"])["error_code"] == 0
+    assert first.stop() == 0
+    before = {p: p.read_bytes() for p in first.log_dir.rglob("*") if p.is_file() and p.name != ".lock"}
+    other = new_chroot(zk_server.connect_string)
+    port = free_port()
+    r = cli(*start_args(1, port, first.log_dir, other), home=tmp_path / "home2", timeout=60)
+    error_line(r, f"log dir {first.log_dir} belongs to cluster", "meta.properties")
+    assert not port_open("127.0.0.1", port)
+    after = {p: p.read_bytes() for p in first.log_dir.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before
+    first.start()  # its own cluster still takes it
+    with connect(first.bootstrap) as conn:
+        assert [r.value for r in records_of(fetch(conn, "kept", 0)["records"])] == [b"v"]
 
 
 def test_port_in_use_is_one_clear_error(zk_chroot, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import broker
-from broker.errors import LogDirLockedError
+from broker.errors import InconsistentClusterIdError, LogDirLockedError
 from broker.log.checkpoint import CLEAN_SHUTDOWN, LOG_START, RECOVERY_POINT, REPLICATION, OffsetCheckpointFile
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog
@@ -286,3 +286,26 @@ def test_a_log_without_a_topic_id_is_adopted(tmp_path, managers, clock, make_bat
     fill(plog, make_batch, 2)
     assert read_topic_id(plog.dir) is None
     assert m.get_or_create("t", 0, topic_id=7) is plog and read_topic_id(plog.dir) == 7
+
+
+def test_a_log_dir_of_another_cluster_is_refused_and_left_unlocked(tmp_path, clock):
+    """meta.properties records ZooKeeper's cluster id, as Kafka's does; a dir recorded for another cluster is
+    refused (its ZooKeeper data was wiped, or it is another cluster's), with every dir unlocked again."""
+    d1, d2 = tmp_path / "a", tmp_path / "b"
+    d1.mkdir()
+    (d1 / "meta.properties").write_text("version=0\nbroker.id=3\n")  # written before cluster ids were kept
+    m = LogManager([d1, d2], CONFIG, clock=clock, broker_id=3)
+    m.startup(cluster_id="cluster-A")
+    m.shutdown()
+    assert (d1 / "meta.properties").read_text() == "version=0\nbroker.id=3\ncluster.id=cluster-A\n"
+    assert (d2 / "meta.properties").read_text() == "version=0\nbroker.id=3\ncluster.id=cluster-A\n"
+    other = LogManager([d1, d2], CONFIG, clock=clock, broker_id=3)
+    with pytest.raises(InconsistentClusterIdError, match=r"belongs to cluster cluster-A.*cluster-B"):
+        other.startup(cluster_id="cluster-B")
+    assert not is_locked(d1) and not is_locked(d2)
+    again = LogManager([d1, d2], CONFIG, clock=clock, broker_id=3)
+    again.startup(cluster_id="cluster-A")  # the right cluster, and without one (offline tools) still opens
+    again.shutdown()
+    unknown = LogManager([d1], CONFIG, clock=clock, broker_id=3)
+    unknown.startup()
+    unknown.shutdown()
