@@ -19,6 +19,11 @@ class CorruptRecordError(KafkactlError):
     """Bytes that do not frame, decode or checksum as a record batch."""
 
 
+class InvalidRecordError(CorruptRecordError):
+    """A batch that checksums but whose header disagrees with its records, or that a client may not write
+    (Kafka's InvalidRecordException: INVALID_RECORD from Produce v8 on, CORRUPT_MESSAGE before)."""
+
+
 class OffsetOutOfRangeError(KafkactlError):
     """An offset before the log start or past the log end."""
 

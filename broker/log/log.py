@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from broker.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from broker.log import recovery
 from broker.log.config import LogConfig
 from broker.log.index import IndexCorruptError
@@ -28,10 +28,13 @@ from broker.log.scanner import Damage, ScannedBatch, read_batch, scan
 from broker.log.segment import LogSegment, StitchableRun
 from broker.records.batch import (
     ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
     CRC_OFFSET,
     PREFIX,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchHeader,
+    check_records,
     iter_records,
 )
 from broker.records.crc import crc32c
@@ -41,6 +44,7 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _MAX_TS = struct.Struct(">q")
 _MAX_TS_OFFSET = 35
 _ATTRS = struct.Struct(">h")
+_MAX_RELATIVE = 2**31 - 1
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -70,10 +74,15 @@ class FetchSlice(NamedTuple):
         return os.pread(self.fd, self.length, self.position)
 
 
-def validate_batches(data: Buffer, max_batch_bytes: int) -> list[tuple[int, int, int, int, int]]:
-    """Check that `data` is whole, checksummed v2 batches; returns (position, size, count, delta, max ts) each.
+def validate_batches(
+    data: Buffer, max_batch_bytes: int, *, client: bool = True
+) -> list[tuple[int, int, int, int, int]]:
+    """Check that `data` is whole, checksummed v2 batches whose headers tell the truth about their records,
+    as Kafka's LogValidator does for a client's batches; returns (position, size, count, delta, max ts) each.
 
-    Raises CorruptRecordError (bad framing, magic or CRC) or RecordTooLargeError; nothing is appended then.
+    Raises CorruptRecordError (framing, magic, CRC), InvalidRecordError (a header that disagrees with its
+    records, or a batch a client may not write) or RecordTooLargeError; nothing is appended then. Batches
+    a leader already validated and stamped (`client=False`: a follower's copy) are only framed and checksummed.
     """
     out = []
     pos, end = 0, len(data)
@@ -92,11 +101,32 @@ def validate_batches(data: Buffer, max_batch_bytes: int) -> list[tuple[int, int,
                 f"record batch of {item.size} bytes is over max.message.bytes ({max_batch_bytes})"
             )
         h = item.header
-        if h.record_count <= 0:
-            raise CorruptRecordError(f"record batch at byte {pos} holds no records")
+        assert h is not None
+        problem = _client_batch_problem(h) if client else None
+        if problem is None and client:
+            largest = check_records(data, pos, h)
+            if largest != h.max_timestamp:
+                problem = f"max timestamp {h.max_timestamp} is not its records' largest, {largest}"
+        if problem is not None:
+            raise InvalidRecordError(f"record batch at byte {pos}: {problem}")
         out.append((pos, item.size, h.record_count, h.last_offset_delta, h.max_timestamp))
         pos = item.end
     return out
+
+
+def _client_batch_problem(h: BatchHeader) -> str | None:
+    """What in a client's batch header Kafka refuses (LogValidator.validateBatch), or None."""
+    if h.record_count <= 0:
+        return f"record count {h.record_count}"
+    if h.last_offset_delta + 1 != h.record_count:
+        return f"last offset delta {h.last_offset_delta} does not fit its record count {h.record_count}"
+    if h.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT):
+        return "clients may not write control or transactional batches (no transactions here)"
+    if h.attributes & TIMESTAMP_TYPE_BIT:
+        return "producers may not stamp LogAppendTime"
+    if h.producer_id >= 0 and h.base_sequence < 0:
+        return f"producer {h.producer_id} with sequence {h.base_sequence}"
+    return None
 
 
 class PartitionLog:
@@ -187,10 +217,15 @@ class PartitionLog:
         change) reach the file only at `write_deferred()`, or before anything reads, rolls or flushes.
         """
         mv = memoryview(data)
-        batches = validated if validated is not None else self.validate(mv)
+        batches = validated if validated is not None else self.validate(mv, client=assign_offsets)
         total = sum(b[1] for b in batches)
         now = int(self.clock() * 1000)
-        self._maybe_roll(total, now)
+        if assign_offsets:
+            first_offset = self.log_end_offset
+            last_offset = first_offset + sum(b[3] for b in batches) + len(batches) - 1
+        else:
+            first_offset, last_offset = _base_offset(mv, 0), _base_offset(mv, batches[-1][0]) + batches[-1][3]
+        self._maybe_roll(total, now, first_offset, last_offset)
         config = self.config
         log_append = config.message_timestamp_type == "LogAppendTime"
         active = self.segments[self.bases[-1]]
@@ -279,31 +314,34 @@ class PartitionLog:
                     headers += _v2_headers(buf, start)
         return headers
 
-    def validate(self, data: Buffer) -> list[tuple[int, int, int, int, int]]:
+    def validate(self, data: Buffer, *, client: bool = True) -> list[tuple[int, int, int, int, int]]:
         """`validate_batches` under this log's `max.message.bytes`: the check `append` makes first."""
-        return validate_batches(data, self.config.max_message_bytes)
+        return validate_batches(data, self.config.max_message_bytes, client=client)
 
-    def _maybe_roll(self, incoming: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming: int, now_ms: int, first_offset: int, last_offset: int) -> None:
+        """Roll before an append of `incoming` bytes, offsets `first_offset`..`last_offset`, when Kafka would."""
         seg = self.active
         if not seg.size:
             return
-        full = seg.size + incoming > self.config.segment_bytes
+        # past the relative offsets an index entry can hold (int32), as Kafka's canConvertToRelativeOffset
+        full = seg.size + incoming > self.config.segment_bytes or last_offset - seg.base_offset > _MAX_RELATIVE
         # Kafka's isFull: no room for another offset entry, or for another time entry besides the one
         # reserved for the roll
         max_bytes = self.config.index_max_bytes
         index_full = len(seg.index.keys) >= max_bytes // 8 or len(seg.time_index.keys) >= max_bytes // 12 - 1
         aged = now_ms - seg.rolling_base_ms > self.config.segment_ms
         if full or index_full or aged:
-            self.roll()
+            self.roll(first_offset)
 
-    def roll(self) -> LogSegment:
-        """Start a new active segment at the log end offset."""
+    def roll(self, base: int | None = None) -> LogSegment:
+        """Start a new active segment at `base` (a follower's next batch may start past the log end), by
+        default at the log end offset."""
         old = self.active
         if not old.size:
             return old
         old.time_index.maybe_append(old.max_timestamp, old.next_offset - 1)
         old.flush()
-        return self._open_segment(old.next_offset)
+        return self._open_segment(old.next_offset if base is None else max(base, old.next_offset))
 
     # -- flush ---------------------------------------------------------------------------------
 

@@ -16,8 +16,9 @@
  * A request of the run: size int32, header v1 (api_key 0, api_version 3..max, correlation_id,
  * client_id), a null transactional id, acks in {0, 1, -1}, timeout_ms, one topic with one partition,
  * and a record set that is exactly one RecordBatch v2: batch length + 12 == record set size, magic 2,
- * no transactional or control bit, at least one record, a last offset delta >= 0, and a CRC-32C that
- * matches. Version, acks, topic, partition and producer id are the same in every request of a run; an
+ * uncompressed, CreateTime, no transactional or control bit, at least one record, a last offset delta of
+ * its record count - 1, a CRC-32C that matches, and records that agree with the header (walk_records:
+ * count, offset deltas, the max timestamp). Version, acks, topic, partition and producer id are the same in every request of a run; an
  * idempotent producer's batches (producer id >= 0) also share its epoch, and each one's base sequence
  * follows on from the previous batch's last, so the caller checks only the first against the
  * partition's producer state.
@@ -116,8 +117,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         int64_t pid = s64(r + 43);
         int pepoch = s16(r + 51);
         int32_t seq = s32(r + 53);
-        if ((int64_t)s32(r + 8) + 12 != rsize || r[16] != 2 || (attributes & 0x30) || last_delta < 0 || count <= 0 ||
-            (pid >= 0 && seq < 0))
+        /* uncompressed CreateTime batches only (others go the general way, which decompresses them), and
+         * the header checks of the general path (broker/log/log.py validate_batches) */
+        if ((int64_t)s32(r + 8) + 12 != rsize || r[16] != 2 || (attributes & 0x3F) || last_delta < 0 || count <= 0 ||
+            (int64_t)last_delta + 1 != count || (pid >= 0 && seq < 0))
             break;
         if (n == 0) {
             version = ver, acks = ack, topic = name, topic_len = tlen, partition = index;
@@ -134,6 +137,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             break;
         }
         if (!ok) break;
+        int64_t records_max_ts;
+        const char *why;
+        if (walk_records(r + 61, rsize - 61, count, s64(r + 27), &records_max_ts, &why) < 0 ||
+            records_max_ts != s64(r + 35))
+            break; /* the general path rejects it, saying why */
 #undef NEED
         Item *it = &items[n++];
         it->position = r - b;

@@ -9,6 +9,7 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include <limits.h>
 
 #define BATCH_CRC_AT 17
 #define BATCH_CRC_FROM 21
@@ -48,6 +49,78 @@ static int crc_matches(PyObject *crc, const unsigned char *batch, Py_ssize_t siz
     uint32_t value;
     if (batch_crc(crc, batch, size, &value) < 0) return -1;
     return value == u32(batch + BATCH_CRC_AT);
+}
+
+/* zigzag varint of at most `max_bytes` bytes at *p (< end) into *out; 0, or -1 when it runs past `end` or
+ * is too long. No Python: the record walk below runs on the broker's produce path for every record. */
+static inline int walk_varint(const unsigned char **p, const unsigned char *end, int max_bytes, int64_t *out) {
+    uint64_t raw = 0;
+    const unsigned char *q = *p;
+    for (int i = 0; i < max_bytes; i++) {
+        if (q >= end) return -1;
+        unsigned char b = *q++;
+        raw |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *p = q;
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Kafka's checks of a v2 batch's records against its header (LogValidator): `len` bytes of records
+ * (decompressed) hold exactly `count` records with offset deltas 0, 1, ..., count - 1, every length and
+ * count within its record, and *max_ts is set to the largest base_ts + timestampDelta. Returns 0, or -1
+ * with *why saying what does not hold. */
+static int walk_records(const unsigned char *p, Py_ssize_t len, int64_t count, int64_t base_ts, int64_t *max_ts,
+                        const char **why) {
+    const unsigned char *end = p + len;
+    int64_t n = 0, best = INT64_MIN;
+    while (p < end) {
+        int64_t length, ts_delta, off_delta, klen, vlen, nheaders;
+        if (n >= count) { *why = "more records than the batch's record count"; return -1; }
+        if (walk_varint(&p, end, 5, &length) < 0 || length < 0 || length > end - p) {
+            *why = "a record's length runs past the batch"; return -1;
+        }
+        const unsigned char *rec_end = p + length;
+        if (length < 1) { *why = "a record too short for its attributes"; return -1; }
+        p++; /* attributes */
+        if (walk_varint(&p, rec_end, 10, &ts_delta) < 0 || walk_varint(&p, rec_end, 5, &off_delta) < 0) {
+            *why = "a record's timestamp or offset delta does not decode"; return -1;
+        }
+        if (off_delta != n) { *why = "record offset deltas are not 0, 1, 2, ... as the batch's count says"; return -1; }
+        int64_t ts;
+        if (__builtin_add_overflow(base_ts, ts_delta, &ts)) { *why = "a record timestamp overflows"; return -1; }
+        if (ts > best) best = ts;
+        if (walk_varint(&p, rec_end, 5, &klen) < 0 || klen < -1 || klen > rec_end - p) {
+            *why = "a record's key runs past the record"; return -1;
+        }
+        if (klen > 0) p += klen;
+        if (walk_varint(&p, rec_end, 5, &vlen) < 0 || vlen < -1 || vlen > rec_end - p) {
+            *why = "a record's value runs past the record"; return -1;
+        }
+        if (vlen > 0) p += vlen;
+        if (walk_varint(&p, rec_end, 5, &nheaders) < 0 || nheaders < 0 || nheaders > rec_end - p) {
+            *why = "a record's header count is invalid"; return -1;
+        }
+        for (int64_t h = 0; h < nheaders; h++) {
+            int64_t hk, hv;
+            if (walk_varint(&p, rec_end, 5, &hk) < 0 || hk < 0 || hk > rec_end - p) {
+                *why = "a header key runs past the record"; return -1;
+            }
+            p += hk;
+            if (walk_varint(&p, rec_end, 5, &hv) < 0 || hv < -1 || hv > rec_end - p) {
+                *why = "a header value runs past the record"; return -1;
+            }
+            if (hv > 0) p += hv;
+        }
+        if (p != rec_end) { *why = "a record's length disagrees with its fields"; return -1; }
+        n++;
+    }
+    if (n != count) { *why = "fewer records than the batch's record count"; return -1; }
+    *max_ts = best;
+    return 0;
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include "_batch_bytes.h"
 
 static PyObject *CorruptRecordError = NULL;
+static PyObject *InvalidRecordError = NULL;
 
 static int corrupt(const char *msg) {
     PyErr_SetString(CorruptRecordError ? CorruptRecordError : PyExc_ValueError, msg);
@@ -724,11 +725,30 @@ done:
     return out;
 }
 
+/* check_records(data, count, base_timestamp) -> max timestamp
+ * Kafka's record-level checks of a v2 batch (walk_records in _batch_bytes.h) on its uncompressed
+ * records; raises InvalidRecordError naming what does not hold. */
+static PyObject *check_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long count, base_ts;
+    if (!PyArg_ParseTuple(args, "y*LL", &view, &count, &base_ts)) return NULL;
+    int64_t max_ts = 0;
+    const char *why = NULL;
+    int bad = walk_records((const unsigned char *)view.buf, view.len, count, base_ts, &max_ts, &why);
+    PyBuffer_Release(&view);
+    if (bad) {
+        PyErr_SetString(InvalidRecordError, why);
+        return NULL;
+    }
+    return PyLong_FromLongLong(max_ts);
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "Decode a batch's records (see broker.records.batch.decode_records)."},
     {"append", append, METH_VARARGS, "Append one record to a batch's bytearray (see BatchBuilder.append)."},
     {"append_many", append_many, METH_VARARGS, "Append records of one key (see BatchBuilder.append_many)."},
     {"build_batch", build_batch, METH_VARARGS, "A request head and a whole batch (see BatchBuilder.build)."},
+    {"check_records", check_records, METH_VARARGS, "Kafka's checks of a batch's records (see batch.check_records)."},
     {"decode_columns", decode_columns, METH_VARARGS,
      "Decode a fetched record set into columns (see broker.records.columnar.decode_columns)."},
     {NULL, NULL, 0, NULL},
@@ -740,7 +760,8 @@ PyMODINIT_FUNC PyInit__codec(void) {
     PyObject *errors = PyImport_ImportModule("broker.errors");
     if (!errors) return NULL;
     CorruptRecordError = PyObject_GetAttrString(errors, "CorruptRecordError");
+    InvalidRecordError = PyObject_GetAttrString(errors, "InvalidRecordError");
     Py_DECREF(errors);
-    if (!CorruptRecordError) return NULL;
+    if (!CorruptRecordError || !InvalidRecordError) return NULL;
     return PyModule_Create(&module);
 }

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from broker.errors import CorruptRecordError
+from broker.errors import CorruptRecordError, InvalidRecordError
 from broker.records.compression import Codec, compress, decompress
 from broker.records.crc import crc32c
 from broker.records.varint import decode_varint, encode_varint
@@ -341,6 +341,36 @@ def decode_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
     if len(out) != header.record_count:
         raise CorruptRecordError(f"batch says {header.record_count} records but holds {len(out)}")
     return out
+
+
+def check_records(buf: Buffer, pos: int, header: BatchHeader) -> int:
+    """Kafka's record-level checks of the batch at `pos` (LogValidator): its records, decompressed, are
+    exactly `record_count` records with offset deltas 0, 1, 2, ... and fields within their records;
+    returns the largest record timestamp, which the caller compares with the header's.
+
+    A header that lies about its records would poison the partition for every reader, so the broker
+    runs this on every produced batch (in C when the codec is built). Raises InvalidRecordError, or
+    CorruptRecordError when a compressed block does not decompress.
+    """
+    data: Any = memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + header.size]
+    if header.codec:
+        data = decompress(header.codec, data)  # CorruptRecordError when it does not
+    count, base_ts = header.record_count, header.base_timestamp
+    if _codec is not None:
+        return _codec.check_records(data, count, base_ts)
+    try:
+        records = decode_records(_records_only(data), 0, header._replace(base_offset=0, attributes=0,
+                                 length=BATCH_HEADER_SIZE + len(data) - LOG_OVERHEAD))  # fmt: skip
+    except CorruptRecordError as exc:
+        raise InvalidRecordError(str(exc)) from None
+    if any(r.offset != i for i, r in enumerate(records)):
+        raise InvalidRecordError("record offset deltas are not 0, 1, 2, ... as the batch's count says")
+    return max(r.timestamp for r in records)
+
+
+def _records_only(data: Buffer) -> bytes:
+    """`data` behind a blank batch header, so that `decode_records` reads it as a batch's records."""
+    return bytes(BATCH_HEADER_SIZE) + bytes(data)
 
 
 def _tuple_shape(make: Callable[..., Any]) -> tuple[type, tuple, tuple] | None:

@@ -1,7 +1,9 @@
 """Produce and InitProducerId: validate each partition's batches, check producer sequences, append.
 
 The record set is appended as received (only the 16 bytes outside the CRC are rewritten by the log);
-a bad CRC or framing rejects that partition's batches with CORRUPT_MESSAGE and appends nothing.
+a bad CRC or framing rejects that partition's batches with CORRUPT_MESSAGE, and a header that disagrees
+with its records (count, offset deltas, max timestamp) with INVALID_RECORD (CORRUPT_MESSAGE before
+Produce v8); nothing is appended then.
 
 Produce never waits once its topics are in the metadata cache (acks=all only checks the ISR size:
 there is no replication to wait for), so the dispatcher runs `produce_now` without a coroutine; a
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.errors import CorruptRecordError, RecordTooLargeError
+from broker.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.records.batch import HEADER, LOG_OVERHEAD
@@ -126,8 +128,12 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
         b.deferred_logs.add(plog)  # written before this answer leaves (see `Broker.write_deferred`)
     except CorruptRecordError as exc:
         log.info("rejected a produce to %s-%d: %s", topic, partition, exc)
-        out["error_code"] = ErrorCode.CORRUPT_MESSAGE
+        # INVALID_RECORD came with Produce v8 (KIP-467); older clients know only CORRUPT_MESSAGE
+        invalid = isinstance(exc, InvalidRecordError) and version >= 8
+        out["error_code"] = ErrorCode.INVALID_RECORD if invalid else ErrorCode.CORRUPT_MESSAGE
         out["error_message"] = str(exc)
+        if invalid:
+            out["record_errors"] = [{"batch_index": 0, "message": str(exc)}]
         return out
     except RecordTooLargeError as exc:
         out["error_code"] = ErrorCode.MESSAGE_TOO_LARGE

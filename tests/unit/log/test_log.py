@@ -641,8 +641,8 @@ def test_batch_headers_from_an_offset_to_the_end_as_the_files_hold_them(open_log
     any offset are those of every batch from the one holding it to the end, the deferred one included."""
     log = open_log(segment_bytes=700)
     for i in range(40):
-        data = build_batch([Record(0, 1_700_000_000_000, None, b"v%03d" % i)] * (1 + i % 3), producer_id=7,
-                           producer_epoch=3, base_sequence=i)  # fmt: skip
+        data = build_batch([Record(j, 1_700_000_000_000, None, b"v%03d" % i) for j in range(1 + i % 3)],
+                           producer_id=7, producer_epoch=3, base_sequence=i)  # fmt: skip
         log.append(data, defer=i == 39)
     assert len(log.bases) >= 4, "the log must roll"
     firsts = [h.base_offset for h in log.batch_headers_from(0)]
