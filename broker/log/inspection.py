@@ -18,7 +18,7 @@ from broker.log.index import OFFSET_ENTRY, TIME_ENTRY
 from broker.log.log import parse_partition_dir
 from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, scan
 from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_name
-from broker.records.batch import iter_records
+from broker.records.batch import TIMESTAMP_TYPE_BIT, iter_records
 from broker.records.compression import Codec
 from broker.records.legacy import inner_messages
 
@@ -63,8 +63,10 @@ def batch_event(path: Path, b: ScannedBatch) -> Event:
         "magic": b.magic,
         "crc": b.stored_crc,
         "computed_crc": b.computed_crc,
-        "valid": b.crc_ok,
+        "valid": b.valid,
     }
+    if b.problem:
+        ev["problem"] = b.problem
     if b.header is not None:
         h = b.header
         ev.update(
@@ -76,7 +78,9 @@ def batch_event(path: Path, b: ScannedBatch) -> Event:
         )  # fmt: skip
     else:
         m = b.legacy
-        ev.update(create_time=m.timestamp, max_timestamp=m.timestamp, codec=codec_name(m.codec))
+        ev.update(create_time=m.timestamp, max_timestamp=b.max_timestamp, codec=codec_name(m.codec))
+        if m.magic == 1:
+            ev["timestamp_type"] = "LogAppendTime" if m.attributes & TIMESTAMP_TYPE_BIT else "CreateTime"
     return ev
 
 
@@ -130,7 +134,7 @@ def inspect_segment(path: Path, *, deep: bool, print_data: bool, verify_index: b
                 batches.append(item)
                 tally["batches"] += 1
                 tally["records"] += item.record_count
-                tally["invalid"] += not item.crc_ok
+                tally["invalid"] += not item.valid
                 yield batch_event(path, item)
                 if deep or print_data:
                     for ev in record_events(path, buf, item, print_data):

@@ -2,8 +2,11 @@
 
 Broker start-up after an unclean stop and `kafkactl recover` share this module, and both read the
 segments through the one scanner (`broker.log.scanner`). Planning walks every segment from the
-recovery point; a batch is valid when its framing holds, its CRC matches and its offsets move
-forward. At the first invalid batch:
+recovery point; a batch is valid when its framing holds, it passes its own format's checks (RecordBatch
+v2: CRC-32C; magic 0/1 message sets, as Apache Kafka wrote them before 0.11 and an upgraded cluster's
+logs still hold: CRC-32, and a compressed wrapper's records decode) and its offsets move forward; magic
+0, 1 and 2 batches may follow one another in any order. Healthy data is never cut. At the first
+invalid batch:
 
 - plain recovery (Kafka's rule) keeps the valid prefix and cuts the rest of that segment and every
   later segment;
@@ -202,10 +205,11 @@ def _highest_offset(buf, start: int, end: int) -> int:
 
 
 def _invalid(item: ScannedBatch, expected: int) -> str | None:
-    if not item.crc_ok:
-        return f"CRC mismatch (stored {item.stored_crc:#010x}, computed {item.computed_crc:#010x})"
-    if item.magic != 2:
-        return f"magic {item.magic} batch in a log of magic 2"
+    """Why a batch may not stay: it fails its own format's checks (any magic may follow any other, as in
+    Kafka's logs), or its offsets go backwards."""
+    reason = item.invalid_reason
+    if reason:
+        return reason
     if item.base_offset < expected:
         return f"offset {item.base_offset} goes backwards (expected >= {expected})"
     return None

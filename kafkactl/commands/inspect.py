@@ -47,6 +47,8 @@ def _text(ev: dict[str, Any]) -> str:
             if ev.get(flag):
                 parts.append(f"{flag}: true")
         parts.append(f"valid: {str(ev['valid']).lower()}")
+        if ev.get("problem"):
+            parts.append(f"problem: {ev['problem']}")
         return " ".join(parts)
     if t == "record":
         line = (f"| offset: {ev['offset']} timestamp: {ev['timestamp']} key_size: {ev['key_size']} "

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from broker.records.compression import Codec
 from tests.cli.conftest import TS, kafkactl
+from tests.unit.records.legacy_sets import UPGRADED_CLUSTER, message, write_partition
 
 
 def _events(stdout: str) -> list[dict]:
@@ -120,3 +122,45 @@ def test_bad_inputs_are_reported_and_inspect_keeps_going(tmp_path: Path, log_dir
     assert "no such file" in msgs["nope"]
     assert "00000000000000000000.log" not in msgs  # an empty segment is valid
     assert any(e["type"] == "batch" and e["file"] == str(good) for e in evs)  # kept going to the end
+
+
+# -- logs as Apache Kafka wrote them: magic 0 and 1 message sets, then v2 ---------------------------
+
+
+def _kafka_log_dir(root: Path) -> tuple[Path, list[tuple[int, bytes]]]:
+    log_dir = root / "kafka-logs"
+    records = write_partition(log_dir / "orders-0", UPGRADED_CLUSTER)
+    return log_dir, records
+
+
+def test_kafka_log_of_every_format_is_counted_as_kafka_counts_it(tmp_path: Path) -> None:
+    log_dir, records = _kafka_log_dir(tmp_path)
+    r = kafkactl("inspect", "segments", log_dir, "-o", "json", "--print-data", "--verify-index")
+    assert r.returncode == 0, r.stdout + r.stderr
+    evs = _events(r.stdout)
+    batches = [(e["magic"], e["codec"], e["base_offset"], e["last_offset"], e["count"], e["valid"])
+               for e in evs if e["type"] == "batch"]  # fmt: skip
+    expected, offset = [], 0
+    for magic, codec, n in (spec for segment in UPGRADED_CLUSTER for spec in segment):
+        if magic < 2 and codec == Codec.NONE:  # one message, one record each
+            expected += [(magic, "none", o, o, 1, True) for o in range(offset, offset + n)]
+        else:  # a wrapper or a v2 batch: from its first record to its last
+            expected.append((magic, codec.name.lower(), offset, offset + n - 1, n, True))
+        offset += n
+    assert batches == expected
+    assert [(e["offset"], e["value"]) for e in evs if e["type"] == "record"] == [(o, v.decode()) for o, v in records]
+    assert not [e for e in evs if e["type"] in ("error", "index")]  # no offset gap, indexes agree
+    assert evs[-1] == {"type": "summary", "files": 3, "batches": len(expected), "records": len(records),
+                       "invalid": 0, "errors": 0}  # fmt: skip
+
+
+def test_a_wrapper_whose_records_do_not_decode_is_reported_invalid(tmp_path: Path) -> None:
+    seg = tmp_path / "00000000000000000000.log"
+    bad = message(0, None, b"\x1f\x8b but not gzip", magic=1, attributes=Codec.GZIP)  # its CRC-32 holds
+    seg.write_bytes(bad + message(1, None, b"fine", magic=1))
+    r = kafkactl("inspect", "segments", seg)
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("base_offset")]
+    assert len(lines) == 2
+    assert "valid: false problem: compressed message: gzip block does not decompress" in lines[0]
+    assert lines[1].endswith("valid: true")

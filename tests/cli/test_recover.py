@@ -11,6 +11,7 @@ from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.log.producer_snapshot import SnapshotEntry
 from tests.cli.conftest import kafkactl
+from tests.unit.records.legacy_sets import UPGRADED_CLUSTER, write_partition
 
 
 def _segments(part: Path) -> list[Path]:
@@ -111,3 +112,24 @@ def test_not_a_log_dir_is_usage_error(tmp_path: Path) -> None:
     (tmp_path / "x").mkdir()
     r = kafkactl("recover", tmp_path / "x")
     assert r.returncode == 2 and "neither a partition dir nor a log dir" in r.stderr
+
+
+def test_a_kafka_log_of_every_format_needs_no_recovery(tmp_path: Path) -> None:
+    """magic 0 and 1 message sets (uncompressed, gzip, snappy, lz4) then v2, as an upgraded Apache Kafka
+    cluster leaves a log: nothing is damage; a torn last batch is all that is cut."""
+    log_dir = tmp_path / "kafka-logs"
+    records = write_partition(log_dir / "orders-0", UPGRADED_CLUSTER)
+    before = {p: p.read_bytes() for p in (log_dir / "orders-0").iterdir()}
+    r = kafkactl("recover", log_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 partitions scanned; would quarantine 0 bytes" in r.stdout
+    r = kafkactl("recover", log_dir, "--execute")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert {p: p.read_bytes() for p in (log_dir / "orders-0").iterdir()} == before
+    last = _segments(log_dir / "orders-0")[-1]
+    data = last.read_bytes()
+    last.write_bytes(data[:-4])  # the last v2 batch (offsets 24-26) torn
+    r = kafkactl("recover", log_dir, "--execute")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert f"orders-0: offsets lost {len(records) - 3}-…; log end offset becomes {len(records) - 3}" in r.stdout
+    assert kafkactl("recover", log_dir).returncode == 0

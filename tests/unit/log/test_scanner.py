@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import struct
-import zlib
 
 import pytest
 
 from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, read_batch, scan
 from broker.records.batch import BATCH_HEADER_SIZE, CRC_OFFSET
+from tests.unit.records.legacy_sets import message
 
 
 @pytest.fixture
@@ -19,13 +19,6 @@ def batches(make_batch) -> list[bytes]:
         out.append(make_batch([b"v%d-%d" % (i, j) for j in range(n)], offset=offset, timestamp=1000 + i))
         offset += n
     return out
-
-
-def legacy_v1(offset: int, value: bytes, timestamp: int = 5) -> bytes:
-    """A magic 1 message: offset, size, crc (CRC-32 of magic..end), magic, attributes, ts, key, value."""
-    body = struct.pack(">bbqi", 1, 0, timestamp, -1) + struct.pack(">i", len(value)) + value
-    msg = struct.pack(">I", zlib.crc32(body)) + body
-    return struct.pack(">qi", offset, len(msg)) + msg
 
 
 def test_scan_yields_every_batch_with_its_position_and_offsets(batches):
@@ -104,7 +97,7 @@ def test_negative_offset_delta_is_damage(batches):
 
 
 def test_legacy_message_frames_and_checksums():
-    msg = legacy_v1(7, b"old")
+    msg = message(7, None, b"old", magic=1, timestamp=5)
     item = read_batch(msg, 0, len(msg))
     assert isinstance(item, ScannedBatch)
     assert (item.magic, item.base_offset, item.last_offset, item.record_count) == (1, 7, 7, 1)

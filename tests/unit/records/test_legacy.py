@@ -9,31 +9,16 @@ import pytest
 
 from broker.errors import CorruptRecordError
 from broker.records.compression import Codec, compress
-from broker.records.legacy import decode_message, inner_messages
-
-
-def _bytes(b: bytes | None) -> bytes:
-    return struct.pack(">i", -1) if b is None else struct.pack(">i", len(b)) + b
-
-
-def message(
-    offset: int,
-    key: bytes | None,
-    value: bytes | None,
-    *,
-    magic: int = 1,
-    attributes: int = 0,
-    timestamp: int = 0,
-    crc: int | None = None,
-) -> bytes:
-    """One message-set entry: offset, size, crc (CRC-32 of magic..end), magic, attributes, [ts], key, value."""
-    body = struct.pack(">bb", magic, attributes)
-    if magic == 1:
-        body += struct.pack(">q", timestamp)
-    body += _bytes(key) + _bytes(value)
-    if crc is None:
-        crc = zlib.crc32(body) & 0xFFFFFFFF
-    return struct.pack(">qiI", offset, len(body) + 4, crc) + body
+from broker.records.legacy import decode_message, inner_messages, span, xxh32
+from tests.unit.records.legacy_sets import (
+    KAFKA_LZ4_HC,
+    LOG_APPEND_TIME,
+    LZ4_HC,
+    LZ4_HEADER,
+    message,
+    stored_set,
+    wrapper,
+)
 
 
 @pytest.mark.parametrize("magic", [0, 1])
@@ -116,8 +101,7 @@ def test_bad_magic_and_sizes_raise() -> None:
 
 
 def gzip_wrapper(inner: list[bytes], offset: int, *, magic: int, timestamp: int = 0, attributes: int = 0) -> bytes:
-    value = compress(Codec.GZIP, b"".join(inner))
-    return message(offset, None, value, magic=magic, attributes=Codec.GZIP | attributes, timestamp=timestamp)
+    return wrapper(inner, offset, magic=magic, codec=Codec.GZIP, timestamp=timestamp, attributes=attributes)
 
 
 def test_gzip_wrapper_magic1_relative_offsets() -> None:
@@ -178,3 +162,91 @@ def test_wrapper_with_truncated_inner_set_raises() -> None:
     wrapper = decode_message(message(0, None, compress(Codec.GZIP, inner[:-2]), magic=1, attributes=Codec.GZIP))
     with pytest.raises(CorruptRecordError):
         list(inner_messages(wrapper))
+
+
+# -- batches as Kafka counts them (AbstractLegacyRecordBatch), every codec a legacy wrapper can have ----
+
+RECORDS = [(b"k0", b"v0" * 30, 1000), (None, b"v1" * 30, 1003), (b"k2", None, 1001), (b"", b"", 1002)]
+CODECS = [Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4]
+
+
+def entries(buf: bytes) -> list:
+    out, pos = [], 0
+    while pos < len(buf):
+        msg = decode_message(buf, pos)
+        out.append(msg)
+        pos += msg.size
+    return out
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
+@pytest.mark.parametrize("magic", [0, 1])
+def test_stored_sets_decode_and_count_as_kafka_counts_them(magic: int, codec: Codec) -> None:
+    buf = stored_set(RECORDS, 100, magic=magic, codec=codec)
+    msgs = entries(buf)
+    assert all(m.valid for m in msgs)
+    rows = [(r.offset, r.timestamp, r.key, r.value) for m in msgs for r in inner_messages(m)]
+    assert rows == [(100 + i, ts if magic == 1 else -1, k, v) for i, (k, v, ts) in enumerate(RECORDS)]
+    if codec == Codec.NONE:
+        assert [span(m) for m in msgs] == [(100 + i, 100 + i, 1, None) for i in range(4)]
+    else:  # one wrapper: base offset its first inner offset, last offset its own, 4 records
+        assert [span(m) for m in msgs] == [(100, 103, 4, None)]
+
+
+def test_xxh32_reference_values() -> None:
+    assert xxh32(b"") == 0x02CC5D05
+    assert xxh32(b"a") == 0x550D7456
+    assert xxh32(b"abc") == 0x32D153FF
+    assert xxh32(b"Nobody inspects the spammish repetition") == 0xE2293B2F
+    assert xxh32(bytes(range(40)), seed=1) != xxh32(bytes(range(40)))
+    assert (xxh32(LZ4_HEADER[4:]) >> 8) & 0xFF == LZ4_HC  # the frame header checksum, as lz4 computes it
+    assert (xxh32(LZ4_HEADER) >> 8) & 0xFF == KAFKA_LZ4_HC  # and as Kafka before 0.10 did
+
+
+def test_magic0_lz4_with_kafkas_header_checksum_decodes() -> None:
+    """Before 0.10 Kafka hashed the LZ4 magic number into the frame header checksum; it reads magic 0
+    without checking that byte, and so do we (magic 1 frames are standard and checked)."""
+    inner = [message(7 + i, None, b"lz4-%d" % i, magic=0) for i in range(3)]
+    raw = wrapper(inner, 9, magic=0, codec=Codec.LZ4)
+    assert [m.value for m in inner_messages(decode_message(raw))] == [b"lz4-0", b"lz4-1", b"lz4-2"]
+    assert span(decode_message(raw)) == (7, 9, 3, None)
+    as_magic1 = message(9, None, decode_message(raw).value, magic=1, attributes=Codec.LZ4)
+    with pytest.raises(CorruptRecordError):
+        list(inner_messages(decode_message(as_magic1)))
+
+
+def test_magic1_wrapper_at_offset_0_has_base_0() -> None:
+    """Kafka's rule for librdkafka's produce data: a wrapper offset of 0 means inner offsets from 0."""
+    inner = [message(i, None, b"v%d" % i, magic=1) for i in range(3)]
+    msgs = list(inner_messages(decode_message(gzip_wrapper(inner, 0, magic=1))))
+    assert [m.offset for m in msgs] == [0, 1, 2]
+
+
+def test_log_append_time_stamps_only_magic1_inner_messages() -> None:
+    inner = [message(0, None, b"old", magic=0), message(1, None, b"new", magic=1, timestamp=5)]
+    raw = gzip_wrapper(inner, 11, magic=1, timestamp=9999, attributes=LOG_APPEND_TIME)
+    assert [(m.offset, m.timestamp) for m in inner_messages(decode_message(raw))] == [(10, -1), (11, 9999)]
+
+
+def _bad_wrappers() -> dict[str, bytes]:
+    one = [message(0, None, b"v", magic=1)]
+    return {
+        "zstd": message(0, None, compress(Codec.ZSTD, one[0]), magic=1, attributes=Codec.ZSTD),
+        "codec-6": message(0, None, one[0], magic=1, attributes=6),
+        "null-value": message(0, None, None, magic=1, attributes=Codec.GZIP),
+        "no-inner-messages": message(5, None, compress(Codec.GZIP, b""), magic=1, attributes=Codec.GZIP),
+        "compressed-inner": gzip_wrapper([gzip_wrapper(one, 0, magic=1)], 3, magic=1),
+        "offset-below-last-relative": gzip_wrapper([message(i, None, b"v", magic=1) for i in range(4)], 2, magic=1),
+        "magic0-inner-past-wrapper": gzip_wrapper([message(8, None, b"v", magic=0)], 5, magic=0),
+        "not-gzip": message(4, None, b"not gzip at all", magic=1, attributes=Codec.GZIP),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bad_wrappers()))
+def test_wrappers_whose_records_do_not_decode_are_damage(name: str) -> None:
+    msg = decode_message(_bad_wrappers()[name])
+    assert msg.valid  # the CRC-32 holds: the damage is in what it wraps
+    with pytest.raises(CorruptRecordError):
+        list(inner_messages(msg))
+    sp = span(msg)
+    assert sp.problem and (sp.base_offset, sp.last_offset, sp.record_count) == (msg.offset, msg.offset, 0)
