@@ -99,7 +99,7 @@ class _Batch:
     wait on it."""
 
     __slots__ = ("topic", "partition", "tp", "builder", "_future", "outcome", "created", "sequence", "attempts", "data",
-                 "deadline", "size", "retry_at", "parent", "results", "waiting")  # fmt: skip
+                 "deadline", "size", "retry_at", "parent", "results", "waiting", "last_error")  # fmt: skip
 
     def __init__(self, tp: tuple[str, int], codec: Codec, deadline: float, now: float) -> None:
         self.topic, self.partition = self.tp = tp
@@ -116,6 +116,7 @@ class _Batch:
         self.parent: tuple[_Batch, int] | None = None  # a record split out of (batch, delta)
         self.results: list[Any] | None = None  # a split batch: each record's offset or error
         self.waiting = 0  # a split batch: records whose outcome is not known yet
+        self.last_error: str | None = None  # why its last attempt failed, for the message if it expires
 
     @property
     def future(self) -> asyncio.Future:
@@ -540,7 +541,8 @@ class AsyncProducer:
         for tp, queue in list(self.ready.items()):
             while queue and now > queue[0].deadline:
                 b = queue.popleft()
-                self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms"))
+                why = f" (last error: {b.last_error})" if b.last_error else ""
+                self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms{why}"))
             if not queue:
                 del self.ready[tp]
         sent = False
@@ -763,6 +765,7 @@ class AsyncProducer:
                 self._fail(b, ProduceError(message, code))
 
     def _retry(self, b: _Batch, exc: BaseException, *, refresh: bool) -> None:
+        b.last_error = str(exc).removeprefix(f"{b.topic}-{b.partition}: ")
         if b.attempts > self.config.retries or time.monotonic() > b.deadline:
             self._fail(b, exc if isinstance(exc, ProduceError) else ProduceError(str(exc)))
             return

@@ -15,6 +15,7 @@ fsynced, so a crash at any moment leaves either the old or the new file whole.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -34,13 +35,19 @@ class CheckpointError(KafkactlError):
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves the old or the new content, never a mix."""
+    """Replace `path` with `data` so that a crash leaves the old or the new content, never a mix. A failed
+    write (a full disk) leaves the old file and no `.tmp` behind, and the OSError goes on."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     fsync_dir(path.parent)
 
 

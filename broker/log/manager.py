@@ -23,6 +23,7 @@ from broker.log.checkpoint import (
     LOG_START,
     RECOVERY_POINT,
     REPLICATION,
+    CheckpointError,
     OffsetCheckpointFile,
     TopicPartition,
     fsync_dir,
@@ -86,6 +87,9 @@ class LogManager:
         self._locks: list[int] = []
         self.unclean_dirs: list[Path] = []
         self.high_watermarks: dict[TopicPartition, int] = {}
+        #: log dirs a write failed in (a full or failing disk), with why: as Kafka's LogDirFailureChannel,
+        #: no more writes go there until the broker restarts
+        self.offline_dirs: dict[Path, str] = {}
 
     def startup(self, topic_configs: dict[str, LogConfig] | None = None, cluster_id: str | None = None) -> None:
         """Lock every log dir and load its logs, recovering those of a dir that was not shut down cleanly.
@@ -107,9 +111,9 @@ class LogManager:
             if not clean and any(parse_partition_dir(e.name) for e in os.scandir(d) if e.is_dir()):
                 self.unclean_dirs.append(d)
                 log.warning("log dir %s was not shut down cleanly: recovering its logs", d)
-            recovery = OffsetCheckpointFile(d / RECOVERY_POINT).read()
-            starts = OffsetCheckpointFile(d / LOG_START).read()
-            self.high_watermarks.update(OffsetCheckpointFile(d / REPLICATION).read())
+            recovery = _read_checkpoint(d / RECOVERY_POINT, self.clock)
+            starts = _read_checkpoint(d / LOG_START, self.clock)
+            self.high_watermarks.update(_read_checkpoint(d / REPLICATION, self.clock))
             for entry in sorted(os.scandir(d), key=lambda e: e.name):
                 tp = parse_partition_dir(entry.name) if entry.is_dir() else None
                 if tp is None:
@@ -165,10 +169,14 @@ class LogManager:
             log.warning("log of %s-%d belongs to an earlier topic of that name: set aside as stray", topic, partition)
             self._move_away(tp, "stray")
         if tp not in self.logs:
-            counts = {d: 0 for d in self.log_dirs}
+            online = [d for d in self.log_dirs if d not in self.offline_dirs]
+            if not online:
+                raise OSError(f"every log dir is offline ({'; '.join(self.offline_dirs.values())})")
+            counts = {d: 0 for d in online}
             for owner in self._dir_of.values():
-                counts[owner] += 1
-            d = min(self.log_dirs, key=lambda x: counts[x])
+                if owner in counts:
+                    counts[owner] += 1
+            d = min(online, key=lambda x: counts[x])
             self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
             self._dir_of[tp] = d
             fsync_dir(d)
@@ -213,30 +221,86 @@ class LogManager:
                 out[tp] = deleted
         return out
 
-    def checkpoint(self) -> None:
-        """Write the recovery-point, log-start and high-watermark checkpoints of every log dir."""
-        for d in self.log_dirs:
-            tps = [tp for tp, owner in self._dir_of.items() if owner == d]
-            OffsetCheckpointFile(d / RECOVERY_POINT).write({tp: self.logs[tp].recovery_point for tp in tps})
-            OffsetCheckpointFile(d / LOG_START).write({tp: self.logs[tp].log_start_offset for tp in tps})
-            hws = {tp: self.high_watermarks[tp] for tp in tps if tp in self.high_watermarks}
-            OffsetCheckpointFile(d / REPLICATION).write(hws)
+    def dir_of(self, tp: TopicPartition) -> Path | None:
+        """The log dir holding the partition's log."""
+        return self._dir_of.get(tp)
 
-    def shutdown(self) -> None:
-        """Clean shutdown: flush every log, write the checkpoints and the marker, release the locks."""
-        for plog in self.logs.values():
-            plog.flush()
-        self.checkpoint()
+    def is_offline(self, tp: TopicPartition) -> bool:
+        """Whether the partition's log lies in a log dir a write failed in."""
+        d = self._dir_of.get(tp)
+        return d is not None and d in self.offline_dirs
+
+    def mark_offline(self, tp: TopicPartition, exc: BaseException) -> None:
+        """Take the log dir of `tp` offline after a failed write or fsync in it (logged once per dir)."""
+        d = self._dir_of.get(tp)
+        if d is None or d in self.offline_dirs:
+            return
+        self.offline_dirs[d] = f"{d}: {exc}"
+        n = sum(1 for owner in self._dir_of.values() if owner == d)
+        log.error("log dir %s is offline after a failed write (%s): produce to its %d partition(s) is answered "
+                  "KAFKA_STORAGE_ERROR until the broker restarts (make room, then restart it); reads go on",
+                  d, exc, n)  # fmt: skip
+
+    def checkpoint(self) -> list[str]:
+        """Write the recovery-point, log-start and high-watermark checkpoints of every online log dir; returns
+        what failed (each failure takes its dir offline)."""
+        failed = []
+        for d in self.log_dirs:
+            if d in self.offline_dirs:
+                continue
+            tps = [tp for tp, owner in self._dir_of.items() if owner == d]
+            try:
+                OffsetCheckpointFile(d / RECOVERY_POINT).write({tp: self.logs[tp].recovery_point for tp in tps})
+                OffsetCheckpointFile(d / LOG_START).write({tp: self.logs[tp].log_start_offset for tp in tps})
+                hws = {tp: self.high_watermarks[tp] for tp in tps if tp in self.high_watermarks}
+                OffsetCheckpointFile(d / REPLICATION).write(hws)
+            except OSError as exc:
+                failed.append(f"writing the checkpoints of {d} failed: {exc}")
+                self.offline_dirs[d] = f"{d}: {exc}"
+        return failed
+
+    def shutdown(self) -> list[str]:
+        """Flush every log, write the checkpoints and, in each dir where all of that worked, the clean-shutdown
+        marker; release the locks. Returns what failed: a dir without its marker is recovered at the next start."""
+        problems: list[str] = []
+        for tp, plog in self.logs.items():
+            try:
+                plog.flush()
+            except OSError as exc:
+                if not self.is_offline(tp):
+                    problems.append(f"flushing {tp[0]}-{tp[1]} failed: {exc}")
+                self.offline_dirs.setdefault(self._dir_of[tp], f"{self._dir_of[tp]}: {exc}")
+        problems += self.checkpoint()
         for plog in self.logs.values():
             plog.close()
         for d in self.log_dirs:
-            write_atomically(d / CLEAN_SHUTDOWN, b"")
+            if d in self.offline_dirs:
+                problems.append(f"log dir {self.offline_dirs[d]}: left without its clean-shutdown marker")
+                continue
+            try:
+                write_atomically(d / CLEAN_SHUTDOWN, b"")
+            except OSError as exc:
+                problems.append(f"writing the clean-shutdown marker of {d} failed: {exc}")
         self._unlock()
+        return list(dict.fromkeys(problems))
 
     def _unlock(self) -> None:
         for fd in self._locks:
             os.close(fd)  # closing the descriptor releases its flock
         self._locks.clear()
+
+
+def _read_checkpoint(path: Path, clock: Callable[[], float]) -> dict[TopicPartition, int]:
+    """A checkpoint's offsets; one that does not parse (empty, torn, foreign) is set aside as
+    `<name>.<ms>.corrupt`, never overwritten in place, and read as none: the recovery points start from
+    the logs' beginnings and the log dir is recovered from there, which costs time but no data."""
+    try:
+        return OffsetCheckpointFile(path).read()
+    except CheckpointError as exc:
+        aside = path.with_name(f"{path.name}.{int(clock() * 1000)}.corrupt")
+        os.replace(path, aside)
+        log.warning("%s; kept as %s, and the offsets it held are rebuilt from the logs", exc, aside)
+        return {}
 
 
 def _read_meta(d: Path) -> dict[str, str]:

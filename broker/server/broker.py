@@ -69,6 +69,8 @@ class Broker:
         self._session_lost = False
         self._registered = False
         self._closing = False
+        #: after `shutdown`, what kept it from being clean (None: it was clean)
+        self.unclean_shutdown: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -159,10 +161,15 @@ class Broker:
             await self.server.close()
         self._record_high_watermarks()
         self._save_producer_states()
-        self.logs.shutdown()
+        problems = self.logs.shutdown()
         if zk is not None:
             zkclient.close(zk)
-        log.info("broker %d shut down cleanly", self.id)
+        if problems:
+            self.unclean_shutdown = "; ".join(problems)
+            log.error("broker %d did not shut down cleanly: %s; its next start recovers those logs",
+                      self.id, self.unclean_shutdown)  # fmt: skip
+        else:
+            log.info("broker %d shut down cleanly", self.id)
 
     async def _every(self, interval_ms: int, fn: Callable[[], Any]) -> None:
         while True:
@@ -175,7 +182,8 @@ class Broker:
     def checkpoint(self) -> None:
         """Write the log dirs' checkpoints, high watermarks included."""
         self._record_high_watermarks()
-        self.logs.checkpoint()
+        for problem in self.logs.checkpoint():
+            log.error("%s: the log dir is offline until the broker restarts", problem)
 
     def _record_high_watermarks(self) -> None:
         for (topic, p), plog in self.logs.logs.items():
@@ -402,7 +410,7 @@ class Broker:
 
         A log whose write fails is cut back to what its file holds and its producers' sequences are read
         back from it (the answers are never sent: a retry of a lost batch must not pass for a duplicate);
-        then the OSError goes on.
+        its log dir goes offline (retries are answered KAFKA_STORAGE_ERROR); then the OSError goes on.
         """
         if not self.deferred_logs:
             return
@@ -415,6 +423,7 @@ class Broker:
                 log.error("writing to %s-%d failed, its unanswered appends are dropped: %s",
                           plog.topic, plog.partition, exc)  # fmt: skip
                 self.reload_producer_states(plog)
+                self.logs.mark_offline((plog.topic, plog.partition), exc)
                 error = exc
         if error is not None:
             raise error

@@ -13,7 +13,15 @@ import os
 import sys
 from collections.abc import Callable
 
-from broker.daemon import read_pid, remove_pid_file, start_daemon, stop_process, wait_port, write_pid_file
+from broker.daemon import (
+    last_error_line,
+    read_pid,
+    remove_pid_file,
+    start_daemon,
+    stop_process,
+    wait_port,
+    write_pid_file,
+)
 from broker.errors import KafkactlError
 from broker.home import default_zookeeper_dir, log_file, pid_file
 from broker.server.broker import Broker
@@ -100,6 +108,8 @@ def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
             asyncio.run(broker.run(ready))
         except KeyboardInterrupt:  # a second Ctrl-C during shutdown
             pass
+        if broker.unclean_shutdown:  # exit non-zero: `broker stop` and supervisors see it
+            raise KafkactlError(f"broker {config.broker_id} did not shut down cleanly: {broker.unclean_shutdown}")
     finally:
         remove_pid_file(pid_path, os.getpid())
         if zk_server is not None:
@@ -132,13 +142,19 @@ def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 
 
 
 def stop_broker(broker_id: int, timeout: float = 60.0) -> int:
-    """SIGTERM the broker with this id started on this machine; returns its pid."""
+    """SIGTERM the broker with this id started on this machine; returns its pid. Raises KafkactlError with
+    the broker's own line when its shutdown was not clean (a log dir it could not flush or checkpoint)."""
     path = pid_file(f"broker-{broker_id}")
     pid = read_pid(path)
     if pid is None:
         raise KafkactlError(f"no broker {broker_id} is running here (no live pid in {path})")
+    log_path = log_file(f"broker-{broker_id}")
+    offset = log_path.stat().st_size if log_path.exists() else 0
     stop_process(pid, timeout)
     remove_pid_file(path, pid)
+    last = last_error_line(log_path, offset)
+    if "did not shut down cleanly" in last:
+        raise KafkactlError(f"{last} (pid {pid})")
     return pid
 
 

@@ -118,6 +118,10 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
         out["error_message"] = "empty record set"
         return out
     tp = (topic, partition)
+    if b.logs.is_offline(tp):
+        out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+        out["error_message"] = f"log dir offline after a failed write ({b.logs.offline_dirs[b.logs.dir_of(tp)]})"
+        return out
     end_before = plog.log_end_offset
     try:  # validate before the sequence check: a corrupted retry of a stored batch is no duplicate
         validated = plog.validate(records)
@@ -139,9 +143,10 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
         out["error_code"] = ErrorCode.MESSAGE_TOO_LARGE
         out["error_message"] = str(exc)
         return out
-    except OSError:  # a write or fsync failed: sequences as the file holds them
+    except OSError as exc:  # a write or fsync failed: sequences as the file holds them, the dir offline
         b.reload_producer_states(plog, end_before)
-        raise
+        b.logs.mark_offline(tp, exc)
+        raise  # the connection closes: answers held for it may name offsets the failed write lost
     if span is not None:
         b.producer_states[tp].record(*span, result.first_offset)
     b.purgatory.notify(tp)

@@ -5,7 +5,7 @@ correlation id and batch. The server offers each connection's received bytes her
 (`broker/protocol/_produce_run.c`, which documents what a request of a run is) cuts the run, and the
 run is appended with one deferred write and answered with one buffer, with no per-request Python.
 Whatever the run cannot answer with "no error" (a topic not in the metadata cache, not the leader,
-too small an ISR for acks=all, LogAppendTime, a batch over max.message.bytes, an idempotent first
+too small an ISR for acks=all, an offline log dir, LogAppendTime, a batch over max.message.bytes, an idempotent first
 batch that is a duplicate or out of sequence, a segment roll due) goes the general way,
 request by request, so the errors and every other case have one implementation (`produce.py`).
 Without the C codec there are no runs: every request goes the general way.
@@ -86,7 +86,7 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
         if topic not in topics:
             return n
         code, plog, part = b.leader_log_now(topic, partition)
-        if plog is None or part is None:
+        if plog is None or part is None or b.logs.is_offline((topic, partition)):
             return n
         config = plog.config
         if (config.message_timestamp_type != "CreateTime" or largest > config.max_message_bytes
@@ -101,8 +101,9 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
         end_before = plog.log_end_offset
         try:
             first = plog.append_run(_Run(buf, info), total, records, leader_epoch=part.leader_epoch)
-        except OSError:  # a write or fsync failed: sequences as the file holds them
+        except OSError as exc:  # a write or fsync failed: sequences as the file holds them, the dir offline
             b.reload_producer_states(plog, end_before)
+            b.logs.mark_offline((topic, partition), exc)
             raise
         b.deferred_logs.add(plog)  # written before the answers leave (see `Broker.write_deferred`)
         if pid >= 0:

@@ -309,3 +309,64 @@ def test_a_log_dir_of_another_cluster_is_refused_and_left_unlocked(tmp_path, clo
     unknown = LogManager([d1], CONFIG, clock=clock, broker_id=3)
     unknown.startup()
     unknown.shutdown()
+
+
+@pytest.mark.parametrize("damage", ["empty", "torn", "binary"])
+@pytest.mark.parametrize("name", [RECOVERY_POINT, LOG_START, REPLICATION])
+def test_a_damaged_checkpoint_is_set_aside_and_rebuilt_not_fatal(tmp_path, managers, clock, make_batch, read_all,
+                                                                 caplog, name, damage):  # fmt: skip
+    """An empty, torn or binary checkpoint file neither fails the start nor is overwritten unseen: it is kept
+    as `<name>.<ms>.corrupt`, a warning names it, the logs load whole (recovered from their beginnings if the
+    stop was unclean) and the next checkpoint writes a good file."""
+    d = tmp_path / "data"
+    m = start(managers, [d], clock)
+    values = fill(m.get_or_create("orders", 0), make_batch, 12)
+    m.shutdown()
+    (d / CLEAN_SHUTDOWN).unlink()  # an unclean stop too: recovery must not trust the lost recovery points
+    bad = {"empty": b"", "torn": b"0\n2\norders 0 5\n", "binary": b"\x00\xff" * 8}[damage]
+    (d / name).write_bytes(bad)
+    again = start(managers, [d], clock)
+    assert [r.value for r in read_all(again.get("orders", 0))] == values
+    (kept,) = d.glob(f"{name}.*.corrupt")
+    assert kept.read_bytes() == bad
+    assert any(str(kept) in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    again.checkpoint()
+    OffsetCheckpointFile(d / name).read()  # whole again
+
+
+def test_a_shutdown_that_cannot_write_checkpoints_reports_it_and_leaves_no_marker(
+    tmp_path, managers, clock, make_batch, monkeypatch
+):
+    """A full disk at shutdown: the failure is returned (the broker says the stop was not clean), the old
+    checkpoints stay whole, no `.tmp` is left and no clean-shutdown marker is written."""
+    d = tmp_path / "data"
+    m = start(managers, [d], clock)
+    fill(m.get_or_create("orders", 0), make_batch, 5)
+    m.checkpoint()
+    before = (d / RECOVERY_POINT).read_bytes()
+    real_fsync = os.fsync
+
+    def full(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full)
+    problems = m.shutdown()
+    assert problems and "No space left on device" in problems[0]
+    assert (d / RECOVERY_POINT).read_bytes() == before
+    assert not list(d.glob("*.tmp")) and not (d / CLEAN_SHUTDOWN).exists()
+
+
+def test_an_offline_dir_takes_no_new_partitions(tmp_path, managers, clock):
+    a, b = tmp_path / "a", tmp_path / "b"
+    m = start(managers, [a, b], clock)
+    m.get_or_create("t", 0)
+    m.mark_offline(("t", 0), OSError(28, "No space left on device"))
+    offline = m.dir_of(("t", 0))
+    for p in range(1, 4):
+        m.get_or_create("t", p)
+    assert m.is_offline(("t", 0)) and all(m.dir_of(("t", p)) != offline for p in range(1, 4))
+    m.mark_offline(("t", 1), OSError(5, "Input/output error"))
+    with pytest.raises(OSError, match="every log dir is offline"):
+        m.get_or_create("t", 9)

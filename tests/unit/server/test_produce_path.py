@@ -213,6 +213,7 @@ def test_a_failed_write_sends_no_answer_and_cuts_the_log_back(broker, monkeypatc
     answers, _, _ = serve_pipelined(broker, frames, 3, monkeypatch)
     assert answers == []  # the connection ended unanswered: the client retries
     assert plog.log_end_offset == 1 and stored_values(broker) == [b"kept"]
+    assert broker.logs.is_offline((TOPIC, 0))  # and its retries are answered KAFKA_STORAGE_ERROR
     # the sequences are what the file holds: a retry of a lost batch is appended, one of the kept batch is not
     states = broker.producer_states[(TOPIC, 0)]
     assert states.check(9, 0, 1, 1) == (ErrorCode.NONE, -1) and states.check(9, 0, 0, 0) == (ErrorCode.NONE, 0)
@@ -220,8 +221,9 @@ def test_a_failed_write_sends_no_answer_and_cuts_the_log_back(broker, monkeypatc
 
 @RUNS
 def test_a_failed_fsync_keeps_the_sequences_of_what_was_written(broker, monkeypatch, runs) -> None:
-    """flush.messages=1 and the second fsync fails: the connection ends there unanswered, but what was written
-    is in the file, so its retries are answered as duplicates at their offsets, and the rest is appended once."""
+    """flush.messages=1 and the second fsync fails: the connection ends there unanswered and the log dir goes
+    offline (retries: KAFKA_STORAGE_ERROR); what was written is in the file, so once the dir is back its
+    retries are answered as duplicates at their offsets, and the rest is appended once."""
     broker.cache.configs[TOPIC] = {"flush.messages": "1"}
     plog = broker.leader_log_now(TOPIC, 0)[1]
     fsyncs, real_fsync = [], os.fsync
@@ -241,6 +243,11 @@ def test_a_failed_fsync_keeps_the_sequences_of_what_was_written(broker, monkeypa
     written = 4 if runs else 2
     assert len(fsyncs) == 2 and [read_answer(a)[0] for a in answers] == list(range(len(answers)))
     assert len(answers) <= 1 and stored_values(broker) == values[:written]
+    # the log dir is offline now: the client's retries are answered KAFKA_STORAGE_ERROR and not appended
+    refused, _, _ = serve_pipelined(broker, frames, 4, monkeypatch, runs=runs)
+    assert [p["error_code"] for a in refused for p in read_answer(a)[1]] == [ErrorCode.KAFKA_STORAGE_ERROR] * 4
+    assert stored_values(broker) == values[:written]
+    broker.logs.offline_dirs.clear()  # as after a restart, with the sequences the file holds
     again, _, _ = serve_pipelined(broker, frames, 4, monkeypatch, runs=runs)  # the client retries them all
     assert [(p["error_code"], p["base_offset"]) for a in again for p in read_answer(a)[1]] == [(0, i) for i in range(4)]
     assert stored_values(broker) == values  # each once
