@@ -22,6 +22,7 @@ import pytest
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import encode_request
+from broker.protocol.messages.produce import RUN_CODEC
 from broker.protocol.primitives import I32, Reader
 from broker.records.batch import Record, build_batch
 from broker.records.compression import Codec
@@ -84,7 +85,8 @@ def test_acks_all_below_min_insync_is_refused_on_the_hot_path(broker) -> None:
     assert broker.logs.get(TOPIC, 0).log_end_offset == 0
 
 
-RUNS = pytest.mark.parametrize("runs", [False, True], ids=["one-by-one", "runs"])
+RUNS = pytest.mark.parametrize("runs", [False, pytest.param(True, marks=pytest.mark.skipif(
+    RUN_CODEC is None, reason="runs need the C run codec"))], ids=["one-by-one", "runs"])  # fmt: skip
 
 
 def serve_pipelined(b: Any, frames: list[bytes], expect: int, monkeypatch: pytest.MonkeyPatch, *,
