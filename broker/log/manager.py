@@ -254,7 +254,7 @@ class LogManager:
                 OffsetCheckpointFile(d / LOG_START).write({tp: self.logs[tp].log_start_offset for tp in tps})
                 hws = {tp: self.high_watermarks[tp] for tp in tps if tp in self.high_watermarks}
                 OffsetCheckpointFile(d / REPLICATION).write(hws)
-            except OSError as exc:
+            except Exception as exc:  # (OSError mostly: a full disk)
                 failed.append(f"writing the checkpoints of {d} failed: {exc}")
                 self.offline_dirs[d] = f"{d}: {exc}"
         return failed
@@ -266,7 +266,7 @@ class LogManager:
         for tp, plog in self.logs.items():
             try:
                 plog.flush()
-            except OSError as exc:
+            except Exception as exc:  # a disk error, or a bug: either way this dir's stop is not clean
                 if not self.is_offline(tp):
                     problems.append(f"flushing {tp[0]}-{tp[1]} failed: {exc}")
                 self.offline_dirs.setdefault(self._dir_of[tp], f"{self._dir_of[tp]}: {exc}")
