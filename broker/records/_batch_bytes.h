@@ -56,6 +56,12 @@ static int crc_matches(PyObject *crc, const unsigned char *batch, Py_ssize_t siz
 static inline int walk_varint(const unsigned char **p, const unsigned char *end, int max_bytes, int64_t *out) {
     uint64_t raw = 0;
     const unsigned char *q = *p;
+    if (q < end && !(*q & 0x80)) { /* one byte: almost every delta, count and short length */
+        raw = *q;
+        *p = q + 1;
+        *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+        return 0;
+    }
     for (int i = 0; i < max_bytes; i++) {
         if (q >= end) return -1;
         unsigned char b = *q++;

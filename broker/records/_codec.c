@@ -725,16 +725,22 @@ done:
     return out;
 }
 
-/* check_records(data, count, base_timestamp) -> max timestamp
+/* check_records(data, start, end, count, base_timestamp) -> max timestamp
  * Kafka's record-level checks of a v2 batch (walk_records in _batch_bytes.h) on its uncompressed
- * records; raises InvalidRecordError naming what does not hold. */
+ * records, data[start:end]; raises InvalidRecordError naming what does not hold. */
 static PyObject *check_records(PyObject *self, PyObject *args) {
     Py_buffer view;
+    Py_ssize_t start, end;
     long long count, base_ts;
-    if (!PyArg_ParseTuple(args, "y*LL", &view, &count, &base_ts)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*nnLL", &view, &start, &end, &count, &base_ts)) return NULL;
+    if (start < 0 || end > view.len || start > end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "check_records: bad bounds");
+        return NULL;
+    }
     int64_t max_ts = 0;
     const char *why = NULL;
-    int bad = walk_records((const unsigned char *)view.buf, view.len, count, base_ts, &max_ts, &why);
+    int bad = walk_records((const unsigned char *)view.buf + start, end - start, count, base_ts, &max_ts, &why);
     PyBuffer_Release(&view);
     if (bad) {
         PyErr_SetString(InvalidRecordError, why);

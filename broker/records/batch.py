@@ -352,12 +352,14 @@ def check_records(buf: Buffer, pos: int, header: BatchHeader) -> int:
     runs this on every produced batch (in C when the codec is built). Raises InvalidRecordError, or
     CorruptRecordError when a compressed block does not decompress.
     """
+    count, base_ts = header.record_count, header.base_timestamp
+    if _codec is not None and not header.codec:
+        return _codec.check_records(buf, pos + BATCH_HEADER_SIZE, pos + header.size, count, base_ts)
     data: Any = memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + header.size]
     if header.codec:
         data = decompress(header.codec, data)  # CorruptRecordError when it does not
-    count, base_ts = header.record_count, header.base_timestamp
     if _codec is not None:
-        return _codec.check_records(data, count, base_ts)
+        return _codec.check_records(data, 0, len(data), count, base_ts)
     try:
         records = decode_records(_records_only(data), 0, header._replace(base_offset=0, attributes=0,
                                  length=BATCH_HEADER_SIZE + len(data) - LOG_OVERHEAD))  # fmt: skip
