@@ -3,7 +3,9 @@ index finding or error, and a closing summary — the command line only renders 
 
 Paths may be `.log` files, partition dirs or log dirs. Damage is reported and skipped: after a
 framing break the scan resumes at the next batch that frames and checksums, so one bad region does
-not hide the rest of a file.
+not hide the rest of a file. Entries of a dir given that resolve outside it (a symlinked partition
+dir, or a segment or index symlinked out of its partition dir) are read, and reported as `outside`
+events: `recover` and start-up recovery leave such a partition as it is.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from broker.errors import CorruptRecordError
 from broker.log.index import OFFSET_ENTRY, TIME_ENTRY
 from broker.log.log import parse_partition_dir
+from broker.log.recovery import resolves_outside
 from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, scan
 from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_name
 from broker.records.batch import TIMESTAMP_TYPE_BIT, iter_records
@@ -42,6 +45,21 @@ def expand_paths(paths: list[Path]) -> Iterator[tuple[Path | None, str | None]]:
                 yield path, "not a log dir, partition dir or segment file"
         else:
             yield path, "no such file or directory"
+
+
+def outside_entries(path: Path) -> Iterator[Event]:
+    """An `outside` event for each entry of a dir given that resolves outside it: a partition dir outside
+    the log dir, a segment or index file outside its partition dir."""
+    if not path.is_dir():
+        return
+    parts = sorted(p for p in path.iterdir() if p.is_dir() and parse_partition_dir(p.name))
+    dirs = [path] if any(p.suffix == ".log" for p in path.iterdir()) or not parts else parts
+    for d in dirs:
+        if d is not path and (target := resolves_outside(d, path)) is not None:
+            yield {"type": "outside", "file": str(d), "target": str(target), "root": str(path)}
+        for f in sorted(d.iterdir()):
+            if f.suffix in (".log", INDEX_SUFFIX, TIMEINDEX_SUFFIX) and (target := resolves_outside(f, d)):
+                yield {"type": "outside", "file": str(f), "target": str(target), "root": str(d)}
 
 
 def codec_name(codec: int) -> str:
@@ -211,7 +229,15 @@ def inspect_paths(
     paths: list[Path], *, deep: bool = False, print_data: bool = False, verify_index: bool = False
 ) -> Iterator[Event]:
     """Every event for every segment under `paths`, then a summary event."""
-    total = {"files": 0, "batches": 0, "records": 0, "invalid": 0, "errors": 0}
+    total = {"files": 0, "batches": 0, "records": 0, "invalid": 0, "errors": 0, "outside": 0}
+    for path in paths:
+        try:
+            for ev in outside_entries(path):
+                total["outside"] += 1
+                yield ev
+        except OSError as exc:
+            total["errors"] += 1
+            yield {"type": "error", "file": str(path), "position": None, "message": f"cannot read: {exc}"}
     for path, problem in expand_paths(paths):
         if problem:
             total["errors"] += 1

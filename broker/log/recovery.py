@@ -17,10 +17,16 @@ Damage is "tail" when no valid batch follows it anywhere in the partition (a tor
 "mid-log" otherwise. Executing a plan never deletes a byte: every cut range is first copied to a
 quarantine file, `<segment>.log.<start>-<end>.quarantined` beside the segment or under a chosen
 quarantine dir, and whole segments are moved there; indexes of touched segments are rebuilt.
+
+Recovery stays inside the dir it was given (the log dir holding the partition, or a dir passed as
+`root`): a partition dir that resolves outside it, or a segment or index file it would write, truncate
+or move that resolves outside its partition dir (a symlink), makes the plan `refused` — executing it
+leaves the whole partition as it is, and says so in one line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterable
@@ -31,6 +37,7 @@ from broker.log.index import IndexCorruptError
 from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, read_batch, scan
 from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
 
+log = logging.getLogger(__name__)
 QUARANTINE_SUFFIX = ".quarantined"
 DEFAULT_INDEX_INTERVAL = 4096  # index.interval.bytes when the partition's own setting is not known
 
@@ -78,6 +85,8 @@ class PartitionPlan:
     segments: list[SegmentPlan] = field(default_factory=list)
     lost: list[tuple[int, int | None]] = field(default_factory=list)  # inclusive ranges; None: open end
     next_offset: int = 0  # log end offset after recovery
+    outside: list[tuple[Path, Path]] = field(default_factory=list)  # (entry, where it resolves) outside the dir
+    refused: str | None = None  # why executing leaves this partition alone (it would write outside)
 
     @property
     def needs_cut(self) -> bool:
@@ -98,8 +107,12 @@ def segment_files(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def plan_partition(directory: Path, *, salvage: bool = False, from_offset: int = 0) -> PartitionPlan:
-    """Scan the segments holding offsets >= `from_offset` and plan their recovery."""
+def plan_partition(
+    directory: Path, *, salvage: bool = False, from_offset: int = 0, root: Path | None = None
+) -> PartitionPlan:
+    """Scan the segments holding offsets >= `from_offset` and plan their recovery. The plan is refused
+    when it would write outside `root` (default: the dir holding `directory`) or outside `directory`."""
+    directory = Path(directory)
     plan = PartitionPlan(directory, salvage)
     segments = segment_files(directory)
     start = 0
@@ -130,7 +143,32 @@ def plan_partition(directory: Path, *, salvage: bool = False, from_offset: int =
         plan.lost.append((damaged_at, highest_cut if highest_cut >= damaged_at else None))
     _classify(plan)
     plan.next_offset = expected
+    _confine(plan, directory.parent if root is None else Path(root))
     return plan
+
+
+def resolves_outside(path: Path, root: Path) -> Path | None:
+    """Where `path` resolves when that is outside `root` (both through every symlink), else None."""
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return None if real.is_relative_to(top) else real
+
+
+def _confine(plan: PartitionPlan, root: Path) -> None:
+    """Note the entries that resolve outside, and refuse the plan if it would touch one of them."""
+    d = plan.dir
+    target = resolves_outside(d, root)
+    if target is not None:
+        plan.outside.append((d, target))
+        plan.refused = f"{d} resolves to {target}, outside {root}"
+        return
+    for sp in plan.segments:
+        touched = sp.needs_cut or sp.index_problem
+        for p in (sp.path, *_index_paths(sp)):
+            if not os.path.lexists(p) or (target := resolves_outside(p, d)) is None:
+                continue
+            plan.outside.append((p, target))
+            if touched and plan.refused is None:
+                plan.refused = f"{p} resolves to {target}, outside {d}"
 
 
 class _LostRanges:
@@ -255,13 +293,13 @@ def _quarantine_path(directory: Path, quarantine_dir: Path | None, name: str) ->
     target_dir = quarantine_dir / directory.name if quarantine_dir else directory
     target_dir.mkdir(parents=True, exist_ok=True)
     path = target_dir / (name + QUARANTINE_SUFFIX)
-    if path.exists():
+    if os.path.lexists(path):  # a dangling symlink too: never written through
         path = target_dir / f"{name}.{int(time.time() * 1000)}{QUARANTINE_SUFFIX}"
     return path
 
 
 def _copy_range(src: Path, start: int, end: int, dest: Path) -> None:
-    with open(src, "rb") as f, open(dest, "wb") as out:
+    with open(src, "rb") as f, open(dest, "xb") as out:  # a new file: never through a link left there
         f.seek(start)
         remaining = end - start
         while remaining:
@@ -278,9 +316,13 @@ def execute(
     plan: PartitionPlan, *, quarantine_dir: Path | None = None, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL
 ) -> list[Path]:
     """Carry out `plan`; returns the quarantine files written. Indexes of touched segments are rebuilt
-    (one entry per `index_interval_bytes`: the partition's `index.interval.bytes`)."""
+    (one entry per `index_interval_bytes`: the partition's `index.interval.bytes`). A refused plan
+    changes nothing (a WARNING says why)."""
     written: list[Path] = []
     d = plan.dir
+    if plan.refused:
+        log.warning("%s: recovery left it as it is: %s", d.name, plan.refused)
+        return written
     for sp in plan.segments:
         if sp.dropped:
             for suffix_path in (sp.path, *_index_paths(sp)):
@@ -326,7 +368,9 @@ def _keep_only(sp: SegmentPlan) -> None:
             os.fsync(f.fileno())
         return
     tmp = sp.path.with_name(sp.path.name + ".tmp")
-    with open(sp.path, "rb") as src, open(tmp, "wb") as out:
+    if os.path.lexists(tmp):
+        os.unlink(tmp)  # a leftover of an interrupted rewrite (or a link): never written through
+    with open(sp.path, "rb") as src, open(tmp, "xb") as out:
         for b in _merge_ranges(sp.kept):
             src.seek(b[0])
             out.write(src.read(b[1] - b[0]))
@@ -352,11 +396,13 @@ def rebuild_indexes(
     quarantine_dir: Path | None = None,
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL,
 ) -> list[Path]:
-    """Move a segment's existing (suspect) index files to quarantine and rebuild both from the log."""
+    """Move a segment's existing (suspect) index files to quarantine and rebuild both from the log. A
+    symlinked index is moved aside whatever its size (the link, not its target), so nothing is written
+    through it."""
     sp = SegmentPlan(directory / segment_name(base_offset), base_offset, 0)
     moved = []
     for p in _index_paths(sp):
-        if p.exists() and p.stat().st_size:
+        if p.is_symlink() or (p.exists() and p.stat().st_size):
             q = _quarantine_path(directory, quarantine_dir, p.name)
             _move(p, q)
             moved.append(q)

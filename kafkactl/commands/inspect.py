@@ -61,11 +61,15 @@ def _text(ev: dict[str, Any]) -> str:
         return f"ERROR {ev['file']}{where}: {ev['message']}"
     if t == "index":
         return f"INDEX {ev['kind']} {ev['file']}: {ev['message']}"
+    if t == "outside":
+        return (f"OUTSIDE {ev['file']} resolves to {ev['target']}, outside {ev['root']}: recover and start-up "
+                f"recovery leave its partition as it is")  # fmt: skip
     if t == "file_summary":
         return (f"{ev['file']}: {ev['batches']} batches, {ev['records']} records, {ev['invalid']} invalid, "
                 f"{ev['errors']} errors, {ev['trailing_bytes']} trailing invalid bytes")  # fmt: skip
     return (f"Summary: {ev['files']} files, {ev['batches']} batches, {ev['records']} records, "
-            f"{ev['invalid']} invalid batches, {ev['errors']} errors")  # fmt: skip
+            f"{ev['invalid']} invalid batches, {ev['errors']} errors"
+            + (f", {ev['outside']} entries resolving outside the dir given" if ev["outside"] else ""))  # fmt: skip
 
 
 @app.command("segments")

@@ -29,14 +29,21 @@ def recover(
 ) -> None:
     """Find damaged batches by CRC and cut them into quarantine files; never deletes a byte.
 
-    Exit code 0 when nothing needed cutting, 3 when it cut (or, in a dry run, would cut).
+    Nothing that resolves outside PATH is written, truncated or moved: a partition whose recovery would
+    (a symlinked partition dir, segment or index) is left as it is, with a line saying so.
+    Exit code 0 when nothing needed cutting, 3 when it cut (or, in a dry run, would cut, or left damage).
     """
     parts = offline.partition_dirs(path)[1]
     with progress("scanning", len(parts)) as advance:
         run = offline.plan(path, salvage=salvage, advance=advance)
+    refused = [p for p in run.plans if p.refused]
     if execute:
-        with progress("recovering", len(run.plans)) as advance:
-            offline.execute(run, quarantine_dir=quarantine_dir, advance=advance)
+        planned, run.plans = run.plans, [p for p in run.plans if not p.refused]
+        try:
+            with progress("recovering", len(run.plans)) as advance:
+                offline.execute(run, quarantine_dir=quarantine_dir, advance=advance)
+        finally:
+            run.plans = planned
     rows = []
     for p in run.plans:
         for s in p.segments:
@@ -46,15 +53,17 @@ def recover(
                 "partition": p.dir.name, "segment": s.path.name, "size": s.size, "valid_bytes": s.valid_bytes,
                 "first_bad_position": s.first_bad_position, "reason": s.reason,
                 "damage": "whole segment after damage" if s.dropped else s.kind,
-                "cut_bytes": s.cut_bytes, "index_problem": s.index_problem,
+                "cut_bytes": 0 if p.refused else s.cut_bytes, "index_problem": s.index_problem,
             })  # fmt: skip
     if output == Output.json:
         for r in rows:
             json_line({"type": "segment", **r})
         for p in run.plans:
-            json_line({"type": "partition", "partition": p.dir.name, "lost": p.lost, "log_end_offset": p.next_offset})
+            json_line({"type": "partition", "partition": p.dir.name, "lost": p.lost,
+                       "log_end_offset": p.next_offset, "refused": p.refused})  # fmt: skip
         json_line({"type": "summary", "executed": run.executed, "needs_cut": run.needs_cut,
-                   "partitions": len(run.plans), "quarantined": [str(q) for q in run.quarantined]})  # fmt: skip
+                   "partitions": len(run.plans), "refused": [str(p.dir) for p in refused],
+                   "quarantined": [str(q) for q in run.quarantined]})  # fmt: skip
     else:
         if rows:
             cols = [
@@ -69,10 +78,12 @@ def recover(
             ]
             table(cols, ([r[c] for c in cols] for r in rows), title="Recovery plan")
             for r in rows:
-                if r["index_problem"]:
+                if r["index_problem"] and r["partition"] not in {p.dir.name for p in refused}:
                     print(f"{r['partition']}/{r['segment']}: index will be rebuilt ({r['index_problem']})")
         for p in run.plans:
-            if p.needs_cut:
+            if p.refused:
+                print(f"{p.dir.name}: left as it is (recover writes nothing outside the dir given): {p.refused}")
+            elif p.needs_cut:
                 print(f"{p.dir.name}: offsets lost {_lost(p.lost)}; log end offset becomes {p.next_offset}")
         verb = "quarantined" if execute else "would quarantine"
         total = sum(r["cut_bytes"] for r in rows)

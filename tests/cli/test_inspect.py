@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 from broker.records.compression import Codec
@@ -26,7 +28,7 @@ def test_json_batches_cover_every_offset(log_dir: Path) -> None:
         assert [b["create_time"] for b in batches] == [TS + i for i in range(20)]
     summary = evs[-1]
     assert summary == {"type": "summary", "files": summary["files"], "batches": 40, "records": 120,
-                       "invalid": 0, "errors": 0}  # fmt: skip
+                       "invalid": 0, "errors": 0, "outside": 0}  # fmt: skip
     assert summary["files"] > 2  # the small segment size rolled several segments
 
 
@@ -151,7 +153,7 @@ def test_kafka_log_of_every_format_is_counted_as_kafka_counts_it(tmp_path: Path)
     assert [(e["offset"], e["value"]) for e in evs if e["type"] == "record"] == [(o, v.decode()) for o, v in records]
     assert not [e for e in evs if e["type"] in ("error", "index")]  # no offset gap, indexes agree
     assert evs[-1] == {"type": "summary", "files": 3, "batches": len(expected), "records": len(records),
-                       "invalid": 0, "errors": 0}  # fmt: skip
+                       "invalid": 0, "errors": 0, "outside": 0}  # fmt: skip
 
 
 def test_a_wrapper_whose_records_do_not_decode_is_reported_invalid(tmp_path: Path) -> None:
@@ -164,3 +166,31 @@ def test_a_wrapper_whose_records_do_not_decode_is_reported_invalid(tmp_path: Pat
     assert len(lines) == 2
     assert "valid: false problem: compressed message: gzip block does not decompress" in lines[0]
     assert lines[1].endswith("valid: true")
+
+
+def test_entries_resolving_outside_the_dir_given_are_reported(log_dir: Path, tmp_path: Path) -> None:
+    """A partition dir symlinked out of the log dir, a segment and an index symlinked out of their
+    partition dir: each is reported (recover leaves them alone), and still read."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    moved = {}
+    for path in (
+        log_dir / "t-1",
+        sorted((log_dir / "t-0").glob("*.log"))[0],
+        sorted((log_dir / "t-0").glob("*.index"))[1],
+    ):
+        moved[path] = outside / path.name
+        shutil.move(path, moved[path])
+        os.symlink(moved[path], path)
+    r = kafkactl("inspect", "segments", log_dir, "-o", "json", "--verify-index")
+    assert r.returncode == 0, r.stdout + r.stderr  # nothing is damaged
+    evs = _events(r.stdout)
+    reported = {(e["file"], e["target"], e["root"]) for e in evs if e["type"] == "outside"}
+    assert reported == {
+        (str(log_dir / "t-1"), str(moved[log_dir / "t-1"]), str(log_dir)),
+        *((str(p), str(t), str(log_dir / "t-0")) for p, t in moved.items() if p.parent.name == "t-0"),
+    }
+    assert evs[-1]["outside"] == 3 and evs[-1]["batches"] == 40  # every batch still read
+    text = kafkactl("inspect", "segments", log_dir / "t-0").stdout
+    assert sum(line.startswith("OUTSIDE ") for line in text.splitlines()) == 2
+    assert "2 entries resolving outside the dir given" in text.splitlines()[-1]
