@@ -126,6 +126,8 @@ def last_error_line(log_path: Path, offset: int = 0) -> str:
     line if any, else its last line."""
     try:
         with open(log_path, "rb") as f:
+            if os.fstat(f.fileno()).st_size < offset:
+                offset = 0  # the process rotated its log: what it wrote is all in the new file
             f.seek(offset)
             lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     except OSError:

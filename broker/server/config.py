@@ -53,6 +53,7 @@ DEFAULTS: dict[str, str | None] = {
     "num.recovery.threads.per.data.dir": "1",
     "message.max.bytes": "1048588",
     "socket.request.max.bytes": "104857600",
+    "connections.max.idle.ms": "600000",
     "socket.send.buffer.bytes": "102400",
     "socket.receive.buffer.bytes": "102400",
     "queued.max.requests": "500",
@@ -122,6 +123,14 @@ def _bool(props: dict[str, str], key: str) -> bool:
     return value == "true"
 
 
+def _idle_ms(props: dict[str, str], key: str) -> int:
+    """A timeout in ms that may be off: a positive number, or negative for never (-1, as Kafka reads any negative)."""
+    value = _int(props, key)
+    if value == 0:
+        raise KafkactlError(f"config {key}=0: expected a positive number of milliseconds, or -1 for never")
+    return -1 if value < 0 else value
+
+
 def parse_listener(text: str) -> tuple[str, int]:
     """(host, port) of the PLAINTEXT listener in `PLAINTEXT://host:port[,...]` (the only protocol served)."""
     seen = []
@@ -163,6 +172,7 @@ class BrokerConfig:
     retention_check_interval_ms: int = 300000
     flush_scheduler_interval_ms: int = MAX_LONG
     socket_request_max_bytes: int = 104857600
+    connections_max_idle_ms: int = 600000  # -1: never
     socket_send_buffer_bytes: int = 102400
     socket_receive_buffer_bytes: int = 102400
     queued_max_requests: int = 500
@@ -221,6 +231,7 @@ class BrokerConfig:
         c.retention_check_interval_ms = _int(props, "log.retention.check.interval.ms")
         c.flush_scheduler_interval_ms = _int(props, "log.flush.scheduler.interval.ms")
         c.socket_request_max_bytes = _int(props, "socket.request.max.bytes")
+        c.connections_max_idle_ms = _idle_ms(props, "connections.max.idle.ms")
         # Only sizes set on purpose are applied: on Linux a fixed SO_SNDBUF/SO_RCVBUF turns off the kernel's
         # buffer autotuning, and Kafka's 100 KiB default then caps a sendfile fetch to ~100 KiB per wake-up.
         for key, attr in (("socket.send.buffer.bytes", "socket_send_buffer_bytes"),

@@ -1,7 +1,9 @@
 """Running a broker process: the embedded ZooKeeper when none answers, the pid file, the event loop.
 
 `kafkactl broker start` calls `run_broker` in the foreground, or `start_broker_daemon` to run the
-same command detached and wait until the broker is registered and listening.
+same command detached and wait until the broker is registered and listening. The broker logs through
+`broker_logging`: one line per record, repeated lines rate-limited; to stderr in the foreground, to
+`$KAFKACTL_HOME/logs/broker-<id>.log` (rotated by size) as a daemon.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from broker.daemon import (
 )
 from broker.errors import KafkactlError
 from broker.home import default_zookeeper_dir, log_file, pid_file
+from broker.server import broker_logging
 from broker.server.broker import Broker
 from broker.server.config import BrokerConfig
 from broker.zk.server import ZooKeeperServer, is_serving
@@ -84,6 +87,7 @@ def ensure_chroot(connect: str) -> None:
 def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
                announce: Callable[[str], None] = print) -> None:  # fmt: skip
     """Run one broker in this process until SIGTERM or Ctrl-C; a clean shutdown either way."""
+    broker_logging.configure(os.environ.pop(broker_logging.LOG_PATH_ENV, None))
     zk_server = maybe_embedded_zookeeper(config.zookeeper_connect, announce) if embedded_zookeeper else None
     pid_path = pid_file(f"broker-{config.broker_id}")
     other = read_pid(pid_path)
@@ -97,6 +101,8 @@ def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
         broker = Broker(config)
 
         def ready(b: Broker) -> None:
+            if b.server is not None:  # connections.max.idle.ms (Broker.start could hand it to its Server)
+                b.server.expire_idle(config.connections_max_idle_ms)
             dirs = ",".join(str(d) for d in config.log_dirs)
             announce(
                 f"broker {config.broker_id} serving on {config.host}:{b.server.port if b.server else config.port} "
@@ -128,8 +134,11 @@ def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 
     serving = f"broker {config.broker_id} serving on"
 
     def ready() -> bool:  # listening is not enough: the line comes once it is registered in ZooKeeper
+        nonlocal offset
         try:
             with open(log_path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < offset:
+                    offset = 0  # the broker rotated its log as it started: the line is in the new file
                 f.seek(offset)
                 if serving.encode() not in f.read():
                     return False
@@ -137,8 +146,9 @@ def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 
             return False
         return wait_port(host, config.port, 0.2)
 
+    env = {**os.environ, broker_logging.LOG_PATH_ENV: str(log_path)}  # it logs to the file itself, rotating it
     return start_daemon([sys.executable, "-m", "kafkactl", *argv], log_path, pid_file(name), ready,
-                        timeout=timeout, what=f"broker {config.broker_id}")  # fmt: skip
+                        timeout=timeout, what=f"broker {config.broker_id}", env=env)  # fmt: skip
 
 
 def stop_broker(broker_id: int, timeout: float = 60.0) -> int:

@@ -11,6 +11,11 @@ answer synchronously (it returns an awaitable only when the request must wait), 
 are sent with a plain `send` unless the socket is full. Handlers may leave work for `settle` (the
 broker's deferred log appends): the server calls it before any answer leaves and before it waits for
 anything, so every answer goes out after the work it reports, and none is pending while others run.
+
+Idle connections are closed, as Kafka's `connections.max.idle.ms` closes them: one with no bytes
+received or sent for that long (a silent client, or one that sent part of a frame and then nothing, or
+one that stopped reading its answers), unless a request of it is being handled (a fetch waiting in
+purgatory is not idle). A task checks every connection's last activity a few times per period.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ import errno
 import logging
 import os
 import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from broker.errors import KafkactlError
+from broker.protocol.api import ApiKey
 from broker.protocol.primitives import I32
+from broker.server.broker_logging import describe_exception
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,7 @@ _CORK = getattr(socket, "TCP_CORK", None)
 _REUSE = 4 << 20
 _CHUNK = 64 * 1024
 _HOLD = 32  # answers held back at most while more pipelined requests wait
+_HEADER = struct.Struct(">hhi")  # a request header's api key, version and correlation id
 
 
 def _nothing() -> None:
@@ -76,6 +85,21 @@ class Connection:
         self._view = memoryview(self._buf)
         self._start = self._end = 0  # the unframed bytes are _buf[_start:_end]
         self._frame = bytearray(0)  # reused for big frames up to _REUSE bytes: a fresh 1 MiB buffer costs page faults
+        self._big = (0, 0)  # (received, size) of the big frame being received into its own buffer
+        self.active = self.loop.time()  # when bytes last came or went (or a request was answered)
+        self.busy = False  # a request of this connection is being handled (it is not idle meanwhile)
+        self.expired: float | None = None  # set (idle seconds) when the idle check ends this connection
+
+    def partial(self) -> tuple[int, int]:
+        """(bytes received, size) of a request frame begun but not whole yet; (0, 0) when none is."""
+        if self._big[1]:
+            return self._big
+        have = self._end - self._start
+        if have <= 0:
+            return 0, 0
+        if have < 4:
+            return have, 0
+        return have, 4 + I32.unpack_from(self._buf, self._start)[0]
 
     def frame_ready(self) -> bool:
         """Whether a whole next frame is already received (its answer can then go out with this one's)."""
@@ -114,6 +138,7 @@ class Connection:
             self._start, self._end = 0, left
         n = await self.loop.sock_recv_into(self.sock, self._view[self._end :])
         self._end += n
+        self.active = self.loop.time()
         return n > 0
 
     async def read_frame(self) -> memoryview | None:
@@ -154,10 +179,13 @@ class Connection:
         self._start = self._end = 0
         got = have
         while got < size:
+            self._big = (4 + got, 4 + size)  # for the idle check's log line (left as it is if the wait ends it)
             n = await self.loop.sock_recv_into(self.sock, view[got:])
+            self.active = self.loop.time()
             if n == 0:
                 raise BadRequest(f"connection closed inside a frame ({got} of {size} bytes)")
             got += n
+        self._big = (0, 0)
         return view
 
     async def _writable(self) -> None:
@@ -168,6 +196,7 @@ class Connection:
             await fut
         finally:
             self.loop.remove_writer(fd)
+        self.active = self.loop.time()
 
     def send_now(self, parts: list[Any]) -> list[Any]:
         """Send what goes without waiting; returns the parts left for `send` (empty when all went).
@@ -244,12 +273,41 @@ class Connection:
             left -= n
 
 
+def _log_idle(conn: Connection, max_idle_ms: int) -> None:
+    idle = int((conn.expired or 0) * 1000)
+    got, size = conn.partial()
+    if got:
+        of = f"{got} of {size} bytes" if size else f"{got} of the 4 size bytes"
+        log.warning("closing connection from %s: %s of a request frame and then nothing for %d ms "
+                    "(connections.max.idle.ms=%d)", conn.peer, of, idle, max_idle_ms)  # fmt: skip
+    else:
+        log.info("closing connection from %s: idle for %d ms (connections.max.idle.ms=%d)", conn.peer, idle,
+                 max_idle_ms)  # fmt: skip
+
+
+def describe_request(frame: memoryview | None) -> str:
+    """A request in a few words for a log line: API, version, correlation id, size and its first bytes."""
+    if frame is None:
+        return "unknown (a run of produce requests)"
+    head = bytes(frame[:16]).hex()
+    if len(frame) < 8:
+        return f"of {len(frame)} bytes: {head}"
+    key, version, cid = _HEADER.unpack_from(frame)
+    try:
+        name = ApiKey(key).name
+    except ValueError:
+        name = f"API key {key}"
+    more = "…" if len(frame) > 16 else ""
+    return f"{name} v{version}, correlation id {cid}, {len(frame)} bytes: {head}{more}"
+
+
 class Server:
     """Accepts connections and serves each on its own task until it closes or misbehaves."""
 
     def __init__(self, host: str, port: int, dispatch: Dispatch, *, max_request_bytes: int,
                  send_buffer: int = -1, receive_buffer: int = -1,
-                 settle: Callable[[], None] | None = None, run: RunDispatch | None = None) -> None:  # fmt: skip
+                 settle: Callable[[], None] | None = None, run: RunDispatch | None = None,
+                 max_idle_ms: int = -1) -> None:  # fmt: skip
         self.host, self.port = host, port
         self.dispatch = dispatch
         self.run = run
@@ -258,8 +316,10 @@ class Server:
         self.send_buffer, self.receive_buffer = send_buffer, receive_buffer
         self.sock: socket.socket | None = None
         self.tasks: set[asyncio.Task] = set()
-        self.connections: set[socket.socket] = set()
+        self.connections: dict[Connection, asyncio.Task] = {}
         self._accept_task: asyncio.Task | None = None
+        self.max_idle_ms = max_idle_ms
+        self._idle_task: asyncio.Task | None = None
 
     def bind(self) -> None:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -280,6 +340,27 @@ class Server:
         if self.sock is None:
             self.bind()
         self._accept_task = asyncio.get_running_loop().create_task(self._accept_loop())
+        self.expire_idle(self.max_idle_ms)
+
+    def expire_idle(self, max_idle_ms: int) -> None:
+        """Close connections idle for `max_idle_ms` from now on (-1: never), as `connections.max.idle.ms`."""
+        self.max_idle_ms = max_idle_ms
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            self._idle_task = None
+        if max_idle_ms > 0:
+            self._idle_task = asyncio.get_running_loop().create_task(self._idle_loop(max_idle_ms / 1000))
+
+    async def _idle_loop(self, limit: float) -> None:
+        loop = asyncio.get_running_loop()
+        every = min(max(limit / 8, 0.01), 5.0)  # closed between `limit` and `limit + every` after the last activity
+        while True:
+            await asyncio.sleep(every)
+            now = loop.time()
+            for conn, task in list(self.connections.items()):
+                if not conn.busy and conn.expired is None and now - conn.active >= limit:
+                    conn.expired = now - conn.active
+                    task.cancel()
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -307,11 +388,14 @@ class Server:
     async def _serve(self, sock: socket.socket, peer: str) -> None:
         conn = Connection(sock, peer, self.max_request_bytes)
         current_peer.set(peer)
-        self.connections.add(sock)
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections[conn] = task
         dispatch, settle, run = self.dispatch, self.settle, self.run
         out: list[Any] = []
         held = 0
         singles = 0  # requests the run dispatch declined: they go to `dispatch` one by one
+        frame: memoryview | None = None  # the request being handled (its first bytes name it in a log line)
         try:
             while True:
                 got: Any = conn.take_run(run) if run is not None and not singles else 0
@@ -331,7 +415,12 @@ class Server:
                     answer = dispatch(frame, peer)
                     if answer is not None and answer.__class__ is not list:
                         settle()
-                        answer = await answer
+                        conn.busy = True
+                        try:
+                            answer = await answer
+                        finally:
+                            conn.busy = False
+                            conn.active = conn.loop.time()
                     if answer is not None:
                         out += answer
                         held += 1
@@ -355,20 +444,26 @@ class Server:
         except OSError as exc:
             log.info("connection from %s ended: %s", peer, exc)
         except asyncio.CancelledError:
-            raise
-        except Exception:  # a handler bug: this connection ends, the broker stays up
-            log.exception("closing connection from %s after an internal error", peer)
+            if conn.expired is None:
+                raise
+            _log_idle(conn, int(self.max_idle_ms))
+        except Exception as exc:  # a handler bug: this connection ends, the broker stays up; one line, no traceback
+            log.error("closing connection from %s after an internal error: %s (request %s)", peer,
+                      describe_exception(exc), describe_request(frame))  # fmt: skip
+            log.debug("traceback of the internal error", exc_info=True)
         finally:
             with contextlib.suppress(OSError):  # a handler failed after others deferred work: do it
                 settle()
             for part in out:  # answers never handed to `send` (the deferred write failed): their regions' fds
                 if isinstance(part, FileRegion):
                     os.close(part.fd)
-            self.connections.discard(sock)
+            self.connections.pop(conn, None)
             sock.close()
 
     async def close(self) -> None:
         """Stop accepting and end every connection."""
+        if self._idle_task is not None:
+            self._idle_task.cancel()
         if self._accept_task is not None:
             self._accept_task.cancel()
         if self.sock is not None:

@@ -72,10 +72,17 @@ LIMITS = {"socket.request.max.bytes": str(MAX_REQUEST), "message.max.bytes": "10
 
 @pytest.fixture(scope="module")
 def limits_broker(zk_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker for this module with small request and batch limits and no topic auto-creation."""
+    """One broker for this module with small request and batch limits and no topic auto-creation; it logs
+    every closing line (no repeat limit), as the tests look for each connection's line."""
     root = tmp_path_factory.mktemp("limits-broker")
-    with BrokerProcess(1, new_chroot(zk_server.connect_string), root, overrides=LIMITS) as b:
+    b = BrokerProcess(1, new_chroot(zk_server.connect_string), root, overrides=LIMITS)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("KAFKACTL_LOG_REPEATS", "0")
+            b.start()
         yield b
+    finally:
+        b.__exit__(None, None, None)
 
 
 def assert_healthy(b: BrokerProcess) -> None:
@@ -657,6 +664,53 @@ def test_idempotent_batch_with_negative_length_is_corrupt(start_broker, length):
     assert_healthy(b)
 
 
+# --- idle connections: connections.max.idle.ms -----------------------------------------------------
+
+
+def test_half_sent_and_silent_connections_are_closed_after_connections_max_idle_ms(start_broker):
+    """Kafka's connections.max.idle.ms: a connection with nothing received or sent for that long is closed,
+    whether it is silent or stopped inside a frame (small, big, or its size); one that keeps asking is not,
+    and neither is one whose fetch waits in purgatory for longer than the idle limit."""
+    b = start_broker(1, overrides={"connections.max.idle.ms": "1000"})
+    meta = frame(ApiKey.METADATA, 1, 1, metadata_body(None))
+    big = frame(ApiKey.PRODUCE, 8, 2, produce_body("idle-t", {0: make_batch([b"v" * 200_000])}))
+    stalled = {
+        "silent": b"",
+        "2 of the 4 size bytes": meta[:2],
+        "half a Metadata frame": meta[: len(meta) // 2],
+        "half a 200 kB Produce frame": big[: len(big) // 2],
+    }
+    with open_conn(b) as busy:
+        create_topic(busy, "idle-t")
+        socks = {}
+        for what, data in stalled.items():
+            s = connect(b.port)
+            s.sendall(data)
+            socks[what] = s
+        waiting = connect(b.port)  # a fetch that waits 2.5 s for data that never comes: not idle meanwhile
+        waiting.sendall(frame(ApiKey.FETCH, 11, 3, fetch_body("idle-t", 0, 0, max_wait_ms=2500, min_bytes=1)))
+        try:
+            for i in range(15):  # a busy client: a request every 0.2 s for 3 s, three times the idle limit
+                t = metadata_topic(busy, "idle-t")
+                assert t["error_code"] == 0, (i, t)
+                time.sleep(0.2)
+            answer = read_frame(waiting)
+            assert answer is not None, "the broker closed a connection whose fetch was waiting in purgatory"
+            cid, body = decode_answer(answer, ApiKey.FETCH, 11)
+            assert cid == 3 and body["topics"][0]["partitions"][0]["error_code"] == 0, body
+            for what, s in socks.items():
+                assert closed_by_broker(s, 10.0), f"{what}: still open after 3 s and 10 s more (idle limit 1 s)"
+            p = produce_one(busy, "idle-t", 0, make_batch([b"still here"]))
+            assert (p["error_code"], p["base_offset"]) == (0, 0)
+        finally:
+            for s in (*socks.values(), waiting):
+                s.close()
+    log = b.log_text()
+    half = [line for line in log.splitlines() if "of a request frame and then nothing for" in line]
+    assert len(half) == 3 and all("(connections.max.idle.ms=1000)" in line for line in half), half
+    assert_healthy(b)
+
+
 # --- the fuzz ---------------------------------------------------------------------------------------
 
 FUZZ_TS = 1_780_000_000_000  # fixed record timestamps keep the fuzz frames the same run to run
@@ -908,7 +962,8 @@ def run_case(b: BrokerProcess, tail: LogTail, data: bytes) -> list[str]:
     return []
 
 
-def test_fuzzed_frames_close_only_their_connection_and_cost_no_data(start_broker):
+def test_fuzzed_frames_close_only_their_connection_and_cost_no_data(start_broker, monkeypatch):
+    monkeypatch.setenv("KAFKACTL_LOG_REPEATS", "0")  # every case's closing line is looked for
     b = start_broker(1, overrides={"socket.request.max.bytes": str(MAX_REQUEST)})
     cases = fuzz_cases()
     assert len(cases) == 12 * FUZZ_CASES_PER_BASE + RANDOM_CASES + PIPELINED_CASES

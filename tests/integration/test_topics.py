@@ -9,6 +9,7 @@ import pytest
 
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.protocol.messages.admin import TOPIC_RESOURCE
 from tests.integration import wire
 from tests.integration.helpers import (
     cli,
@@ -314,3 +315,22 @@ def test_an_assignment_naming_an_unknown_broker_is_refused(b):
     t = create_answer(b, create_request("ghost-replica", assignment={0: [1], 1: [1]}))
     assert t["error_code"] == 0, t
     assert listed(b)["ghost-replica"] == 2
+
+
+@pytest.mark.parametrize("name", ["a/../b", "../x", "", "a" * 300, "x y"])
+def test_illegal_names_in_delete_describe_and_alter_are_answered_not_looked_up(b, name):
+    """Kafka's answers (Topic.validate before anything else): DeleteTopics UNKNOWN_TOPIC_OR_PARTITION,
+    DescribeConfigs and AlterConfigs INVALID_TOPIC_EXCEPTION; the connection stays usable."""
+    resource = {"resource_type": TOPIC_RESOURCE, "resource_name": name}
+    with wire.open_conn(b) as conn:
+        [r] = conn.request(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 10000})["responses"]
+        assert (r["name"], r["error_code"]) == (name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        describe = {"resources": [{**resource, "configuration_keys": None}]}
+        [r] = conn.request(ApiKey.DESCRIBE_CONFIGS, describe)["results"]
+        assert r["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, r
+        configs = [{"name": "retention.ms", "value": "1"}]
+        alter = {"resources": [{**resource, "configs": configs}], "validate_only": False}
+        [r] = conn.request(ApiKey.ALTER_CONFIGS, alter)["responses"]
+        assert r["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, r
+        assert conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})["brokers"]
+    assert "Traceback" not in b.log_text() and "internal error" not in b.log_text()

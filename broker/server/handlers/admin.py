@@ -2,6 +2,10 @@
 
 Topic changes are written to ZooKeeper; every broker learns them from its watches (and the one that
 wrote them at once). AlterConfigs replaces a topic's whole set of overrides, as Kafka's does.
+
+Names are checked before they reach ZooKeeper: an illegal one is INVALID_TOPIC_EXCEPTION (Kafka's
+`Topic.validate`) where a topic is named to be created or configured, and UNKNOWN_TOPIC_OR_PARTITION
+in DeleteTopics (no such topic can exist).
 """
 
 from __future__ import annotations
@@ -87,6 +91,9 @@ async def handle_delete_topics(b: Broker, header: RequestHeader, req: dict[str, 
         if not b.config.delete_topic_enable:
             out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
             continue
+        if topic_name_error(name):
+            out.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+            continue
         try:
             await b.blocking(registry.delete_topic, b.zk, name)
         except registry.UnknownTopicError:
@@ -104,6 +111,10 @@ async def handle_describe_configs(b: Broker, header: RequestHeader, req: dict[st
         out: dict[str, Any] = {"error_code": 0, "resource_type": rtype, "resource_name": rname, "configs": []}
         results.append(out)
         if rtype == TOPIC_RESOURCE:
+            why = topic_name_error(rname)
+            if why:
+                out["error_code"], out["error_message"] = ErrorCode.INVALID_TOPIC_EXCEPTION, why
+                continue
             if rname not in b.cache.topics and not await b.refresh_topic(rname):
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out["error_message"] = f"topic {rname!r} does not exist"
@@ -137,6 +148,10 @@ async def handle_alter_configs(b: Broker, header: RequestHeader, req: dict[str, 
         out.append(item)
         if rtype != TOPIC_RESOURCE:
             item["error_code"], item["error_message"] = ErrorCode.INVALID_REQUEST, "only topic configs can be altered"
+            continue
+        why = topic_name_error(rname)
+        if why:
+            item["error_code"], item["error_message"] = ErrorCode.INVALID_TOPIC_EXCEPTION, why
             continue
         config = {c["name"]: c["value"] for c in res["configs"] if c["value"] is not None}
         why = topic_config_error(config)

@@ -34,8 +34,8 @@ async def handle_metadata(b: Broker, header: RequestHeader, req: dict[str, Any])
     allow_create = b.config.auto_create_topics and (version < 4 or req["allow_auto_topic_creation"])
     topics = []
     for name in names:
-        if name not in b.cache.topics and name in requested_names:
-            if not await b.refresh_topic(name) and allow_create and topic_name_error(name) is None:
+        if name not in b.cache.topics and name in requested_names and topic_name_error(name) is None:
+            if not await b.refresh_topic(name) and allow_create:
                 await auto_create(b, name)
         topics.append(_topic(b, name))
     brokers = [{"node_id": i, "host": h, "port": p, "rack": r} for i, (h, p, r) in sorted(b.cache.brokers.items())]

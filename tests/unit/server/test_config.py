@@ -258,8 +258,12 @@ def test_parse_listener() -> None:
     assert parse_listener("plaintext://h:1") == ("h", 1)
     assert parse_listener(" PLAINTEXT://[::1]:2 , PLAINTEXT://x:3") == ("::1", 2)
     assert parse_listener("SSL://h:9093,PLAINTEXT://p:9092") == ("p", 9092)  # the PLAINTEXT one of a list
-    bad_cases = [("h:1", "expected PLAINTEXT://host:port"), ("SSL://h:1", "only PLAINTEXT"),
-                 ("PLAINTEXT://h:port", "port is not a number"), ("PLAINTEXT://h", "port is not a number")]
+    bad_cases = [
+        ("h:1", "expected PLAINTEXT://host:port"),
+        ("SSL://h:1", "only PLAINTEXT"),
+        ("PLAINTEXT://h:port", "port is not a number"),
+        ("PLAINTEXT://h", "port is not a number"),
+    ]
     for bad, match in bad_cases:
         with pytest.raises(KafkactlError, match=match):
             parse_listener(bad)
@@ -357,6 +361,19 @@ def test_connection_timeout_follows_session_timeout() -> None:
     assert c.zk_connection_timeout_ms == 100
 
 
+def test_connections_max_idle_ms() -> None:
+    """Kafka's default, 10 minutes; any negative value means never (Kafka's Selector reads it so)."""
+    assert DEFAULTS["connections.max.idle.ms"] == "600000"
+    assert BrokerConfig.load().connections_max_idle_ms == 600000
+    assert BrokerConfig.load(None, {"connections.max.idle.ms": "1500"}).connections_max_idle_ms == 1500
+    for never in ("-1", "-600000"):
+        assert BrokerConfig.load(None, {"connections.max.idle.ms": never}).connections_max_idle_ms == -1
+    with pytest.raises(KafkactlError, match=r"connections[.]max[.]idle[.]ms=0: expected a positive number"):
+        BrokerConfig.load(None, {"connections.max.idle.ms": "0"})
+    with pytest.raises(KafkactlError, match=r"connections[.]max[.]idle[.]ms='10m': not an integer"):
+        BrokerConfig.load(None, {"connections.max.idle.ms": "10m"})
+
+
 # --- bad values -------------------------------------------------------------------------------
 
 
@@ -412,8 +429,19 @@ def test_topic_config_error() -> None:
 
 
 def test_topic_keys_of_config_md_are_known() -> None:
-    keys = ["cleanup.policy", "retention.ms", "retention.bytes", "segment.bytes", "segment.ms", "min.insync.replicas",
-            "max.message.bytes", "message.timestamp.type", "flush.messages", "flush.ms", "index.interval.bytes"]
+    keys = [
+        "cleanup.policy",
+        "retention.ms",
+        "retention.bytes",
+        "segment.bytes",
+        "segment.ms",
+        "min.insync.replicas",
+        "max.message.bytes",
+        "message.timestamp.type",
+        "flush.messages",
+        "flush.ms",
+        "index.interval.bytes",
+    ]
     assert set(keys) <= set(BrokerConfig.TOPIC_DEFAULTS)
 
 
