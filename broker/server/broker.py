@@ -9,7 +9,6 @@ flush, write the checkpoints and the clean-shutdown marker, close the ZooKeeper 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import signal
@@ -29,11 +28,12 @@ from broker.protocol.errors import ErrorCode
 from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
 from broker.server.coordinator import GroupCoordinator, coordinator_for
+from broker.server.group_store import GroupStore
 from broker.server.network import Server
 from broker.server.producers import ProducerIdPool, ProducerStates, load_states
 from broker.server.purgatory import Purgatory
 from broker.zk import client as zkclient
-from broker.zk import consumers, paths, registry
+from broker.zk import paths, registry
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +53,18 @@ class Broker:
         self.producer_states: dict[TopicPartition, ProducerStates] = defaultdict(ProducerStates)
         self.deferred_logs: set[PartitionLog] = set()  # logs with appends deferred until `write_deferred`
         self.pid_pool = ProducerIdPool()
+        # the groups' committed offsets and generations in ZooKeeper, written behind on a session of its own
+        self.group_store = GroupStore(
+            config.zookeeper_connect, session_timeout_s=config.zk_session_timeout_ms / 1000,
+            connect_timeout_s=config.zk_connection_timeout_ms / 1000,
+            owns=lambda g: coordinator_for(g, self.cache.brokers) == self.id,
+            live=lambda g: g in self.coordinator.groups,
+        )  # fmt: skip
         self.coordinator = GroupCoordinator(
             initial_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_ms=config.group_min_session_timeout_ms, max_session_ms=config.group_max_session_timeout_ms,
-            store=self._store_group,
+            store=self.group_store.store_generation, on_drop=self.group_store.forget,
         )  # fmt: skip
-        # the group generations' ZooKeeper writes and reads, in the order they were asked for
-        self._group_io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="group-state")
         self.zk: KazooClient | None = None
         self.server: Server | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -105,6 +110,7 @@ class Broker:
         except BaseException:
             await self._abort_start()
             raise
+        self.group_store.start(self.loop)
         self.coordinator.start()
         self._tasks = [
             self.loop.create_task(self._every(cfg.retention_check_interval_ms, self._retention)),
@@ -151,8 +157,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         self.coordinator.close()
-        with contextlib.suppress(TimeoutError):  # the last generations stored, for the coordinators taking over
-            await asyncio.wait_for(asyncio.to_thread(self._group_io.shutdown, wait=True), 5)
+        await self.group_store.close(5)  # what it holds written, for the coordinators taking over
         zk = self.zk
         if zk is not None and self._registered:
             with contextlib.suppress(Exception):
@@ -471,22 +476,6 @@ class Broker:
         """Whether this broker is the group's coordinator now (not once it is shutting down)."""
         return not self._closing and coordinator_for(group_id, self.cache.brokers) == self.id
 
-    def _store_group(self, group_id: str, generation: int, state: dict[str, Any] | None) -> None:
-        """The coordinator's hook: write a group's stable generation (or its end) to ZooKeeper, in order."""
-        if self.zk is None or self.loop is None:
-            return
-        try:
-            fut = self.loop.run_in_executor(self._group_io, self._write_group, group_id, generation, state)
-        except RuntimeError:  # shut down: the groups were handed over, not ended
-            return
-        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
-            "storing group %s's generation failed: %s", group_id, f.exception()))  # fmt: skip
-
-    def _write_group(self, group_id: str, generation: int, state: dict[str, Any] | None) -> None:
-        """(On the group writer thread.) A group that moved meanwhile is its new coordinator's to write."""
-        if coordinator_for(group_id, self.cache.brokers) == self.id and self.zk is not None:
-            consumers.store_generation(self.zk, group_id, generation, state)
-
     async def load_group(self, group_id: str) -> None:
         """Before a group request to the coordinator: take over the group's stored generation if this
         broker does not know the group (it just became its coordinator, or restarted)."""
@@ -494,10 +483,8 @@ class Broker:
             return
         self.coordinator.begin_load(group_id)
         state = None
-        try:
-            state = await self.loop.run_in_executor(self._group_io, consumers.generation, self.zk, group_id)
-        except Exception as exc:  # ZooKeeper unreachable: the group starts afresh, as it did before
-            log.warning("reading group %s's generation failed: %s", group_id, exc)
+        try:  # (within a short bound; ZooKeeper unreachable: the group starts afresh, at once)
+            state = await self.group_store.load_generation(group_id)
         finally:
             self.coordinator.end_load(group_id, state if self.coordinates(group_id) else None)
 

@@ -12,6 +12,12 @@ Committed offsets go to ZooKeeper's offset registry; each stable generation (mem
 goes through the `store` hook to ZooKeeper too (`/consumers/<g>/generation`), and a coordinator that
 takes a group over (its old one died or moved) `restore`s it, so members keep their generation.
 
+Nothing here waits on ZooKeeper: the broker's `broker.server.group_store` writes behind, holding commits
+and generations in memory while ZooKeeper is unreachable and writing them when it returns, so joins,
+syncs, heartbeats and commits are answered as usual through an outage. A broker killed during one loses
+what it held: the group resumes from the last commits ZooKeeper has (at-least-once). `on_drop` tells the
+store when a group leaves this coordinator (it emptied or moved).
+
 The coordinator of a group is `sorted(live broker ids)[java_hash(group) % count]`, the same on every
 broker that sees the same live set.
 """
@@ -98,11 +104,14 @@ class GroupCoordinator:
     """Every group this broker coordinates, driven by the group API handlers on the event loop."""
 
     def __init__(self, *, initial_delay_ms: int = 3000, min_session_ms: int = 6000, max_session_ms: int = 1800000,
-                 store: Callable[[str, int, dict[str, Any] | None], None] | None = None):  # fmt: skip
+                 store: Callable[[str, int, dict[str, Any] | None], None] | None = None,
+                 on_drop: Callable[[str], None] | None = None):  # fmt: skip
         self.groups: dict[str, Group] = {}
         #: called with a group id, its generation and its `snapshot` when a generation is stable, or None
-        #: when the group empties
+        #: when the group empties; it must not block (the broker's queues the write)
         self.store = store
+        #: called with a group id when the group is no longer this coordinator's (it emptied, or moved)
+        self.on_drop = on_drop
         self._loading: dict[str, int] = {}  # group → loads of its stored generation in flight
         self._stale: set[str] = set()  # groups forgotten or handed over while a load was in flight
         self.initial_delay_ms = initial_delay_ms
@@ -129,6 +138,8 @@ class GroupCoordinator:
         if group is None:
             return
         self._mark_stale(group_id)
+        if self.on_drop is not None:
+            self.on_drop(group_id)
         if group.timer is not None:
             group.timer.cancel()
         for m in group.members.values():
@@ -481,6 +492,8 @@ class GroupCoordinator:
             self._mark_stale(group.group_id)
             if self.store is not None:
                 self.store(group.group_id, group.generation, None)
+            if self.on_drop is not None:
+                self.on_drop(group.group_id)
         log.info("group %s is empty", group.group_id)
 
     # -- offsets ----------------------------------------------------------------------------------

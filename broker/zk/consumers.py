@@ -2,7 +2,9 @@
 
 Blocking kazoo calls over the `/consumers/<g>/...` paths of `broker.zk.paths`. kafkactl's group
 consumer uses all three registries; the broker's group coordinator the offset registry and its own
-`generation` node, so `kafkactl group` reads committed offsets of both kinds of group from here.
+`generation` node, so `kafkactl group` reads committed offsets of both kinds of group from here. The
+broker never calls these on a group request's path: its `broker.server.group_store` writes them behind
+(held in memory while ZooKeeper is unreachable) and reads with kazoo's asynchronous calls, within a bound.
 """
 
 from __future__ import annotations
@@ -166,7 +168,15 @@ def generation(zk: KazooClient, group: str) -> dict[str, Any] | None:
     """What `store_generation` wrote, or None (no node, or one this version cannot read)."""
     try:
         data, _ = zk.get(paths.group_generation(group))
-        state = json.loads(data)
+    except NoNodeError:
+        return None
+    return parse_generation(data)
+
+
+def parse_generation(data: bytes | None) -> dict[str, Any] | None:
+    """The data of a `generation` node as `store_generation` was given it, or None if it cannot be read."""
+    try:
+        state = json.loads(data or b"")
         if state.pop("version", None) != 1:
             return None
         state["generation"] = int(state["generation"])
@@ -180,7 +190,7 @@ def generation(zk: KazooClient, group: str) -> dict[str, Any] | None:
              "protocols": [{"name": p["name"], "metadata": base64.b64decode(p["metadata"])} for p in m["protocols"]]}
             for m in state["members"]
         ]  # fmt: skip
-    except (NoNodeError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return state
 

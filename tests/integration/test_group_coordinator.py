@@ -10,10 +10,16 @@
 - The coordinator broker stopped: FindCoordinator from the others names another live broker, which takes
   the group's stable generation over from ZooKeeper (/consumers/<g>/generation): a member heartbeats and
   commits there without rejoining, and a kafka-python consumer group resumes from its committed offsets.
+- ZooKeeper killed (a private server): heartbeats, commits (held in memory), OffsetFetch, a new group's join
+  and sync, ListGroups are answered at once; an offset the broker cannot know then is
+  COORDINATOR_LOAD_IN_PROGRESS; the held commits reach ZooKeeper when it is back; one log line each way.
+  (tests/compat/test_group_zk_outage.py rides a confluent-kafka group through a 40 s outage.)
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import uuid
@@ -27,13 +33,15 @@ from kazoo.client import KazooClient
 
 from broker.client.connection import Connection
 from broker.client.sync import Producer
+from broker.daemon import free_port
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.primitives import I16, I32, Reader
 from broker.server.coordinator import coordinator_for
+from broker.zk.server import ZooKeeperServer
 from tests.fixtures import zk_client
 from tests.integration.clientkit import kafka_python_knows
-from tests.integration.cluster import BrokerProcess
+from tests.integration.cluster import BrokerProcess, new_chroot
 from tests.integration.helpers import running_cluster
 from tests.integration.wire import (
     closed_by_broker,
@@ -48,6 +56,7 @@ from tests.integration.wire import (
 )
 
 NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 ILLEGAL_GENERATION = 22
@@ -769,3 +778,92 @@ def test_members_survive_a_coordinator_move(start_broker) -> None:
         assigned = [(m["member_id"], m["member_assignment"]) for m in d["members"]]
         assert (d["group_state"], assigned) == ("Stable", [(member, b"all")])
         assert c.request(ApiKey.SYNC_GROUP, sync_body(group, gen, member, {}))["error_code"] == NONE
+
+
+# --- ZooKeeper down: group requests answered without it ------------------------------------------------------
+
+
+@pytest.fixture
+def private_zk(tmp_path) -> Iterator[ZooKeeperServer]:  # noqa: ANN001
+    """A ZooKeeper server of this test's own, to kill (the session-wide one is never stopped)."""
+    server = ZooKeeperServer(tmp_path / "zookeeper", free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def timed(fn) -> tuple[Any, float]:  # noqa: ANN001
+    began = time.monotonic()
+    result = fn()
+    return result, time.monotonic() - began
+
+
+@pytest.mark.chaos
+def test_group_requests_are_answered_at_once_while_zookeeper_is_down(private_zk: ZooKeeperServer,
+                                                                     tmp_path) -> None:  # noqa: ANN001  # fmt: skip
+    """ZooKeeper killed under a stable group: heartbeats, commits (held in memory, error 0), OffsetFetch of the
+    held offsets, a new group's JoinGroup and SyncGroup, ListGroups are each answered within a second; an offset
+    neither held nor read before is COORDINATOR_LOAD_IN_PROGRESS (retriable). Started again, ZooKeeper gets the
+    held commits within seconds. The broker logs the outage once, its end once, and nothing per request."""
+    fast = 1.0  # seconds: "at once", with room for a loaded machine
+    with BrokerProcess(1, new_chroot(private_zk.connect_string), tmp_path, overrides=GROUP_OVERRIDES) as b:
+        topic, group, other = unique("held"), unique("grp"), unique("new")
+        with conn_to(b) as c:
+            create_topic(c, topic, 3)
+        zk = zk_client(b.zk_connect)
+        try:
+            members = TwoMembers(b, group)
+            a, gen, ma = members.a, members.gen, members.ma
+            assert commit_errors(a.request(ApiKey.OFFSET_COMMIT, commit_body(group, gen, ma, {(topic, 0): 5}))) == {
+                (topic, 0): NONE}  # fmt: skip
+            assert zk_offsets(zk, group, topic) == {0: b"5"}  # written before the answer, while ZooKeeper is up
+            assert fetched(fetch_offsets(a, group, {topic: [1]}, 5)) == {(topic, 1): (-1, NONE)}
+        finally:
+            zk.stop()
+            zk.close()
+
+        os.kill(private_zk.pid, signal.SIGKILL)
+        private_zk.stop()
+        time.sleep(1.0)  # (the broker notices the connection drop)
+        for _ in range(3):
+            error, took = timed(lambda: heartbeat(a, group, gen, ma))
+            assert error == NONE and took < fast
+            body = commit_body(group, gen, ma, {(topic, 0): 7, (topic, 2): 9})
+            answer, took = timed(lambda body=body: a.request(ApiKey.OFFSET_COMMIT, body))
+            assert commit_errors(answer) == {(topic, 0): NONE, (topic, 2): NONE} and took < fast
+            assert heartbeat(members.b, group, gen, members.mb) == NONE
+        for version in (1, 5):  # held, and read before (none); partition 1 is neither
+            answer, took = timed(lambda v=version: fetch_offsets(a, group, {topic: [0, 1, 2]}, v))
+            assert took < fast and fetched(answer) == {(topic, 0): (7, NONE), (topic, 1): (-1, NONE),
+                                                       (topic, 2): (9, NONE)}, answer  # fmt: skip
+        answer = fetch_offsets(a, unique("cold"), {topic: [0]}, 5)  # nothing known of it: the client retries
+        assert answer["error_code"] == COORDINATOR_LOAD_IN_PROGRESS
+        answer = fetch_offsets(a, unique("cold"), {topic: [0]}, 1)
+        assert fetched(answer) == {(topic, 0): (-1, COORDINATOR_LOAD_IN_PROGRESS)}
+        with conn_to(b, "newcomer") as c:  # a new group forms without ZooKeeper
+            (member, took) = timed(lambda: new_member_id(c, other))
+            joined, took2 = timed(lambda: c.request(ApiKey.JOIN_GROUP, join_body(other, member)))
+            assert joined["error_code"] == NONE and took + took2 < 2 * fast, joined
+            synced, took = timed(lambda: c.request(ApiKey.SYNC_GROUP, sync_body(other, joined["generation_id"],
+                                                                                member, {member: b"x"})))  # fmt: skip
+            assert synced["error_code"] == NONE and took < fast
+            groups, took = timed(lambda: list_groups(c))
+            assert {group, other} <= set(groups) and took < fast
+
+        private_zk.start()
+        zk = zk_client(b.zk_connect)
+        try:
+            wait_until("the held commits in ZooKeeper",
+                       lambda: zk_offsets(zk, group, topic) == {0: b"7", 2: b"9"}, timeout=10)  # fmt: skip
+            assert heartbeat(a, group, gen, ma) == NONE
+        finally:
+            zk.stop()
+            zk.close()
+        wait_until("the end of the outage logged", lambda: "ZooKeeper back" in b.log_text())
+        members.close()
+        log = b.log_text()
+        assert log.count("ZooKeeper unreachable") == 1 and log.count("ZooKeeper back") == 1, log[-3000:]
+        assert "ZooKeeper back after" in log and "wrote 2 held commits" in log, log[-3000:]
+        assert "generation failed" not in log, log[-3000:]

@@ -1,9 +1,13 @@
 """The group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 OffsetFetch, DescribeGroups and ListGroups.
 
-Membership is `broker.server.coordinator`'s; committed offsets are read from and written to
-ZooKeeper's offset registry (`/consumers/<g>/offsets/<t>/<p>`) off the event loop. A request for a
-group this broker does not coordinate gets NOT_COORDINATOR, and the client asks FindCoordinator again.
+Membership is `broker.server.coordinator`'s; committed offsets live in ZooKeeper's offset registry
+(`/consumers/<g>/offsets/<t>/<p>`), through the broker's `broker.server.group_store`, so no group request
+waits on ZooKeeper for long: OffsetCommit is answered once the write is done, or held in memory (error 0)
+when ZooKeeper is slow or unreachable; OffsetFetch answers what ZooKeeper and memory say, and a partition
+that neither can tell during an outage COORDINATOR_LOAD_IN_PROGRESS (retriable: librdkafka retries it in
+place). A request for a group this broker does not coordinate gets NOT_COORDINATOR, and the client asks
+FindCoordinator again.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.server.coordinator import GroupState, coordinator_for
 from broker.server.network import current_peer
-from broker.zk import consumers
 
 if TYPE_CHECKING:
     from broker.server.broker import Broker
@@ -95,15 +98,8 @@ async def handle_offset_commit(b: Broker, header: RequestHeader, req: dict[str, 
                     offsets[(t["name"], p["partition_index"])] = p["committed_offset"]
             parts.append({"partition_index": p["partition_index"], "error_code": code})
         answer.append({"name": t["name"], "partitions": parts})
-    if offsets:
-        try:
-            await b.blocking(consumers.commit, b.zk, gid, offsets)
-        except Exception:
-            failed = ErrorCode.COORDINATOR_NOT_AVAILABLE  # ZooKeeper did not take it: the client retries
-            for t in answer:
-                for p in t["partitions"]:
-                    if (t["name"], p["partition_index"]) in offsets:
-                        p["error_code"] = failed
+    if offsets:  # written, or held in memory until ZooKeeper takes it: accepted either way
+        await b.group_store.commit(gid, offsets)
     return {"topics": answer}
 
 
@@ -111,13 +107,18 @@ async def handle_offset_fetch(b: Broker, header: RequestHeader, req: dict[str, A
     gid = req["group_id"]
     error = ErrorCode.NOT_COORDINATOR if _not_coordinator(b, gid) else ErrorCode.NONE
     wanted = req["topics"]
-    committed: dict[tuple[str, int], Any] = {}
+    committed: dict[tuple[str, int], int] = {}
     if not error:
-        topics = None if wanted is None else [t["name"] for t in wanted]
-        try:
-            committed = await b.blocking(consumers.committed, b.zk, gid, topics)
-        except Exception:
-            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        asked: dict[str, list[int]] | None = None
+        if wanted is not None:
+            asked = {}
+            for t in wanted:
+                asked.setdefault(t["name"], []).extend(t["partition_indexes"])
+        found = await b.group_store.fetch(gid, asked)
+        if found is None:  # ZooKeeper unreachable and not all in memory: the client retries (see fetch)
+            error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        else:
+            committed = dict(sorted((tp, o) for tp, o in found.items() if o >= 0))
     if wanted is None:
         by_topic: dict[str, list[int]] = {}
         for t, p in committed:
@@ -128,8 +129,7 @@ async def handle_offset_fetch(b: Broker, header: RequestHeader, req: dict[str, A
     for t in wanted:
         parts = []
         for p in t["partition_indexes"]:
-            c = committed.get((t["name"], p))
-            parts.append({"partition_index": p, "committed_offset": -1 if c is None else c.offset,
+            parts.append({"partition_index": p, "committed_offset": committed.get((t["name"], p), -1),
                           "metadata": "", "error_code": part_error})  # fmt: skip
         topics_out.append({"name": t["name"], "partitions": parts})
     return {"topics": topics_out, "error_code": error}
@@ -159,8 +159,6 @@ async def handle_list_groups(b: Broker, header: RequestHeader, req: dict[str, An
 
 
 async def _stored_groups(b: Broker) -> set[str]:
-    """Broker-coordinated groups with committed offsets in ZooKeeper (not kafkactl's own ZooKeeper groups)."""
-    try:
-        return set(await b.blocking(consumers.broker_groups, b.zk))
-    except Exception:
-        return set()
+    """Broker-coordinated groups with committed offsets in ZooKeeper (not kafkactl's own ZooKeeper groups), or
+    held to be written there; within a short bound."""
+    return await b.group_store.stored_groups()

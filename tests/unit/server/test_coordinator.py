@@ -1041,3 +1041,25 @@ def test_a_coordinator_taking_a_group_over_keeps_its_generation_members_and_inst
         assert (await t)["generation_id"] == f["generation_id"] == gen + 1
 
     run(main())
+
+
+def test_on_drop_is_told_when_a_group_empties_or_moves_away() -> None:
+    """The group store answers a live group's offsets from memory during a ZooKeeper outage; it must forget
+    them once the group is no longer this coordinator's (emptied: `kafkactl group rewind` may then change
+    them; moved: its new coordinator's members commit elsewhere)."""
+
+    async def main() -> None:
+        dropped: list[str] = []
+        c = coord(on_drop=dropped.append, store=lambda *a: None)
+        gen, [m1, m2] = await stable_group(c, 2)
+        assert dropped == []
+        c.leave({"group_id": GID, "member_id": m1}, 0)
+        c.leave({"group_id": GID, "member_id": m2}, 0)
+        await settle()
+        assert dropped == [GID] and GID not in c.groups
+        await stable_group(c, 1)
+        c.unload(GID)
+        c.unload(GID)  # (already gone: not told twice)
+        assert dropped == [GID, GID]
+
+    run(main())

@@ -1,0 +1,523 @@
+"""The group coordinator's ZooKeeper state, written behind: no group request waits on ZooKeeper.
+
+Committed offsets (`/consumers/<g>/offsets/<t>/<p>`) and each group's stable generation
+(`/consumers/<g>/generation`) go through one `GroupStore` per broker, on a ZooKeeper session of its own
+(reconnecting at most `RECONNECT_MAX_DELAY_S` apart, so what it holds is written within about a second of
+ZooKeeper's return, and not tied to the broker's registration session).
+
+- OffsetCommit: the offsets are held in memory and one writer thread writes them in the order they were
+  committed (a partition committed again before its write keeps only the newer offset). While ZooKeeper
+  answers, the commit is answered once written, or after `COMMIT_WAIT_S` still held; while it does not,
+  at once. Always with error 0: a commit is never refused for ZooKeeper's sake, and a member's heartbeats,
+  queued behind its commit on the same connection, are never held back for long.
+- Stable generations, and their deletion when a group empties, are queued in order for the same thread.
+- While ZooKeeper is unreachable the writer waits; when it is back it writes what it holds, in order. A
+  commit held through an outage is not written over one that someone else (the group's next coordinator)
+  wrote to the same znode after it was accepted: the newer commit stays.
+- OffsetFetch: ZooKeeper's offsets with the held ones over them. During an outage, or when the read takes
+  longer than `READ_WAIT_S`: the held ones, and those this broker committed or read for a group that has
+  members here (nobody else writes them meanwhile: `kafkactl group rewind` refuses a group with members; the
+  memory is dropped when the group empties or moves). A partition known neither way is answered
+  COORDINATOR_LOAD_IN_PROGRESS (see `fetch`).
+- A group's stored generation, read when a broker takes a group over, is read within `READ_WAIT_S`;
+  unreachable, the group starts afresh at once (it did so before, after a failed read).
+- The outage is logged once, at WARNING ("ZooKeeper unreachable: …, N commits held in memory"), and its end
+  once ("ZooKeeper back after …: wrote N held commits"); nothing per request.
+
+What is held lives only in this process: a broker killed during an outage loses the commits it held, and
+the group resumes from the last commits ZooKeeper has, consuming those messages again (at-least-once). A
+clean shutdown writes what it holds if ZooKeeper answers within its grace period, and logs what it lost
+if not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from broker.zk import consumers, paths
+
+log = logging.getLogger(__name__)
+
+#: how long an OffsetCommit waits for its write while ZooKeeper answers (then it is answered, still held)
+COMMIT_WAIT_S = 1.0
+#: how long a group request waits for a ZooKeeper read (a stored generation, committed offsets)
+READ_WAIT_S = 2.0
+#: the longest pause between two attempts to reconnect to ZooKeeper (kazoo's default grows to an hour)
+RECONNECT_MAX_DELAY_S = 1.0
+#: the pause after a failed write before the writer tries again while the session looks connected
+RETRY_PAUSE_S = 0.5
+
+TopicPartition = tuple[str, int]
+OffsetKey = tuple[str, str, int]  # (group, topic, partition)
+
+#: errors that mean ZooKeeper did not answer (the request may be retried), not that it refused
+UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+
+
+@dataclass
+class _Commit:
+    offset: int
+    at_ms: int  # (wall clock) when it was accepted
+    seq: int  # its OffsetCommit's place in the order of commits
+    held: bool  # accepted while ZooKeeper was unreachable, or its write failed: written with care
+
+
+@dataclass
+class _Generation:
+    group: str
+    generation: int
+    state: dict[str, Any] | None
+
+
+def connect_client(hosts: str, session_timeout_s: float) -> KazooClient:
+    """The store's own kazoo client (not started): its reconnection attempts never pause long."""
+    retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S)
+    return KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=retry)
+
+
+class GroupStore:
+    """Committed offsets and stable generations between the coordinator (on the event loop) and ZooKeeper.
+
+    `owns(group)`: whether this broker coordinates the group now (generations of groups that moved away are
+    their new coordinator's to write). `live(group)`: whether the group has members here (its offsets may be
+    answered from memory during an outage). `client`: makes the (unstarted) kazoo client, for tests.
+    """
+
+    def __init__(self, hosts: str, *, session_timeout_s: float = 18.0, connect_timeout_s: float = 15.0,
+                 owns: Callable[[str], bool] = lambda g: True, live: Callable[[str], bool] = lambda g: False,
+                 client: Callable[[], Any] | None = None) -> None:  # fmt: skip
+        self.hosts = hosts
+        self.connect_timeout_s = connect_timeout_s
+        self.owns = owns
+        self.live = live
+        self._make_client = client or (lambda: connect_client(hosts, session_timeout_s))
+        self.zk: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._cond = threading.Condition()
+        # -- under _cond --
+        self._held: collections.OrderedDict[OffsetKey, _Commit] = collections.OrderedDict()  # in commit order
+        self._generations: collections.deque[_Generation] = collections.deque()
+        self._seq = 0
+        self._reachable = False  # the session is connected and the last write went through
+        self._retry_at = 0.0  # (monotonic) the writer's next attempt after a failed write
+        self._stopping = False
+        self._outage: float | None = None  # (monotonic) when the outage being logged began
+        self._wrote_held = 0  # held commits written since the outage began
+        self._kept_newer = 0  # held commits not written over a newer one
+        self._wrote_generations = 0
+        # -- the event loop's --
+        self._waiters: list[tuple[int, asyncio.Future]] = []  # OffsetCommits waiting for their write
+        self._known: dict[str, dict[TopicPartition, int]] = {}  # group → partition → offset (-1: none)
+        # -- the writer thread's --
+        self._versions: dict[str, int] = {}  # offset znode → its version after this broker's last write
+        self._writer: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Open the session (waiting up to the connect timeout: it goes on trying after that, as an outage)
+        and start the writer."""
+        self.loop = loop
+        self.zk = self._make_client()
+        self.zk.add_listener(self._on_state)
+        with warnings.catch_warnings():  # kazoo warns of a missing chroot; the broker's own session made it
+            warnings.simplefilter("ignore")
+            connected = self.zk.start_async()
+        if connected.wait(self.connect_timeout_s) and self.zk.connected:
+            with self._cond:
+                self._reachable = True
+        else:
+            self._unreachable(f"no answer from {self.hosts} within {self.connect_timeout_s:g}s")
+        self._writer = threading.Thread(target=self._write_loop, name="group-store", daemon=True)
+        self._writer.start()
+
+    async def close(self, timeout: float) -> None:
+        """Write what is held (if ZooKeeper answers within `timeout`), stop the writer, close the session."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._writer is not None:
+            await asyncio.to_thread(self._writer.join, timeout)
+        with self._cond:
+            lost, generations = len(self._held), len(self._generations)
+        if lost or generations:
+            log.warning("ZooKeeper unreachable at shutdown: %d held commits and %d group generations are lost "
+                        "(their groups resume from the last commits ZooKeeper has)", lost, generations)  # fmt: skip
+        if self.zk is not None:
+            zk, self.zk = self.zk, None
+            with contextlib.suppress(Exception):
+                zk.remove_listener(self._on_state)
+            await asyncio.to_thread(_close_client, zk)
+        self._release(None)
+
+    # -- commits ----------------------------------------------------------------------------------
+
+    async def commit(self, group: str, offsets: dict[TopicPartition, int]) -> None:
+        """Hold the offsets for the writer; return once written, after `COMMIT_WAIT_S`, or at once while
+        ZooKeeper is unreachable. Never raises for ZooKeeper's sake."""
+        now_ms = int(time.time() * 1000)
+        with self._cond:
+            self._seq += 1
+            seq, reachable = self._seq, self._reachable and not self._stopping
+            for (topic, p), offset in offsets.items():
+                key = (group, topic, p)
+                self._held[key] = _Commit(int(offset), now_ms, seq, held=not reachable)
+                self._held.move_to_end(key)
+            self._cond.notify_all()
+        if self.live(group):
+            self._known.setdefault(group, {}).update(offsets)
+        if not reachable:
+            return
+        assert self.loop is not None
+        fut = self.loop.create_future()
+        self._waiters.append((seq, fut))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fut, COMMIT_WAIT_S)
+
+    def held_commits(self, group: str | None = None) -> dict[OffsetKey, int]:
+        """The commits not written to ZooKeeper yet (of one group, or all)."""
+        with self._cond:
+            return {k: c.offset for k, c in self._held.items() if group is None or k[0] == group}
+
+    async def fetch(self, group: str, wanted: dict[str, list[int]] | None) -> dict[TopicPartition, int] | None:
+        """The group's committed offsets (-1: none) of the `wanted` partitions (None: every partition it
+        committed), or None when they cannot be known now: ZooKeeper is unreachable, or slower than
+        `READ_WAIT_S`, and memory does not have them all.
+
+        The handler answers None with COORDINATOR_LOAD_IN_PROGRESS, a retriable error: librdkafka retries an
+        OffsetFetch that gets it in place, with its retry backoff and no retry limit while its assignment
+        stays the same (rd_kafka_err_action: RETRY), so the partitions start at the committed offset once it
+        is known. COORDINATOR_NOT_AVAILABLE would only make it look the coordinator up again and drop the
+        answer, leaving those partitions unstarted until the next rebalance; -1 would send them to
+        auto.offset.reset. The Java client, kafka-python and aiokafka retry it too."""
+        held = {(t, p): o for (g, t, p), o in self.held_commits(group).items() if g == group}
+        if self._reachable:
+            topics = None if wanted is None else list(wanted)
+            try:
+                stored = await asyncio.wait_for(self._read_offsets(group, topics), READ_WAIT_S)
+            except (TimeoutError, *UNREACHABLE):
+                pass
+            else:
+                found = {**stored, **held}
+                if wanted is not None:
+                    found = {(t, p): found.get((t, p), -1) for t, ps in wanted.items() for p in ps}
+                if self.live(group):
+                    self._known.setdefault(group, {}).update(found)
+                return found
+        if wanted is None:
+            return None  # which partitions it committed to is ZooKeeper's to say
+        memory = {**self._known.get(group, {}), **held}
+        keys = [(t, p) for t, ps in wanted.items() for p in ps]
+        if not all(k in memory for k in keys):
+            return None
+        return {k: memory[k] for k in keys}
+
+    def forget(self, group: str) -> None:
+        """The coordinator dropped the group (it emptied or moved): its offsets are no longer answered from
+        memory during an outage (someone else may change them meanwhile)."""
+        self._known.pop(group, None)
+
+    async def _read_offsets(self, group: str, topics: list[str] | None) -> dict[TopicPartition, int]:
+        base = paths.group_offsets(group)
+        names = await self._children(base) if topics is None else topics
+        parts = await asyncio.gather(*(self._children(f"{base}/{t}") for t in names))
+        keys = [(t, int(p)) for t, ps in zip(names, parts, strict=True) for p in ps if p.isdigit()]
+        datas = await asyncio.gather(*(self._get(paths.group_offset(group, t, p)) for t, p in keys))
+        out = {}
+        for key, data in zip(keys, datas, strict=True):
+            with contextlib.suppress(ValueError, TypeError):
+                out[key] = int((data or b"").decode())
+        return out
+
+    # -- generations ------------------------------------------------------------------------------
+
+    def store_generation(self, group: str, generation: int, state: dict[str, Any] | None) -> None:
+        """(The coordinator's `store` hook.) Queue a stable generation (None: the group emptied) for the
+        writer, which writes them in order."""
+        with self._cond:
+            self._generations.append(_Generation(group, generation, state))
+            self._cond.notify_all()
+
+    async def load_generation(self, group: str) -> dict[str, Any] | None:
+        """The group's stable generation: the last one queued here and not written yet, else ZooKeeper's
+        within `READ_WAIT_S`; None (the group starts afresh) when there is none or ZooKeeper does not answer."""
+        with self._cond:
+            queued = [g for g in self._generations if g.group == group]
+        if queued:
+            return queued[-1].state
+        if not self._reachable:
+            return None
+        try:
+            data = await asyncio.wait_for(self._get(paths.group_generation(group)), READ_WAIT_S)
+        except (TimeoutError, *UNREACHABLE):
+            return None
+        return consumers.parse_generation(data) if data is not None else None
+
+    async def stored_groups(self) -> set[str]:
+        """Broker-coordinated groups with a node in ZooKeeper (not kafkactl's own ZooKeeper groups), within
+        `READ_WAIT_S`; with the groups whose commits are held. Only the held ones while unreachable."""
+        out = {g for g, _, _ in self.held_commits()}
+        if not self._reachable:
+            return out
+        try:
+            return out | await asyncio.wait_for(self._broker_groups(), READ_WAIT_S)
+        except (TimeoutError, *UNREACHABLE):
+            return out
+
+    async def _broker_groups(self) -> set[str]:
+        groups = [paths.group_name(n) for n in await self._children(paths.CONSUMERS)]
+        ids = await asyncio.gather(*(self._exists(paths.group_ids(g)) for g in groups))
+        return {g for g, stat in zip(groups, ids, strict=True) if stat is None}
+
+    # -- kazoo's asynchronous calls, awaited on the event loop --------------------------------------
+
+    async def _get(self, path: str) -> bytes | None:
+        try:
+            data, _ = await self._await(lambda zk: zk.get_async(path))
+        except NoNodeError:
+            return None
+        return data
+
+    async def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(await self._await(lambda zk: zk.get_children_async(path)))
+        except NoNodeError:
+            return []
+
+    async def _exists(self, path: str) -> Any:
+        return await self._await(lambda zk: zk.exists_async(path))
+
+    def _await(self, call: Callable[[Any], Any]) -> asyncio.Future:
+        """An asyncio future of a kazoo asynchronous call (no thread waits for it)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        zk = self.zk
+        if zk is None:
+            fut.set_exception(ConnectionClosedError("the group store is closed"))
+            return fut
+
+        def settle(result: Any) -> None:
+            try:
+                value, error = result.get(block=False), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                value, error = None, exc
+            with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
+                loop.call_soon_threadsafe(_settle, fut, value, error)
+
+        call(zk).rawlink(settle)
+        return fut
+
+    # -- reachability -----------------------------------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        """(kazoo's thread) The session's state changed: lost means an outage; connected, the writer goes on."""
+        if state == KazooState.CONNECTED:
+            with self._cond:
+                self._reachable = True
+                self._retry_at = 0.0
+                self._cond.notify_all()
+        else:
+            self._unreachable("session expired" if state == KazooState.LOST else "connection lost")
+
+    def _unreachable(self, reason: str) -> None:
+        """Commits are answered at once from now on, and held; the outage is logged once."""
+        with self._cond:
+            if self._stopping:
+                return
+            self._reachable = False
+            for c in self._held.values():
+                c.held = True
+            if self._outage is None:
+                self._outage = time.monotonic()
+                self._wrote_held = self._kept_newer = self._wrote_generations = 0
+                log.warning("ZooKeeper unreachable: %s, %d commits held in memory (group commits and generations "
+                            "are held and written when it returns)", reason, len(self._held))  # fmt: skip
+        self._release(None)
+
+    def _back(self) -> None:
+        """(The writer, with nothing left to write and the session connected.) The end of the outage, once."""
+        with self._cond:
+            if self._outage is None or self._generations or any(c.held for c in self._held.values()):
+                return  # (commits made since it came back need not be written for it to be back)
+            took, self._outage = time.monotonic() - self._outage, None
+            wrote, kept, generations = self._wrote_held, self._kept_newer, self._wrote_generations
+        newer = f", kept {kept} newer ones ZooKeeper had" if kept else ""
+        log.warning("ZooKeeper back after %.1fs: wrote %d held commits%s and %d group generations", took, wrote,
+                    newer, generations)  # fmt: skip
+
+    # -- the writer -------------------------------------------------------------------------------
+
+    def _ready(self) -> bool:
+        """(Under _cond.) Whether the writer has something to do now."""
+        zk = self.zk
+        if zk is None or not zk.connected or time.monotonic() < self._retry_at:
+            return False
+        return bool(self._held or self._generations or (self._outage is not None and self._reachable))
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ready():
+                    if self._stopping:
+                        return  # (with ZooKeeper unreachable, what is held stays unwritten: see close)
+                    if self._held or self._generations or self._outage is not None:
+                        self._cond.wait(max(0.05, min(1.0, self._retry_at - time.monotonic())))
+                    else:
+                        self._cond.wait()
+                generations, commits = list(self._generations), list(self._held.items())
+            try:
+                ok = self._write_generations(generations) and self._write_commits(commits)
+            except Exception:  # a bug, not ZooKeeper (or the session closed under it at shutdown)
+                if not self._stopping:
+                    log.exception("writing group state to ZooKeeper failed")
+                ok = False
+            with self._cond:
+                if ok:
+                    self._reachable = bool(self.zk is not None and self.zk.connected)
+                else:
+                    self._retry_at = time.monotonic() + RETRY_PAUSE_S
+            if ok:
+                self._back()
+
+    def _write_generations(self, generations: list[_Generation]) -> bool:
+        for g in generations:
+            try:
+                if self.owns(g.group):  # a group that moved meanwhile is its new coordinator's to write
+                    consumers.store_generation(self.zk, g.group, g.generation, g.state)
+            except UNREACHABLE as exc:
+                self._unreachable(_reason(exc))
+                return False
+            except KazooException as exc:
+                log.warning("storing group %s's generation %d failed: %s", g.group, g.generation, _reason(exc))
+            with self._cond:
+                if self._generations and self._generations[0] is g:
+                    self._generations.popleft()
+                    if self._outage is not None:
+                        self._wrote_generations += 1
+        return True
+
+    def _write_commits(self, commits: list[tuple[OffsetKey, _Commit]]) -> bool:
+        flushed = 0
+        try:
+            for key, c in commits:
+                try:
+                    written = self._write_offset(key, c)
+                except UNREACHABLE as exc:
+                    self._unreachable(_reason(exc))
+                    return False
+                except KazooException as exc:
+                    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                    written = True
+                with self._cond:
+                    if self._held.get(key) is c:
+                        del self._held[key]
+                    if c.held and self._outage is not None:
+                        if written:
+                            self._wrote_held += 1
+                        else:
+                            self._kept_newer += 1
+                flushed = c.seq
+            return True
+        finally:
+            if flushed:
+                self._release(flushed)
+
+    def _write_offset(self, key: OffsetKey, c: _Commit) -> bool:
+        """Write one commit; False when it was not written over a newer one. Only a held commit is checked
+        (one written as it comes is the newest there is: as in Kafka, the last commit wins)."""
+        zk = self.zk
+        path = paths.group_offset(*key)
+        data = str(c.offset).encode()
+        if not c.held:
+            try:
+                stat = zk.set(path, data)
+            except NoNodeError:
+                try:
+                    zk.create(path, data, makepath=True)
+                    self._versions[path] = 0
+                    return True
+                except NodeExistsError:
+                    stat = zk.set(path, data)
+            self._versions[path] = stat.version
+            return True
+        while True:  # held: not over a commit someone else wrote after this one was accepted
+            try:
+                _, stat = zk.get(path)
+            except NoNodeError:
+                try:
+                    zk.create(path, data, makepath=True)
+                except NodeExistsError:
+                    continue
+                self._versions[path] = 0
+                return True
+            if stat.version != self._versions.get(path) and stat.mtime > c.at_ms:
+                return False
+            try:
+                stat = zk.set(path, data, version=stat.version)
+            except (BadVersionError, NoNodeError):
+                continue
+            self._versions[path] = stat.version
+            return True
+
+    def _release(self, upto: int | None) -> None:
+        """Answer the OffsetCommits waiting for writes up to `upto` (None: all of them)."""
+        loop = self.loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
+            loop.call_soon_threadsafe(self._release_now, upto)
+
+    def _release_now(self, upto: int | None) -> None:
+        keep = []
+        for seq, fut in self._waiters:
+            if upto is None or seq <= upto:
+                if not fut.done():
+                    fut.set_result(None)
+            elif not fut.done():
+                keep.append((seq, fut))
+        self._waiters = keep
+
+
+def _settle(fut: asyncio.Future, value: Any, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(value)
+
+
+def _reason(exc: BaseException) -> str:
+    """kazoo's exceptions often say nothing: their type does."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _close_client(zk: Any) -> None:
+    with contextlib.suppress(Exception):
+        zk.stop()
+    with contextlib.suppress(Exception):
+        zk.close()

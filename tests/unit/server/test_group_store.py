@@ -1,0 +1,450 @@
+"""The group store (broker/server/group_store.py) on an in-memory stand-in for kazoo's client: commits written
+in order and answered once written; during an outage answered at once, held, served back by fetch, and written
+when ZooKeeper returns (the newest per partition; never over a newer commit someone else wrote); generations
+the same; reads bounded; the outage logged once and its end once. Plain asyncio.run, no plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import pytest
+from kazoo.client import KazooState
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError
+
+from broker.server import group_store
+from broker.server.group_store import GroupStore
+from broker.zk import consumers
+
+G = "g"
+T = "orders"
+
+
+def run(coro):  # noqa: ANN001, ANN201 - a tiny helper
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+class Stat(NamedTuple):
+    version: int
+    mtime: int
+
+
+class Result:
+    """A finished (or, when `hang`, never finishing) kazoo async result."""
+
+    def __init__(self, fn: Callable[[], Any] | None) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.ready = fn is not None
+        if fn is not None:
+            try:
+                self.value = fn()
+            except BaseException as exc:  # noqa: BLE001
+                self.error = exc
+
+    def rawlink(self, callback: Callable[[Any], None]) -> None:
+        if self.ready:
+            callback(self)
+
+    def get(self, block: bool = True) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class FakeZk:
+    """Znodes in a dict; `down()` fails every call with ConnectionLoss and tells the listeners SUSPENDED, `up()`
+    CONNECTED; `hang` leaves asynchronous calls unanswered (a ZooKeeper that does not answer yet)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[bytes, Stat]] = {}
+        self.connected = True
+        self.hang = False
+        self.failing = False  # calls fail with ConnectionLoss while the session still looks connected
+        self.listeners: list[Callable[[str], None]] = []
+        self.writes: list[tuple[str, bytes]] = []
+        self.lock = threading.RLock()
+
+    # -- session --
+    def add_listener(self, fn: Callable[[str], None]) -> None:
+        self.listeners.append(fn)
+
+    def remove_listener(self, fn: Callable[[str], None]) -> None:
+        self.listeners.remove(fn)
+
+    def start_async(self) -> threading.Event:
+        e = threading.Event()
+        if self.connected:
+            e.set()
+        return e
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def down(self) -> None:
+        self.connected = False
+        for fn in list(self.listeners):
+            fn(KazooState.SUSPENDED)
+
+    def up(self) -> None:
+        self.connected = True
+        for fn in list(self.listeners):
+            fn(KazooState.CONNECTED)
+
+    # -- synchronous calls --
+    def _check(self) -> None:
+        if not self.connected or self.failing:
+            raise ConnectionLoss()
+
+    def get(self, path: str) -> tuple[bytes, Stat]:
+        with self.lock:
+            self._check()
+            if path not in self.nodes:
+                raise NoNodeError()
+            return self.nodes[path]
+
+    def exists(self, path: str) -> Stat | None:
+        with self.lock:
+            self._check()
+            return self.nodes[path][1] if path in self.nodes else None
+
+    def get_children(self, path: str) -> list[str]:
+        with self.lock:
+            self._check()
+            if path not in self.nodes:
+                raise NoNodeError()
+            prefix = path.rstrip("/") + "/"
+            return sorted({p[len(prefix) :].split("/")[0] for p in self.nodes if p.startswith(prefix)})
+
+    def put(self, path: str, data: bytes, *, mtime: int | None = None) -> None:
+        """Someone else writes (another coordinator, kafkactl): no version check."""
+        with self.lock:
+            old = self.nodes.get(path)
+            self._mkparents(path)
+            self.nodes[path] = (data, Stat(old[1].version + 1 if old else 0, mtime or _now_ms()))
+
+    def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        with self.lock:
+            self._check()
+            if path not in self.nodes:
+                raise NoNodeError()
+            stat = self.nodes[path][1]
+            if version != -1 and version != stat.version:
+                raise BadVersionError()
+            self.nodes[path] = (data, Stat(stat.version + 1, _now_ms()))
+            self.writes.append((path, data))
+            return self.nodes[path][1]
+
+    def create(self, path: str, data: bytes = b"", makepath: bool = False) -> str:
+        with self.lock:
+            self._check()
+            if path in self.nodes:
+                raise NodeExistsError()
+            parent = path.rsplit("/", 1)[0]
+            if parent and parent not in self.nodes and not makepath:
+                raise NoNodeError()
+            self._mkparents(path)
+            self.nodes[path] = (data, Stat(0, _now_ms()))
+            self.writes.append((path, data))
+            return path
+
+    def delete(self, path: str, version: int = -1) -> None:
+        with self.lock:
+            self._check()
+            if path not in self.nodes:
+                raise NoNodeError()
+            if any(p.startswith(path + "/") for p in self.nodes):
+                raise NotEmptyError()
+            del self.nodes[path]
+
+    def _mkparents(self, path: str) -> None:
+        parts = path.split("/")
+        for i in range(2, len(parts)):
+            self.nodes.setdefault("/".join(parts[:i]), (b"", Stat(0, _now_ms())))
+
+    # -- asynchronous calls --
+    def _async(self, fn: Callable[[], Any]) -> Result:
+        return Result(None if self.hang else fn)
+
+    def get_async(self, path: str) -> Result:
+        return self._async(lambda: self.get(path))
+
+    def get_children_async(self, path: str) -> Result:
+        return self._async(lambda: self.get_children(path))
+
+    def exists_async(self, path: str) -> Result:
+        return self._async(lambda: self.exists(path))
+
+    # -- what a test reads --
+    def offset(self, topic: str, p: int, group: str = G) -> int | None:
+        node = self.nodes.get(f"/consumers/{group}/offsets/{topic}/{p}")
+        return None if node is None else int(node[0])
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def started(zk: FakeZk, live: Callable[[str], bool] = lambda g: True,
+                  owns: Callable[[str], bool] = lambda g: True) -> GroupStore:  # fmt: skip
+    store = GroupStore("fake:2181", connect_timeout_s=1, live=live, owns=owns, client=lambda: zk)
+    store.start(asyncio.get_running_loop())
+    return store
+
+
+async def until(what: str, check: Callable[[], Any], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def short_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(group_store, "COMMIT_WAIT_S", 0.3)
+    monkeypatch.setattr(group_store, "READ_WAIT_S", 0.3)
+    monkeypatch.setattr(group_store, "RETRY_PAUSE_S", 0.05)
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> tuple[list[str], list[str]]:
+    msgs = [r.getMessage() for r in caplog.records if r.name == "broker.server.group_store"]
+    return [m for m in msgs if m.startswith("ZooKeeper unreachable")], [m for m in msgs if "ZooKeeper back" in m]
+
+
+# --- while ZooKeeper answers ------------------------------------------------------------------------------------
+
+
+def test_a_commit_is_answered_once_written_and_fetch_reads_zookeeper() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): 5, (T, 1): 7})
+        assert (zk.offset(T, 0), zk.offset(T, 1)) == (5, 7) and store.held_commits() == {}
+        zk.put(f"/consumers/{G}/offsets/{T}/2", b"9")  # (kafkactl group rewind, say)
+        assert await store.fetch(G, {T: [0, 2, 3]}) == {(T, 0): 5, (T, 2): 9, (T, 3): -1}
+        assert await store.fetch(G, None) == {(T, 0): 5, (T, 1): 7, (T, 2): 9}
+        await store.commit(G, {(T, 0): 6})
+        assert zk.offset(T, 0) == 6
+        await store.close(1)
+
+    run(main())
+
+
+def test_commits_are_written_in_the_order_they_were_made() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        zk.down()
+        for i in range(5):
+            await store.commit(G, {(T, i % 2): 100 + i, ("other", 0): i})
+        await store.commit("h", {(T, 0): 1})
+        zk.writes.clear()
+        zk.up()
+        await until("the held commits written", lambda: not store.held_commits())
+        # the newest of each partition only, in the order of their last commits
+        assert [(path.split("/consumers/")[1], data) for path, data in zk.writes] == [
+            (f"{G}/offsets/{T}/1", b"103"), (f"{G}/offsets/{T}/0", b"104"), (f"{G}/offsets/other/0", b"4"),
+            (f"h/offsets/{T}/0", b"1")]  # fmt: skip
+        await store.close(1)
+
+    run(main())
+
+
+# --- an outage ---------------------------------------------------------------------------------------------------
+
+
+def test_during_an_outage_commits_are_answered_at_once_held_fetched_back_and_written_when_it_returns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "broker.server.group_store")
+
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): 1, (T, 1): 1})
+        zk.down()
+        began = time.monotonic()
+        for i in range(2, 40):
+            await store.commit(G, {(T, 0): i})
+        assert time.monotonic() - began < 0.2  # no commit waited
+        assert store.held_commits() == {(G, T, 0): 39} and zk.offset(T, 0) == 1
+        assert await store.fetch(G, {T: [0, 1]}) == {(T, 0): 39, (T, 1): 1}  # held, and committed here before
+        assert await store.fetch(G, {T: [0, 2]}) is None  # partition 2: unknown here → LOAD_IN_PROGRESS
+        assert await store.fetch(G, None) is None  # which partitions: ZooKeeper's to say
+        for _ in range(3):
+            zk.down()  # (the session flapping, writes failing: one line all the same)
+        zk.up()
+        await until("the held commit written", lambda: zk.offset(T, 0) == 39)
+        await until("the end of the outage logged", lambda: outage_lines(caplog)[1])
+        down, back = outage_lines(caplog)
+        assert len(down) == 1 and down[0].startswith("ZooKeeper unreachable: connection lost, 0 commits held")
+        assert len(back) == 1 and "wrote 1 held commits" in back[0], back
+        assert await store.fetch(G, {T: [0, 2]}) == {(T, 0): 39, (T, 2): -1}
+        await store.close(1)
+
+    run(main())
+
+
+def test_memory_answers_only_for_groups_with_members_here_and_forgets_them() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        live = {G}
+        store = await started(zk, live=lambda g: g in live)
+        zk.put(f"/consumers/{G}/offsets/{T}/0", b"4")
+        zk.put(f"/consumers/h/offsets/{T}/0", b"8")
+        assert await store.fetch(G, {T: [0, 1]}) == {(T, 0): 4, (T, 1): -1}
+        assert await store.fetch("h", {T: [0]}) == {(T, 0): 8}
+        zk.down()
+        assert await store.fetch(G, {T: [0, 1]}) == {(T, 0): 4, (T, 1): -1}  # read while it had members
+        assert await store.fetch("h", {T: [0]}) is None  # no members here: anyone may have changed it
+        store.forget(G)  # the group emptied (kafkactl group rewind may change its offsets now) or moved
+        assert await store.fetch(G, {T: [0]}) is None
+        await store.close(1)
+
+    run(main())
+
+
+def test_a_held_commit_is_not_written_over_a_newer_one(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "broker.server.group_store")
+
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): 10, (T, 1): 10})
+        zk.down()
+        zk.put(f"/consumers/{G}/offsets/{T}/1", b"3", mtime=_now_ms() - 60_000)  # older than what is held
+        await store.commit(G, {(T, 0): 20, (T, 1): 20})
+        await asyncio.sleep(0.01)
+        zk.put(f"/consumers/{G}/offsets/{T}/0", b"25")  # the group's next coordinator, after it
+        zk.up()
+        await until("the held commits written", lambda: not store.held_commits())
+        assert (zk.offset(T, 0), zk.offset(T, 1)) == (25, 20)
+        await until("the end of the outage logged", lambda: outage_lines(caplog)[1])
+        assert "wrote 1 held commits, kept 1 newer ones ZooKeeper had" in outage_lines(caplog)[1][0]
+        await store.close(1)
+
+    run(main())
+
+
+def test_a_failed_write_holds_the_commit_and_the_writer_tries_again(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "broker.server.group_store")
+
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        zk.failing = True  # (the connection dropped; kazoo has not told the listeners yet)
+        began = time.monotonic()
+        await store.commit(G, {(T, 0): 3})  # answered as soon as the write failed
+        assert time.monotonic() - began < group_store.COMMIT_WAIT_S
+        assert store.held_commits() == {(G, T, 0): 3}
+        await store.commit(G, {(T, 0): 4})
+        await asyncio.sleep(0.2)  # (the writer tries again, and fails again)
+        zk.failing = False  # back without a state change: the writer's next try finds it
+        await until("the commit written", lambda: zk.offset(T, 0) == 4)
+        await until("the end of the outage logged", lambda: outage_lines(caplog)[1])
+        down, back = outage_lines(caplog)
+        assert len(down) == 1 and down[0].startswith("ZooKeeper unreachable: ConnectionLoss, 1 commits held"), down
+        assert len(back) == 1 and "wrote 1 held commits" in back[0], back
+        await store.close(1)
+
+    run(main())
+
+
+# --- generations -------------------------------------------------------------------------------------------------
+
+
+def state(generation: int, member: str = "m1") -> dict[str, Any]:
+    return {"generation": generation, "protocol_type": "consumer", "protocol": "range", "leader": member,
+            "members": [{"member_id": member, "group_instance_id": None, "client_id": "c", "client_host": "/h",
+                         "session_timeout_ms": 6000, "rebalance_timeout_ms": 6000,
+                         "protocols": [{"name": "range", "metadata": b"m"}], "assignment": b"a"}]}  # fmt: skip
+
+
+def test_generations_are_held_through_an_outage_and_written_in_order() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        store.store_generation(G, 1, state(1))
+        await until("generation 1 stored", lambda: consumers.generation(zk, G))
+        zk.down()
+        store.store_generation(G, 2, state(2))
+        store.store_generation(G, 3, state(3, "m2"))
+        assert await store.load_generation(G) == state(3, "m2")  # the last one queued, not ZooKeeper's
+        store.store_generation("h", 5, state(5))
+        store.store_generation("h", 5, None)  # h emptied
+        assert await store.load_generation("h") is None
+        assert await store.load_generation("unknown") is None  # unreachable: afresh, at once
+        zk.up()
+        await until("generation 3 stored", lambda: (consumers.generation(zk, G) or {}).get("generation") == 3)
+        assert consumers.generation(zk, "h") is None
+        assert await store.load_generation(G) == state(3, "m2")  # from ZooKeeper now
+        await store.close(1)
+
+    run(main())
+
+
+def test_a_group_that_moved_away_is_not_written_by_its_old_coordinator() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk, owns=lambda g: g != "moved")
+        store.store_generation("moved", 1, state(1))
+        store.store_generation(G, 1, state(1))
+        await until("G's generation stored", lambda: consumers.generation(zk, G))
+        assert consumers.generation(zk, "moved") is None
+        await store.close(1)
+
+    run(main())
+
+
+# --- bounds ------------------------------------------------------------------------------------------------------
+
+
+def test_reads_of_a_zookeeper_that_does_not_answer_end_within_their_bound() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): 2})
+        zk.hang = True
+        began = time.monotonic()
+        assert await store.load_generation(G) is None
+        assert await store.fetch(G, {T: [0]}) == {(T, 0): 2}  # from memory
+        assert await store.fetch(G, {T: [1]}) is None
+        assert await store.stored_groups() == set()
+        assert time.monotonic() - began < 4 * group_store.READ_WAIT_S + 0.5
+        zk.hang = False
+        assert await store.stored_groups() == {G}
+        await store.close(1)
+
+    run(main())
+
+
+def test_close_writes_what_is_held_or_says_what_it_lost(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "broker.server.group_store")
+
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        zk.down()
+        await store.commit(G, {(T, 0): 4})
+        zk.up()
+        await store.close(2)
+        assert zk.offset(T, 0) == 4
+        zk2 = FakeZk()
+        store2 = await started(zk2)
+        zk2.down()
+        await store2.commit(G, {(T, 0): 4, (T, 1): 5})
+        await store2.close(0.5)
+        assert zk2.offset(T, 0) is None
+        assert any("at shutdown: 2 held commits and 0 group generations are lost" in r.getMessage()
+                   for r in caplog.records)  # fmt: skip
+
+    run(main())
