@@ -232,7 +232,7 @@ def test_a_confluent_group_rides_out_a_zookeeper_outage(outage_s: float, private
             zk.close()
         if private_zk.pid is None:
             private_zk.start()  # for the broker's clean stop
-        try:
-            broker.stop(timeout=20)
+        try:  # (not the subject here: its deregistration waits for the broker's own session to reconnect)
+            broker.stop(timeout=10)
         except Exception:  # noqa: BLE001
             broker.kill()
