@@ -149,11 +149,9 @@ class PartitionLog:
         self.clock = clock
         self.dir.mkdir(parents=True, exist_ok=True)
         self.recovery_plan: recovery.PartitionPlan | None = None
-        if not clean:
-            plan = recovery.plan_partition(self.dir, from_offset=recovery_point)
-            if plan.needs_cut or plan.needs_index_rebuild:
-                recovery.execute(plan, index_interval_bytes=self.config.index_interval_bytes)
-            self.recovery_plan = plan
+        if not clean:  # logs a WARNING with what it cut, and where to
+            self.recovery_plan = recovery.recover(self.dir, from_offset=recovery_point,
+                                                  index_interval_bytes=self.config.index_interval_bytes)  # fmt: skip
         self.segments: dict[int, LogSegment] = {}
         self.bases: list[int] = []
         for base, _ in recovery.segment_files(self.dir):

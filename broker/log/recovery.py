@@ -40,6 +40,7 @@ from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse
 log = logging.getLogger(__name__)
 QUARANTINE_SUFFIX = ".quarantined"
 DEFAULT_INDEX_INTERVAL = 4096  # index.interval.bytes when the partition's own setting is not known
+MAX_LOGGED_SEGMENTS = 10  # whole segments a start-up line names one by one; the rest are counted
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Cut:
     start: int
     end: int
     reason: str
+    quarantine: Path | None = None  # where its bytes went, once executed
 
 
 @dataclass
@@ -66,6 +68,7 @@ class SegmentPlan:
     kept: list[ScannedBatch] = field(default_factory=list)
     dropped: bool = False  # the whole segment follows damage and goes to quarantine
     index_problem: str | None = None
+    moved: list[Path] = field(default_factory=list)  # a dropped segment's files in quarantine (.log first)
 
     @property
     def cut_bytes(self) -> int:
@@ -145,6 +148,42 @@ def plan_partition(
     plan.next_offset = expected
     _confine(plan, directory.parent if root is None else Path(root))
     return plan
+
+
+def recover(directory: Path, *, from_offset: int, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL) -> PartitionPlan:
+    """Start-up recovery of a partition after an unclean stop: plan from the recovery point, carry the
+    plan out, and log one WARNING line if it cut anything (what, where it went, the offsets lost)."""
+    plan = plan_partition(directory, from_offset=from_offset)
+    if plan.needs_cut or plan.needs_index_rebuild:
+        execute(plan, index_interval_bytes=index_interval_bytes)
+        if plan.needs_cut and not plan.refused:
+            log.warning("%s", describe_cuts(plan))
+    return plan
+
+
+def format_lost(ranges: list[tuple[int, int | None]]) -> str:
+    """Inclusive offset ranges as `a-b, c-…` (an open end: no whole batch told where the cut data ended)."""
+    return ", ".join(f"{a}-{b}" if b is not None else f"{a}-…" for a, b in ranges if b is None or b >= a) or "none"
+
+
+def describe_cuts(plan: PartitionPlan) -> str:
+    """One line saying what an executed plan cut: offsets lost, and per segment the byte ranges, why, and
+    the quarantine file each went to."""
+    parts, dropped = [], [sp for sp in plan.segments if sp.dropped and sp.moved]
+    for sp in plan.segments:
+        for cut in sp.cuts:
+            kind = f"{sp.kind} damage" if sp.kind else "damage"
+            parts.append(f"{sp.path.name} bytes {cut.start}-{cut.end} ({kind}: {cut.reason}) -> {cut.quarantine}")
+    for sp in dropped[:MAX_LOGGED_SEGMENTS]:
+        parts.append(f"{sp.path.name} bytes 0-{sp.size} (whole segment after the damage) -> {sp.moved[0]}")
+    if len(dropped) > MAX_LOGGED_SEGMENTS:
+        rest = dropped[MAX_LOGGED_SEGMENTS:]
+        parts.append(f"{len(rest)} more whole segments ({sum(sp.size for sp in rest)} bytes, "
+                     f"{rest[0].path.name} to {rest[-1].path.name}) -> {rest[0].moved[0].parent}")  # fmt: skip
+    return (
+        f"{plan.dir.name}: recovery after an unclean stop cut offsets {format_lost(plan.lost)} "
+        f"(log end offset now {plan.next_offset}): " + "; ".join(parts)
+    )
 
 
 def resolves_outside(path: Path, root: Path) -> Path | None:
@@ -329,13 +368,14 @@ def execute(
                 if suffix_path.exists():
                     q = _quarantine_path(d, quarantine_dir, suffix_path.name)
                     _move(suffix_path, q)
-                    written.append(q)
+                    sp.moved.append(q)
+            written += sp.moved
             continue
         if sp.cuts:
             for cut in sp.cuts:
-                q = _quarantine_path(d, quarantine_dir, f"{sp.path.name}.{cut.start}-{cut.end}")
-                _copy_range(sp.path, cut.start, cut.end, q)
-                written.append(q)
+                cut.quarantine = _quarantine_path(d, quarantine_dir, f"{sp.path.name}.{cut.start}-{cut.end}")
+                _copy_range(sp.path, cut.start, cut.end, cut.quarantine)
+                written.append(cut.quarantine)
             _keep_only(sp)
         if sp.index_problem:
             written += rebuild_indexes(

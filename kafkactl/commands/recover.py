@@ -9,11 +9,8 @@ import typer
 from typer.exceptions import Exit
 
 from broker.log import offline
+from broker.log.recovery import format_lost
 from kafkactl.render import Output, json_line, progress, table
-
-
-def _lost(ranges: list[tuple[int, int | None]]) -> str:
-    return ", ".join(f"{a}-{b}" if b is not None else f"{a}-…" for a, b in ranges if b is None or b >= a) or "-"
 
 
 def recover(
@@ -84,7 +81,7 @@ def recover(
             if p.refused:
                 print(f"{p.dir.name}: left as it is (recover writes nothing outside the dir given): {p.refused}")
             elif p.needs_cut:
-                print(f"{p.dir.name}: offsets lost {_lost(p.lost)}; log end offset becomes {p.next_offset}")
+                print(f"{p.dir.name}: offsets lost {format_lost(p.lost)}; log end offset becomes {p.next_offset}")
         verb = "quarantined" if execute else "would quarantine"
         total = sum(r["cut_bytes"] for r in rows)
         print(f"{len(run.plans)} partitions scanned; {verb} {total} bytes"
