@@ -1,4 +1,4 @@
-"""Topic rules shared by the broker and the tools: legal names and round-robin replica assignment."""
+"""Topic rules shared by the broker and the tools: legal names, internal names and round-robin replica assignment."""
 
 from __future__ import annotations
 
@@ -8,6 +8,22 @@ MAX_NAME_LENGTH = 249
 #: more partitions than this in one topic is refused: one request must not stall the broker building them
 MAX_PARTITIONS = 10000
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+#: Kafka's internal topics (its `Topic.isInternal`: the group and transaction coordinators' state, KRaft's
+#: metadata log). kafkactl keeps that state in ZooKeeper, and never lets a client create or delete them: a
+#: ZooKeeper shared with a Kafka cluster may hold the real ones.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
+
+
+def is_internal(name: str) -> bool:
+    """Whether `name` is one of Kafka's internal topics."""
+    return name in INTERNAL_TOPICS
+
+
+def internal_topic_error(name: str, action: str) -> str | None:
+    """Why `action` ("created", "deleted") is refused for `name`, or None when it is not an internal topic."""
+    if name not in INTERNAL_TOPICS:
+        return None
+    return f"topic {name} is a Kafka internal topic and is not allowed to be {action}"
 
 
 def topic_name_error(name: str) -> str | None:

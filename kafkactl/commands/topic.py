@@ -1,4 +1,9 @@
-"""`kafkactl topic`: create, list, describe, alter and delete topics through a broker."""
+"""`kafkactl topic`: create, list, describe, alter and delete topics through a broker.
+
+Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, `__cluster_metadata`) are never
+created or deleted, whatever broker answers: refused with one line before anything is sent, as Kafka's
+`kafka-topics --delete` refuses them.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,9 @@ from typing import Annotated
 import typer
 
 from broker.client.admin import Admin
-from broker.errors import UsageError
+from broker.errors import KafkactlError, UsageError
 from broker.server.config import parse_override
+from broker.topics import internal_topic_error
 from kafkactl import contexts
 from kafkactl.render import Output, json_line, table
 
@@ -17,6 +23,12 @@ app = typer.Typer(help="Create, list, describe, alter and delete topics.", no_ar
 
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
 ConfigOpt = Annotated[list[str] | None, typer.Option("--config", help="key=value topic override (repeatable).")]
+
+
+def _not_internal(name: str, action: str) -> None:
+    why = internal_topic_error(name, action)
+    if why:
+        raise KafkactlError(why)
 
 
 def _configs(items: list[str] | None) -> dict[str, str]:
@@ -41,6 +53,7 @@ def create(
     bootstrap: contexts.Bootstrap = None,
 ) -> None:
     """Create a topic; partitions are spread over the live brokers round-robin."""
+    _not_internal(name, "created")
     if partitions == 0 or partitions < -1:
         raise UsageError(f"--partitions {partitions}: must be at least 1")
     if replication_factor == 0 or replication_factor < -1:
@@ -119,6 +132,7 @@ def delete(
     bootstrap: contexts.Bootstrap = None,
 ) -> None:
     """Delete a topic and all its data. Shows the plan unless --execute."""
+    _not_internal(name, "deleted")
     with Admin(contexts.bootstrap(bootstrap)) as admin:
         parts = admin.describe_topic(name)
         if not execute:

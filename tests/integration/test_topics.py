@@ -334,3 +334,94 @@ def test_illegal_names_in_delete_describe_and_alter_are_answered_not_looked_up(b
         assert r["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, r
         assert conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})["brokers"]
     assert "Traceback" not in b.log_text() and "internal error" not in b.log_text()
+
+
+# --- Kafka's internal topics --------------------------------------------------------------------------
+
+
+def cf_admin(b):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": b.bootstrap})
+
+
+def kp_admin(b):
+    from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=20_000)
+
+
+@pytest.mark.parametrize("name", ["__consumer_offsets", "__transaction_state"])
+def test_internal_topics_are_never_created(b, name):
+    """Not by CreateTopics (INVALID_TOPIC_EXCEPTION, as Kafka refuses a client's write to an internal
+    topic), not by Metadata's auto-creation, not by confluent-kafka's or kafka-python's admin, not by the CLI."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic as CfNewTopic
+    from kafka.admin import NewTopic as KpNewTopic
+    from kafka.errors import InvalidTopicError
+
+    t = create_answer(b, create_request(name, partitions=1))
+    assert t["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION, t
+    assert t["error_message"] == f"topic {name} is a Kafka internal topic and is not allowed to be created"
+    with wire.open_conn(b) as conn:
+        for version in (1, 4, 8):
+            md = conn.request(ApiKey.METADATA, wire.metadata_body([name], allow_auto_topic_creation=True), version)
+            [mt] = md["topics"]
+            assert mt["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, (version, mt)
+
+    cf = cf_admin(b)  # kept referenced: a dropped AdminClient fails its futures with _DESTROY
+    futures = cf.create_topics([CfNewTopic(name, num_partitions=1, replication_factor=1)], operation_timeout=20,
+                               request_timeout=20)  # fmt: skip
+    with pytest.raises(KafkaException) as caught:
+        futures[name].result(timeout=30)
+    assert caught.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, caught.value
+    admin = kp_admin(b)
+    try:
+        with pytest.raises(InvalidTopicError):
+            admin.create_topics([KpNewTopic(name, num_partitions=1, replication_factor=1)], timeout_ms=20_000)
+    finally:
+        admin.close()
+
+    r = topic(b, "create", name, "-p", "1")
+    error_line(r, f"topic {name} is a Kafka internal topic and is not allowed to be created")
+    assert r.returncode == 1
+    assert_not_created(b, name)
+
+
+def test_an_internal_topic_in_zookeeper_is_marked_internal_and_never_deleted(start_broker):
+    """A ZooKeeper shared with a Kafka cluster holds the real __consumer_offsets: Metadata marks it
+    is_internal as Kafka does, and no DeleteTopics (raw, confluent-kafka, kafka-python) nor the CLI removes it."""
+    from confluent_kafka import KafkaError, KafkaException
+    from kafka.errors import InvalidTopicError
+
+    from broker.zk import registry
+
+    b = start_broker(1)
+    name = "__consumer_offsets"
+    with zk_session(b.zk_connect) as zk:
+        registry.create_topic(zk, name, {0: [1], 1: [1]}, {})
+    wait_until(lambda: name in listed(b), 15, "the broker to learn the topic")
+    with wire.open_conn(b) as conn:
+        [mt] = conn.request(ApiKey.METADATA, wire.metadata_body([name], allow_auto_topic_creation=False))["topics"]
+        assert (mt["error_code"], mt["is_internal"], len(mt["partitions"])) == (0, True, 2), mt
+        [r] = conn.request(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 10000})["responses"]
+        assert (r["name"], r["error_code"]) == (name, ErrorCode.INVALID_TOPIC_EXCEPTION)
+    cf = cf_admin(b)
+    with pytest.raises(KafkaException) as caught:
+        cf.delete_topics([name], operation_timeout=20, request_timeout=20)[name].result(timeout=30)
+    assert caught.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, caught.value
+    admin = kp_admin(b)
+    try:
+        with pytest.raises(InvalidTopicError):
+            admin.delete_topics([name], timeout_ms=20_000)
+    finally:
+        admin.close()
+    for args in (("delete", name), ("delete", name, "--execute")):
+        r = topic(b, *args)
+        error_line(r, f"topic {name} is a Kafka internal topic and is not allowed to be deleted")
+        assert r.returncode == 1
+    with zk_session(b.zk_connect) as zk:
+        assert zk.exists(f"/brokers/topics/{name}") is not None
+        assert zk.exists(f"/admin/delete_topics/{name}") is None
+    assert listed(b)[name] == 2
+    assert "Traceback" not in b.log_text()

@@ -5,7 +5,9 @@ wrote them at once). AlterConfigs replaces a topic's whole set of overrides, as 
 
 Names are checked before they reach ZooKeeper: an illegal one is INVALID_TOPIC_EXCEPTION (Kafka's
 `Topic.validate`) where a topic is named to be created or configured, and UNKNOWN_TOPIC_OR_PARTITION
-in DeleteTopics (no such topic can exist).
+in DeleteTopics (no such topic can exist). Kafka's internal topics (`broker.topics.INTERNAL_TOPICS`)
+are never created nor deleted by a request: INVALID_TOPIC_EXCEPTION, the error Kafka gives a client
+writing to one ("Cannot append to internal topic").
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from broker.protocol.messages.admin import (
 )
 from broker.server.config import topic_config_error
 from broker.server.handlers.metadata import create_topic
-from broker.topics import MAX_PARTITIONS, topic_name_error
+from broker.topics import MAX_PARTITIONS, internal_topic_error, topic_name_error
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ async def handle_create_topics(b: Broker, header: RequestHeader, req: dict[str, 
 
 async def _create_one(b: Broker, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
     name = t["name"]
-    why = topic_name_error(name)
+    why = topic_name_error(name) or internal_topic_error(name, "created")
     if why:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, why
     config = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
@@ -90,6 +92,9 @@ async def handle_delete_topics(b: Broker, header: RequestHeader, req: dict[str, 
     for name in req["topic_names"]:
         if not b.config.delete_topic_enable:
             out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
+            continue
+        if internal_topic_error(name, "deleted"):
+            out.append({"name": name, "error_code": ErrorCode.INVALID_TOPIC_EXCEPTION})
             continue
         if topic_name_error(name):
             out.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})

@@ -1,7 +1,10 @@
 """ApiVersions and Metadata: what the broker speaks, and who leads which partition.
 
 Metadata may create a topic it is asked about (`auto.create.topics.enable`, and from v4 the
-request's own `allow_auto_topic_creation`), with `num.partitions` and `default.replication.factor`.
+request's own `allow_auto_topic_creation`), with `num.partitions` and `default.replication.factor`;
+never one of Kafka's internal topics (`__consumer_offsets`, ...), which kafkactl does not use. A topic
+of such a name found in ZooKeeper (one shared with a Kafka cluster) is marked `is_internal`, as Kafka
+marks it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from broker.protocol.api import api_versions_table
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
-from broker.topics import assign_replicas, topic_name_error
+from broker.topics import assign_replicas, is_internal, topic_name_error
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -35,7 +38,7 @@ async def handle_metadata(b: Broker, header: RequestHeader, req: dict[str, Any])
     topics = []
     for name in names:
         if name not in b.cache.topics and name in requested_names and topic_name_error(name) is None:
-            if not await b.refresh_topic(name) and allow_create:
+            if not await b.refresh_topic(name) and allow_create and not is_internal(name):
                 await auto_create(b, name)
         topics.append(_topic(b, name))
     brokers = [{"node_id": i, "host": h, "port": p, "rack": r} for i, (h, p, r) in sorted(b.cache.brokers.items())]
@@ -60,11 +63,14 @@ def _topic(b: Broker, name: str) -> dict[str, Any]:
             "replica_nodes": info.replicas, "isr_nodes": [r for r in info.isr if r in live],
             "offline_replicas": [r for r in info.replicas if r not in live],
         })  # fmt: skip
-    return {"error_code": 0, "name": name, "is_internal": False, "partitions": out}
+    return {"error_code": 0, "name": name, "is_internal": is_internal(name), "partitions": out}
 
 
 async def auto_create(b: Broker, name: str) -> ErrorCode:
-    """Create a topic with the broker's defaults; an existing one (a race) counts as created."""
+    """Create a topic with the broker's defaults; an existing one (a race) counts as created. Never an
+    internal topic (INVALID_TOPIC_EXCEPTION)."""
+    if is_internal(name):
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
     return await create_topic(b, name, b.config.num_partitions, b.config.default_replication_factor, None, {})
 
 
