@@ -194,8 +194,10 @@ class GroupStore:
         assert self.loop is not None
         fut = self.loop.create_future()
         self._waiters.append((seq, fut))
-        with contextlib.suppress(TimeoutError):
+        try:
             await asyncio.wait_for(fut, COMMIT_WAIT_S)
+        except TimeoutError:  # still held: written when the writer gets to it
+            self._waiters = [(s, f) for s, f in self._waiters if not f.done()]
 
     def held_commits(self, group: str | None = None) -> dict[OffsetKey, int]:
         """The commits not written to ZooKeeper yet (of one group, or all)."""
@@ -218,7 +220,7 @@ class GroupStore:
             topics = None if wanted is None else list(wanted)
             try:
                 stored = await asyncio.wait_for(self._read_offsets(group, topics), READ_WAIT_S)
-            except (TimeoutError, *UNREACHABLE):
+            except (TimeoutError, KazooException):  # (unreachable, or refused: not known now)
                 pass
             else:
                 found = {**stored, **held}
@@ -272,7 +274,7 @@ class GroupStore:
             return None
         try:
             data = await asyncio.wait_for(self._get(paths.group_generation(group)), READ_WAIT_S)
-        except (TimeoutError, *UNREACHABLE):
+        except (TimeoutError, KazooException):  # (unreachable, or refused: not known now)
             return None
         return consumers.parse_generation(data) if data is not None else None
 
@@ -284,7 +286,7 @@ class GroupStore:
             return out
         try:
             return out | await asyncio.wait_for(self._broker_groups(), READ_WAIT_S)
-        except (TimeoutError, *UNREACHABLE):
+        except (TimeoutError, KazooException):  # (unreachable, or refused: not known now)
             return out
 
     async def _broker_groups(self) -> set[str]:
