@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from broker.records.compression import Codec
 from tests.cli.conftest import TS, kafkactl
+from tests.unit.log.outside_dirs import move_out
 from tests.unit.records.legacy_sets import UPGRADED_CLUSTER, message, write_partition
 
 
@@ -172,16 +171,13 @@ def test_entries_resolving_outside_the_dir_given_are_reported(log_dir: Path, tmp
     """A partition dir symlinked out of the log dir, a segment and an index symlinked out of their
     partition dir: each is reported (recover leaves them alone), and still read."""
     outside = tmp_path / "elsewhere"
-    outside.mkdir()
     moved = {}
     for path in (
         log_dir / "t-1",
         sorted((log_dir / "t-0").glob("*.log"))[0],
         sorted((log_dir / "t-0").glob("*.index"))[1],
     ):
-        moved[path] = outside / path.name
-        shutil.move(path, moved[path])
-        os.symlink(moved[path], path)
+        moved[path] = move_out(path, outside)
     r = kafkactl("inspect", "segments", log_dir, "-o", "json", "--verify-index")
     assert r.returncode == 0, r.stdout + r.stderr  # nothing is damaged
     evs = _events(r.stdout)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from broker.log import producer_snapshot
@@ -13,6 +11,7 @@ from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.log.producer_snapshot import SnapshotEntry
 from tests.cli.conftest import kafkactl
+from tests.unit.log.outside_dirs import move_out, snapshot
 from tests.unit.records.legacy_sets import UPGRADED_CLUSTER, write_partition
 
 
@@ -137,30 +136,18 @@ def test_a_kafka_log_of_every_format_needs_no_recovery(tmp_path: Path) -> None:
     assert kafkactl("recover", log_dir).returncode == 0
 
 
-def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _move_out(path: Path, outside: Path) -> Path:
-    outside.mkdir(parents=True, exist_ok=True)
-    target = outside / path.name
-    shutil.move(path, target)
-    os.symlink(target, path)
-    return target
-
-
 def test_execute_writes_nothing_through_a_symlinked_segment(log_dir: Path, tmp_path: Path) -> None:
     """A torn segment that is a symlink to a file outside: the file outside is not truncated, the partition
     is left as it is with one line, the other partition is recovered."""
     outside = tmp_path / "elsewhere"
-    target = _move_out(_segments(log_dir / "t-0")[-1], outside)
+    target = move_out(_segments(log_dir / "t-0")[-1], outside)
     target.write_bytes(target.read_bytes()[:-9])  # torn
     seg1 = _segments(log_dir / "t-1")[-1]
     seg1.write_bytes(seg1.read_bytes()[:-9])  # torn too, but inside
-    before = _snapshot(outside)
+    before = snapshot(outside)
     r = kafkactl("recover", log_dir, "--execute")
     assert r.returncode == 3 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    assert _snapshot(outside) == before
+    assert snapshot(outside) == before
     [line] = [line for line in r.stdout.splitlines() if line.startswith("t-0:")]
     assert line.startswith("t-0: left as it is") and f"resolves to {target}" in line
     assert not list((log_dir / "t-0").glob("*.quarantined"))
@@ -170,14 +157,14 @@ def test_execute_writes_nothing_through_a_symlinked_segment(log_dir: Path, tmp_p
 
 def test_execute_writes_nothing_into_a_partition_dir_symlinked_out(log_dir: Path, tmp_path: Path) -> None:
     outside = tmp_path / "other-disk"
-    target = _move_out(log_dir / "t-0", outside)
+    target = move_out(log_dir / "t-0", outside)
     _corrupt(_segments(target)[1], 70)
     for p in target.glob("*.index"):
         p.write_bytes(b"\xff" * 13)  # indexes it would rebuild
-    before = _snapshot(outside)
+    before = snapshot(outside)
     r = kafkactl("recover", log_dir, "--execute", "-o", "json")
     assert r.returncode == 3 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    assert _snapshot(outside) == before  # no quarantine file, no index written there
+    assert snapshot(outside) == before  # no quarantine file, no index written there
     evs = [json.loads(line) for line in r.stdout.splitlines()]
     part = next(e for e in evs if e["type"] == "partition" and e["partition"] == "t-0")
     assert f"resolves to {target}, outside {log_dir}" in part["refused"]

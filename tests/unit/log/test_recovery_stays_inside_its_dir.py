@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,9 @@ from broker.log.config import LogConfig
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.log.segment import segment_name
+from tests.unit.log.outside_dirs import move_out, snapshot
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100, segment_ms=1 << 60)
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under `root` (symlinks not followed) and its bytes."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture
@@ -36,15 +31,6 @@ def log_dir(tmp_path, make_batch, clock) -> Path:
     log.close()
     assert len(recovery.segment_files(d)) >= 3
     return d.parent
-
-
-def move_out(path: Path, outside: Path) -> Path:
-    """Move `path` to `outside` and leave a symlink to it in its place; returns where it went."""
-    outside.mkdir(parents=True, exist_ok=True)
-    target = outside / path.name
-    shutil.move(path, target)
-    os.symlink(target, path)
-    return target
 
 
 def tear(segment: Path, n: int = 7) -> None:
