@@ -8,13 +8,18 @@ from collections.abc import Iterator
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from broker.errors import KafkactlError
 
 
 def connect(hosts: str, *, session_timeout_s: float = 18.0, connect_timeout_s: float = 15.0) -> KazooClient:
-    """A started client for `host:port[,...][/chroot]`; KafkactlError when nothing answers in time."""
-    zk = KazooClient(hosts=hosts, timeout=session_timeout_s)
+    """A started client for `host:port[,...][/chroot]`; KafkactlError when nothing answers in time.
+
+    A lost connection is retried at most a second apart, forever (kazoo's default backs off towards an
+    hour): after an outage the session is back within about a second of ZooKeeper, before it expires."""
+    retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+    zk = KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=retry)
     try:
         with warnings.catch_warnings():  # kazoo warns of a missing chroot; callers that need it say so in one line
             warnings.simplefilter("ignore")
