@@ -90,6 +90,9 @@ class LogManager:
         #: log dirs a write failed in (a full or failing disk), with why: as Kafka's LogDirFailureChannel,
         #: no more writes go there until the broker restarts
         self.offline_dirs: dict[Path, str] = {}
+        #: partitions whose damage start-up recovery refused to cut (it would have written outside their log
+        #: dir, through a symlink): served up to the damage, but nothing is appended after it
+        self.offline_partitions: dict[TopicPartition, str] = {}
 
     def startup(self, topic_configs: dict[str, LogConfig] | None = None, cluster_id: str | None = None) -> None:
         """Lock every log dir and load its logs, recovering those of a dir that was not shut down cleanly.
@@ -124,6 +127,9 @@ class LogManager:
                     log_start_offset=starts.get(tp, 0), clean=clean, clock=self.clock,
                 )  # fmt: skip
                 self._dir_of[tp] = d
+                plan = self.logs[tp].recovery_plan
+                if plan is not None and plan.refused and plan.needs_cut:
+                    self.offline_partitions[tp] = f"its damage was left uncut: {plan.refused}"
                 hw = self.high_watermarks.get(tp)
                 if hw is not None and hw > self.logs[tp].log_end_offset:  # recovery cut what the HW covered
                     self.high_watermarks[tp] = self.logs[tp].log_end_offset
@@ -226,9 +232,14 @@ class LogManager:
         return self._dir_of.get(tp)
 
     def is_offline(self, tp: TopicPartition) -> bool:
-        """Whether the partition's log lies in a log dir a write failed in."""
+        """Whether the partition takes no writes: its log dir failed a write, or its damage was left uncut."""
+        return self.why_offline(tp) is not None
+
+    def why_offline(self, tp: TopicPartition) -> str | None:
         d = self._dir_of.get(tp)
-        return d is not None and d in self.offline_dirs
+        if d is not None and d in self.offline_dirs:
+            return f"log dir offline after a failed write ({self.offline_dirs[d]})"
+        return self.offline_partitions.get(tp)
 
     def mark_offline(self, tp: TopicPartition, exc: BaseException) -> None:
         """Take the log dir of `tp` offline after a failed write or fsync in it (logged once per dir)."""

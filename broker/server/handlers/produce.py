@@ -118,9 +118,10 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
         out["error_message"] = "empty record set"
         return out
     tp = (topic, partition)
-    if b.logs.is_offline(tp):
+    offline = b.logs.why_offline(tp)
+    if offline is not None:
         out["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
-        out["error_message"] = f"log dir offline after a failed write ({b.logs.offline_dirs[b.logs.dir_of(tp)]})"
+        out["error_message"] = offline
         return out
     end_before = plog.log_end_offset
     try:  # validate before the sequence check: a corrupted retry of a stored batch is no duplicate

@@ -88,6 +88,8 @@ def test_start_up_leaves_a_partition_dir_symlinked_out_of_the_log_dir_alone(log_
         plan = mgr.get("orders", 0).recovery_plan
         assert plan.refused and plan.needs_cut and f"outside {log_dir}" in plan.refused
         assert any("orders-0: recovery left it as it is" in r.getMessage() for r in caplog.records)
+        # nothing may be appended after damage left in place: produce to it is answered KAFKA_STORAGE_ERROR
+        assert mgr.is_offline(("orders", 0)) and "left uncut" in mgr.why_offline(("orders", 0))
     finally:
         for plog in mgr.logs.values():
             plog.close()
