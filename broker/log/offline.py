@@ -67,8 +67,12 @@ def plan(path: Path, *, salvage: bool = False, advance: Callable[[int], None] = 
 def execute(
     run: RecoveryRun, *, quarantine_dir: Path | None = None, advance: Callable[[int], None] = lambda n: None
 ) -> None:
-    """Apply every plan (quarantining all it cuts) and bring the checkpoints in line."""
+    """Apply every plan (quarantining all it cuts) and bring the checkpoints in line. A refused plan (it
+    would write outside the dir given) is left out: its partition, snapshot and checkpoints stay as they are."""
     for p in run.plans:
+        if p.refused:
+            advance(1)
+            continue
         if p.needs_cut or p.needs_index_rebuild:
             run.quarantined += recovery.execute(p, quarantine_dir=quarantine_dir)
         if p.needs_cut:  # its producer snapshot may name batches cut away: start-up reads the log instead
@@ -87,7 +91,7 @@ def _fix_checkpoints(run: RecoveryRun) -> None:
     ends = {}
     for p in run.plans:
         tp = parse_partition_dir(p.dir.name)
-        if tp and p.needs_cut:
+        if tp and p.needs_cut and not p.refused:
             ends[tp] = p.next_offset
     if not ends:
         return

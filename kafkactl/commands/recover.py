@@ -35,12 +35,8 @@ def recover(
         run = offline.plan(path, salvage=salvage, advance=advance)
     refused = [p for p in run.plans if p.refused]
     if execute:
-        planned, run.plans = run.plans, [p for p in run.plans if not p.refused]
-        try:
-            with progress("recovering", len(run.plans)) as advance:
-                offline.execute(run, quarantine_dir=quarantine_dir, advance=advance)
-        finally:
-            run.plans = planned
+        with progress("recovering", len(run.plans)) as advance:
+            offline.execute(run, quarantine_dir=quarantine_dir, advance=advance)
     rows = []
     for p in run.plans:
         for s in p.segments:
