@@ -34,10 +34,12 @@ from broker.records.batch import (
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
+    Record,
     check_records,
     iter_records,
 )
 from broker.records.crc import crc32c
+from broker.records.legacy import inner_messages
 
 Buffer = bytes | bytearray | memoryview
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
@@ -405,7 +407,7 @@ class PartitionLog:
             item = read_batch(data, pos, len(data), verify_crc=False)
             if isinstance(item, Damage):
                 break
-            out.extend(r for r in iter_records(data, pos, item.header) if r.offset >= offset)
+            out.extend(r for r in _records_of(data, item) if r.offset >= offset)
             pos = item.end
         return out
 
@@ -423,7 +425,9 @@ class PartitionLog:
             for h in seg.heads(head.position):
                 if h.max_timestamp < timestamp or h.last_offset < start:
                     continue
-                for r in iter_records(seg.read(h.position, h.size)):
+                data = seg.read(h.position, h.size)
+                item = read_batch(data, 0, len(data), verify_crc=False)
+                for r in _records_of(data, item) if isinstance(item, ScannedBatch) else ():
                     if r.timestamp >= timestamp and r.offset >= start:
                         return r.offset, r.timestamp
         return None
@@ -480,6 +484,14 @@ class PartitionLog:
     def close(self) -> None:
         for seg in self.segments.values():
             seg.close()
+
+
+def _records_of(data: Buffer, item: ScannedBatch) -> list[Record]:
+    """The records of a scanned batch of any magic (a legacy wrapper's inner messages, with their offsets)."""
+    if item.header is not None:
+        return list(iter_records(data, item.position, item.header))
+    assert item.legacy is not None
+    return [Record(m.offset, m.timestamp, m.key, m.value) for m in inner_messages(item.legacy)]
 
 
 def _base_offset(mv: memoryview, pos: int) -> int:

@@ -31,6 +31,8 @@ TIMEINDEX_SUFFIX = ".timeindex"
 _NAME = re.compile(r"^(\d{20})\.log$")
 # baseOffset, batchLength, epoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp
 _HEAD = struct.Struct(">qiibIhiqq")
+_LEGACY_TS = struct.Struct(">q")
+_LEGACY_TS_AT = 18  # offset, size, crc, magic, attributes, then a magic 1 message's timestamp
 _IOV_MAX = 1024  # Linux's limit on the buffers of one writev
 
 
@@ -255,8 +257,10 @@ class LogSegment:
         size = length + LOG_OVERHEAD
         if length <= 0 or position + size > self.size:
             return None
-        if data[MAGIC_OFFSET] != 2 or len(data) < _HEAD.size:  # legacy message: one offset each
-            return BatchHead(position, size, base_offset, base_offset, -1)
+        if data[MAGIC_OFFSET] != 2 or len(data) < _HEAD.size:
+            # a legacy message (a wrapper's offset is its last inner one); magic 1 carries a timestamp
+            ts = _LEGACY_TS.unpack_from(data, _LEGACY_TS_AT)[0] if data[MAGIC_OFFSET] == 1 and len(data) >= 26 else -1
+            return BatchHead(position, size, base_offset, base_offset, ts)
         f = _HEAD.unpack(data)
         return BatchHead(position, size, base_offset, base_offset + f[6], f[8])
 

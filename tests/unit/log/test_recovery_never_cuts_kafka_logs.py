@@ -225,11 +225,6 @@ def test_healthy_data_is_never_cut(segments, first, tear):
         assert plan.next_offset == final.base_offset and plan.lost == [(final.base_offset, None)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LogSegment.read_head gives a legacy batch no timestamp (max_timestamp -1) and "
-    "PartitionLog.offset_for_timestamp decodes v2 records only: segment.py and log.py, owned elsewhere",
-)
 def test_offset_for_timestamp_finds_legacy_records(tmp_path):
     d = tmp_path / "orders-0"
     records = write_partition(d, CASES["magic1-gzip"])
