@@ -89,7 +89,7 @@ class Broker:
         self.server = Server(
             cfg.host, cfg.port, dispatcher(self), max_request_bytes=cfg.socket_request_max_bytes,
             send_buffer=cfg.socket_send_buffer_bytes, receive_buffer=cfg.socket_receive_buffer_bytes,
-            settle=self.write_deferred, run=run_dispatcher(self),
+            settle=self.write_deferred, run=run_dispatcher(self), max_idle_ms=cfg.connections_max_idle_ms,
         )  # fmt: skip
         self.server.bind()
         try:

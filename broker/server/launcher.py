@@ -101,8 +101,6 @@ def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
         broker = Broker(config)
 
         def ready(b: Broker) -> None:
-            if b.server is not None:  # connections.max.idle.ms (Broker.start could hand it to its Server)
-                b.server.expire_idle(config.connections_max_idle_ms)
             dirs = ",".join(str(d) for d in config.log_dirs)
             announce(
                 f"broker {config.broker_id} serving on {config.host}:{b.server.port if b.server else config.port} "
