@@ -14,11 +14,16 @@ Files beside the output (PATH)::
 data source's OffsetRange.end is exclusive: last = end - 1). A range split into several input
 partitions (`max_records_per_file`, `min_partitions`) gives one file per split, each named by its
 own sub-range. Spark reads `PATH` (directories starting with `_` are hidden from it) as one table.
+Spark and Hadoop also hide every file whose name starts with `.` or `_`, and both are legal first
+characters of a topic name: a topic's leading `.` is written `%2E` and a leading `_` `%5F` (percent
+encoding; `%` never occurs in a topic name, so `parse_file_name` undoes it): topic `..x` is
+`%2E.x+0+0+2.json`, `__x` is `%5F_x+0+0+2.json`.
 
 The commit protocol (every step idempotent; a kill -9 anywhere leaves a state the next run finishes):
 
-1. lock PATH; recover (below); plan: per topic-partition start = committed next offset (earliest for a
-   partition never loaded), end = the high watermark or the offset at `--until`; empty ranges dropped.
+1. check that every topic exists (else fail, having created nothing in PATH); lock PATH; recover
+   (below); plan: per topic-partition start = committed next offset (earliest for a partition never
+   loaded), end = the high watermark or the offset at `--until`; empty ranges dropped.
 2. write pending.json atomically (tmp, fsync, rename, fsync dir) — before Spark reads anything.
 3. Spark reads exactly the planned splits and writes staging/<id>/ (Spark's _SUCCESS marks its commit).
    Input partition i of the read is split i; each row is checked against split i's range in the job.
@@ -459,7 +464,7 @@ class OutputDir:
                 if split >= len(plan.splits):
                     raise SparkLoadError(f"staged file {rel_dir / name} of load {plan.load_id} has no split {split}")
                 t, p, s, e = plan.splits[split]
-                final = rel_dir / f"{t}+{p}+{s}+{e - 1}.{plan.layout.format}"
+                final = rel_dir / file_name(t, p, s, e - 1, plan.layout.format)
                 if final in seen:
                     raise SparkLoadError(f"load {plan.load_id}: two staged files for {final}")
                 seen.add(final)
@@ -497,6 +502,27 @@ class OutputDir:
         _failpoint("committed")
         self._cleanup(plan.load_id)
         return ranges
+
+
+#: a file name's leading characters Spark and Hadoop treat as hidden, and how a topic name's are written
+_HIDDEN_PREFIX = {".": "%2E", "_": "%5F"}
+
+
+def file_name(topic: str, partition: int, first: int, last: int, ext: str) -> str:
+    """`<topic>+<partition>+<first>+<last>.<ext>`, a topic's leading `.` or `_` percent-encoded (not hidden)."""
+    escaped = _HIDDEN_PREFIX.get(topic[:1], topic[:1]) + topic[1:]
+    return f"{escaped}+{partition}+{first}+{last}.{ext}"
+
+
+def parse_file_name(name: str) -> tuple[str, int, int, int]:
+    """(topic, partition, first, last) of a data file's name (`file_name`'s inverse, without the extension)."""
+    stem = name.rsplit("/", 1)[-1]
+    topic, partition, first, rest = stem.split("+", 3)
+    last = rest.split(".", 1)[0]
+    for char, code in _HIDDEN_PREFIX.items():
+        if topic.startswith(code):
+            topic = char + topic[len(code) :]
+    return topic, int(partition), int(first), int(last)
 
 
 def count_rows(path: Path, fmt: str) -> int:
@@ -568,9 +594,7 @@ def plan_load(out: OutputDir, opts: LoadOptions, *, admin: Any = None) -> Plan:
     admin = admin or Admin(opts.bootstrap)
     try:
         known = admin.list_topics()
-        missing = [t for t in opts.topics if t not in known]
-        if missing:
-            raise SparkLoadError(f"unknown topic {missing[0]!r}")
+        check_topics(opts.topics, known)
         tps = [(t, p) for t in sorted(set(opts.topics)) for p in range(known[t])]
         earliest = admin.list_offsets(tps, EARLIEST)
         latest = admin.list_offsets(tps, LATEST)
@@ -603,6 +627,15 @@ def plan_load(out: OutputDir, opts: LoadOptions, *, admin: Any = None) -> Plan:
         opts.bootstrap, opts.fail_on_data_loss, opts.min_partitions, opts.max_records_per_file, opts.until,
         int(time.time() * 1000), warnings,
     )  # fmt: skip
+
+
+def check_topics(topics: list[str], known: dict[str, int]) -> None:
+    """SparkLoadError naming the topics of `topics` that are not in `known` (the cluster's)."""
+    missing = sorted({t for t in topics if t not in known})
+    if len(missing) == 1:
+        raise SparkLoadError(f"unknown topic {missing[0]!r}; nothing was loaded")
+    if missing:
+        raise SparkLoadError(f"unknown topics {', '.join(map(repr, missing))}; nothing was loaded")
 
 
 def _splits(ranges: list[RangeResult], min_partitions: int | None, max_records: int | None
@@ -921,9 +954,15 @@ def run(opts: LoadOptions, *, spark: Any = None, master: str = "local[*]", notif
         progress: Progress | None = None) -> LoadResult:  # fmt: skip
     """Recover, plan, read and write with Spark, commit. `spark`: a session to use (else one is started
     for the load and stopped after it, only if there is anything to load)."""
+    from broker.client.admin import Admin
+
     say = notify or (lambda message: None)
     began = time.monotonic()
     out = OutputDir(opts.output)
+    if not opts.topics:
+        raise UsageError("name at least one topic")
+    with Admin(opts.bootstrap) as admin:  # before PATH/_kafkactl is made: a load that cannot be leaves no trace
+        check_topics(opts.topics, admin.list_topics())
     with out.locked():
         recovery = out.recover()
         if recovery is not None:
@@ -971,5 +1010,5 @@ def _execute(spark: Any, out: OutputDir, plan: Plan, progress: Progress | None) 
 __all__ = [
     "FORMATS", "VALUE_FORMATS", "PARTITION_COLUMNS", "LoadOptions", "Layout", "Plan", "RangeResult", "Recovery",
     "LoadResult", "OutputDir", "SparkLoadError", "DataLossError", "plan_load", "run_job", "run", "spark_session",
-    "count_rows", "read_state", "source_options", "build_frame",
+    "count_rows", "read_state", "source_options", "build_frame", "file_name", "parse_file_name", "check_topics",
 ]  # fmt: skip

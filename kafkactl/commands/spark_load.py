@@ -99,7 +99,9 @@ def spark_load(
 ) -> None:
     """Load each partition's new offsets (from the last committed load to the end, or to --until) into files
     named TOPIC+PARTITION+FIRST+LAST, exactly once: the plan is logged before Spark runs, the offsets are
-    committed only after the files are in place, and an interrupted load is finished or rolled back first."""
+    committed only after the files are in place, and an interrupted load is finished or rolled back first.
+    A topic's leading . or _ is written %2E or %5F in file names (Spark hides names starting with either).
+    A topic the cluster does not have fails the load before anything is written under PATH."""
     try:
         from broker.spark import load  # pyspark and pyarrow: the optional `spark` extra, imported only here
     except ImportError as exc:

@@ -84,9 +84,7 @@ def options(bootstrap: str, out: Path, *topics: str, **kw: Any) -> load.LoadOpti
 
 
 def _range_of(name: str) -> tuple[str, int, int, int]:
-    stem = name.split(".")[0]
-    topic, partition, start, last = stem.split("+")
-    return topic, int(partition), int(start), int(last)
+    return load.parse_file_name(name)
 
 
 def data_files(out: Path) -> list[Path]:
@@ -348,6 +346,61 @@ def test_settings_must_match_earlier_loads(spark_broker, spark, tmp_path: Path) 
     assert load.read_state(out) == before
     with pytest.raises(load.SparkLoadError, match="unknown topic 'nope'"):
         load.run(options(b, out, topic, "nope"), spark=spark)
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_topics_with_a_leading_dot_or_underscore_load_into_files_spark_sees(spark_broker, spark, tmp_path: Path,
+                                                                              fmt: str) -> None:  # fmt: skip
+    """Spark and Hadoop hide files named .x or _x: a topic's leading '.' or '_' is written %2E / %5F, so
+    reading PATH back with Spark gives every row, and parse_file_name gives the topic back."""
+    b = spark_broker.bootstrap
+    topics = [f"..dots-{fmt}-{os.getpid()}", f"__under-{fmt}-{os.getpid()}", f"_.mixed-{fmt}-{os.getpid()}"]
+    expected: dict[Key, tuple] = {}
+    with Admin(b) as admin:
+        for t in topics:
+            admin.create_topic(t, 2, 1)
+    for i, t in enumerate(topics):
+        expected |= produce(b, t, 20 + i, 2, tag=f"t{i}")
+    out = tmp_path / "out"
+    load.run(options(b, out, *topics, format=fmt), spark=spark)
+    assert spark.read.format(fmt).load(str(out)).count() == len(expected)  # hidden files would count 0
+    names = sorted(f.name for f in data_files(out))
+    assert names == sorted(
+        load.file_name(t, p, 0, (20 + i + (1 - p)) // 2 - 1, fmt) for i, t in enumerate(topics) for p in (0, 1)
+    )
+    assert all(n.startswith(("%2E", "%5F")) for n in names), names
+    assert {load.parse_file_name(n)[0] for n in names} == set(topics)
+    assert_exactly_once(out, expected, fmt)
+
+    by_topic = tmp_path / "by-topic"  # --partition-by topic: topic=<name>/ dirs, each file still escaped
+    load.run(options(b, by_topic, *topics, format=fmt, partition_by=["topic"]), spark=spark)
+    dirs = sorted(p.name for p in by_topic.iterdir() if p.name != "_kafkactl")
+    assert dirs == sorted(f"topic={t}" for t in topics)
+    assert spark.read.format(fmt).load(str(by_topic)).count() == len(expected)
+
+
+def test_an_unknown_topic_fails_and_creates_nothing(spark_broker, spark, tmp_path: Path) -> None:
+    b = spark_broker.bootstrap
+    known = new_topic(b, 1)
+    out = tmp_path / "out"
+    with pytest.raises(load.SparkLoadError, match="unknown topic 'nope-1'") as caught:
+        load.run(options(b, out, "nope-1"), spark=spark)
+    assert not out.exists()
+    assert str(caught.value) == "unknown topic 'nope-1'; nothing was loaded"
+    with pytest.raises(load.SparkLoadError, match="^unknown topics 'nope-1', 'nope-2'; nothing was loaded$"):
+        load.run(options(b, out, known, "nope-2", "nope-1"), spark=spark)
+    assert not out.exists()
+    out.mkdir()
+    with pytest.raises(load.SparkLoadError, match="unknown topic 'nope-1'"):
+        load.run(options(b, out, known, "nope-1"), spark=spark)
+    assert list(out.iterdir()) == []
+    run = subprocess.run(spark_load_argv(b, tmp_path / "cli-out", "nope-1"), capture_output=True, text=True,
+                         timeout=120, env=cli_env())  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr == "kafkactl: error: unknown topic 'nope-1'; nothing was loaded\n", run.stderr
+    assert not (tmp_path / "cli-out").exists()
+    with Admin(b) as admin:
+        assert not {"nope-1", "nope-2"} & set(admin.list_topics())  # and asking created no topic either
 
 
 def test_a_row_outside_its_split_fails_the_job_and_rolls_back(spark_broker, spark, tmp_path: Path) -> None:
