@@ -1,7 +1,8 @@
 """Broker configuration: `server.properties` plus `--override key=value`, under Kafka's key names.
 
-The keys and defaults are those of CONFIG.md. A key that Kafka has but kafkactl does not need
-(JVM thread counts) is accepted and logged once as ignored; any other key is an error naming it.
+The keys and defaults are those of CONFIG.md, plus Kafka's `connections.max.idle.ms` (default
+600000: a connection idle that long is closed; -1: never). A key that Kafka has but kafkactl does not
+need (JVM thread counts) is accepted and logged once as ignored; any other key is an error naming it.
 """
 
 from __future__ import annotations
