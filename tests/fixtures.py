@@ -30,6 +30,17 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
         server.stop()
 
 
+@pytest.fixture
+def private_zk(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper server of this test's own, to stop or kill (the session-wide one is never stopped)."""
+    server = ZooKeeperServer(tmp_path / "zookeeper", free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def zk_client(hosts: str) -> KazooClient:
     """A started kazoo client (the caller stops and closes it)."""
     client = KazooClient(hosts=hosts, timeout=10.0)

@@ -23,14 +23,12 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
 from broker.client.sync import Producer
-from broker.daemon import free_port
 from broker.zk.server import ZooKeeperServer
 from tests.compat.test_groups import (
     GROUP_OVERRIDES,
@@ -55,17 +53,6 @@ SESSION_MS = 6000
 RATE = 60
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
-
-
-@pytest.fixture
-def private_zk(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    """A ZooKeeper server of this test's own (the session-wide one is never stopped)."""
-    server = ZooKeeperServer(tmp_path / "zookeeper", free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class SteadyProducer:

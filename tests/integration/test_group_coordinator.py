@@ -33,7 +33,6 @@ from kazoo.client import KazooClient
 
 from broker.client.connection import Connection
 from broker.client.sync import Producer
-from broker.daemon import free_port
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.primitives import I16, I32, Reader
@@ -781,17 +780,6 @@ def test_members_survive_a_coordinator_move(start_broker) -> None:
 
 
 # --- ZooKeeper down: group requests answered without it ------------------------------------------------------
-
-
-@pytest.fixture
-def private_zk(tmp_path) -> Iterator[ZooKeeperServer]:  # noqa: ANN001
-    """A ZooKeeper server of this test's own, to kill (the session-wide one is never stopped)."""
-    server = ZooKeeperServer(tmp_path / "zookeeper", free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def timed(fn) -> tuple[Any, float]:  # noqa: ANN001
