@@ -102,7 +102,9 @@ class Broker:
             self.logs.startup(topic_configs, cluster_id=self.cache.cluster_id)
             self._load_producer_states()
             self.server.start()
-            registry.register_broker(zk, self.id, cfg.advertised_host, cfg.advertised_port)
+            # a registration of this broker's own killed run goes when its session does: wait for that
+            registry.register_broker(zk, self.id, cfg.advertised_host, cfg.advertised_port,
+                                     wait_s=cfg.zk_session_timeout_ms / 1000 + 5)  # fmt: skip
             self._registered = True
             zk.add_listener(self._on_zk_state)
             self.cache.controller_id = registry.elect_controller(zk, self.id)

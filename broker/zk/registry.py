@@ -6,11 +6,17 @@ misses. Each function does one registry operation, atomically where ZooKeeper al
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from broker.errors import KafkactlError
 from broker.zk import paths
+
+log = logging.getLogger(__name__)
 
 
 class BrokerIdTakenError(KafkactlError):
@@ -40,24 +46,51 @@ def cluster_id(zk: KazooClient) -> str:
     return paths.loads(data)["id"]
 
 
-def register_broker(zk: KazooClient, broker_id: int, host: str, port: int, rack: str | None = None) -> None:
-    """Create the ephemeral `/brokers/ids/<id>`; refuse an id another session holds."""
+def register_broker(zk: KazooClient, broker_id: int, host: str, port: int, rack: str | None = None, *,
+                    wait_s: float = 0.0) -> None:  # fmt: skip
+    """Create the ephemeral `/brokers/ids/<id>`; refuse an id another live broker holds.
+
+    A registration left at our own host:port by another session is an earlier incarnation of this broker,
+    killed without a clean stop (we hold that port now): ZooKeeper removes it when its session expires, so
+    wait for that, up to `wait_s` (about the session timeout), saying so once, then register.
+    """
     path = paths.broker(broker_id)
-    try:
-        zk.create(path, paths.broker_json(host, port, rack), ephemeral=True, makepath=True)
-    except NodeExistsError:
+    deadline = time.monotonic() + wait_s
+    announced = False
+    while True:
         try:
-            data, stat = zk.get(path)
-        except NoNodeError:  # it expired meanwhile: try once more
             zk.create(path, paths.broker_json(host, port, rack), ephemeral=True, makepath=True)
             return
+        except NodeExistsError:
+            pass
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:  # it expired meanwhile: try again
+            continue
         if stat.ephemeralOwner == zk.client_id[0]:
             return  # ours already (a re-registration after a reconnect)
         other_host, other_port, _ = paths.parse_broker(data)
-        raise BrokerIdTakenError(
-            f"broker id {broker_id} is already registered in ZooKeeper by {other_host}:{other_port}; "
-            "pick another --broker-id (a killed broker's registration expires after its session timeout)"
-        ) from None
+        session = f"ZooKeeper session {stat.ephemeralOwner:#x}"
+        if (other_host, other_port) != (host, port):
+            raise BrokerIdTakenError(
+                f"broker id {broker_id} is held by a live broker at {other_host}:{other_port} ({session}): pick "
+                "another --broker-id (if that broker was killed, its registration goes when its session times out)"
+            ) from None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BrokerIdTakenError(
+                f"broker id {broker_id} is still registered at {host}:{port} by an earlier run of this broker "
+                f"({session}, not stopped cleanly) and ZooKeeper has not expired it within {wait_s:g}s; try "
+                "again once that session's timeout has passed"
+            ) from None
+        if not announced:
+            log.warning("broker id %d is still registered by an earlier run of this broker (%s, not stopped "
+                        "cleanly): waiting up to %.0fs for ZooKeeper to expire that session",
+                        broker_id, session, left)  # fmt: skip
+            announced = True
+        gone = threading.Event()
+        if zk.exists(path, watch=lambda _event, gone=gone: gone.set()) is not None:
+            gone.wait(min(left, 1.0))
 
 
 def deregister_broker(zk: KazooClient, broker_id: int) -> None:

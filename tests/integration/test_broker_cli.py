@@ -284,6 +284,22 @@ def partition_dir_names(log_dir: Path) -> list[str]:
 # --- refusals at start-up --------------------------------------------------------------------------
 
 
+def test_a_killed_broker_restarted_at_once_waits_for_its_old_registration_to_expire(start_broker, zk_chroot):
+    """kill -9 leaves /brokers/ids/1 to the dead session until ZooKeeper expires it: the restart (same id,
+    same port) says so once, waits for it instead of refusing, then serves what was written before."""
+    b = start_broker(1, overrides={"zookeeper.session.timeout.ms": "6000"})
+    with connect(b.bootstrap) as conn:
+        metadata(b.bootstrap, ["again"], auto_create=True)
+        assert produce(conn, "again", 0, [b"before the kill"])["error_code"] == 0
+    b.kill()
+    b.start()
+    log = wait_until(lambda: (t := b.log_text()).count("serving on") == 2 and t, 30, "the restarted broker serving")
+    assert log.count("still registered by an earlier run of this broker") == 1, log
+    assert "pick another" not in log and "Traceback" not in log
+    with connect(b.bootstrap) as conn:
+        assert [r.value for r in records_of(fetch(conn, "again", 0)["records"])] == [b"before the kill"]
+
+
 def test_broker_id_already_registered_refuses_and_the_first_keeps_serving(start_broker, zk_chroot, tmp_path):
     first = start_broker(1)
     with zk_session(zk_chroot) as zk:
@@ -295,7 +311,7 @@ def test_broker_id_already_registered_refuses_and_the_first_keeps_serving(start_
     other = tmp_path / "elsewhere"  # another machine, as far as pid files go
     port2 = free_port()
     r = cli(*start_args(1, port2, other / "logs", zk_chroot), home=other / "home", timeout=60)
-    error_line(r, "broker id 1 is already registered", f"127.0.0.1:{first.port}")
+    error_line(r, "broker id 1 is held by a live broker", f"127.0.0.1:{first.port}", "pick another --broker-id")
     assert not port_open("127.0.0.1", port2)
 
     assert first.alive
