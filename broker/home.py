@@ -2,7 +2,8 @@
 
 Everything lives under one home, `$KAFKACTL_HOME` or `~/.local/share/kafkactl`:
 `broker-<id>/` (a broker's default log dir), `zookeeper/` (the embedded ZooKeeper's data),
-`run/<name>.pid` and `logs/<name>.log` (daemons).
+`run/<name>.pid` and `logs/<name>.log` (daemons), and `clusters/<name>/` (a local cluster of
+`kafkactl cluster up`, itself laid out as a home for its daemons: see `broker/local_cluster.py`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ def default_zookeeper_dir() -> Path:
     return home_dir() / "zookeeper"
 
 
-def pid_file(name: str) -> Path:
-    """`run/<name>.pid`, e.g. name `broker-1` or `zookeeper-2181`."""
-    return home_dir() / "run" / f"{name}.pid"
+def pid_file(name: str, root: Path | None = None) -> Path:
+    """`run/<name>.pid`, e.g. name `broker-1` or `zookeeper-2181`, under `root` (default: the home)."""
+    return (root or home_dir()) / "run" / f"{name}.pid"
 
 
-def log_file(name: str) -> Path:
-    return home_dir() / "logs" / f"{name}.log"
+def log_file(name: str, root: Path | None = None) -> Path:
+    """`logs/<name>.log` under `root` (default: the home)."""
+    return (root or home_dir()) / "logs" / f"{name}.log"

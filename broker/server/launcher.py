@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from broker.daemon import (
     last_error_line,
@@ -120,14 +121,29 @@ def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
             zk_server.stop()
 
 
-def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 60.0) -> int:
-    """Run `kafkactl broker start ...` (argv without --daemon) detached; returns its pid once it listens."""
+def daemon_argv(overrides: dict[str, str], *, config: Path | None = None, embedded_zookeeper: bool = True) -> list[str]:
+    """The `kafkactl broker start ...` arguments (no --daemon) a daemon runs: the file, then each override."""
+    argv = ["broker", "start"]
+    if config is not None:
+        argv += ["--config", str(config.resolve())]
+    for key, value in overrides.items():
+        argv += ["--override", f"{key}={value}"]
+    if not embedded_zookeeper:
+        argv.append("--no-embedded-zookeeper")
+    return argv
+
+
+def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 60.0, *,
+                        home: Path | None = None) -> int:  # fmt: skip
+    """Run `kafkactl broker start ...` (argv without --daemon) detached; returns its pid once it listens.
+
+    `home`: the KAFKACTL_HOME of the daemon (its pid file and log), default this process's."""
     name = f"broker-{config.broker_id}"
-    other = read_pid(pid_file(name))
+    other = read_pid(pid_file(name, home))
     if other is not None:
         raise KafkactlError(f"broker {config.broker_id} is already running here (pid {other})")
     host = "127.0.0.1" if config.host in ("", "0.0.0.0") else config.host
-    log_path = log_file(name)
+    log_path = log_file(name, home)
     offset = log_path.stat().st_size if log_path.exists() else 0
     serving = f"broker {config.broker_id} serving on"
 
@@ -145,18 +161,21 @@ def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 
         return wait_port(host, config.port, 0.2)
 
     env = {**os.environ, broker_logging.LOG_PATH_ENV: str(log_path)}  # it logs to the file itself, rotating it
-    return start_daemon([sys.executable, "-m", "kafkactl", *argv], log_path, pid_file(name), ready,
+    if home is not None:
+        env["KAFKACTL_HOME"] = str(home)
+    return start_daemon([sys.executable, "-m", "kafkactl", *argv], log_path, pid_file(name, home), ready,
                         timeout=timeout, what=f"broker {config.broker_id}", env=env)  # fmt: skip
 
 
-def stop_broker(broker_id: int, timeout: float = 60.0) -> int:
-    """SIGTERM the broker with this id started on this machine; returns its pid. Raises KafkactlError with
-    the broker's own line when its shutdown was not clean (a log dir it could not flush or checkpoint)."""
-    path = pid_file(f"broker-{broker_id}")
+def stop_broker(broker_id: int, timeout: float = 60.0, *, home: Path | None = None) -> int:
+    """SIGTERM the broker with this id started on this machine (under `home`); returns its pid. Raises
+    KafkactlError with the broker's own line when its shutdown was not clean (a log dir it could not flush
+    or checkpoint)."""
+    path = pid_file(f"broker-{broker_id}", home)
     pid = read_pid(path)
     if pid is None:
         raise KafkactlError(f"no broker {broker_id} is running here (no live pid in {path})")
-    log_path = log_file(f"broker-{broker_id}")
+    log_path = log_file(f"broker-{broker_id}", home)
     offset = log_path.stat().st_size if log_path.exists() else 0
     stop_process(pid, timeout)
     remove_pid_file(path, pid)

@@ -17,11 +17,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
-from broker.daemon import port_open, read_pid, remove_pid_file, write_pid_file
+from broker import home
+from broker.daemon import port_open, read_pid, remove_pid_file, start_daemon, write_pid_file
 from broker.errors import KafkactlError
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -313,6 +315,26 @@ class ZooKeeperServer:
 
     def __repr__(self) -> str:
         return f"ZooKeeperServer({str(self.data_dir)!r}, port={self.port}, host={self.host!r}, pid={self.pid})"
+
+
+def daemon_name(port: int) -> str:
+    """The name of a ZooKeeper daemon's pid and log files (`run/zookeeper-<port>.pid`)."""
+    return f"zookeeper-{port}"
+
+
+def start_server_daemon(port: int, host: str, data_dir: Path, *, timeout: float = 60.0,
+                        root: Path | None = None) -> int:  # fmt: skip
+    """Run `kafkactl zookeeper start` detached, its pid file and log under `root` (default: the home,
+    which `root` also becomes for the daemon); returns its pid once the server serves."""
+    if port_open(host, port):
+        raise KafkactlError(f"cannot start zookeeper: {host}:{port} is already in use")
+    argv = [sys.executable, "-m", "kafkactl", "zookeeper", "start", "--port", str(port), "--host", host,
+            "--data-dir", str(data_dir), "--timeout", str(timeout)]  # fmt: skip
+    env = {**os.environ, "KAFKACTL_HOME": str(root)} if root is not None else None
+    return start_daemon(
+        argv, home.log_file(daemon_name(port), root), home.pid_file(daemon_name(port), root),
+        lambda: is_serving(host, port), timeout=timeout + 5, what="zookeeper", env=env,
+    )  # fmt: skip
 
 
 def _running_server(pid_path: Path) -> int | None:

@@ -52,13 +52,7 @@ def start(
         overrides["zookeeper.connect"] = zk
     cfg = BrokerConfig.load(config, overrides)
     if daemon:
-        argv = ["broker", "start"]
-        if config is not None:
-            argv += ["--config", str(config.resolve())]
-        for key, value in overrides.items():
-            argv += ["--override", f"{key}={value}"]
-        if no_embedded:
-            argv.append("--no-embedded-zookeeper")
+        argv = launcher.daemon_argv(overrides, config=config, embedded_zookeeper=not no_embedded)
         pid = launcher.start_broker_daemon(argv, cfg)
         where = launcher_log_file(f"broker-{cfg.broker_id}")
         print(f"broker {cfg.broker_id} started on {cfg.host}:{cfg.port} (pid {pid}, log {where})")

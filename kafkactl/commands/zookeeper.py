@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -11,9 +10,9 @@ import typer
 from typer.exceptions import Exit
 
 from broker import home
-from broker.daemon import port_open, read_pid, run_foreground, start_daemon, stop_process
+from broker.daemon import read_pid, run_foreground, stop_process
 from broker.errors import KafkactlError
-from broker.zk.server import ZooKeeperServer, is_serving, server_info
+from broker.zk.server import ZooKeeperServer, daemon_name, server_info, start_server_daemon
 from kafkactl.render import Output, json_line
 
 app = typer.Typer(help="Run a local ZooKeeper server (Apache ZooKeeper, as a child JVM).", no_args_is_help=True)
@@ -21,10 +20,6 @@ app = typer.Typer(help="Run a local ZooKeeper server (Apache ZooKeeper, as a chi
 Port = Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Client port.")]
 ListenHost = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 ServerHost = Annotated[str, typer.Option("--host", help="Address of the server.")]
-
-
-def _name(port: int) -> str:
-    return f"zookeeper-{port}"
 
 
 @app.command("start")
@@ -41,20 +36,13 @@ def start(
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait until it serves.")] = 60.0,
 ) -> None:
     """Start a ZooKeeper server: in the foreground until Ctrl-C or SIGTERM, or with --daemon in the background."""
-    pid_path = home.pid_file(_name(port))
+    pid_path = home.pid_file(daemon_name(port))
     running = read_pid(pid_path)
     if running is not None and running != os.getpid():  # a daemon's parent wrote our own pid already
         raise KafkactlError(f"zookeeper on port {port} is already running (pid {running})")
     data_dir = (data_dir or home.default_zookeeper_dir()).expanduser().resolve()
     if daemon:
-        if port_open(host, port):
-            raise KafkactlError(f"cannot start zookeeper: {host}:{port} is already in use")
-        argv = [sys.executable, "-m", "kafkactl", "zookeeper", "start", "--port", str(port), "--host", host,
-                "--data-dir", str(data_dir), "--timeout", str(timeout)]  # fmt: skip
-        pid = start_daemon(
-            argv, home.log_file(_name(port)), pid_path, lambda: is_serving(host, port),
-            timeout=timeout + 5, what="zookeeper",
-        )  # fmt: skip
+        pid = start_server_daemon(port, host, data_dir, timeout=timeout)
         print(f"zookeeper started on {host}:{port} (pid {pid}, data {data_dir})")
         return
     server = ZooKeeperServer(data_dir, port, host)
@@ -79,7 +67,7 @@ def stop(
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before SIGKILL.")] = 30.0,
 ) -> None:
     """Stop the ZooKeeper server that `kafkactl zookeeper start` runs on this port."""
-    pid = read_pid(home.pid_file(_name(port)))
+    pid = read_pid(home.pid_file(daemon_name(port)))
     if pid is None:
         raise KafkactlError(f"no zookeeper started by kafkactl is running on port {port}")
     stop_process(pid, timeout)
@@ -94,7 +82,7 @@ def status(
 ) -> None:
     """Whether a ZooKeeper server serves on host:port (exit code 0) or not (1), with its mode and version."""
     info = server_info(host, port)
-    pid = read_pid(home.pid_file(_name(port)))
+    pid = read_pid(home.pid_file(daemon_name(port)))
     result = {"address": f"{host}:{port}", "serving": info is not None, "pid": pid, **(info or {})}
     if output == Output.json:
         json_line(result)
