@@ -17,7 +17,19 @@ from typer.main import get_command
 from broker import __version__
 from broker.errors import KafkactlError
 from kafkactl import contexts
-from kafkactl.commands import bench, consume, group, inspect, produce, recover, spark_load, topic, zk, zookeeper
+from kafkactl.commands import (
+    bench,
+    cluster,
+    consume,
+    group,
+    inspect,
+    produce,
+    recover,
+    spark_load,
+    topic,
+    zk,
+    zookeeper,
+)
 from kafkactl.commands import broker as broker_cmd
 from kafkactl.render import error_line
 
@@ -34,6 +46,7 @@ app.command("recover")(recover.recover)
 app.add_typer(bench.app, name="bench")
 app.add_typer(zookeeper.app, name="zookeeper")
 app.add_typer(broker_cmd.app, name="broker")
+app.add_typer(cluster.app, name="cluster")
 app.add_typer(topic.app, name="topic")
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
