@@ -369,6 +369,13 @@ class PartitionMeta:
     replicas: list[int]
     isr: list[int]
     error: int = 0
+    offline_replicas: list[int] = field(default_factory=list)
+
+    @property
+    def offline(self) -> bool:
+        """No leader because every replica's broker is down (not a leader election still under way):
+        nothing to wait for until one of those brokers is back."""
+        return self.leader < 0 and bool(self.replicas) and set(self.replicas) <= set(self.offline_replicas)
 
 
 @dataclass
@@ -424,14 +431,20 @@ class AsyncCluster:
             meta = TopicMeta(t["error_code"])
             for p in t["partitions"]:
                 meta.partitions[p["partition_index"]] = PartitionMeta(
-                    p["leader_id"], p.get("leader_epoch", -1), p["replica_nodes"], p["isr_nodes"], p["error_code"]
+                    p["leader_id"],
+                    p.get("leader_epoch", -1),
+                    p["replica_nodes"],
+                    p["isr_nodes"],
+                    p["error_code"],
+                    p.get("offline_replicas") or [],
                 )
             self.topics[t["name"]] = meta
         self.last_refresh = time.monotonic()
         return answer
 
     async def topic(self, name: str, *, allow_create: bool = False, wait_s: float = 10.0) -> TopicMeta:
-        """A topic's metadata, waiting out a just-created topic's missing leaders."""
+        """A topic's metadata, waiting out a just-created topic's missing leaders (not those of partitions
+        whose brokers are all down: those are `offline` at once, and callers read or write the others)."""
         deadline = time.monotonic() + wait_s
         while True:
             meta = self.topics.get(name)
@@ -445,7 +458,9 @@ class AsyncCluster:
             fatal = meta.error not in (0, ErrorCode.LEADER_NOT_AVAILABLE) and not ErrorCode(meta.error).retriable
             if unknown or fatal:
                 raise KafkactlError(f"topic {name!r}: {ErrorCode(meta.error).name}")
-            if meta.error == 0 and meta.partitions and all(p.leader >= 0 for p in meta.partitions.values()):
+            if meta.error in (0, ErrorCode.LEADER_NOT_AVAILABLE) and meta.partitions and all(
+                p.leader >= 0 or p.offline for p in meta.partitions.values()
+            ):  # fmt: skip
                 return meta
             if time.monotonic() > deadline:
                 if meta.error:
@@ -457,6 +472,10 @@ class AsyncCluster:
         meta = self.topics.get(topic)
         p = meta.partitions.get(partition) if meta else None
         return -1 if p is None else p.leader
+
+    def leaderless(self, tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Those of `tps` with no leader in the metadata held (their brokers down, or an election under way)."""
+        return [tp for tp in tps if self.leader(*tp) < 0]
 
     def open_connection(self, node_id: int) -> AsyncConnection | None:
         """The open connection to `node_id`, or None when `connection` would have to connect."""

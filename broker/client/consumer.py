@@ -58,6 +58,9 @@ class ConsumerConfig:
     check_crcs: bool = True
     isolation_level: int = 0
     request_timeout_ms: int = 30000
+    #: while an assigned partition has no leader, metadata is asked for this often (librdkafka's
+    #: topic.metadata.refresh.fast.interval.ms), so its reading resumes soon after its broker is back
+    leaderless_refresh_ms: int = 250
     client_id: str = "kafkactl-consumer"
 
 
@@ -82,6 +85,7 @@ class AsyncConsumer:
         self._room = asyncio.Event()
         self._tasks: dict[int, asyncio.Task] = {}
         self._resets: set[asyncio.Task] = set()  # offset resets in flight (kept referenced until done)
+        self._watch: asyncio.Task | None = None  # refreshes metadata while an assigned partition has no leader
         self._generation = 0
         self._closed = False
 
@@ -115,14 +119,18 @@ class AsyncConsumer:
     # -- positions ------------------------------------------------------------------------------------
 
     async def list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-        """Offsets by ListOffsets: EARLIEST (-2), LATEST (-1) or the first offset at/after a timestamp (-1: none)."""
+        """Offsets by ListOffsets: EARLIEST (-2), LATEST (-1) or the first offset at/after a timestamp (-1: none).
+        A partition with no leader (its broker down) is a ConsumeError (LEADER_NOT_AVAILABLE) naming it."""
         by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+        if self.cluster.leaderless(tps):
+            for topic in sorted({t for t, _ in self.cluster.leaderless(tps)}):
+                await self.cluster.topic(topic)
+        offline = self.cluster.leaderless(tps)
+        if offline:
+            raise ConsumeError(f"{describe_partitions(offline)}: no leader (LEADER_NOT_AVAILABLE)",
+                               ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
         for tp in tps:
-            leader = self.cluster.leader(*tp)
-            if leader < 0:
-                await self.cluster.topic(tp[0])
-                leader = self.cluster.leader(*tp)
-            by_leader[leader].append(tp)
+            by_leader[self.cluster.leader(*tp)].append(tp)
         out: dict[TopicPartition, int] = {}
         for leader, group in by_leader.items():
             conn = await self.cluster.connection(leader)
@@ -198,15 +206,38 @@ class AsyncConsumer:
         self._room.set()
 
     def _ensure_fetchers(self) -> None:
+        if self._closed:
+            return
         leaders: dict[int, list[TopicPartition]] = collections.defaultdict(list)
         for tp in self.assignment:
             if tp in self.positions:
                 leaders[self.cluster.leader(*tp)].append(tp)
         loop = asyncio.get_running_loop()
         for leader in leaders:
+            if leader < 0:  # no broker to fetch from: metadata is watched until one leads them again
+                if self._watch is None or self._watch.done():
+                    self._watch = loop.create_task(self._watch_leaderless())
+                continue
             task = self._tasks.get(leader)
             if task is None or task.done():
                 self._tasks[leader] = loop.create_task(self._fetch_loop(leader, self._generation))
+
+    def leaderless(self) -> list[TopicPartition]:
+        """The assigned partitions that have no leader now (their broker is down): not read until it is back."""
+        return self.cluster.leaderless(self.assignment)
+
+    async def _watch_leaderless(self) -> None:
+        """Refresh metadata every `leaderless_refresh_ms` while an assigned partition has no leader; the
+        fetchers take each one up as soon as a leader is known again."""
+        while not self._closed:
+            waiting = [tp for tp in self.leaderless() if tp in self.positions]
+            if not waiting:
+                return
+            await asyncio.sleep(self.config.leaderless_refresh_ms / 1000)
+            with contextlib.suppress(KafkactlError, ProtocolError):
+                await self.cluster.refresh(sorted({t for t, _ in waiting}))
+            if any(self.cluster.leader(*tp) >= 0 for tp in waiting):
+                self._ensure_fetchers()
 
     async def _reset_positions(self) -> None:
         missing = [tp for tp in self.assignment if tp not in self.positions]
@@ -398,7 +429,7 @@ class AsyncConsumer:
     async def close(self) -> None:
         self._closed = True
         self._generation += 1
-        tasks = [*self._tasks.values(), *self._resets]
+        tasks = [*self._tasks.values(), *self._resets, *([self._watch] if self._watch is not None else [])]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -429,6 +460,15 @@ class RawConsumer(AsyncConsumer):
         next_offset = _next_offset_after(data, position)
         if next_offset > position:
             self._push(tp, [RecordSet(position, next_offset, memoryview(data))], next_offset)
+
+
+def describe_partitions(tps: list[TopicPartition]) -> str:
+    """`orders partition 2` / `orders partitions 2, 5` (topic by topic, joined by `; `)."""
+    by_topic: dict[str, list[int]] = collections.defaultdict(list)
+    for t, p in sorted(set(tps)):
+        by_topic[t].append(p)
+    return "; ".join(f"{t} partition{'s' if len(ps) > 1 else ''} {', '.join(map(str, ps))}"
+                     for t, ps in by_topic.items())  # fmt: skip
 
 
 def decode_records(

@@ -12,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client.consumer import AsyncConsumer, ConsumerRecord
+from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord, describe_partitions
 from broker.client.offsets import OffsetSpec, resolve
 from broker.client.producer import AsyncProducer, Delivery, ProduceError
-from broker.errors import UsageError
+from broker.errors import KafkactlError, UsageError
+from broker.protocol.errors import ErrorCode
 
 
 @dataclass
@@ -320,17 +322,74 @@ async def start_positions(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
 
 
 async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], spec: OffsetSpec, *,
-                          follow: bool, max_messages: int | None,
-                          summary: ConsumeSummary) -> AsyncIterator[list[ConsumerRecord]]:  # fmt: skip
-    """Batches of records in offset order per partition, until the pinned ends (unless following)."""
-    await consumer.assign(tps)
-    plan = await start_positions(consumer, tps, spec)
-    remaining = {tp for tp, (start, end) in plan.items() if start < end} if not follow else set(tps)
+                          follow: bool, max_messages: int | None, summary: ConsumeSummary,
+                          on_offline: Callable[[list[tuple[str, int]]], None] | None = None,
+                          refresh_s: float = 0.5) -> AsyncIterator[list[ConsumerRecord]]:  # fmt: skip
+    """Batches of records in offset order per partition, until the pinned ends (unless following).
+
+    A partition with no leader (its broker is down) does not hold up the others: `on_offline` is told
+    once which ones are left out, metadata is asked for every `refresh_s` while any is, and each is
+    read from where `spec` says (its end pinned then) as soon as it has a leader again. Without
+    `follow`, once every readable partition is read to its end, the partitions that are still without
+    a leader end it with a ConsumeError (LEADER_NOT_AVAILABLE) naming them.
+    """
+    waiting = consumer.cluster.leaderless(tps)  # not assigned (nothing to look up) until they have a leader
+    told = set(waiting)
+    if waiting and on_offline is not None:
+        on_offline(waiting)
+    readable = [tp for tp in tps if tp not in told]
+    await consumer.assign(readable)
+    plan = await start_positions(consumer, readable, spec) if readable else {}
+    remaining = {tp for tp, (start, end) in plan.items() if start < end} if not follow else set(readable)
     ends = {tp: end for tp, (_, end) in plan.items()}
     t0 = time.perf_counter()
+    checked = time.monotonic()
+
+    async def take_back() -> None:
+        """Assign the waiting partitions that have a leader again, from where `spec` says."""
+        nonlocal checked
+        checked = time.monotonic()
+        with contextlib.suppress(KafkactlError):
+            await consumer.cluster.refresh(sorted({t for t, _ in waiting}))
+        back = [tp for tp in waiting if consumer.cluster.leader(*tp) >= 0]
+        if not back:
+            return
+        try:
+            await consumer.assign([*consumer.assignment, *back])
+            found = await start_positions(consumer, back, spec)
+        except ConsumeError as exc:  # gone again before its offsets were read: it waits on
+            if exc.code != ErrorCode.LEADER_NOT_AVAILABLE:
+                raise
+            await consumer.assign([tp for tp in consumer.assignment if tp not in back])
+            return
+        for tp in back:
+            waiting.remove(tp)
+        for tp, (start, end) in found.items():
+            ends[tp] = end
+            if follow or start < end:
+                remaining.add(tp)
+
     try:
-        while remaining or follow:
-            got = await consumer.getmany(timeout_ms=500, max_records=10_000)
+        while True:
+            if waiting and time.monotonic() - checked >= refresh_s:
+                await take_back()
+            if not follow:
+                lost = [tp for tp in remaining if consumer.cluster.leader(*tp) < 0]
+                if len(lost) == len(remaining) and (waiting or lost):
+                    if waiting and not lost:  # one last look before giving up on them
+                        await take_back()
+                        if remaining or not waiting:
+                            continue
+                    unread = sorted({*waiting, *lost})
+                    raise ConsumeError(f"{describe_partitions(unread)} not read: no leader (LEADER_NOT_AVAILABLE)",
+                                       ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
+                if not remaining:
+                    break
+            new = [tp for tp in consumer.leaderless() if tp not in told and (follow or tp in remaining)]
+            if new and on_offline is not None:
+                told.update(new)
+                on_offline(new)
+            got = await consumer.getmany(timeout_ms=refresh_s * 1000 if waiting else 500, max_records=10_000)
             for tp, recs in got.items():
                 if not follow:
                     end = ends[tp]
@@ -340,6 +399,7 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
                 if max_messages is not None and summary.messages + len(recs) >= max_messages:
                     recs = recs[: max_messages - summary.messages]
                     remaining.clear()
+                    waiting.clear()
                     follow = False
                 if recs:
                     summary.messages += len(recs)
@@ -348,6 +408,8 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
                     yield recs
                 if not remaining and not follow:
                     break
+            if not follow and not remaining and not waiting:
+                break
     finally:
         summary.seconds = time.perf_counter() - t0
 

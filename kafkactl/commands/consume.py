@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from broker.client import shell
-from broker.client.consumer import AsyncConsumer, ConsumerRecord
+from broker.client.consumer import AsyncConsumer, ConsumerRecord, describe_partitions
 from broker.client.group import GroupConsumer, check_group_id, describe_assignment, settings_from_properties
 from broker.client.offsets import BEGINNING, END, parse_offset
 from broker.errors import UsageError
@@ -113,6 +113,13 @@ def consume(
         raise UsageError(f"{'--reset' if reset is not None else '--property'} needs --group")
     spec = parse_offset(offset) if offset is not None else (END if follow else BEGINNING)
 
+    reading: list[tuple[str, int]] = []  # the partitions chosen, for the warning's wording
+
+    def warn_offline(tps: list[tuple[str, int]]) -> None:
+        has = "has" if len(tps) == 1 else "have"
+        rest = "reading the others" if len(tps) < len(reading) else "waiting for a leader"
+        print(f"kafkactl: warning: {describe_partitions(tps)} {has} no leader; {rest}", file=sys.stderr, flush=True)
+
     async def run() -> None:
         consumer = AsyncConsumer(contexts.bootstrap(bootstrap), fetch_max_wait_ms=500)
         await consumer.start()
@@ -122,9 +129,9 @@ def consume(
             missing = [p for p in chosen if p not in parts]
             if missing:
                 raise UsageError(f"topic {topic!r} has no partition {missing[0]} (it has {len(parts)})")
-            tps = [(topic, p) for p in chosen]
+            tps = reading[:] = [(topic, p) for p in chosen]
             async for recs in shell.consume_records(consumer, tps, spec, follow=follow, max_messages=max_messages,
-                                                    summary=summary):  # fmt: skip
+                                                    summary=summary, on_offline=warn_offline):  # fmt: skip
                 emit(recs)
         finally:
             await consumer.close()
