@@ -53,6 +53,13 @@ class StickyPartitioner:
             p = self.current[topic] = random.randrange(partitions)
         return p
 
+    def move(self, topic: str, available: list[int], partition: int) -> int:
+        """The sticky partition has no leader: stick to one of `available` (those with one) instead, at
+        random, as Kafka's producer does; `partition` stays when none has a leader."""
+        if available:
+            partition = self.current[topic] = random.choice(available)
+        return partition
+
     def batch_done(self, topic: str, partition: int, partitions: int) -> None:
         """The sticky partition's batch is full or sent: move on (to another one when there are several)."""
         if self.current.get(topic) == partition and partitions > 1:

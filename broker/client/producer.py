@@ -393,7 +393,12 @@ class AsyncProducer:
             return -1
         n = len(meta.partitions)
         if partition is None:
-            return partition_for_key(key, n) if key is not None else self.sticky.partition(topic, n)
+            if key is not None:
+                return partition_for_key(key, n)
+            p = self.sticky.partition(topic, n)
+            if meta.partitions[p].leader < 0:  # as Kafka's: keyless messages go where a leader takes them
+                p = self.sticky.move(topic, [q for q, pm in meta.partitions.items() if pm.leader >= 0], p)
+            return p
         if not 0 <= partition < n:
             raise ProduceError(f"topic {topic!r} has no partition {partition} (it has {n})",
                                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
@@ -541,6 +546,8 @@ class AsyncProducer:
         for tp, queue in list(self.ready.items()):
             while queue and now > queue[0].deadline:
                 b = queue.popleft()
+                if b.last_error is None and self.cluster.leader(*tp) < 0:
+                    b.last_error = "no leader (LEADER_NOT_AVAILABLE)"
                 why = f" (last error: {b.last_error})" if b.last_error else ""
                 self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms{why}"))
             if not queue:
@@ -552,8 +559,9 @@ class AsyncProducer:
             by_node: dict[int, list[_Batch]] = {}
             for tp, queue in list(self.ready.items()):
                 node = self.cluster.leader(*tp)
-                if node < 0:
-                    self._refresh_needed = True
+                if node < 0:  # its broker is down: metadata is asked again every retry.backoff.ms until it is back
+                    if now - self.cluster.last_refresh >= self.config.retry_backoff_ms / 1000:
+                        self._refresh_needed = True
                     continue
                 if self.in_flight[node] >= self.config.max_in_flight:
                     continue  # the batch joins a later request to this broker
