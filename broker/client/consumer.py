@@ -213,6 +213,8 @@ class AsyncConsumer:
             if tp in self.positions:
                 leaders[self.cluster.leader(*tp)].append(tp)
         loop = asyncio.get_running_loop()
+        if any(tp not in self.positions for tp in self.leaderless()):
+            leaders.setdefault(-1, [])
         for leader in leaders:
             if leader < 0:  # no broker to fetch from: metadata is watched until one leads them again
                 if self._watch is None or self._watch.done():
@@ -230,17 +232,22 @@ class AsyncConsumer:
         """Refresh metadata every `leaderless_refresh_ms` while an assigned partition has no leader; the
         fetchers take each one up as soon as a leader is known again."""
         while not self._closed:
-            waiting = [tp for tp in self.leaderless() if tp in self.positions]
+            waiting = self.leaderless()
             if not waiting:
                 return
             await asyncio.sleep(self.config.leaderless_refresh_ms / 1000)
             with contextlib.suppress(KafkactlError, ProtocolError):
                 await self.cluster.refresh(sorted({t for t, _ in waiting}))
             if any(self.cluster.leader(*tp) >= 0 for tp in waiting):
+                if any(tp not in self.positions for tp in waiting):
+                    with contextlib.suppress(KafkactlError):
+                        await self._reset_positions()
                 self._ensure_fetchers()
 
     async def _reset_positions(self) -> None:
-        missing = [tp for tp in self.assignment if tp not in self.positions]
+        """Positions by auto.offset.reset for the assigned partitions that have none (and a leader: the
+        others are reset once the watcher finds their leader back)."""
+        missing = [tp for tp in self.assignment if tp not in self.positions and self.cluster.leader(*tp) >= 0]
         if not missing:
             return
         policy = self.config.auto_offset_reset
@@ -384,7 +391,7 @@ class AsyncConsumer:
         self._surface_errors()
         if self._errors:
             raise self._errors.pop(0)
-        if any(tp not in self.positions for tp in self.assignment):
+        if any(tp not in self.positions and self.cluster.leader(*tp) >= 0 for tp in self.assignment):
             await self._reset_positions()
         self._ensure_fetchers()
         if self.buffered == 0 and not self._errors and timeout_ms > 0:

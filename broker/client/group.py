@@ -51,7 +51,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerConfig, ConsumerRecord
+from broker.client.aio import AsyncCluster
+from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerConfig, ConsumerRecord, describe_partitions
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.zk import client as zk_client
@@ -318,6 +319,10 @@ class GroupConsumer:
     def position(self, tp: TopicPartition) -> int | None:
         """The offset after the last record handed out for `tp` (what a commit now would write)."""
         return self._consumed.get(tp)
+
+    def leaderless(self) -> list[TopicPartition]:
+        """The owned partitions without a leader now (their broker is down): read once it is back."""
+        return self.consumer.cluster.leaderless(self.assignment())
 
     def committed(self) -> dict[TopicPartition, int]:
         """What this member last committed (or found committed) per owned partition."""
@@ -679,7 +684,14 @@ class GroupConsumer:
                 tp = reset[0]
                 raise GroupError(f"group {self.group} has no committed offset for {tp[0]}-{tp[1]} "
                                  "and auto.offset.reset is none")  # fmt: skip
-            starts.update(await self.consumer.list_offsets(reset, EARLIEST if policy == "earliest" else LATEST))
+            offline = self.consumer.cluster.leaderless(reset)  # reset by the consumer once their leader is back
+            reset = [tp for tp in reset if tp not in offline]
+            if reset:
+                starts.update(await self.consumer.list_offsets(reset, EARLIEST if policy == "earliest" else LATEST))
+        offline = self.consumer.cluster.leaderless(wanted)
+        if offline:
+            log.warning("group %s: %s without a leader (broker down): read when it is back", self.group,
+                        describe_partitions(offline))  # fmt: skip
         for tp, off in starts.items():
             self.consumer.seek(tp, off)
             self._consumed[tp] = self._processed[tp] = off
@@ -704,7 +716,7 @@ class GroupConsumer:
         topics = sorted({t for t, _ in wanted})
         while True:
             cluster = self.consumer.cluster
-            missing = [tp for tp in wanted if cluster.leader(*tp) < 0]
+            missing = [tp for tp in wanted if cluster.leader(*tp) < 0 and not _offline(cluster, tp)]
             if not missing:
                 return
             if loop.time() > deadline:
@@ -723,6 +735,13 @@ class GroupConsumer:
                  describe_assignment(self.topics, self._owned))  # fmt: skip
         if self.on_assign is not None:
             self.on_assign(list(self._owned))
+
+
+def _offline(cluster: AsyncCluster, tp: TopicPartition) -> bool:
+    """Known to the metadata, but without a leader because its brokers are down (nothing to wait for)."""
+    meta = cluster.topics.get(tp[0])
+    p = meta.partitions.get(tp[1]) if meta else None
+    return p is not None and p.offline
 
 
 def _why(exc: BaseException) -> str:

@@ -19,10 +19,11 @@ from typing import Annotated
 import typer
 
 from broker.client import shell
-from broker.client.consumer import AsyncConsumer, ConsumerRecord, describe_partitions
+from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord, describe_partitions
 from broker.client.group import GroupConsumer, check_group_id, describe_assignment, settings_from_properties
 from broker.client.offsets import BEGINNING, END, parse_offset
 from broker.errors import UsageError
+from broker.protocol.errors import ErrorCode
 from kafkactl import contexts
 from kafkactl.render import Output
 
@@ -200,10 +201,14 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
                     break
                 if not follow:
                     owned = consumer.assignment()
-                    new = [tp for tp in owned if tp not in ends]
+                    offline = consumer.leaderless()  # their ends are looked up once they have a leader again
+                    new = [tp for tp in owned if tp not in ends and tp not in offline]
                     if new:
                         ends.update(await consumer.end_offsets(new))
-                    if all((consumer.position(tp) or 0) >= ends[tp] for tp in owned):
+                    if all((consumer.position(tp) or 0) >= ends[tp] for tp in owned if tp in ends):
+                        if offline:
+                            raise ConsumeError(f"{describe_partitions(offline)} not read: no leader "
+                                               "(LEADER_NOT_AVAILABLE)", ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
                         break
         finally:
             summary.seconds = time.perf_counter() - t0

@@ -120,6 +120,12 @@ def test_consume_reads_the_partitions_that_have_a_leader(cluster3, zk_chroot, tm
             last_error(alone, f"{topic} partition {gone[0]} not read"),
         ]
 
+        # a group member reads what it can too, and with --exit ends as the plain consume does
+        group = cli("consume", topic, "--group", "g", "--reset", "earliest", "--exit", "--format", "%p:%s\\n",
+                    "-b", bootstrap, "-z", zk_chroot, timeout=30)  # fmt: skip
+        assert messages(group.stdout) == readable and len(group.stdout.splitlines()) == len(readable)
+        last_error(group, f"{topic} partitions {gone[0]}, {gone[1]} not read")
+
         wait_until(lambda: messages(follower.stdout()) == readable, 20, "the follower reads the healthy partitions")
         assert follower.stderr().splitlines() == [
             f"kafkactl: warning: {topic} partitions {gone[0]}, {gone[1]} have no leader; reading the others"
