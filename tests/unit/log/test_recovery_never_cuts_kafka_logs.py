@@ -218,7 +218,7 @@ def test_healthy_data_is_never_cut(segments, first, tear):
         last = recovery.segment_files(d)[-1][1]
         data = last.read_bytes()
         final = [i for i in scan(data)][-1]
-        keep = final.position + tear % final.size
+        keep = final.position + 1 + tear % (final.size - 1)  # inside it: at least one byte kept, one lost
         last.write_bytes(data[:keep])
         plan = recovery.plan_partition(d, from_offset=first)
         assert [(s.first_bad_position, s.kind) for s in plan.segments if s.needs_cut] == [(final.position, "tail")]
