@@ -46,6 +46,22 @@ def read_pid(path: Path) -> int | None:
     return None
 
 
+def read_pid_of(path: Path, marker: bytes) -> int | None:
+    """`read_pid`, for a process whose command line holds `marker`: a file naming another process (one that
+    reused the pid, after a reboot) is stale and removed, so a stop never signals a stranger."""
+    pid = read_pid(path)
+    if pid is None:
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return pid
+    if marker in cmdline:
+        return pid
+    remove_pid_file(path, pid)
+    return None
+
+
 def remove_pid_file(path: Path, pid: int | None = None) -> None:
     """Remove `path`, but only if it still names `pid` (when given): never another process's file."""
     path = Path(path)

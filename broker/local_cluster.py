@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker import home
-from broker.daemon import free_port, read_pid, remove_pid_file, stop_process
+from broker.daemon import free_port, read_pid, read_pid_of, remove_pid_file, stop_process
 from broker.errors import KafkactlError, UsageError
 from broker.server import launcher
 from broker.server.config import BrokerConfig
@@ -134,19 +134,8 @@ def _locked(d: Path) -> Iterator[None]:
 
 
 def _daemon_pid(path: Path) -> int | None:
-    """The live kafkactl daemon `path` names; a file naming a dead process, or one that reused the pid
-    (after a reboot), is stale and removed, so `down` never signals a stranger."""
-    pid = read_pid(path)
-    if pid is None:
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return pid
-    if b"kafkactl" in cmdline:
-        return pid
-    remove_pid_file(path, pid)
-    return None
+    """The live kafkactl daemon `path` names (a stale file is removed)."""
+    return read_pid_of(path, b"kafkactl")
 
 
 def broker_pid(plan: Plan, broker_id: int) -> int | None:

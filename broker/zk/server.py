@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from broker import home
-from broker.daemon import port_open, read_pid, remove_pid_file, start_daemon, write_pid_file
+from broker.daemon import port_open, read_pid_of, remove_pid_file, start_daemon, write_pid_file
 from broker.errors import KafkactlError
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -339,17 +339,7 @@ def start_server_daemon(port: int, host: str, data_dir: Path, *, timeout: float 
 
 def _running_server(pid_path: Path) -> int | None:
     """The ZooKeeper JVM `pid_path` names, if it still runs (not a process that reused its pid)."""
-    pid = read_pid(pid_path)
-    if pid is None:
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return pid
-    if MAIN_CLASS.encode() in cmdline:
-        return pid
-    remove_pid_file(pid_path, pid)
-    return None
+    return read_pid_of(pid_path, MAIN_CLASS.encode())
 
 
 def _size(path: Path) -> int:
