@@ -1,13 +1,13 @@
 """The offset grammar every command shares, and its resolution against a partition's offsets.
 
-    beginning | earliest          the log start
-    end | latest                  the log end (only new messages)
-    N                             offset N
-    -N                            N before the end
-    +N / -N with a group          relative to the committed offset (the groups issue)
-    @1700000000000                the first offset stamped at or after this epoch-ms
-    2024-05-01T12:00:00[+02:00]   the same for an ISO-8601 date-time (no zone: local time)
-    10m, 2h, 1d12h, 90s, 500ms    that long ago
+beginning | earliest          the log start
+end | latest                  the log end (only new messages)
+N                             offset N
+-N                            N before the end
++N / -N with a group          relative to the committed offset (the groups issue)
+@1700000000000                the first offset stamped at or after this epoch-ms
+2024-05-01T12:00:00[+02:00]   the same for an ISO-8601 date-time (no zone: local time)
+10m, 2h, 1d12h, 90s, 500ms    that long ago
 """
 
 from __future__ import annotations

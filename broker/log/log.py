@@ -211,7 +211,8 @@ class PartitionLog:
                defer: bool = False) -> AppendResult:  # fmt: skip
         """Validate and append whole batches; with `assign_offsets` they get the next offsets of the log.
 
-        Without it (a follower copying its leader) the batches keep their offsets, which must move forward.
+        Without it (a follower copying its leader) the batches keep their offsets, which must move forward,
+        and, unless `leader_epoch` is given, the leader epochs they carry: the copy is byte for byte.
         `validated` is `self.validate(data)` already done by the caller (so the CRC is checked only once).
         With `defer` the log's state moves on but the bytes (`data` is kept by reference: it must not
         change) reach the file only at `write_deferred()`, or before anything reads, rolls or flushes.
@@ -227,7 +228,8 @@ class PartitionLog:
             first_offset, last_offset = _base_offset(mv, 0), _base_offset(mv, batches[-1][0]) + batches[-1][3]
         self._maybe_roll(total, now, first_offset, last_offset)
         config = self.config
-        log_append = config.message_timestamp_type == "LogAppendTime"
+        keep_prefix = not assign_offsets and leader_epoch < 0
+        log_append = config.message_timestamp_type == "LogAppendTime" and assign_offsets
         active = self.segments[self.bases[-1]]
         next_offset = active.next_offset
         first = next_offset if assign_offsets else _base_offset(mv, 0)
@@ -249,7 +251,10 @@ class PartitionLog:
                 rest: Buffer = body
             else:
                 rest = mv[pos + 16 : pos + size]
-            iov.append(PREFIX.pack(base, size - 12, leader_epoch))
+            if keep_prefix:  # a follower's copy: offsets and leader epoch as the leader stamped them
+                iov.append(mv[pos : pos + 16])
+            else:
+                iov.append(PREFIX.pack(base, size - 12, leader_epoch))
             iov.append(rest)
             notes.append((size, base + delta, batch_max_ts))
             records += count
@@ -480,6 +485,13 @@ class PartitionLog:
         if head is not None:
             seg.truncate_to_position(head.position)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    def reset_to(self, offset: int) -> None:
+        """Remove every segment and start empty at `offset` (a follower whose leader's log starts past ours)."""
+        for base in list(self.bases):
+            self._delete_segment(base)
+        self._open_segment(offset)
+        self.log_start_offset = self.recovery_point = offset
 
     def close(self) -> None:
         for seg in self.segments.values():

@@ -38,9 +38,7 @@ class Codec(enum.IntEnum):
         try:
             return cls[name.upper()]
         except KeyError:
-            raise ValueError(
-                f"unknown compression type {name!r} (none, gzip, snappy, lz4, zstd)"
-            ) from None
+            raise ValueError(f"unknown compression type {name!r} (none, gzip, snappy, lz4, zstd)") from None
 
 
 def compress(codec: Codec, data: Buffer) -> bytes:

@@ -25,6 +25,8 @@ from broker.log import producer_snapshot
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.protocol.errors import ErrorCode
+from broker.replication.controller import Controller, move_leadership_away
+from broker.replication.manager import ReplicaManager
 from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
 from broker.server.coordinator import GroupCoordinator, coordinator_for
@@ -66,6 +68,12 @@ class Broker:
             store=self.group_store.store_generation, on_drop=self.group_store.forget,
         )  # fmt: skip
         self.zk: KazooClient | None = None
+        self.replicas = ReplicaManager(
+            self.id, config, self.cache, self.logs, self.producer_states, self.purgatory,
+            log_for=self._replica_log, blocking=self.blocking, zk=lambda: self.zk,
+        )  # fmt: skip
+        self.controller: Controller | None = None
+        self._state_watched: set[tuple[str, int]] = set()
         self.server: Server | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
@@ -107,8 +115,14 @@ class Broker:
                                      wait_s=cfg.zk_session_timeout_ms / 1000 + 5)  # fmt: skip
             self._registered = True
             zk.add_listener(self._on_zk_state)
-            self.cache.controller_id = registry.elect_controller(zk, self.id)
+            self.replicas.start()
+            self.controller = Controller(
+                zk, self.id, self._unclean_election,
+                auto_rebalance=_flag(cfg.props.get("auto.leader.rebalance.enable")),
+                rebalance_interval_s=float(cfg.props.get("leader.imbalance.check.interval.seconds", 300)),
+            )  # fmt: skip
             self._watch()
+            self._set_controller(registry.elect_controller(zk, self.id))
         except BaseException:
             await self._abort_start()
             raise
@@ -155,9 +169,14 @@ class Broker:
             self.loop.call_soon_threadsafe(self.stopping.set)
 
     async def shutdown(self) -> None:
+        if self.config.controlled_shutdown and self._registered and not self._closing:
+            await self._controlled_shutdown()
         self._closing = True
         for task in self._tasks:
             task.cancel()
+        if self.controller is not None:
+            self.controller.deactivate()
+        await self.replicas.close()
         self.coordinator.close()
         await self.group_store.close(5)  # what it holds written, for the coordinators taking over
         zk = self.zk
@@ -178,6 +197,30 @@ class Broker:
         else:
             log.info("broker %d shut down cleanly", self.id)
 
+    async def _controlled_shutdown(self, wait_s: float = 5.0) -> None:
+        """Before stopping: hand every partition this broker leads to another in-sync replica and leave the
+        ISRs, so producers and consumers move on at once instead of after the ZooKeeper session expires."""
+        zk = self.zk
+        if zk is None or not zk.connected:
+            return
+        await self.replicas.stop_fetching()
+        topics = {t: {p: info.replicas for p, info in parts.items()} for t, parts in self.cache.topics.items()}
+        try:
+            moved = await asyncio.wait_for(self.blocking(move_leadership_away, zk, self.id, topics,
+                                                         set(self.cache.brokers)), wait_s)  # fmt: skip
+        except (TimeoutError, KazooException) as exc:
+            log.warning("controlled shutdown: moving leadership away failed (%s)", type(exc).__name__)
+            return
+        deadline = time.monotonic() + wait_s  # until the watches brought back what it wrote
+        while (
+            moved
+            and time.monotonic() < deadline
+            and any(set(info.isr) - {self.id} for tp in self.replicas.leaders if (info := self.cache.partition(*tp)))
+        ):
+            await asyncio.sleep(0.02)
+        if moved:
+            log.info("controlled shutdown: moved %d partition(s) to other replicas", moved)
+
     async def _every(self, interval_ms: int, fn: Callable[[], Any]) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
@@ -193,10 +236,9 @@ class Broker:
             log.error("%s: the log dir is offline until the broker restarts", problem)
 
     def _record_high_watermarks(self) -> None:
-        for (topic, p), plog in self.logs.logs.items():
-            info = self.cache.partition(topic, p)
-            if info is not None and info.leader == self.id:
-                self.logs.high_watermarks[(topic, p)] = self.high_watermark(plog)
+        for tp, plog in self.logs.logs.items():
+            if self.cache.partition(*tp) is not None:
+                self.logs.high_watermarks[tp] = self.high_watermark(plog)
 
     def _retention(self) -> None:
         for (topic, p), bases in self.logs.run_retention().items():
@@ -266,8 +308,11 @@ class Broker:
         self._call(self._set_brokers, brokers)
 
     def _set_brokers(self, brokers: dict[int, tuple[str, int, str | None]]) -> None:
-        """A new live set: groups whose coordinator is now another broker are handed over (forgotten)."""
+        """A new live set: groups whose coordinator is now another broker are handed over (forgotten); the
+        controller elects leaders for what the lost brokers led."""
         self.cache.brokers = brokers
+        if self.controller is not None and self.cache.controller_id == self.id:
+            self.controller.poke()
         for gid in [g for g in self.coordinator.groups if coordinator_for(g, brokers) != self.id]:
             log.info("group %s moved to broker %d", gid, coordinator_for(gid, brokers))
             self.coordinator.unload(gid)
@@ -292,6 +337,16 @@ class Broker:
 
     def _set_controller(self, broker_id: int) -> None:
         self.cache.controller_id = broker_id
+        if self.controller is None or self._closing:
+            return
+        if broker_id == self.id:
+            self.controller.activate()
+        else:
+            self.controller.deactivate()
+
+    def _unclean_election(self, topic: str) -> bool:
+        value = self.cache.configs.get(topic, {}).get("unclean.leader.election.enable")
+        return self.config.unclean_leader_election if value is None else _flag(value)
 
     def _load_topic(self, topic: str, *, now: bool = False) -> bool:
         """Read a topic's assignment, states and config from ZooKeeper and apply them on the loop."""
@@ -310,7 +365,35 @@ class Broker:
         if topic not in self._config_watched:
             self._config_watched.add(topic)
             DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
+        self._watch_states(topic, assignment)
         return True
+
+    def _watch_states(self, topic: str, assignment: dict[int, list[int]]) -> None:
+        """Watch each partition's state znode: leaders elected and ISRs changed reach this broker this way."""
+        zk = self.zk
+        assert zk is not None
+        for p in assignment:
+            if (topic, p) in self._state_watched:
+                continue
+            self._state_watched.add((topic, p))
+            DataWatch(zk, paths.partition_state(topic, p), self._guarded(self._state_watcher(topic, p)))
+
+    def _state_watcher(self, topic: str, p: int) -> Callable[[bytes | None, Any], bool | None]:
+        def on_change(data: bytes | None, stat: Any) -> bool | None:
+            if (topic, p) not in self._state_watched:
+                return False
+            if data is not None and stat is not None:
+                state = paths.loads(data) or {}
+                state["zk_version"] = stat.version
+                self._call(self._apply_state, topic, p, state)
+            return None
+
+        return on_change
+
+    def _apply_state(self, topic: str, p: int, state: dict) -> None:
+        info = self.cache.set_state(topic, p, state)
+        if info is not None:
+            self.replicas.apply((topic, p), info)
 
     def _config_watcher(self, topic: str) -> Callable[[bytes | None, Any], bool | None]:
         def on_change(data: bytes | None, stat: Any) -> bool | None:
@@ -332,17 +415,21 @@ class Broker:
             self.cache.topic_ids[topic] = topic_id
         self.cache.set_topic(topic, assignment, states)
         self._apply_config(topic, config)
+        for p, info in self.cache.topics[topic].items():
+            self.replicas.apply((topic, p), info)
 
     def _apply_config(self, topic: str, config: dict[str, str]) -> None:
         self.cache.configs[topic] = config
-        parts = self.cache.topics.get(topic, {})
         lc = log_config_for(self.config.log, config)
-        for p, info in parts.items():
-            if info.leader == self.id:
-                plog = self.logs.get_or_create(topic, p, lc, topic_id=self.cache.topic_ids.get(topic))
+        for p in self.cache.topics.get(topic, {}):
+            plog = self.logs.get(topic, p)
+            if plog is not None:
                 plog.config = lc
 
     def _drop_topic(self, topic: str) -> None:
+        for tp in [tp for tp in self._state_watched if tp[0] == topic]:
+            self._state_watched.discard(tp)
+            self.replicas.forget(tp)
         self.cache.drop_topic(topic)
         self._config_watched.discard(topic)
         self._drop_logs(topic)
@@ -374,6 +461,7 @@ class Broker:
         if topic not in self._config_watched:
             self._config_watched.add(topic)
             DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
+        self._watch_states(topic, found[0])
         return True
 
     def _read_topic(self, topic: str) -> tuple | None:
@@ -406,11 +494,25 @@ class Broker:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, None, info
         plog = self.logs.get(topic, partition)
         if plog is None:
-            plog = self.logs.get_or_create(
+            plog = self._replica_log(topic, partition)
+            if plog is None:
+                return ErrorCode.KAFKA_STORAGE_ERROR, None, info
+        return ErrorCode.NONE, plog, info
+
+    def _replica_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The local log of a partition this broker holds a replica of, created if it is new (None when no
+        log dir can take it)."""
+        plog = self.logs.get(topic, partition)
+        if plog is not None:
+            return plog
+        try:
+            return self.logs.get_or_create(
                 topic, partition, log_config_for(self.config.log, self.cache.configs.get(topic, {})),
                 topic_id=self.cache.topic_ids.get(topic),
-            )
-        return ErrorCode.NONE, plog, info
+            )  # fmt: skip
+        except OSError as exc:
+            log.error("cannot create the log of %s-%d: %s", topic, partition, exc)
+            return None
 
     def write_deferred(self) -> None:
         """Write the appends the Produce handler deferred; the server calls this before it answers or waits.
@@ -491,9 +593,13 @@ class Broker:
             self.coordinator.end_load(group_id, state if self.coordinates(group_id) else None)
 
     def high_watermark(self, plog: PartitionLog) -> int:
-        """Without followers the ISR is the leader alone, so the high watermark is the log end offset."""
-        return plog.log_end_offset
+        """The offset below which the partition's ISR holds every record: what consumers may read."""
+        return self.replicas.high_watermark((plog.topic, plog.partition), plog)
 
     def min_insync(self, topic: str) -> int:
         value = self.cache.configs.get(topic, {}).get("min.insync.replicas")
         return int(value) if value is not None else self.config.min_insync_replicas
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() == "true"

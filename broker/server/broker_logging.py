@@ -10,6 +10,8 @@ client can make the log grow without bound:
   unformatted message) log at most `limit` lines per `window` seconds; the rest are counted, and when
   the window ends one line says ``N similar message(s) suppressed in the last Ss: <template>``.
   `KAFKACTL_LOG_REPEATS` sets ``LIMIT/SECONDS`` (default ``10/60``; ``0`` logs every line).
+- Replication's changes (leaders elected, ISRs shrunk and expanded, copies truncated) are logged at INFO
+  even when the rest logs WARNING and up: an operator reads who led what, and when, in each broker's log.
 - `RotatingLogFile`: the log file of a broker started with `--daemon`
   (``$KAFKACTL_HOME/logs/broker-<id>.log``) is rotated at 10 MiB, keeping 5 older files
   (``.log.1`` … ``.log.5``); `KAFKACTL_BROKER_LOG_MAX_BYTES` and `KAFKACTL_BROKER_LOG_BACKUPS` change
@@ -262,4 +264,6 @@ def configure(log_path: Path | str | None = None) -> logging.Handler:
         root.removeHandler(old)
         old.close()
     root.addHandler(handler)
+    if root.getEffectiveLevel() > logging.INFO:  # leaders elected, ISRs changed: what Kafka's state-change log says
+        logging.getLogger("broker.replication").setLevel(logging.INFO)
     return handler

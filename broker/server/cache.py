@@ -15,6 +15,7 @@ class PartitionInfo:
     leader: int
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
+    zk_version: int = -1  # of the state znode this came from: ISR changes are written conditional on it
 
 
 @dataclass
@@ -35,8 +36,24 @@ class MetadataCache:
         for p, replicas in assignment.items():
             st = states.get(p) or {}
             leader = st.get("leader", replicas[0] if replicas else -1)
-            parts[p] = PartitionInfo(list(replicas), leader, st.get("leader_epoch", 0), list(st.get("isr", [leader])))
+            parts[p] = PartitionInfo(
+                list(replicas),
+                leader,
+                st.get("leader_epoch", 0),
+                list(st.get("isr", [leader])),
+                st.get("zk_version", -1),
+            )
         self.topics[topic] = parts
+
+    def set_state(self, topic: str, partition: int, state: dict) -> PartitionInfo | None:
+        """Take a partition's new state znode (a leader elected, its ISR changed); None if the topic is gone
+        or the state is older than the one known (watches may deliver late)."""
+        info = self.partition(topic, partition)
+        if info is None or state.get("zk_version", -1) < info.zk_version:
+            return None
+        info.leader, info.leader_epoch = state.get("leader", -1), state.get("leader_epoch", 0)
+        info.isr, info.zk_version = list(state.get("isr", [])), state.get("zk_version", -1)
+        return info
 
     def drop_topic(self, topic: str) -> None:
         self.topics.pop(topic, None)

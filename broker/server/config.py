@@ -64,6 +64,8 @@ DEFAULTS: dict[str, str | None] = {
     "replica.fetch.wait.max.ms": "500",
     "unclean.leader.election.enable": "false",
     "controlled.shutdown.enable": "true",
+    "auto.leader.rebalance.enable": "true",
+    "leader.imbalance.check.interval.seconds": "300",
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
@@ -180,6 +182,11 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_wait_max_ms: int = 500
+    unclean_leader_election: bool = False
+    controlled_shutdown: bool = True
     explicit: frozenset[str] = frozenset()
 
     @classmethod
@@ -242,6 +249,11 @@ class BrokerConfig:
         c.group_initial_rebalance_delay_ms = _int(props, "group.initial.rebalance.delay.ms")
         c.group_min_session_timeout_ms = _int(props, "group.min.session.timeout.ms")
         c.group_max_session_timeout_ms = _int(props, "group.max.session.timeout.ms")
+        c.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms")
+        c.replica_fetch_max_bytes = _int(props, "replica.fetch.max.bytes")
+        c.replica_fetch_wait_max_ms = _int(props, "replica.fetch.wait.max.ms")
+        c.unclean_leader_election = _bool(props, "unclean.leader.election.enable")
+        c.controlled_shutdown = _bool(props, "controlled.shutdown.enable")
         c.log = c._log_config()
         return c
 

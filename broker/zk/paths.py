@@ -8,8 +8,12 @@
   "controller_epoch","isr"} |
 | /controller | ephemeral | {"version":1,"brokerid","timestamp"} |
 | /controller_epoch | persistent | decimal |
+| /isr_change_notification/isr_change_<seq> | persistent sequential | {"version":1,"partitions":
+  [{"topic","partition"}]} |
 | /config/topics/<t> | persistent | {"version":1,"config":{...}} |
 | /admin/delete_topics/<t> | persistent | (empty) — deletion in progress |
+| /admin/preferred_replica_election | persistent | {"version":1,"partitions":[{"topic","partition"}]}:
+  a request for preferred leaders, which the controller takes (deletes) |
 | /cluster/id | persistent | {"version":"1","id":"<22-char base64 uuid>"} |
 | /latest_producer_id_block | persistent | {"version":1,"broker","block_start","block_end"} |
 | /consumers/<g>/ids/<c> | ephemeral | {"version":1,"subscription":{"<t>":1},"pattern":"static","timestamp"} |
@@ -46,6 +50,7 @@ CONFIG_TOPICS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE = "/isr_change_notification"
 CONSUMERS = "/consumers"
 
@@ -173,6 +178,15 @@ def parse_assignment(data: bytes) -> dict[int, list[int]]:
 def state_json(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1) -> bytes:
     return dumps({"version": 1, "leader": leader, "leader_epoch": leader_epoch,
                   "controller_epoch": controller_epoch, "isr": isr})  # fmt: skip
+
+
+def partitions_json(tps: list[tuple[str, int]]) -> bytes:
+    return dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in tps]})
+
+
+def parse_partitions(data: bytes | None) -> set[tuple[str, int]]:
+    obj = loads(data) or {}
+    return {(str(e["topic"]), int(e["partition"])) for e in obj.get("partitions") or []}
 
 
 def config_json(config: dict[str, str]) -> bytes:

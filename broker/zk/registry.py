@@ -6,6 +6,7 @@ misses. Each function does one registry operation, atomically where ZooKeeper al
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -149,11 +150,95 @@ def topic_id(zk: KazooClient, topic: str) -> int | None:
 
 
 def partition_state(zk: KazooClient, topic: str, partition: int) -> dict | None:
+    """A partition's state (leader, leader_epoch, isr, ...) with its znode version as `zk_version`."""
     try:
-        data, _ = zk.get(paths.partition_state(topic, partition))
+        data, stat = zk.get(paths.partition_state(topic, partition))
     except NoNodeError:
         return None
-    return paths.loads(data)
+    state = paths.loads(data) or {}
+    state["zk_version"] = stat.version
+    return state
+
+
+class FencedError(KafkactlError):
+    """`/controller_epoch` moved: another broker was elected controller since this one was."""
+
+
+def write_partition_state(zk: KazooClient, topic: str, partition: int, leader: int, leader_epoch: int,
+                          isr: list[int], version: int, *, fence: int | None = None) -> int | None:  # fmt: skip
+    """Replace a partition's state if its znode is still at `version` (the conditional update that fences
+    a leader's ISR change against the controller's election, and the other way round); returns the new
+    version, or None when someone wrote it first (read it again and decide anew). With `fence` (the
+    version of `/controller_epoch` a controller won at), the write also requires that no controller was
+    elected since: FencedError otherwise."""
+    path = paths.partition_state(topic, partition)
+    if fence is None:
+        try:
+            return zk.set(path, paths.state_json(leader, leader_epoch, isr), version=version).version
+        except (BadVersionError, NoNodeError):
+            return None
+    tx = zk.transaction()
+    tx.check(paths.CONTROLLER_EPOCH, fence)
+    tx.set_data(path, paths.state_json(leader, leader_epoch, isr, fence + 1), version=version)
+    results = tx.commit()
+    if isinstance(results[0], Exception) and not _rolled_back(results[0]):
+        raise FencedError("the controller epoch moved")
+    if isinstance(results[1], Exception):
+        return None
+    return results[1].version
+
+
+def controller_epoch_version(zk: KazooClient) -> int:
+    """The znode version of `/controller_epoch` (it moves with every election of a controller)."""
+    stat = zk.exists(paths.CONTROLLER_EPOCH)
+    return -1 if stat is None else stat.version
+
+
+def take_preferred_election_request(zk: KazooClient) -> set[tuple[str, int]] | None:
+    """Read and delete `/admin/preferred_replica_election` (Kafka's ZooKeeper-mode request for preferred
+    leaders): None when there is none, else the partitions it names (empty: all of them)."""
+    try:
+        data, _ = zk.get(paths.PREFERRED_ELECTION)
+    except NoNodeError:
+        return None
+    with contextlib.suppress(NoNodeError):
+        zk.delete(paths.PREFERRED_ELECTION)
+    return paths.parse_partitions(data)
+
+
+def request_preferred_election(zk: KazooClient, tps: list[tuple[str, int]]) -> bool:
+    """Ask the controller for preferred leaders of `tps` (empty: every partition); False if a request is
+    still pending."""
+    try:
+        zk.create(paths.PREFERRED_ELECTION, paths.partitions_json(tps), makepath=True)
+    except NodeExistsError:
+        return False
+    return True
+
+
+def clear_isr_change_notifications(zk: KazooClient) -> None:
+    """The controller has read every state anew: the leaders' ISR change notifications are done with."""
+    try:
+        children = zk.get_children(paths.ISR_CHANGE)
+    except NoNodeError:
+        return
+    for child in children:
+        with contextlib.suppress(NoNodeError):
+            zk.delete(f"{paths.ISR_CHANGE}/{child}")
+
+
+def notify_isr_change(zk: KazooClient, tps: list[tuple[str, int]]) -> None:
+    """A sequential `/isr_change_notification/isr_change_<n>` naming the partitions whose ISR a leader
+    changed, as Kafka's leaders write it (the controller reads and deletes them)."""
+    zk.create(paths.ISR_CHANGE + "/isr_change_", paths.partitions_json(tps), sequence=True, makepath=True)
+
+
+def controller_epoch(zk: KazooClient) -> int:
+    try:
+        data, _ = zk.get(paths.CONTROLLER_EPOCH)
+    except NoNodeError:
+        return 0
+    return int(data or b"0")
 
 
 def topic_config(zk: KazooClient, topic: str) -> dict[str, str]:
@@ -171,7 +256,8 @@ def is_being_deleted(zk: KazooClient, topic: str) -> bool:
 def create_topic(zk: KazooClient, topic: str, replicas: dict[int, list[int]], config: dict[str, str]) -> int | None:
     """Write a topic's config, assignment and partition states in one transaction; returns the topic id.
 
-    Without replication, each partition's leader is its first replica and the ISR is that leader.
+    Each partition's leader is its first replica and its ISR all its replicas (they are live: the
+    assignment was made over the live brokers), at leader epoch 0.
     """
     if zk.exists(paths.topic(topic)) is not None or is_being_deleted(zk, topic):
         raise TopicExistsError(f"topic {topic!r} already exists")
@@ -186,7 +272,7 @@ def create_topic(zk: KazooClient, topic: str, replicas: dict[int, list[int]], co
     tx.create(f"{paths.topic(topic)}/partitions")
     for p, reps in sorted(replicas.items()):
         tx.create(f"{paths.topic(topic)}/partitions/{p}")
-        tx.create(paths.partition_state(topic, p), paths.state_json(reps[0], 0, [reps[0]]))
+        tx.create(paths.partition_state(topic, p), paths.state_json(reps[0], 0, list(reps)))
     results = tx.commit()
     for res in results:
         if isinstance(res, NodeExistsError):

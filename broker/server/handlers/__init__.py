@@ -97,8 +97,12 @@ def dispatcher(broker: Broker) -> Callable[[memoryview, str], Answer | Awaitable
         now = SYNC_HANDLERS.get(header.api_key)
         if now is not None:
             answer = now(broker, header, body)
-            if answer is not produce.LATER:
-                return None if answer is None else encode(header, answer)
+            if answer.__class__ is dict:
+                return encode(header, answer)
+            if answer is None:
+                return None
+            if answer is not produce.LATER:  # a coroutine: acks=all waits for the followers
+                return encoded(header, answer)
         return handle(header, body)
 
     def encode(header: RequestHeader, answer: dict[str, Any]) -> list[Any]:
@@ -106,6 +110,9 @@ def dispatcher(broker: Broker) -> Callable[[memoryview, str], Answer | Awaitable
         if fast is not None:
             return fast[1](header.correlation_id, answer, header.api_version)
         return encode_response(header.correlation_id, APIS[header.api_key].response, answer, header.api_version)
+
+    async def encoded(header: RequestHeader, waiting: Awaitable[dict[str, Any]]) -> Answer:
+        return encode(header, await waiting)
 
     async def handle(header: RequestHeader, body: dict[str, Any]) -> Answer:
         answer = await HANDLERS[header.api_key](broker, header, body)

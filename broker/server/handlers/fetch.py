@@ -1,4 +1,9 @@
-"""Fetch and ListOffsets: file slices of the leader's log for consumers, offsets by position or time.
+"""Fetch and ListOffsets: file slices of the leader's log for consumers and followers, offsets by position or time.
+
+A consumer reads below the high watermark; a follower (replica id ≥ 0) reads to the log end, and its
+fetch offset tells the leader how far its copy got (`ReplicaManager.replica_fetched`). A follower that
+names another leader epoch than the leader's is refused: FENCED_LEADER_EPOCH when its epoch is older,
+UNKNOWN_LEADER_EPOCH when newer (this broker has not heard of it yet).
 
 A fetch answers at once when `min_bytes` are there (or it asked for no wait); otherwise it waits in
 the purgatory until an append brings enough or `max_wait_ms` passes. Each partition's records
@@ -27,7 +32,7 @@ async def handle_fetch(b: Broker, header: RequestHeader, req: dict[str, Any]) ->
     min_bytes = req["min_bytes"]
     wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
     while True:
-        topics, total, errors = await _read_all(b, wanted, req["max_bytes"])
+        topics, total, errors = await _read_all(b, wanted, req["max_bytes"], req["replica_id"])
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0 or not wanted:
             return {"error_code": 0, "session_id": 0, "topics": topics}
@@ -43,8 +48,8 @@ def _release(topics: list[dict[str, Any]]) -> None:
                 os.close(rec.fd)
 
 
-async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]],
-                    max_bytes: int) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
+async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int,
+                    replica: int = -1) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
     topics: list[dict[str, Any]] = []
     by_name: dict[str, list[dict[str, Any]]] = {}
     total = 0
@@ -57,19 +62,28 @@ async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]],
             parts = by_name[topic] = []
             topics.append({"topic": topic, "partitions": parts})
         parts.append(out)
-        code, plog, _ = await b.leader_log(topic, index)
-        if plog is None:
+        code, plog, info = await b.leader_log(topic, index)
+        if plog is None or info is None:
             out["error_code"] = code
             errors = True
             continue
+        limit: int | None = None
+        if replica >= 0:
+            code = _replica_fetch(b, plog, info.leader_epoch, replica, p)
+            if code:
+                out["error_code"] = code
+                errors = True
+                continue
         hw = b.high_watermark(plog)
+        if replica < 0:
+            limit = hw
         out["high_watermark"] = out["last_stable_offset"] = hw
         out["log_start_offset"] = plog.log_start_offset
         budget = min(p["partition_max_bytes"], max_bytes - total)
         if budget <= 0 and total > 0:
             continue
         try:
-            sl = plog.read(p["fetch_offset"], max(budget, 1), max_offset=hw)
+            sl = plog.read(p["fetch_offset"], max(budget, 1), max_offset=limit)
         except OffsetOutOfRangeError:
             out["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
             errors = True
@@ -82,6 +96,17 @@ async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]],
         out["records"] = FileRegion(os.dup(sl.fd), sl.position, length)
         total += length
     return topics, total, errors
+
+
+def _replica_fetch(b: Broker, plog: Any, leader_epoch: int, replica: int, p: dict[str, Any]) -> ErrorCode:
+    """A follower's fetch: check its leader epoch, and note how far its copy got."""
+    epoch = p.get("current_leader_epoch", -1)
+    if epoch >= 0 and epoch != leader_epoch:
+        return ErrorCode.FENCED_LEADER_EPOCH if epoch < leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+    offset = p["fetch_offset"]
+    if offset > plog.log_end_offset:
+        return ErrorCode.OFFSET_OUT_OF_RANGE  # its copy holds what this log does not: it must truncate first
+    return b.replicas.replica_fetched((plog.topic, plog.partition), replica, offset, plog)
 
 
 def _first_batch_size(sl: Any) -> int:

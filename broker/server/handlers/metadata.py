@@ -93,6 +93,6 @@ async def create_topic(b: Broker, name: str, partitions: int, replication_factor
     except registry.TopicExistsError:
         await b.refresh_topic(name)
         return ErrorCode.TOPIC_ALREADY_EXISTS
-    states = {p: {"leader": r[0], "leader_epoch": 0, "isr": [r[0]]} for p, r in assignment.items()}
+    states = {p: {"leader": r[0], "leader_epoch": 0, "isr": list(r), "zk_version": 0} for p, r in assignment.items()}
     b._apply_topic(name, assignment, states, config, topic_id)
     return ErrorCode.NONE

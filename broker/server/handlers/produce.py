@@ -5,16 +5,19 @@ a bad CRC or framing rejects that partition's batches with CORRUPT_MESSAGE, and 
 with its records (count, offset deltas, max timestamp) with INVALID_RECORD (CORRUPT_MESSAGE before
 Produce v8); nothing is appended then.
 
-Produce never waits once its topics are in the metadata cache (acks=all only checks the ISR size:
-there is no replication to wait for), so the dispatcher runs `produce_now` without a coroutine; a
-topic not yet cached sends the request through `handle_produce`, which looks it up in ZooKeeper first.
+Produce does not wait once its topics are in the metadata cache, unless acks=all must wait for the
+followers (`ReplicaManager.wait_replicated`), so the dispatcher runs `produce_now` without a coroutine
+and gets a coroutine back only for such a wait; a topic not yet cached sends the request through
+`handle_produce`, which looks it up in ZooKeeper first.
 Appends are deferred: the server has the broker write them (`Broker.write_deferred`) before it sends
 their answers, so the pipelined requests of one read reach a partition's file with one write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from broker.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -57,8 +60,9 @@ def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
 LATER: Final = object()
 
 
-def produce_now(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None | object:
-    """Produce without waiting, the hot path: every topic is in the metadata cache (else LATER)."""
+def produce_now(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None | Coroutine | object:
+    """Produce without waiting, the hot path: every topic is in the metadata cache (else LATER); a coroutine
+    of the answer when acks=all must wait for the followers."""
     if header.api_version >= 3 and req["acks"] in _ACKS:
         topics = b.cache.topics
         for t in req["topics"]:
@@ -73,18 +77,23 @@ async def handle_produce(b: Broker, header: RequestHeader, req: dict[str, Any]) 
         for t in req["topics"]:
             if t["name"] not in b.cache.topics:
                 await b.refresh_topic(t["name"])
-    return _produce(b, header.api_version, req)
+    answer = _produce(b, header.api_version, req)
+    return await answer if asyncio.iscoroutine(answer) else answer
 
 
-def _produce(b: Broker, version: int, req: dict[str, Any]) -> dict[str, Any] | None:
+def _produce(b: Broker, version: int, req: dict[str, Any]) -> dict[str, Any] | None | Coroutine:
     acks = req["acks"]
     failed: list[str] = []
+    waits: list[tuple[dict[str, Any], str, int]] = []
     topics_out = []
     for t in req["topics"]:
         name = t["name"]
         parts_out = []
         for p in t["partitions"]:
             out = _produce_partition(b, name, p["index"], p["records"], acks, version)
+            last = out.pop("_last_offset", None)
+            if last is not None and b.replicas.needs_wait((name, p["index"]), last):
+                waits.append((out, name, last))
             if out["error_code"]:
                 failed.append(f"{name}-{p['index']}: {ErrorCode(out['error_code']).name}")
             parts_out.append(out)
@@ -93,7 +102,24 @@ def _produce(b: Broker, version: int, req: dict[str, Any]) -> dict[str, Any] | N
         if failed:  # no answer can carry the error: close the connection so the client refreshes (as Kafka)
             raise BadRequest(f"acks=0 produce failed ({', '.join(failed[:3])})")
         return None
-    return {"topics": topics_out}
+    answer = {"topics": topics_out}
+    if waits:
+        return _replicated(b, answer, waits, req["timeout_ms"] / 1000)
+    return answer
+
+
+async def _replicated(b: Broker, answer: dict[str, Any], waits: list[tuple[dict[str, Any], str, int]],
+                      timeout_s: float) -> dict[str, Any]:  # fmt: skip
+    """The acks=all answer, once the ISR holds every partition's batches (or the wait failed)."""
+    codes = await asyncio.gather(*(
+        b.replicas.wait_replicated((topic, out["index"]), last, timeout_s, b.min_insync(topic))
+        for out, topic, last in waits
+    ))  # fmt: skip
+    for (out, topic, _), code in zip(waits, codes, strict=True):
+        if code:
+            out["error_code"] = code
+            out["error_message"] = f"{ErrorCode(code).name} waiting for the in-sync replicas of {topic}-{out['index']}"
+    return answer
 
 
 def _produce_partition(b: Broker, topic: str, partition: int, records: memoryview | None,
@@ -128,6 +154,8 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
         validated = plog.validate(records)
         span = _producer_span(records)
         if span is not None and _answered_by_sequence(b, tp, span, plog.log_start_offset, out):
+            if acks == -1 and not out["error_code"]:  # a duplicate: answered once the ISR holds the original
+                out["_last_offset"] = out["base_offset"] + (span[3] - span[2]) % 2**31
             return out
         result = plog.append(records, leader_epoch=info.leader_epoch, validated=validated, defer=True)
         b.deferred_logs.add(plog)  # written before this answer leaves (see `Broker.write_deferred`)
@@ -151,6 +179,8 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
     if span is not None:
         b.producer_states[tp].record(*span, result.first_offset)
     b.purgatory.notify(tp)
+    if acks == -1:
+        out["_last_offset"] = result.last_offset
     out["base_offset"] = result.first_offset
     out["log_append_time_ms"] = result.log_append_time
     out["log_start_offset"] = plog.log_start_offset

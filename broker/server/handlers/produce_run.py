@@ -4,9 +4,10 @@ A producer sending one small batch per request pipelines many requests alike but
 correlation id and batch. The server offers each connection's received bytes here first: the C scanner
 (`broker/protocol/_produce_run.c`, which documents what a request of a run is) cuts the run, and the
 run is appended with one deferred write and answered with one buffer, with no per-request Python.
-Whatever the run cannot answer with "no error" (a topic not in the metadata cache, not the leader,
-too small an ISR for acks=all, an offline log dir, LogAppendTime, a batch over max.message.bytes, an idempotent first
-batch that is a duplicate or out of sequence, a segment roll due) goes the general way,
+Whatever the run cannot answer with "no error" at once (a topic not in the metadata cache, not the
+leader, acks=all with followers to wait for or too small an ISR, an offline log dir, LogAppendTime,
+a batch over max.message.bytes, an idempotent first batch that is a duplicate or out of sequence, a
+segment roll due) goes the general way,
 request by request, so the errors and every other case have one implementation (`produce.py`).
 Without the C codec there are no runs: every request goes the general way.
 """
@@ -90,7 +91,8 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
             return n
         config = plog.config
         if (config.message_timestamp_type != "CreateTime" or largest > config.max_message_bytes
-                or (acks == -1 and len(part.isr) < b.min_insync(topic)) or not plog.takes_run(total, n)):  # fmt: skip
+                or (acks == -1 and (len(part.isr) > 1 or len(part.isr) < b.min_insync(topic)))
+                or not plog.takes_run(total, n)):  # fmt: skip
             return n
         tp = (topic, partition)
         if pid >= 0:  # the batches chain on from the first (the scanner saw to it): check only that one

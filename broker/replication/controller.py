@@ -1,0 +1,166 @@
+"""The controller: the one broker holding `/controller` elects partition leaders.
+
+It wakes when the live brokers change (and when asked: an ISR change notification, a preferred-leader
+election request in `/admin/preferred_replica_election`), reads every partition's state and writes the
+new ones `broker.replication.election` decides, each conditional on the state znode's version and on
+`/controller_epoch` not having moved (a controller whose session expired while it was paused cannot
+overwrite its successor). The brokers learn the new states from their watches on the state znodes.
+
+It runs on a thread of its own: a pass makes one ZooKeeper read per partition, and must not hold up
+the broker's event loop or kazoo's watch callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from broker.replication import election
+from broker.zk import registry
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    """Elections for the whole cluster, while this broker is the controller."""
+
+    def __init__(self, zk: KazooClient, broker_id: int, unclean: Callable[[str], bool],
+                 auto_rebalance: bool = False, rebalance_interval_s: float = 300.0) -> None:  # fmt: skip
+        self.zk = zk
+        self.broker_id = broker_id
+        self.unclean = unclean  # topic → whether unclean election is enabled for it
+        self.auto_rebalance = auto_rebalance  # leadership back to preferred replicas every `rebalance_interval_s`
+        self.rebalance_interval_s = rebalance_interval_s
+        self.epoch_version = -1  # of `/controller_epoch` when this broker won: the fence of every write
+        self._wake = threading.Event()
+        self._preferred = False
+        self._thread: threading.Thread | None = None
+        self._active = False
+
+    def activate(self) -> None:
+        if self._active:
+            self.poke()
+            return
+        try:
+            self.epoch_version = registry.controller_epoch_version(self.zk)
+        except KazooException as exc:
+            log.warning("reading /controller_epoch failed: %s", type(exc).__name__)
+            return
+        self._active = True
+        log.info("broker %d is the controller (epoch znode version %d)", self.broker_id, self.epoch_version)
+        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+        self._thread.start()
+        self.poke()
+
+    def deactivate(self) -> None:
+        if self._active:
+            log.info("broker %d is no longer the controller", self.broker_id)
+        self._active = False
+        self._wake.set()
+
+    def poke(self, *, preferred: bool = False) -> None:
+        """Look at every partition again (soon, on the controller's thread)."""
+        self._preferred = self._preferred or preferred
+        self._wake.set()
+
+    def _run(self) -> None:
+        next_rebalance = time.monotonic() + self.rebalance_interval_s
+        while self._active:
+            woken = self._wake.wait(max(next_rebalance - time.monotonic(), 0.01) if self.auto_rebalance else None)
+            self._wake.clear()
+            if not self._active:
+                return
+            preferred, self._preferred = self._preferred, False
+            if not woken or time.monotonic() >= next_rebalance:
+                preferred = preferred or self.auto_rebalance
+                next_rebalance = time.monotonic() + self.rebalance_interval_s
+            try:
+                self.elect_all(preferred=preferred)
+            except KazooException as exc:
+                log.warning("controller pass failed: %s; trying again", type(exc).__name__)
+                self._wake.set()
+                threading.Event().wait(0.5)
+            except Exception:
+                log.exception("controller pass failed")
+
+    def elect_all(self, *, preferred: bool = False) -> int:
+        """One pass over every partition; returns how many states it changed."""
+        zk = self.zk
+        live = set(registry.live_brokers(zk))
+        wanted = registry.take_preferred_election_request(zk)  # None: none asked; else the partitions asked for
+        changed = 0
+        for topic in registry.topic_names(zk):
+            assignment = registry.assignment(zk, topic)
+            if assignment is None:
+                continue
+            unclean = self.unclean(topic)
+            for p, replicas in sorted(assignment.items()):
+                want_preferred = preferred or (wanted is not None and (not wanted or (topic, p) in wanted))
+                changed += self._elect(topic, p, replicas, live, unclean, want_preferred)
+        registry.clear_isr_change_notifications(zk)
+        return changed
+
+    def _elect(self, topic: str, p: int, replicas: list[int], live: set[int], unclean: bool,
+               want_preferred: bool) -> int:  # fmt: skip
+        for _ in range(5):  # a leader's ISR change may race us: read again and decide anew
+            if not self._active:
+                return 0
+            st = registry.partition_state(self.zk, topic, p)
+            if st is None:
+                return 0
+            state = election.State(st.get("leader", -1), st.get("leader_epoch", 0), list(st.get("isr", [])))
+            new = election.on_brokers(replicas, state, live, unclean=unclean)
+            if new is None and want_preferred:
+                new = election.preferred(replicas, state, live)
+            if new is None:
+                return 0
+            try:
+                written = registry.write_partition_state(self.zk, topic, p, new.leader, new.leader_epoch, new.isr,
+                                                         st["zk_version"], fence=self.epoch_version)  # fmt: skip
+            except registry.FencedError:
+                log.warning("broker %d was fenced as controller: a newer one was elected", self.broker_id)
+                self._active = False
+                return 0
+            if written is not None:
+                if new.leader != state.leader:
+                    if new.leader < 0:
+                        log.warning("%s-%d is offline: no live replica in its ISR %s (unclean election is off)",
+                                    topic, p, state.isr)  # fmt: skip
+                    else:
+                        log.info("%s-%d: leader %d -> %d at epoch %d, ISR %s", topic, p, state.leader, new.leader,
+                                 new.leader_epoch, new.isr)  # fmt: skip
+                return 1
+        return 0
+
+
+def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict[int, list[int]]],
+                         live: set[int]) -> int:  # fmt: skip
+    """A controlled shutdown: hand each partition `broker_id` leads to another ISR member and leave every ISR,
+    where another live ISR member exists (the last in-sync replica stays: its partition goes offline with
+    it). Written by the stopping broker itself, each conditional on the state's version; returns the count."""
+    moved = 0
+    for topic, assignment in topics.items():
+        for p, replicas in assignment.items():
+            if broker_id not in replicas:
+                continue
+            for _ in range(3):
+                try:
+                    st = registry.partition_state(zk, topic, p)
+                except NoNodeError:
+                    st = None
+                if st is None:
+                    break
+                state = election.State(st.get("leader", -1), st.get("leader_epoch", 0), list(st.get("isr", [])))
+                new = election.without(replicas, state, broker_id, live - {broker_id})
+                if new is None:
+                    break
+                if registry.write_partition_state(zk, topic, p, new.leader, new.leader_epoch, new.isr,
+                                                  st["zk_version"]) is not None:  # fmt: skip
+                    moved += 1
+                    break
+    return moved

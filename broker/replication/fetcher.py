@@ -1,0 +1,206 @@
+"""A follower's fetcher: one per source broker, copying every partition this broker follows there.
+
+One Fetch at a time carries all of them (replica id = this broker's id, `current_leader_epoch` = the
+epoch this broker knows, so a leader of another epoch refuses it); the answer's batches are appended
+byte for byte (offsets and leader epochs as the leader stamped them, CRCs checked) and the leader's
+high watermark is taken, capped at the copy's end. The next fetch tells the leader how far the copy
+got, which is what moves its high watermark. A trailing batch the leader's size limit cut is left for
+the next fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.client.aio import AsyncConnection
+from broker.errors import CorruptRecordError, KafkactlError
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
+from broker.protocol.messages.fetch import EARLIEST
+
+if TYPE_CHECKING:
+    from broker.replication.manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+#: errors after which a partition waits for news of its leadership instead of fetching again at once
+_WAIT_FOR_METADATA = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REPLICA_NOT_AVAILABLE,
+}  # fmt: skip
+
+
+@dataclass
+class Followed:
+    leader_epoch: int
+    paused_until: float = 0.0  # monotonic: after an error, no fetch before then
+
+
+def whole_batches(data: memoryview) -> int:
+    """How many leading bytes of a record set are whole batches (a size limit may cut the last one)."""
+    pos, end = 0, len(data)
+    while pos + 12 <= end:
+        size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        if size < 12 or pos + size > end:
+            break
+        pos += size
+    return pos
+
+
+class ReplicaFetcher:
+    """Copies, from broker `source`, the partitions this broker follows there."""
+
+    def __init__(self, manager: ReplicaManager, source: int) -> None:
+        self.m = manager
+        self.source = source
+        self.partitions: dict[TopicPartition, Followed] = {}
+        self._wake = asyncio.Event()
+        self._conn: AsyncConnection | None = None
+        self._task: asyncio.Task | None = None
+        self._complained = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source}")
+
+    def add(self, tp: TopicPartition, leader_epoch: int) -> None:
+        self.partitions[tp] = Followed(leader_epoch)
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._drop_connection()
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _connection(self) -> AsyncConnection:
+        if self._conn is None or self._conn.closed:
+            address = self.m.address_of(self.source)
+            if address is None:
+                raise KafkactlError(f"broker {self.source} is not live")
+            timeout = self.m.config.replica_fetch_wait_max_ms / 1000 + 10
+            self._conn = await AsyncConnection.open(*address, client_id=f"broker-{self.m.broker_id}-fetcher",
+                                                    timeout=timeout)  # fmt: skip
+        return self._conn
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            now = time.monotonic()
+            due = {tp: f for tp, f in self.partitions.items() if f.paused_until <= now}
+            if not due:
+                self._wake.clear()
+                pause = min((f.paused_until for f in self.partitions.values()), default=now + 3600) - now
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), max(pause, 0.01))
+                continue
+            try:
+                conn = await self._connection()
+                answer = await conn.request(ApiKey.FETCH, self._request(due), version=conn.version_for(ApiKey.FETCH))
+                await self._take(conn, due, answer)
+                backoff, self._complained = 0.05, False
+            except asyncio.CancelledError:
+                raise
+            except (KafkactlError, OSError) as exc:
+                if not self._complained:
+                    log.warning("replica fetcher from broker %d: %s (retrying)", self.source, exc)
+                    self._complained = True
+                await self._drop_connection()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+            except Exception:
+                log.exception("replica fetcher from broker %d failed (retrying)", self.source)
+                await self._drop_connection()
+                await asyncio.sleep(1.0)
+
+    def _request(self, due: dict[TopicPartition, Followed]) -> dict:
+        by_topic: dict[str, list[dict]] = {}
+        per_partition = self.m.config.replica_fetch_max_bytes
+        for (topic, p), f in due.items():
+            plog = self.m.follower_log(topic, p)
+            if plog is None:
+                continue
+            by_topic.setdefault(topic, []).append({
+                "partition": p, "current_leader_epoch": f.leader_epoch, "fetch_offset": plog.log_end_offset,
+                "log_start_offset": plog.log_start_offset, "partition_max_bytes": per_partition,
+            })  # fmt: skip
+        return {
+            "replica_id": self.m.broker_id, "max_wait_ms": self.m.config.replica_fetch_wait_max_ms, "min_bytes": 1,
+            "max_bytes": max(per_partition, 10 * 1024 * 1024), "isolation_level": 0, "session_id": 0,
+            "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [], "rack_id": "",
+        }  # fmt: skip
+
+    async def _take(self, conn: AsyncConnection, due: dict[TopicPartition, Followed], answer: dict) -> None:
+        now = time.monotonic()
+        for t in answer["topics"]:
+            for p in t["partitions"]:
+                tp = (t["topic"], p["partition_index"])
+                f = self.partitions.get(tp)
+                if f is None or f is not due.get(tp):
+                    continue  # no longer followed here (or followed anew) since the fetch left
+                code = p["error_code"]
+                if code == ErrorCode.NONE:
+                    self._copy(tp, p)
+                elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    await self._out_of_range(conn, tp, f)
+                elif code in _WAIT_FOR_METADATA:
+                    f.paused_until = now + 0.2
+                else:
+                    log.warning("fetching %s-%d from broker %d: %s", *tp, self.source, ErrorCode(code).name)
+                    f.paused_until = now + 1.0
+
+    def _copy(self, tp: TopicPartition, p: dict) -> None:
+        plog = self.m.follower_log(*tp)
+        if plog is None:
+            return
+        records = p["records"]
+        if records:
+            data = memoryview(bytes(records) if not isinstance(records, bytes) else records)
+            whole = whole_batches(data)
+            if whole:
+                try:
+                    self.m.append_copy(tp, plog, data[:whole])
+                except CorruptRecordError as exc:
+                    log.error("the copy of %s-%d from broker %d was refused: %s", *tp, self.source, exc)
+                    self.partitions[tp].paused_until = time.monotonic() + 1.0
+                    return
+        self.m.follower_high_watermark(tp, plog, p["high_watermark"])
+
+    async def _out_of_range(self, conn: AsyncConnection, tp: TopicPartition, f: Followed) -> None:
+        """Our end is outside the leader's log: past its end (we hold what it never had: cut back to its
+        high watermark), or before its start (retention deleted what we lack: start again at its start)."""
+        plog = self.m.follower_log(*tp)
+        if plog is None:
+            return
+        topic, p = tp
+        req = {"replica_id": self.m.broker_id, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+            {"partition_index": p, "current_leader_epoch": f.leader_epoch, "timestamp": EARLIEST}]}]}  # fmt: skip
+        answer = await conn.request(ApiKey.LIST_OFFSETS, req, version=1)
+        part = answer["topics"][0]["partitions"][0]
+        if part["error_code"]:
+            f.paused_until = time.monotonic() + 0.2
+            return
+        start = part["offset"]
+        if plog.log_end_offset < start:
+            log.warning("%s-%d: the leader's log starts at %d, past this copy's end %d: starting again there",
+                        topic, p, start, plog.log_end_offset)  # fmt: skip
+            self.m.reset_copy(tp, plog, start)
+        else:
+            self.m.truncate_copy(tp, plog, self.m.known_high_watermark(tp), "ends past the leader's log")

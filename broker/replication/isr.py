@@ -1,0 +1,75 @@
+"""A leader's bookkeeping for one partition: its followers' log end offsets, the ISR and the high watermark.
+
+Kafka's rules (KIP-7's lag by time): a follower is caught up when it fetches from the leader's log end
+offset; one that has not been caught up for `replica.lag.time.max.ms` leaves the ISR; one outside the
+ISR rejoins once its log end offset reaches the high watermark. The high watermark is the smallest log
+end offset over the ISR (the leader's included) and never moves back; a follower the leader has not
+heard from since it took the lead holds it where it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Follower:
+    leo: int = -1  # its log end offset as its last fetch told (-1: not heard from since this leader took over)
+    caught_up_ms: int = 0  # when it last fetched from the leader's log end offset (or from where it was before)
+    last_fetch_leo: int = -1  # the leader's log end offset at that follower's previous fetch
+    last_fetch_ms: int = 0
+
+
+@dataclass
+class LeaderPartition:
+    """What the leader of one partition knows of its replicas."""
+
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    leader_epoch: int
+    zk_version: int
+    hw: int
+    epoch_start: int = 0  # the leader's log end offset when it took the lead
+    followers: dict[int, Follower] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, leader: int, replicas: list[int], isr: list[int], leader_epoch: int, zk_version: int,
+              hw: int, epoch_start: int, now_ms: int) -> LeaderPartition:  # fmt: skip
+        lp = cls(leader, list(replicas), list(isr), leader_epoch, zk_version, hw, epoch_start)
+        lp.followers = {r: Follower(caught_up_ms=now_ms, last_fetch_ms=now_ms) for r in replicas if r != leader}
+        return lp
+
+    def fetched(self, replica: int, offset: int, leader_leo: int, now_ms: int) -> None:
+        """A follower fetched from `offset` (so its log ends there) while the leader's log ended at `leader_leo`."""
+        f = self.followers.get(replica)
+        if f is None:
+            f = self.followers[replica] = Follower(caught_up_ms=now_ms)
+        if offset >= leader_leo:
+            f.caught_up_ms = now_ms
+        elif f.last_fetch_leo >= 0 and offset >= f.last_fetch_leo:
+            f.caught_up_ms = max(f.caught_up_ms, f.last_fetch_ms)
+        f.leo, f.last_fetch_leo, f.last_fetch_ms = offset, leader_leo, now_ms
+
+    def high_watermark(self, leader_leo: int) -> int:
+        """The smallest log end offset over the ISR, never below what it was (recomputed and kept)."""
+        low = leader_leo
+        for r in self.isr:
+            if r != self.leader:
+                f = self.followers.get(r)
+                if f is None or f.leo < 0:
+                    return self.hw
+                low = min(low, f.leo)
+        if low > self.hw:
+            self.hw = low
+        return self.hw
+
+    def lagging(self, now_ms: int, lag_ms: int) -> list[int]:
+        """The ISR's followers not caught up within `lag_ms`."""
+        return [r for r in self.isr if r != self.leader
+                and now_ms - self.followers.get(r, Follower()).caught_up_ms > lag_ms]  # fmt: skip
+
+    def rejoining(self) -> list[int]:
+        """Followers outside the ISR whose log has reached the high watermark and this leader's first offset."""
+        floor = max(self.hw, self.epoch_start, 0)
+        return [r for r, f in self.followers.items() if r not in self.isr and r in self.replicas and f.leo >= floor]

@@ -1,0 +1,323 @@
+"""A broker's replicas: which partitions it leads and which it follows, and what each side keeps.
+
+The broker hands every partition state it learns (`apply`); the manager makes this broker the
+partition's leader (a `LeaderPartition` for its followers), a follower (its fetcher from the leader
+copies it, after the copy is cut back to its high watermark) or neither. As leader it answers the
+followers' fetches (`replica_fetched`: their log end offsets move the high watermark), shrinks and grows
+the ISR (written to the state znode conditional on its version, with an `/isr_change_notification`),
+and holds `acks=all` produce answers until the ISR has their batches (`wait_replicated`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from broker.protocol.errors import ErrorCode
+from broker.records.batch import HEADER, BatchHeader
+from broker.replication.fetcher import ReplicaFetcher
+from broker.replication.isr import LeaderPartition
+from broker.zk import registry
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from broker.log.log import PartitionLog
+    from broker.log.manager import LogManager
+    from broker.server.cache import MetadataCache, PartitionInfo
+    from broker.server.config import BrokerConfig
+    from broker.server.producers import ProducerStates
+    from broker.server.purgatory import Purgatory
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ReplicaManager:
+    """The leader and follower sides of every partition this broker holds a replica of."""
+
+    def __init__(self, broker_id: int, config: BrokerConfig, cache: MetadataCache, logs: LogManager,
+                 producer_states: dict[TopicPartition, ProducerStates], purgatory: Purgatory,
+                 log_for: Callable[[str, int], PartitionLog | None],
+                 blocking: Callable[..., Awaitable[Any]], zk: Callable[[], KazooClient | None]) -> None:  # fmt: skip
+        self.broker_id = broker_id
+        self.config = config
+        self.cache = cache
+        self.logs = logs
+        self.producer_states = producer_states
+        self.purgatory = purgatory
+        self._log_for = log_for  # the partition's local log, created if it is new
+        self._blocking = blocking
+        self._zk = zk
+        self.leaders: dict[TopicPartition, LeaderPartition] = {}
+        self.following: dict[TopicPartition, tuple[int, int]] = {}  # tp → (leader, leader epoch)
+        self.follower_hw: dict[TopicPartition, int] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._waiters: dict[TopicPartition, list[tuple[int, asyncio.Future]]] = {}
+        self._isr_writes: set[TopicPartition] = set()
+        self._task: asyncio.Task | None = None
+        self.closed = False
+        self.fetching = True  # False once a controlled shutdown began: nothing is copied any more
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._check_isr_loop(), name="isr-check")
+
+    async def stop_fetching(self) -> None:
+        """Stop copying (a controlled shutdown, before it leaves the ISRs: a follower that went on fetching
+        would be taken back into them)."""
+        self.fetching = False
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.close()
+        self.fetchers.clear()
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._task is not None:
+            self._task.cancel()
+        await self.stop_fetching()
+        for tp in list(self._waiters):
+            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    # -- leadership -------------------------------------------------------------------------------
+
+    def apply(self, tp: TopicPartition, info: PartitionInfo) -> None:
+        """Act on a partition's state: lead it, follow its leader, or hold no replica of it."""
+        if self.closed:
+            return
+        if info.leader == self.broker_id:
+            self._lead(tp, info)
+        elif self.broker_id in info.replicas:
+            self._follow(tp, info)
+        else:
+            self.forget(tp)
+
+    def _lead(self, tp: TopicPartition, info: PartitionInfo) -> None:
+        lp = self.leaders.get(tp)
+        if lp is not None and lp.leader_epoch == info.leader_epoch:
+            lp.isr, lp.zk_version, lp.replicas = list(info.isr), info.zk_version, list(info.replicas)
+            self._hw_moved(tp)
+            return
+        self._stop_following(tp)
+        plog = self._log_for(*tp)
+        if plog is None:
+            return
+        leo = plog.log_end_offset
+        hw = min(self.follower_hw.pop(tp, self.logs.high_watermarks.get(tp, 0)), leo)
+        self.leaders[tp] = LeaderPartition.start(self.broker_id, info.replicas, info.isr, info.leader_epoch,
+                                                 info.zk_version, hw, leo, _now_ms())  # fmt: skip
+        log.info("leading %s-%d at epoch %d (log end %d, high watermark %d, ISR %s)",
+                 *tp, info.leader_epoch, leo, hw, info.isr)  # fmt: skip
+        self._hw_moved(tp)
+
+    def _follow(self, tp: TopicPartition, info: PartitionInfo) -> None:
+        lp = self.leaders.pop(tp, None)
+        if lp is not None:  # leader no more: what waits for followers will not be answered by this broker
+            self.follower_hw[tp] = lp.hw
+            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if self.following.get(tp) == (info.leader, info.leader_epoch):
+            return
+        self._stop_following(tp)
+        plog = self._log_for(*tp)
+        if plog is None:
+            return
+        if info.leader < 0:
+            self.following[tp] = (info.leader, info.leader_epoch)
+            return
+        hw = self.known_high_watermark(tp)
+        if plog.log_end_offset > hw:
+            self.truncate_copy(tp, plog, hw, f"follows broker {info.leader} at epoch {info.leader_epoch}")
+        self.following[tp] = (info.leader, info.leader_epoch)
+        if not self.fetching:
+            return
+        fetcher = self.fetchers.get(info.leader)
+        if fetcher is None:
+            fetcher = self.fetchers[info.leader] = ReplicaFetcher(self, info.leader)
+            fetcher.start()
+        fetcher.add(tp, info.leader_epoch)
+
+    def _stop_following(self, tp: TopicPartition) -> None:
+        was = self.following.pop(tp, None)
+        if was is not None and was[0] in self.fetchers:
+            self.fetchers[was[0]].remove(tp)
+
+    def forget(self, tp: TopicPartition) -> None:
+        """This broker holds no replica of `tp` any more (or the topic is gone)."""
+        self._stop_following(tp)
+        if self.leaders.pop(tp, None) is not None:
+            self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.follower_hw.pop(tp, None)
+
+    def is_leader(self, tp: TopicPartition) -> bool:
+        return tp in self.leaders
+
+    # -- the leader's side ------------------------------------------------------------------------
+
+    def high_watermark(self, tp: TopicPartition, plog: PartitionLog) -> int:
+        lp = self.leaders.get(tp)
+        if lp is None:
+            return min(self.follower_hw.get(tp, 0), plog.log_end_offset)
+        return lp.high_watermark(plog.log_end_offset)
+
+    def replica_fetched(self, tp: TopicPartition, replica: int, offset: int, plog: PartitionLog) -> ErrorCode:
+        """A follower's fetch from `offset`: note how far its copy got, and move the high watermark."""
+        lp = self.leaders.get(tp)
+        if lp is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if replica not in lp.replicas:
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        before = lp.hw
+        lp.fetched(replica, offset, plog.log_end_offset, _now_ms())
+        if replica not in lp.isr and replica in self.cache.brokers and replica in lp.rejoining():
+            self._change_isr(tp, lp, [*lp.isr, replica])
+        if lp.high_watermark(plog.log_end_offset) > before:
+            self._hw_moved(tp)
+        return ErrorCode.NONE
+
+    def _hw_moved(self, tp: TopicPartition) -> None:
+        """Answer the produce requests the high watermark now covers, and wake the consumers' fetches."""
+        lp = self.leaders.get(tp)
+        waiting = self._waiters.get(tp)
+        if lp is not None and waiting:
+            hw = lp.hw
+            keep = []
+            for offset, fut in waiting:
+                if offset < hw:
+                    if not fut.done():
+                        fut.set_result(ErrorCode.NONE)
+                else:
+                    keep.append((offset, fut))
+            if keep:
+                self._waiters[tp] = keep
+            else:
+                del self._waiters[tp]
+        self.purgatory.notify(tp)
+
+    def needs_wait(self, tp: TopicPartition, last_offset: int) -> bool:
+        """Whether an `acks=all` append ending at `last_offset` must wait for followers."""
+        lp = self.leaders.get(tp)
+        return lp is not None and lp.hw <= last_offset and len(lp.isr) > 1
+
+    async def wait_replicated(self, tp: TopicPartition, last_offset: int, timeout_s: float,
+                              min_insync: int) -> ErrorCode:  # fmt: skip
+        """Until the high watermark passes `last_offset`: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR
+        shrank below `min_insync` meanwhile, REQUEST_TIMED_OUT, or NOT_LEADER_OR_FOLLOWER (leader no more)."""
+        lp = self.leaders.get(tp)
+        if lp is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(tp, []).append((last_offset, fut))
+        self._hw_moved(tp)  # (it may have moved between the append and now)
+        try:
+            code = await asyncio.wait_for(fut, max(timeout_s, 0.001))
+        except TimeoutError:
+            waiting = self._waiters.get(tp)
+            if waiting:
+                self._waiters[tp] = [w for w in waiting if w[1] is not fut]
+            return ErrorCode.REQUEST_TIMED_OUT
+        lp = self.leaders.get(tp)
+        if code == ErrorCode.NONE and lp is not None and len(lp.isr) < min_insync:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return code
+
+    def _fail_waiters(self, tp: TopicPartition, code: ErrorCode) -> None:
+        for _, fut in self._waiters.pop(tp, []):
+            if not fut.done():
+                fut.set_result(code)
+
+    async def _check_isr_loop(self) -> None:
+        lag = self.config.replica_lag_time_max_ms
+        while True:
+            await asyncio.sleep(max(lag / 2, 50) / 1000)
+            try:
+                self.check_isr()
+            except Exception:
+                log.exception("checking the ISRs failed")
+
+    def check_isr(self) -> None:
+        """Shrink the ISR of each led partition by its followers that fell behind for too long."""
+        now = _now_ms()
+        lag = self.config.replica_lag_time_max_ms
+        for tp, lp in list(self.leaders.items()):
+            out = lp.lagging(now, lag)
+            if out:
+                self._change_isr(tp, lp, [r for r in lp.isr if r not in out])
+
+    def _change_isr(self, tp: TopicPartition, lp: LeaderPartition, isr: list[int]) -> None:
+        if tp in self._isr_writes or self._zk() is None:
+            return
+        self._isr_writes.add(tp)
+        asyncio.get_running_loop().create_task(self._write_isr(tp, lp, isr))
+
+    async def _write_isr(self, tp: TopicPartition, lp: LeaderPartition, isr: list[int]) -> None:
+        zk = self._zk()
+        try:
+            assert zk is not None
+            version = await self._blocking(registry.write_partition_state, zk, tp[0], tp[1], self.broker_id,
+                                           lp.leader_epoch, isr, lp.zk_version)  # fmt: skip
+            if version is None:  # the controller wrote first: its state reaches us through the watch
+                log.info("ISR change of %s-%d to %s lost a race; taking the state anew", *tp, isr)
+                return
+            shrank = [r for r in lp.isr if r not in isr]
+            log.info("%s %s-%d's ISR: %s -> %s", "shrinking" if shrank else "expanding", *tp, lp.isr, isr)
+            if self.leaders.get(tp) is lp:
+                lp.isr, lp.zk_version = list(isr), version
+                info = self.cache.partition(*tp)
+                if info is not None and info.zk_version < version:
+                    info.isr, info.zk_version = list(isr), version
+                self._hw_moved(tp)
+            with contextlib.suppress(Exception):
+                await self._blocking(registry.notify_isr_change, zk, [tp])
+        except Exception as exc:
+            log.warning("writing the ISR of %s-%d failed: %s", *tp, exc)
+        finally:
+            self._isr_writes.discard(tp)
+
+    # -- the follower's side ----------------------------------------------------------------------
+
+    def address_of(self, broker_id: int) -> tuple[str, int] | None:
+        found = self.cache.brokers.get(broker_id)
+        return None if found is None else (found[0], found[1])
+
+    def follower_log(self, topic: str, partition: int) -> PartitionLog | None:
+        if (topic, partition) not in self.following or self.logs.is_offline((topic, partition)):
+            return None
+        return self.logs.get(topic, partition)
+
+    def known_high_watermark(self, tp: TopicPartition) -> int:
+        return self.follower_hw.get(tp, self.logs.high_watermarks.get(tp, 0))
+
+    def append_copy(self, tp: TopicPartition, plog: PartitionLog, data: memoryview) -> None:
+        """Append the leader's batches as they are, and note its idempotent producers' sequences."""
+        validated = plog.validate(data, client=False)
+        plog.append(data, assign_offsets=False, validated=validated)
+        headers = [BatchHeader(*HEADER.unpack_from(data, pos)) for pos, *_ in validated]
+        if any(h.producer_id >= 0 for h in headers):
+            self.producer_states[tp].record_batches(headers)
+
+    def follower_high_watermark(self, tp: TopicPartition, plog: PartitionLog, leader_hw: int) -> None:
+        self.follower_hw[tp] = max(min(leader_hw, plog.log_end_offset), 0)
+
+    def truncate_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int, why: str) -> None:
+        """Cut the copy back to `offset` (what it holds past there may differ from the leader's log)."""
+        end = plog.log_end_offset
+        if offset >= end:
+            return
+        log.info("%s-%d %s: truncating its log from %d to %d", *tp, why, end, offset)
+        plog.truncate_to(offset)
+        states = self.producer_states.get(tp)
+        if states is not None:
+            states.repair(plog.log_end_offset, [])
+
+    def reset_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int) -> None:
+        plog.reset_to(offset)
+        self.producer_states.pop(tp, None)
+        self.follower_hw[tp] = offset
