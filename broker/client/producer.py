@@ -521,7 +521,8 @@ class AsyncProducer:
             if self._refresh_needed:
                 self._refresh_needed = False
                 try:
-                    await self.cluster.refresh(sorted({t for t, _ in self.ready}) or [])
+                    waiting = {t for t, _ in self.ready} | {b.topic for b in self.retrying}  # (leaders moved)
+                    await self.cluster.refresh(sorted(waiting))
                 except KafkactlError:
                     pass
             sent_any = await self._send_ready() if self.ready else False
