@@ -6,6 +6,10 @@ byte for byte (offsets and leader epochs as the leader stamped them, CRCs checke
 high watermark is taken, capped at the copy's end. The next fetch tells the leader how far the copy
 got, which is what moves its high watermark. A trailing batch the leader's size limit cut is left for
 the next fetch.
+
+A partition newly followed is first truncated: OffsetsForLeaderEpoch asks the leader where the copy's
+latest leader epoch ends in its log, and the copy is cut there (`ReplicaManager.truncation_point`);
+only then is it fetched.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ _WAIT_FOR_METADATA = {
 class Followed:
     leader_epoch: int
     paused_until: float = 0.0  # monotonic: after an error, no fetch before then
+    truncating: bool = True  # not fetched before the leader said where the copy must end
 
 
 def whole_batches(data: memoryview) -> int:
@@ -112,6 +117,10 @@ class ReplicaFetcher:
                 continue
             try:
                 conn = await self._connection()
+                truncating = {tp: f for tp, f in due.items() if f.truncating}
+                if truncating:
+                    await self._truncate(conn, truncating)
+                    continue
                 answer = await conn.request(ApiKey.FETCH, self._request(due), version=conn.version_for(ApiKey.FETCH))
                 await self._take(conn, due, answer)
                 backoff, self._complained = 0.05, False
@@ -128,6 +137,38 @@ class ReplicaFetcher:
                 log.exception("replica fetcher from broker %d failed (retrying)", self.source)
                 await self._drop_connection()
                 await asyncio.sleep(1.0)
+
+    async def _truncate(self, conn: AsyncConnection, truncating: dict[TopicPartition, Followed]) -> None:
+        """Cut each new copy back to where its latest leader epoch ends in the leader's log."""
+        asked: dict[TopicPartition, int] = {}
+        by_topic: dict[str, list[dict]] = {}
+        for tp, f in truncating.items():
+            plog = self.m.follower_log(*tp)
+            if plog is None:
+                f.truncating = False
+                continue
+            asked[tp] = epoch = self.m.latest_epoch(tp, plog)
+            by_topic.setdefault(tp[0], []).append(
+                {"partition": tp[1], "current_leader_epoch": f.leader_epoch, "leader_epoch": epoch}
+            )
+        if not by_topic:
+            return
+        req = {"replica_id": self.m.broker_id, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        answer = await conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, req, version=3)
+        now = time.monotonic()
+        for t in answer["topics"]:
+            for p in t["partitions"]:
+                tp = (t["topic"], p["partition"])
+                f = self.partitions.get(tp)
+                plog = self.m.follower_log(*tp)
+                if f is None or f is not truncating.get(tp) or plog is None or tp not in asked:
+                    continue
+                if p["error_code"]:
+                    f.paused_until = now + 0.2
+                    continue
+                point = self.m.truncation_point(tp, plog, asked[tp], p["leader_epoch"], p["end_offset"])
+                self.m.truncate_copy(tp, plog, point, f"follows broker {self.source} at epoch {f.leader_epoch}")
+                f.truncating = False
 
     def _request(self, due: dict[TopicPartition, Followed]) -> dict:
         by_topic: dict[str, list[dict]] = {}

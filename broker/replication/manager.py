@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import HEADER, BatchHeader
+from broker.replication.epochs import UNDEFINED, LeaderEpochCache
 from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.isr import LeaderPartition
 from broker.zk import registry
@@ -61,6 +62,7 @@ class ReplicaManager:
         self.leaders: dict[TopicPartition, LeaderPartition] = {}
         self.following: dict[TopicPartition, tuple[int, int]] = {}  # tp → (leader, leader epoch)
         self.follower_hw: dict[TopicPartition, int] = {}
+        self.epochs: dict[TopicPartition, LeaderEpochCache] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._waiters: dict[TopicPartition, list[tuple[int, asyncio.Future]]] = {}
         self._isr_writes: set[TopicPartition] = set()
@@ -111,6 +113,7 @@ class ReplicaManager:
         if plog is None:
             return
         leo = plog.log_end_offset
+        self.epoch_cache(tp, plog).assign(info.leader_epoch, leo)
         hw = min(self.follower_hw.pop(tp, self.logs.high_watermarks.get(tp, 0)), leo)
         self.leaders[tp] = LeaderPartition.start(self.broker_id, info.replicas, info.isr, info.leader_epoch,
                                                  info.zk_version, hw, leo, _now_ms())  # fmt: skip
@@ -132,10 +135,7 @@ class ReplicaManager:
         if info.leader < 0:
             self.following[tp] = (info.leader, info.leader_epoch)
             return
-        hw = self.known_high_watermark(tp)
-        if plog.log_end_offset > hw:
-            self.truncate_copy(tp, plog, hw, f"follows broker {info.leader} at epoch {info.leader_epoch}")
-        self.following[tp] = (info.leader, info.leader_epoch)
+        self.following[tp] = (info.leader, info.leader_epoch)  # its fetcher first truncates (`truncation_point`)
         if not self.fetching:
             return
         fetcher = self.fetchers.get(info.leader)
@@ -152,6 +152,7 @@ class ReplicaManager:
     def forget(self, tp: TopicPartition) -> None:
         """This broker holds no replica of `tp` any more (or the topic is gone)."""
         self._stop_following(tp)
+        self.epochs.pop(tp, None)
         if self.leaders.pop(tp, None) is not None:
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.follower_hw.pop(tp, None)
@@ -295,11 +296,43 @@ class ReplicaManager:
     def known_high_watermark(self, tp: TopicPartition) -> int:
         return self.follower_hw.get(tp, self.logs.high_watermarks.get(tp, 0))
 
+    def epoch_cache(self, tp: TopicPartition, plog: PartitionLog) -> LeaderEpochCache:
+        cache = self.epochs.get(tp)
+        if cache is None or cache.path.parent != plog.dir:
+            cache = self.epochs[tp] = LeaderEpochCache.load(plog.dir, lambda: (
+                (h.base_offset, h.partition_leader_epoch) for h in plog.batch_headers_from(plog.log_start_offset)
+            ))  # fmt: skip
+        return cache
+
+    def end_offset_for(self, tp: TopicPartition, plog: PartitionLog, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch's answer: the largest epoch ≤ `epoch` this log knows and where it ends."""
+        return self.epoch_cache(tp, plog).end_offset_for(epoch, plog.log_end_offset)
+
+    def latest_epoch(self, tp: TopicPartition, plog: PartitionLog) -> int:
+        return self.epoch_cache(tp, plog).latest_epoch
+
+    def truncation_point(self, tp: TopicPartition, plog: PartitionLog, asked: int, leader_epoch: int,
+                         leader_end: int) -> int:  # fmt: skip
+        """Where a new follower's copy must end, given the leader's answer (`leader_epoch`, `leader_end`) for the
+        copy's latest epoch `asked`: at the end of the latest epoch both logs share (KIP-279), never past the
+        copy's end; with no shared epoch, at the copy's high watermark."""
+        leo = plog.log_end_offset
+        if leader_epoch == UNDEFINED or leader_end < 0:
+            return min(self.known_high_watermark(tp), leo)
+        if leader_epoch == asked:
+            return min(leader_end, leo)
+        _, own_end = self.epoch_cache(tp, plog).end_offset_for(leader_epoch, leo)
+        return min(leader_end, own_end if own_end >= 0 else leo, leo)
+
     def append_copy(self, tp: TopicPartition, plog: PartitionLog, data: memoryview) -> None:
-        """Append the leader's batches as they are, and note its idempotent producers' sequences."""
+        """Append the leader's batches as they are; note new leader epochs and idempotent producers' sequences."""
         validated = plog.validate(data, client=False)
         plog.append(data, assign_offsets=False, validated=validated)
         headers = [BatchHeader(*HEADER.unpack_from(data, pos)) for pos, *_ in validated]
+        cache = self.epoch_cache(tp, plog)
+        for h in headers:
+            if h.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(h.partition_leader_epoch, h.base_offset)
         if any(h.producer_id >= 0 for h in headers):
             self.producer_states[tp].record_batches(headers)
 
@@ -313,11 +346,13 @@ class ReplicaManager:
             return
         log.info("%s-%d %s: truncating its log from %d to %d", *tp, why, end, offset)
         plog.truncate_to(offset)
+        self.epoch_cache(tp, plog).truncate_from_end(plog.log_end_offset)
         states = self.producer_states.get(tp)
         if states is not None:
             states.repair(plog.log_end_offset, [])
 
     def reset_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int) -> None:
         plog.reset_to(offset)
+        self.epoch_cache(tp, plog).clear()
         self.producer_states.pop(tp, None)
         self.follower_hw[tp] = offset

@@ -87,6 +87,15 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process stops answering (and heartbeating ZooKeeper) until `resume`."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def __enter__(self) -> BrokerProcess:
         return self.start()
 

@@ -138,7 +138,7 @@ def test_six_partitions_with_two_replicas_spread_round_robin(cluster):
     with zk_session(zk_connect) as zk:
         for p, reps in replicas.items():
             state = zk_json(zk, f"/brokers/topics/spread/partitions/{p}/state")
-            assert (state["leader"], state["leader_epoch"], state["isr"]) == (reps[0], 0, [reps[0]])
+            assert (state["leader"], state["leader_epoch"], state["isr"]) == (reps[0], 0, reps)  # every replica in sync
 
     wait_same_leaders(cluster, "spread", lead)
     for b in cluster:  # describe through any broker shows the same

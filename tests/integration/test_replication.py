@@ -237,3 +237,32 @@ def test_a_new_controller_takes_over_when_the_controller_dies(start_broker, zk_c
         wait_until(lambda p=p: states(zk_chroot, "ctl")[p]["leader"] == successor, 10, f"partition {p} moved")
     acked, errors = asyncio.run(produce_acked(by_id[successor].bootstrap, "ctl", [b"after"] * 10))
     assert not errors and len(acked) == 10
+
+
+@pytest.mark.chaos
+def test_an_old_leader_back_as_follower_cuts_what_it_alone_held_and_copies_the_new_leader(start_broker, zk_chroot):
+    """Its acks=1 tail was never copied; the new leader wrote other batches at those offsets in a new epoch. The
+    old leader asks where its epoch ends in the new leader's log (OffsetsForLeaderEpoch) and truncates there."""
+    brokers = start3(start_broker, ids=(1, 2))
+    create(brokers, "diverge", 1, 2, 1)
+    leader = states(zk_chroot, "diverge")[0]["leader"]
+    old, new = sorted(brokers, key=lambda b: b.broker_id != leader)
+    first, _ = asyncio.run(produce_acked(old.bootstrap, "diverge", [f"f{i}".encode() for i in range(50)]))
+    wait_until(lambda: identical_replicas(brokers, zk_chroot, "diverge"), 10, "the follower caught up")
+    new.pause()  # the follower stops copying for a moment (well within replica.lag.time.max.ms)
+    try:
+        time.sleep(0.8)  # its fetch in flight is answered (empty, after replica.fetch.wait.max.ms) meanwhile
+        with connect(old.bootstrap) as conn:  # acks=1: written by the leader alone
+            answer = conn.request(ApiKey.PRODUCE, produce_body("diverge", 0, make_batch([b"lost"] * 5), acks=1))
+            assert answer["topics"][0]["partitions"][0]["error_code"] == 0
+        old.kill()
+    finally:
+        new.resume()
+    wait_until(lambda: states(zk_chroot, "diverge")[0]["leader"] == new.broker_id, SESSION_MS / 1000 + 10,
+               "the follower elected")  # fmt: skip
+    later, errors = asyncio.run(produce_acked(new.bootstrap, "diverge", [f"g{i}".encode() for i in range(20)]))
+    assert not errors
+    old.start()
+    wait_until(lambda: identical_replicas(brokers, zk_chroot, "diverge"), 15, "the old leader's copy = the new log")
+    assert "truncating its log from 55 to 50" in old.log_text()
+    assert sorted(read_values(new.bootstrap, "diverge", 70)) == sorted(first + later)

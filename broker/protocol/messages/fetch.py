@@ -1,4 +1,4 @@
-"""Fetch (1) and ListOffsets (2)."""
+"""Fetch (1), ListOffsets (2) and OffsetsForLeaderEpoch (23)."""
 
 from broker.protocol.schema import (
     INT8,
@@ -79,6 +79,31 @@ LIST_OFFSETS_RESPONSE = Struct(
             F("timestamp", INT64, "1+", default=-1),
             F("offset", INT64, "1+", default=-1),
             F("leader_epoch", INT32, "4+", default=-1),
+        ))),
+    ))),
+)  # fmt: skip
+
+OFFSET_FOR_LEADER_EPOCH_REQUEST = Struct(
+    F("replica_id", INT32, "3+", default=-2),
+    F("topics", Array(Struct(
+        F("topic", STRING),
+        F("partitions", Array(Struct(
+            F("partition", INT32),
+            F("current_leader_epoch", INT32, "2+", default=-1),
+            F("leader_epoch", INT32),
+        ))),
+    ))),
+)  # fmt: skip
+
+OFFSET_FOR_LEADER_EPOCH_RESPONSE = Struct(
+    F("throttle_time_ms", INT32, "2+"),
+    F("topics", Array(Struct(
+        F("topic", STRING),
+        F("partitions", Array(Struct(
+            F("error_code", INT16),
+            F("partition", INT32),
+            F("leader_epoch", INT32, "1+", default=-1),
+            F("end_offset", INT64),
         ))),
     ))),
 )  # fmt: skip

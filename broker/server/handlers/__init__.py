@@ -37,6 +37,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.INIT_PRODUCER_ID: produce.handle_init_producer_id,
     ApiKey.FETCH: fetch.handle_fetch,
     ApiKey.LIST_OFFSETS: fetch.handle_list_offsets,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: fetch.handle_offset_for_leader_epoch,
     ApiKey.METADATA: metadata.handle_metadata,
     ApiKey.API_VERSIONS: metadata.handle_api_versions,
     ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,

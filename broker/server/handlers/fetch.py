@@ -114,6 +114,32 @@ def _first_batch_size(sl: Any) -> int:
     return 12 + int.from_bytes(head[8:12], "big", signed=True) if len(head) == 12 else sl.length
 
 
+async def handle_offset_for_leader_epoch(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    """Where a leader epoch ends in the leader's log: a new follower truncates there (KIP-101), a consumer
+    checks its position after a leader change (KIP-320)."""
+    topics = []
+    for t in req["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            out: dict[str, Any] = {"partition": p["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+            parts.append(out)
+            code, plog, info = await b.leader_log(t["topic"], p["partition"])
+            if plog is None or info is None:
+                out["error_code"] = code
+                continue
+            current = p.get("current_leader_epoch", -1)
+            if current >= 0 and current != info.leader_epoch:
+                out["error_code"] = (
+                    ErrorCode.FENCED_LEADER_EPOCH if current < info.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+                )
+                continue
+            out["leader_epoch"], out["end_offset"] = b.replicas.end_offset_for(
+                (t["topic"], p["partition"]), plog, p["leader_epoch"]
+            )
+        topics.append({"topic": t["topic"], "partitions": parts})
+    return {"topics": topics}
+
+
 async def handle_list_offsets(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     version = header.api_version
     topics = []

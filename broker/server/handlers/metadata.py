@@ -95,4 +95,5 @@ async def create_topic(b: Broker, name: str, partitions: int, replication_factor
         return ErrorCode.TOPIC_ALREADY_EXISTS
     states = {p: {"leader": r[0], "leader_epoch": 0, "isr": list(r), "zk_version": 0} for p, r in assignment.items()}
     b._apply_topic(name, assignment, states, config, topic_id)
+    await b.blocking(b._watch_states, name, assignment)  # (the topics watch finds it known already)
     return ErrorCode.NONE
