@@ -24,6 +24,7 @@ from broker.bench.broker import scratch_broker
 from broker.client.admin import Admin
 from broker.client.consumer import AsyncConsumer
 from broker.client.producer import AsyncProducer
+from broker.errors import KafkactlError
 from broker.records.crc import BACKEND
 
 
@@ -83,33 +84,47 @@ async def _consume(bootstrap: str, topic: str, messages: int, advance: Callable[
 
 def run(kind: str, messages: int = 10_000_000, size: int = 200, batch: int = 50, acks: int = 1,
         compression: str = "none", rate: int = 10_000, bootstrap: str | None = None, workdir: Path | None = None,
-        advance: Callable[[int], None] = lambda n: None) -> dict:  # fmt: skip
-    """Run one bench ("produce", "consume" or "e2e"); returns its figures."""
+        advance: Callable[[int], None] = lambda n: None, replication_factor: int = 1) -> dict:  # fmt: skip
+    """Run one bench ("produce", "consume" or "e2e") on a topic of one partition with `replication_factor`
+    replicas (more than one needs a cluster: `bootstrap`); returns its figures."""
     tmp = Path(tempfile.mkdtemp(prefix=f"kafkactl-bench-{kind}-", dir=workdir))
+    args = (messages, size, batch, acks, compression, rate, advance, replication_factor)
     try:
         if bootstrap:
-            return _run(kind, bootstrap, messages, size, batch, acks, compression, rate, advance)
+            return _run(kind, bootstrap, *args)
+        if replication_factor > 1:
+            raise KafkactlError("--replication-factor above 1 needs a cluster: start one with `kafkactl cluster up "
+                                "-n 3` and give its bootstrap servers with -b")  # fmt: skip
         with scratch_broker(tmp) as servers:
-            return _run(kind, servers, messages, size, batch, acks, compression, rate, advance)
+            return _run(kind, servers, *args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _run(kind: str, bootstrap: str, messages: int, size: int, batch: int, acks: int, compression: str, rate: int,
-         advance: Callable[[int], None]) -> dict:  # fmt: skip
+         advance: Callable[[int], None], replication_factor: int) -> dict:  # fmt: skip
     topic = _topic(kind)
     with Admin(bootstrap) as admin:
-        admin.create_topic(topic, 1, 1)
+        admin.create_topic(topic, 1, replication_factor)
         try:
-            out: dict = {"bench": kind, "crc_backend": BACKEND, "messages": messages, "message_bytes": size}
+            out: dict = {"bench": kind, "crc_backend": BACKEND, "messages": messages, "message_bytes": size,
+                         "replication_factor": replication_factor}  # fmt: skip
             if kind == "e2e":
-                out.update(_e2e(bootstrap, topic, messages, size, rate, advance))
+                out["acks"] = acks
+                out.update(_e2e(bootstrap, topic, messages, size, rate, acks, advance))
                 return out
+            started = time.perf_counter()
             seconds = asyncio.run(_produce(bootstrap, topic, messages, size, batch, acks, compression,
                                            advance if kind == "produce" else (lambda n: None)))  # fmt: skip
             part = admin.describe_topic(topic)[0]
+            deadline = time.monotonic() + 120  # (with replicas, the end a client sees is the high watermark)
+            while part.log_end_offset < messages and time.monotonic() < deadline:
+                time.sleep(0.05)
+                part = admin.describe_topic(topic)[0]
             if part.log_end_offset != messages:
                 raise RuntimeError(f"produced {messages} but the log ends at {part.log_end_offset}")
+            if replication_factor > 1:
+                out["replicated_seconds"] = round(time.perf_counter() - started - seconds, 3)
             disk = part.size or 0
             out.update({"batch": batch, "acks": acks, "compression": compression,
                         "produce_seconds": round(seconds, 3), "produce_msgs_per_s": round(messages / seconds),
@@ -146,7 +161,8 @@ def _e2e_consumer(bootstrap: str, topic: str, messages: int, queue) -> None:
     queue.put(asyncio.run(main()))
 
 
-def _e2e(bootstrap: str, topic: str, messages: int, size: int, rate: int, advance: Callable[[int], None]) -> dict:
+def _e2e(bootstrap: str, topic: str, messages: int, size: int, rate: int, acks: int,
+         advance: Callable[[int], None]) -> dict:  # fmt: skip
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_e2e_consumer, args=(bootstrap, topic, messages, queue), daemon=True)
@@ -156,7 +172,7 @@ def _e2e(bootstrap: str, topic: str, messages: int, size: int, rate: int, advanc
     pad = b"x" * max(0, size - 19)
 
     async def produce() -> float:
-        producer = AsyncProducer(bootstrap, acks=1, linger_ms=0, enable_idempotence=False)
+        producer = AsyncProducer(bootstrap, acks=acks, linger_ms=0, enable_idempotence=False)
         await producer.start()
         try:
             await producer.partitions(topic)

@@ -21,6 +21,7 @@ purgatory is not idle). A task checks every connection's last activity a few tim
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import errno
@@ -59,6 +60,17 @@ class FileRegion(NamedTuple):
 
 class BadRequest(Exception):
     """A request that ends its connection (the message goes to the log)."""
+
+
+class Later:
+    """A dispatcher's answer that waits without holding up the connection's next requests (an acks=all
+    produce, appended already, waiting for the followers): the requests after it are read and handled
+    meanwhile, and the answers still leave in request order."""
+
+    __slots__ = ("waiting",)
+
+    def __init__(self, waiting: Awaitable[list[Any] | None]) -> None:
+        self.waiting = waiting
 
 
 #: the "host:port" of the client whose request is being handled (set once per connection task)
@@ -394,6 +406,35 @@ class Server:
         dispatch, settle, run = self.dispatch, self.settle, self.run
         out: list[Any] = []
         held = 0
+        # while a `Later` answer waits, every answer goes through `queue` (a task or parts, in request order)
+        # and `writer` sends them as they are ready
+        queue: collections.deque[Any] = collections.deque()
+        writer: asyncio.Task | None = None
+
+        async def write_queue() -> None:
+            try:
+                while queue:
+                    head = queue[0]
+                    parts = (await head) if head.__class__ is not list else head
+                    queue.popleft()
+                    if parts:
+                        settle()
+                        await conn.send(parts)
+            except (OSError, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # a handler bug: the connection ends (its answers cannot go out of order)
+                log.error("closing connection from %s after an internal error: %s", peer, describe_exception(exc))
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        def wait_in_turn(later: Later, before: list[Any], running: asyncio.Task | None) -> asyncio.Task:
+            """Queue `later` behind the answers `before` it; the writer task that sends the queue in order."""
+            settle()  # (its append is written before anyone waits for it)
+            if before:
+                queue.append(before)
+            queue.append(conn.loop.create_task(later.waiting))
+            return running if running is not None and not running.done() else conn.loop.create_task(write_queue())
+
         singles = 0  # requests the run dispatch declined: they go to `dispatch` one by one
         frame: memoryview | None = None  # the request being handled (its first bytes name it in a log line)
         try:
@@ -401,6 +442,10 @@ class Server:
                 got: Any = conn.take_run(run) if run is not None and not singles else 0
                 if got.__class__ is not int:  # a run of requests, appended; their answers in one buffer
                     answered, answers = got
+                    if answers.__class__ is Later:  # (acks=all: once the followers have the run)
+                        writer = wait_in_turn(answers, out, writer)
+                        out, held = [], 0
+                        continue
                     if answers is not None:
                         out.append(answers)
                         held += answered
@@ -413,6 +458,10 @@ class Server:
                         if frame is None:
                             return
                     answer = dispatch(frame, peer)
+                    if answer.__class__ is Later:
+                        writer = wait_in_turn(answer, out, writer)
+                        out, held = [], 0
+                        continue
                     if answer is not None and answer.__class__ is not list:
                         settle()
                         conn.busy = True
@@ -427,17 +476,25 @@ class Server:
                 # answers to pipelined requests leave together, a few at a time: the client works on
                 # the first ones while the broker handles the rest
                 if out and (held >= _HOLD or not conn.frame_ready()):
+                    if writer is not None and not writer.done():  # behind a waiting answer: in turn
+                        queue.append(out)
+                        out, held = [], 0
+                        continue
                     settle()
                     parts, out, held = out, [], 0  # `send` closes their file regions, sent or not
                     rest = conn.send_now(parts)
                     if rest:
                         await conn.send(rest)
         except BadRequest as exc:
-            if out:  # the requests before the bad one still get their answers
+            if out or writer is not None:  # the requests before the bad one still get their answers
                 with contextlib.suppress(OSError, BadRequest):
                     settle()
                     parts, out = out, []
-                    await conn.send(parts)
+                    if writer is not None and not writer.done():
+                        queue.append(parts)
+                        await writer
+                    else:
+                        await conn.send(parts)
             log.warning("closing connection from %s: %s", peer, exc)
         except (ConnectionError, BrokenPipeError, TimeoutError):
             pass
@@ -452,6 +509,11 @@ class Server:
                       describe_exception(exc), describe_request(frame))  # fmt: skip
             log.debug("traceback of the internal error", exc_info=True)
         finally:
+            if writer is not None and not writer.done():
+                writer.cancel()
+            for item in queue:
+                if item.__class__ is not list:
+                    item.cancel()
             with contextlib.suppress(OSError):  # a handler failed after others deferred work: do it
                 settle()
             for part in out:  # answers never handed to `send` (the deferred write failed): their regions' fds

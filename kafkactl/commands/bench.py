@@ -79,7 +79,8 @@ def broker(
 
 
 def _client_bench(kind: str, messages: int, size: int, batch: int, acks: str, compression: str, rate: int,
-                  bootstrap: str | None, directory: Path | None, output: Output) -> None:  # fmt: skip
+                  bootstrap: str | None, directory: Path | None, output: Output,
+                  replication_factor: int = 1) -> None:  # fmt: skip
     from broker.client.producer import CODECS, parse_acks
 
     if compression not in CODECS:
@@ -87,7 +88,7 @@ def _client_bench(kind: str, messages: int, size: int, batch: int, acks: str, co
     total = messages * (2 if kind == "consume" else 1)
     with progress(f"bench {kind}", total) as advance:
         result = client_bench.run(kind, messages, size, batch, parse_acks(acks), compression, rate, bootstrap,
-                                  directory, advance)  # fmt: skip
+                                  directory, advance, replication_factor)  # fmt: skip
     if output == Output.json:
         json_line(result)
     else:
@@ -102,14 +103,17 @@ Compression = Annotated[str, typer.Option("--compression", help="none, gzip, sna
 Bootstrap = Annotated[str | None, typer.Option("-b", "--bootstrap-server", help="Use this broker, not a scratch one.")]
 Dir = Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.")]
 Out = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
+Replicas = Annotated[int, typer.Option("-r", "--replication-factor", min=1,
+                                       help="Replicas of the bench topic (above 1: a cluster, with -b).")]  # fmt: skip
 
 
 @app.command("produce")
 def produce(messages: Messages = 10_000_000, size: Size = 200, batch: Batch = 50, acks: Acks = "1",
             compression: Compression = "none", bootstrap: Bootstrap = None, directory: Dir = None,
-            output: Out = Output.text) -> None:  # fmt: skip
+            output: Out = Output.text, replication_factor: Replicas = 1) -> None:  # fmt: skip
     """kafkactl's producer: msg/s, MB/s and bytes on disk per message (the paper's producer test)."""
-    _client_bench("produce", messages, size, batch, acks, compression, 0, bootstrap, directory, output)
+    _client_bench("produce", messages, size, batch, acks, compression, 0, bootstrap, directory, output,
+                  replication_factor)  # fmt: skip
 
 
 @app.command("consume")
@@ -122,6 +126,7 @@ def consume(messages: Messages = 10_000_000, size: Size = 200, batch: Batch = 50
 @app.command("e2e")
 def e2e(messages: Annotated[int, typer.Option("--messages", min=1, help="Messages to send.")] = 100_000,
         size: Size = 200, rate: Annotated[int, typer.Option("--rate", min=1, help="Messages per second.")] = 10_000,
-        bootstrap: Bootstrap = None, directory: Dir = None, output: Out = Output.text) -> None:  # fmt: skip
+        bootstrap: Bootstrap = None, directory: Dir = None, output: Out = Output.text, acks: Acks = "1",
+        replication_factor: Replicas = 1) -> None:  # fmt: skip
     """End-to-end latency at a fixed rate: producer here, consumer in another process."""
-    _client_bench("e2e", messages, size, 1, "1", "none", rate, bootstrap, directory, output)
+    _client_bench("e2e", messages, size, 1, acks, "none", rate, bootstrap, directory, output, replication_factor)

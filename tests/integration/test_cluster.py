@@ -145,7 +145,7 @@ def test_six_partitions_with_two_replicas_spread_round_robin(cluster):
         (doc,) = json_lines(ok(cli("topic", "describe", "spread", "-o", "json", "-b", b.bootstrap)))
         assert [(p["partition"], p["leader"], p["replicas"], p["isr"], p["log_end_offset"], p["error"])
                 for p in doc["partitions"]] == [
-            (p, replicas[p][0], replicas[p], [replicas[p][0]], 0, None) for p in range(6)
+            (p, replicas[p][0], replicas[p], replicas[p], 0, None) for p in range(6)
         ]  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
 from broker.protocol.messages.produce import encode_produce_response, read_produce_request
 from broker.protocol.primitives import DecodeError, Reader
 from broker.server.handlers import admin, fetch, groups, metadata, produce
-from broker.server.network import BadRequest
+from broker.server.network import BadRequest, Later
 
 if TYPE_CHECKING:
     from broker.server.broker import Broker
@@ -102,8 +102,8 @@ def dispatcher(broker: Broker) -> Callable[[memoryview, str], Answer | Awaitable
                 return encode(header, answer)
             if answer is None:
                 return None
-            if answer is not produce.LATER:  # a coroutine: acks=all waits for the followers
-                return encoded(header, answer)
+            if answer is not produce.LATER:  # a coroutine: acks=all waits for the followers, not the connection
+                return Later(encoded(header, answer))
         return handle(header, body)
 
     def encode(header: RequestHeader, answer: dict[str, Any]) -> list[Any]:

@@ -5,11 +5,15 @@ correlation id and batch. The server offers each connection's received bytes her
 (`broker/protocol/_produce_run.c`, which documents what a request of a run is) cuts the run, and the
 run is appended with one deferred write and answered with one buffer, with no per-request Python.
 Whatever the run cannot answer with "no error" at once (a topic not in the metadata cache, not the
-leader, acks=all with followers to wait for or too small an ISR, an offline log dir, LogAppendTime,
+leader, too small an ISR for acks=all, an offline log dir, LogAppendTime,
 a batch over max.message.bytes, an idempotent first batch that is a duplicate or out of sequence, a
 segment roll due) goes the general way,
 request by request, so the errors and every other case have one implementation (`produce.py`).
 Without the C codec there are no runs: every request goes the general way.
+
+An acks=all run with followers to wait for is appended the same way and answered once the ISR holds
+its last record (`network.Later`: the connection's next requests are handled meanwhile); if that wait
+fails, every request of the run gets the error.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.protocol.api import APIS, ApiKey
-from broker.protocol.messages.produce import RUN_CODEC
+from broker.protocol.errors import ErrorCode
+from broker.protocol.messages.produce import RUN_CODEC, encode_produce_response
 from broker.records.crc import crc32c
+from broker.server.network import Later
 from broker.server.producers import KEEP, ProducerStates
 
 if TYPE_CHECKING:
@@ -32,6 +38,10 @@ _SEQ = 2**31  # sequence numbers wrap here
 
 #: requests of one run at most: the answers of a run leave together, so the client hears back steadily
 MAX_RUN = 64
+
+#: how long an acks=all run waits for its followers (the scanner does not read the requests' timeout_ms:
+#: Kafka's producer default request.timeout.ms)
+_TIMEOUT_S = 30.0
 
 #: a connection's bytes → (position after the run, answers in it, the answer frames or None for acks=0),
 #: or the count of the next requests that must go the general way (0: the next one is no run's)
@@ -66,6 +76,21 @@ def _record_last_batches(states: ProducerStates, pid: int, epoch: int, first_seq
         states.record(pid, epoch, first, last, at)
 
 
+async def _replicated(b: Broker, tp: tuple[str, int], last: int, frames: bytes, info: bytes,
+                      version: int) -> list[bytes]:  # fmt: skip
+    """The run's answers once the ISR holds its records; each request answered with the error if that failed."""
+    code = await b.replicas.wait_replicated(tp, last, _TIMEOUT_S, b.min_insync(tp[0]))
+    if not code:
+        return [frames]
+    message = f"{ErrorCode(code).name} waiting for the in-sync replicas of {tp[0]}-{tp[1]}"
+    part = {"index": tp[1], "error_code": code, "error_message": message}
+    answer = {"topics": [{"name": tp[0], "partitions": [part]}]}
+    out: list[bytes] = []
+    for item in _ITEM.iter_unpack(info):
+        out += encode_produce_response(item[2], answer, version)
+    return out
+
+
 def run_dispatcher(b: Broker) -> RunDispatch | None:
     """The server's run dispatch for broker `b`, or None without the C extension."""
     if RUN_CODEC is None:
@@ -91,8 +116,7 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
             return n
         config = plog.config
         if (config.message_timestamp_type != "CreateTime" or largest > config.max_message_bytes
-                or (acks == -1 and (len(part.isr) > 1 or len(part.isr) < b.min_insync(topic)))
-                or not plog.takes_run(total, n)):  # fmt: skip
+                or (acks == -1 and len(part.isr) < b.min_insync(topic)) or not plog.takes_run(total, n)):  # fmt: skip
             return n
         tp = (topic, partition)
         if pid >= 0:  # the batches chain on from the first (the scanner saw to it): check only that one
@@ -113,6 +137,9 @@ def run_dispatcher(b: Broker) -> RunDispatch | None:
         b.purgatory.notify(tp)
         if acks == 0:
             return pos, 0, None
-        return pos, n, answers(info, version, topic_b, partition, first, plog.log_start_offset)
+        frames = answers(info, version, topic_b, partition, first, plog.log_start_offset)
+        if acks == -1 and b.replicas.needs_wait(tp, first + records - 1):
+            return pos, n, Later(_replicated(b, tp, first + records - 1, frames, info, version))
+        return pos, n, frames
 
     return dispatch_run

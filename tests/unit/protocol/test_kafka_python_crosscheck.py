@@ -47,6 +47,7 @@ KP = {
     ApiKey.CREATE_TOPICS: (kp_admin.CreateTopicsRequest, kp_admin.CreateTopicsResponse),
     ApiKey.DELETE_TOPICS: (kp_admin.DeleteTopicsRequest, kp_admin.DeleteTopicsResponse),
     ApiKey.INIT_PRODUCER_ID: (kp_producer.InitProducerIdRequest, kp_producer.InitProducerIdResponse),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (kp_consumer.OffsetForLeaderEpochRequest, kp_consumer.OffsetForLeaderEpochResponse),
     ApiKey.DESCRIBE_CONFIGS: (kp_admin.DescribeConfigsRequest, kp_admin.DescribeConfigsResponse),
     ApiKey.ALTER_CONFIGS: (kp_admin.AlterConfigsRequest, kp_admin.AlterConfigsResponse),
     ApiKey.DESCRIBE_LOG_DIRS: (kp_admin.DescribeLogDirsRequest, kp_admin.DescribeLogDirsResponse),
@@ -71,6 +72,9 @@ OLD = {
     ApiKey.CREATE_TOPICS: ("admin", "CreateTopicsRequest", "CreateTopicsResponse"),
     ApiKey.DELETE_TOPICS: ("admin", "DeleteTopicsRequest", "DeleteTopicsResponse"),
     ApiKey.INIT_PRODUCER_ID: ("init_producer_id", "InitProducerIdRequest", "InitProducerIdResponse"),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (
+        "offset_for_leader_epoch", "OffsetForLeaderEpochRequest", "OffsetForLeaderEpochResponse",
+    ),  # fmt: skip
     ApiKey.DESCRIBE_CONFIGS: ("admin", "DescribeConfigsRequest", "DescribeConfigsResponse"),
     ApiKey.ALTER_CONFIGS: ("admin", "AlterConfigsRequest", "AlterConfigsResponse"),
     ApiKey.DESCRIBE_LOG_DIRS: ("admin", "DescribeLogDirsRequest", "DescribeLogDirsResponse"),

@@ -394,7 +394,8 @@ def test_api_table_keys() -> None:
                      "OFFSET_FETCH": 9, "FIND_COORDINATOR": 10, "JOIN_GROUP": 11, "HEARTBEAT": 12,
                      "LEAVE_GROUP": 13, "SYNC_GROUP": 14, "DESCRIBE_GROUPS": 15, "LIST_GROUPS": 16,
                      "API_VERSIONS": 18, "CREATE_TOPICS": 19,
-                     "DELETE_TOPICS": 20, "INIT_PRODUCER_ID": 22, "DESCRIBE_CONFIGS": 32, "ALTER_CONFIGS": 33,
+                     "DELETE_TOPICS": 20, "INIT_PRODUCER_ID": 22, "OFFSET_FOR_LEADER_EPOCH": 23,
+                     "DESCRIBE_CONFIGS": 32, "ALTER_CONFIGS": 33,
                      "DESCRIBE_LOG_DIRS": 35}  # fmt: skip
     assert {k.name: int(k) for k in ApiKey} == expected_keys
 

@@ -18,5 +18,6 @@ def broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Broker]:
     b = Broker(BrokerConfig.load(overrides={"log.dirs": str(tmp_path / "logs"), "broker.id": "1"}))
     b.logs.startup()
     b.cache.set_topic(request.module.TOPIC, {0: [1]}, {0: {"leader": 1, "leader_epoch": 0, "isr": [1]}})
+    b.replicas.apply((request.module.TOPIC, 0), b.cache.partition(request.module.TOPIC, 0))
     yield b
     b.logs.shutdown()

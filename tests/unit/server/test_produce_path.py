@@ -71,7 +71,7 @@ def test_an_uncached_topic_goes_through_the_async_handler_and_nothing_is_appende
     frame = memoryview(produce_frame(6, {TOPIC: batch(b"v"), "elsewhere": batch(b"w")})[4:])
     answer = dispatcher(broker)(frame, "peer")
     assert inspect.iscoroutine(answer)
-    assert broker.logs.get(TOPIC, 0) is None  # the cached topic waits for the lookup too: not even opened yet
+    assert broker.logs.get(TOPIC, 0).log_end_offset == 0  # the cached topic waits for the lookup too
     cid, parts = read_answer(b"".join(asyncio.run(answer))[4:])  # no ZooKeeper here: the lookup finds nothing
     assert [(p["error_code"], p["base_offset"]) for p in parts] == [(0, 0), (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)]
     assert stored_values(broker) == [b"v"]
@@ -226,7 +226,7 @@ def test_a_failed_fsync_keeps_the_sequences_of_what_was_written(broker, monkeypa
     """flush.messages=1 and the second fsync fails: the connection ends there unanswered and the log dir goes
     offline (retries: KAFKA_STORAGE_ERROR); what was written is in the file, so once the dir is back its
     retries are answered as duplicates at their offsets, and the rest is appended once."""
-    broker.cache.configs[TOPIC] = {"flush.messages": "1"}
+    broker._apply_config(TOPIC, {"flush.messages": "1"})  # (its log is open: the broker leads it)
     plog = broker.leader_log_now(TOPIC, 0)[1]
     fsyncs, real_fsync = [], os.fsync
 
@@ -323,13 +323,13 @@ def _twin_broker(path: Any, topic_config: dict[str, str] | None = None) -> Any:
 
     b = Broker(BrokerConfig.load(overrides={"log.dirs": str(path), "broker.id": "1"}))
     b.logs.startup()
-    for topic in (TOPIC, "run-other", "appendtime", "small", "isr"):
-        b.cache.set_topic(topic, {0: [1]}, {0: {"leader": 1, "leader_epoch": 3, "isr": [1]}})
     b.cache.configs.update({"appendtime": {"message.timestamp.type": "LogAppendTime"},
                             "small": {"max.message.bytes": "300"}, "isr": {"min.insync.replicas": "2"}})  # fmt: skip
     if topic_config:
         b.cache.configs[TOPIC] = topic_config
-    b.leader_log_now(TOPIC, 0)  # opened with its topic's config (serve_pipelined opens it otherwise)
+    for topic in (TOPIC, "run-other", "appendtime", "small", "isr"):  # leading each: its log opened with its config
+        b.cache.set_topic(topic, {0: [1]}, {0: {"leader": 1, "leader_epoch": 3, "isr": [1]}})
+        b.replicas.apply((topic, 0), b.cache.partition(topic, 0))
     return b
 
 
