@@ -31,8 +31,10 @@ async def handle_fetch(b: Broker, header: RequestHeader, req: dict[str, Any]) ->
     deadline = time.monotonic() + max(req["max_wait_ms"], 0) / 1000
     min_bytes = req["min_bytes"]
     wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
+    note = True  # a follower's position is noted once, as its fetch arrives (not each time it is read again)
     while True:
-        topics, total, errors = await _read_all(b, wanted, req["max_bytes"], req["replica_id"])
+        topics, total, errors = await _read_all(b, wanted, req["max_bytes"], req["replica_id"], note)
+        note = False
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0 or not wanted:
             return {"error_code": 0, "session_id": 0, "topics": topics}
@@ -48,8 +50,8 @@ def _release(topics: list[dict[str, Any]]) -> None:
                 os.close(rec.fd)
 
 
-async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int,
-                    replica: int = -1) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
+async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int, replica: int = -1,
+                    note: bool = True) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
     topics: list[dict[str, Any]] = []
     by_name: dict[str, list[dict[str, Any]]] = {}
     total = 0
@@ -69,7 +71,7 @@ async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]], max_byt
             continue
         limit: int | None = None
         if replica >= 0:
-            code = _replica_fetch(b, plog, info.leader_epoch, replica, p)
+            code = _replica_fetch(b, plog, info.leader_epoch, replica, p, note)
             if code:
                 out["error_code"] = code
                 errors = True
@@ -98,14 +100,17 @@ async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]], max_byt
     return topics, total, errors
 
 
-def _replica_fetch(b: Broker, plog: Any, leader_epoch: int, replica: int, p: dict[str, Any]) -> ErrorCode:
-    """A follower's fetch: check its leader epoch, and note how far its copy got."""
+def _replica_fetch(b: Broker, plog: Any, leader_epoch: int, replica: int, p: dict[str, Any],
+                   note: bool) -> ErrorCode:  # fmt: skip
+    """A follower's fetch: check its leader epoch, and (`note`) how far its copy got."""
     epoch = p.get("current_leader_epoch", -1)
     if epoch >= 0 and epoch != leader_epoch:
         return ErrorCode.FENCED_LEADER_EPOCH if epoch < leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
     offset = p["fetch_offset"]
     if offset > plog.log_end_offset:
         return ErrorCode.OFFSET_OUT_OF_RANGE  # its copy holds what this log does not: it must truncate first
+    if not note:
+        return ErrorCode.NONE
     return b.replicas.replica_fetched((plog.topic, plog.partition), replica, offset, plog)
 
 
