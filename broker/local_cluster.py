@@ -274,15 +274,22 @@ def _undo(plan: Plan, brokers: dict[int, int], zk_pid: int | None) -> str:
     return ", ".join(done)
 
 
-def down(name: str = DEFAULT_NAME, *, purge: bool = False, timeout: float = 60.0) -> dict:
+def down(name: str = DEFAULT_NAME, *, purge: bool = False, timeout: float = 60.0,
+         broker: int | None = None) -> dict:  # fmt: skip
     """Stop cluster `name`: SIGTERM each broker in id order and wait for its clean shutdown, then ZooKeeper;
-    with `purge` delete its dir. Returns {"name", "dir", "stopped": {"brokers": [{"id", "pid"}], "zookeeper": pid},
-    "purged"}. Raises KafkactlError (after stopping everything) when a broker did not shut down cleanly."""
+    with `purge` delete its dir; with `broker`, stop that broker alone (`up` starts it again). Returns
+    {"name", "dir", "stopped": {"brokers": [{"id", "pid"}], "zookeeper": pid}, "purged"}. Raises KafkactlError
+    (after stopping everything) when a broker did not shut down cleanly."""
     plan = require(name)
+    if broker is not None and broker not in plan.brokers:
+        raise KafkactlError(f"cluster {name} has no broker {broker} (its brokers: "
+                            f"{', '.join(map(str, sorted(plan.brokers)))})")  # fmt: skip
+    if broker is not None and purge:
+        raise KafkactlError("--purge deletes a whole cluster's data: not with --broker")
     with _locked(plan.dir):
         stopped: dict[int, int] = {}
         problems = []
-        for broker_id in sorted(plan.brokers):
+        for broker_id in sorted(plan.brokers) if broker is None else [broker]:
             pid = broker_pid(plan, broker_id)
             if pid is None:
                 continue
@@ -291,7 +298,7 @@ def down(name: str = DEFAULT_NAME, *, purge: bool = False, timeout: float = 60.0
             except KafkactlError as exc:
                 stopped[broker_id] = pid
                 problems.append(str(exc))
-        zk_pid = zookeeper_pid(plan)
+        zk_pid = zookeeper_pid(plan) if broker is None else None
         if zk_pid is not None:
             stop_process(zk_pid, timeout)
             remove_pid_file(home.pid_file(daemon_name(plan.zookeeper_port), plan.dir), zk_pid)

@@ -89,11 +89,14 @@ def down(
     purge: Annotated[bool, typer.Option("--purge", help="Also delete its data (topics, messages, ZooKeeper).")] = False,
     output: OutputOpt = Output.text,
     timeout: Timeout = 60.0,
+    broker: Annotated[
+        int | None, typer.Option("--broker", help="Stop this broker only (a controlled shutdown); `up` restarts it.")
+    ] = None,
 ) -> None:
     """Stop a local cluster: SIGTERM each broker in id order (a clean shutdown), then its ZooKeeper.
 
     Its data is kept, so `kafkactl cluster up` brings the same cluster back; --purge deletes it."""
-    result = local_cluster.down(name, purge=purge, timeout=timeout)
+    result = local_cluster.down(name, purge=purge, timeout=timeout, broker=broker)
     if output == Output.json:
         json_line(result)
         return

@@ -15,7 +15,7 @@ import pytest
 
 from broker.daemon import is_alive, read_pid
 from kafkactl.app import run
-from tests.integration.helpers import cli, cli_env, error_line, json_lines, ok, terminate
+from tests.integration.helpers import cli, cli_env, error_line, json_lines, ok, terminate, wait_until
 
 
 def _pids(home: Path) -> list[int]:
@@ -89,6 +89,25 @@ def test_up_status_down_up_purge(home: Path) -> None:
     sent = {f"k{i}": f"v{i}" for i in range(300)}
     produce(bootstrap, "orders", [f"{k}:{v}" for k, v in sent.items()], home)
     assert consumed(bootstrap, "orders", home) == sent
+
+    # one broker down (a controlled shutdown) and back: a replicated topic goes on, its ISR shrinks and grows
+    ok(cli("topic", "create", "copies", "-p", "3", "-r", "3", "--config", "min.insync.replicas=2", "-b", bootstrap,
+           home=home))  # fmt: skip
+    produce(bootstrap, "copies", [f"{k}:{v}" for k, v in sent.items()], home)
+    out = ok(cli("cluster", "down", "--broker", "2", home=home))
+    assert out.startswith("cluster local down: stopped broker 2") and "zookeeper" not in out, out
+    assert not is_alive(pids[1]) and is_alive(pids[0]) and is_alive(pids[2])  # brokers 2; 1 and 3
+
+    def parts() -> list[dict]:
+        described = ok(cli("topic", "describe", "copies", "-b", bootstrap, "-o", "json", home=home))
+        return json.loads(described)["partitions"]
+
+    assert all(p["leader"] != 2 and 2 not in p["isr"] for p in parts()), parts()
+    assert consumed(bootstrap, "copies", home) == sent
+    restarted = json.loads(ok(cli("cluster", "up", "-o", "json", home=home)))
+    assert restarted["started"] == {"zookeeper": False, "brokers": [2]}
+    wait_until(lambda: all(sorted(p["isr"]) == [1, 2, 3] for p in parts()), 30, "broker 2 back in every ISR")
+    error_line(cli("cluster", "down", "--broker", "7", home=home), "has no broker 7")
 
     # down: brokers, then ZooKeeper, all gone, data kept
     out = ok(cli("cluster", "down", home=home))
