@@ -385,12 +385,16 @@ class Broker:
             if data is not None and stat is not None:
                 state = paths.loads(data) or {}
                 state["zk_version"] = stat.version
-                self._call(self._apply_state, topic, p, state)
+                self._call(self._apply_state, topic, p, state, registry.topic_id(self.zk, topic))  # type: ignore[arg-type]
             return None
 
         return on_change
 
-    def _apply_state(self, topic: str, p: int, state: dict) -> None:
+    def _apply_state(self, topic: str, p: int, state: dict, topic_id: int | None) -> None:
+        """A partition's new state, if it belongs to the topic the cache holds (a state of a topic deleted and
+        created again under the same name waits for the topics watch to load that topic whole)."""
+        if topic_id is None or topic_id != self.cache.topic_ids.get(topic):
+            return
         info = self.cache.set_state(topic, p, state)
         if info is not None:
             self.replicas.apply((topic, p), info)
@@ -437,6 +441,7 @@ class Broker:
     def _drop_logs(self, topic: str) -> None:
         """Delete this broker's logs of a deleted topic (and forget their producers, wake their fetches)."""
         for t, p in [tp for tp in self.logs.logs if tp[0] == topic]:
+            self.replicas.forget((t, p))  # (a topic of the same name may follow: its replicas start afresh)
             self.logs.delete(t, p)
             self.producer_states.pop((t, p), None)
             self.purgatory.notify((t, p))
@@ -501,10 +506,7 @@ class Broker:
 
     def _replica_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The local log of a partition this broker holds a replica of, created if it is new (None when no
-        log dir can take it)."""
-        plog = self.logs.get(topic, partition)
-        if plog is not None:
-            return plog
+        log dir can take it). A log of an earlier topic of the same name is set aside as stray, never reused."""
         try:
             return self.logs.get_or_create(
                 topic, partition, log_config_for(self.config.log, self.cache.configs.get(topic, {})),
