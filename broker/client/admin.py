@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker.client.cluster import Cluster
@@ -33,6 +33,17 @@ class PartitionDescription:
     log_end_offset: int | None = None
     size: int | None = None
     error: str | None = None
+    offline_replicas: list[int] = field(default_factory=list)
+
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer in-sync replicas than replicas (Kafka's under-replicated partitions)."""
+        return len(self.isr) < len(self.replicas)
+
+    @property
+    def offline(self) -> bool:
+        """No leader: every in-sync replica is down (Kafka's unavailable partitions)."""
+        return self.leader < 0
 
 
 class Admin:
@@ -112,6 +123,7 @@ class Admin:
                 p["replica_nodes"],
                 p["isr_nodes"],
                 error=error_name(p["error_code"]) if p["error_code"] else None,
+                offline_replicas=list(p.get("offline_replicas") or []),
             )  # fmt: skip
             for p in sorted(t["partitions"], key=lambda p: p["partition_index"])
         ]

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from broker.client.admin import Admin
+from broker.client.admin import Admin, PartitionDescription
 from broker.errors import KafkactlError, UsageError
 from broker.server.config import parse_override
 from broker.topics import internal_topic_error
@@ -81,26 +81,44 @@ def list_(bootstrap: contexts.Bootstrap = None, output: OutputOpt = Output.text)
 
 @app.command("describe")
 def describe(
-    name: Annotated[str, typer.Argument(help="Topic name.")],
+    name: Annotated[str | None, typer.Argument(help="Topic name (default: every topic).", show_default=False)] = None,
+    under_replicated: Annotated[
+        bool, typer.Option("--under-replicated", help="Only partitions with fewer in-sync replicas than replicas.")
+    ] = False,
+    offline: Annotated[bool, typer.Option("--offline", help="Only partitions without a leader.")] = False,
     bootstrap: contexts.Bootstrap = None,
     output: OutputOpt = Output.text,
 ) -> None:
-    """Per partition: leader, replicas, ISR, log start and end offsets, size; and the topic's overrides."""
+    """Per partition: leader, replicas, ISR, log start and end offsets, size; and the topic's overrides.
+
+    --under-replicated and --offline (Kafka's --under-replicated-partitions and --unavailable-partitions)
+    keep only such partitions, and a topic with none of them is left out."""
+    filtered = under_replicated or offline
+    head = ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "LOG END", "SIZE", "ERROR"]
+    rows: list[tuple] = []  # of every topic, when no name is given (one table, with a TOPIC column)
     with Admin(contexts.bootstrap(bootstrap)) as admin:
-        parts = admin.describe_topic(name)
-        config = admin.describe_config(name)
-    overrides = {k: v for k, (v, over) in config.items() if over}
-    if output == Output.json:
-        json_line({"topic": name, "partitions": [asdict(p) for p in parts], "config": overrides})
-        return
-    rows = [
-        (p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
-         _n(p.log_start_offset), _n(p.log_end_offset), _n(p.size), p.error or "")
-        for p in parts
-    ]  # fmt: skip
-    extra = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
-    table(["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "LOG END", "SIZE", "ERROR"], rows,
-          title=f"{name}" + (f" ({extra})" if extra else ""))  # fmt: skip
+        names = [name] if name is not None else list(admin.list_topics())
+        for topic in names:
+            parts = [p for p in admin.describe_topic(topic) if not filtered
+                     or (under_replicated and p.under_replicated) or (offline and p.offline)]  # fmt: skip
+            if filtered and not parts:
+                continue
+            config = admin.describe_config(topic)
+            overrides = {k: v for k, (v, over) in config.items() if over}
+            if output == Output.json:
+                json_line({"topic": topic, "partitions": [asdict(p) for p in parts], "config": overrides})
+            elif name is None:
+                rows += [(topic, *_row(p)) for p in parts]
+            else:
+                extra = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+                table(head, [_row(p) for p in parts], title=f"{name}" + (f" ({extra})" if extra else ""))
+    if name is None and output != Output.json:
+        table(["TOPIC", *head], rows)
+
+
+def _row(p: PartitionDescription) -> tuple:
+    return (p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+            _n(p.log_start_offset), _n(p.log_end_offset), _n(p.size), p.error or "")  # fmt: skip
 
 
 def _n(value: int | None) -> str:

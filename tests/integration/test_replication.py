@@ -18,6 +18,7 @@ from broker.protocol.api import ApiKey
 from tests.integration.helpers import (
     cli,
     connect,
+    json_lines,
     make_batch,
     metadata,
     ok,
@@ -176,6 +177,10 @@ def test_a_controlled_shutdown_moves_leadership_before_the_broker_goes(start_bro
         assert st["leader"] != victim.broker_id and victim.broker_id not in st["isr"], (p, st)
         if p in led:
             assert st["leader_epoch"] >= 1
+    described = json_lines(ok(cli("topic", "describe", "--under-replicated", "-o", "json", "-b", brokers[1].bootstrap)))
+    assert [(d["topic"], sorted(p["partition"] for p in d["partitions"])) for d in described] == [("moved", [0, 1, 2])]
+    assert all(p["offline_replicas"] == [victim.broker_id] for p in described[0]["partitions"])
+    assert ok(cli("topic", "describe", "--offline", "-b", brokers[1].bootstrap)).count("\n") <= 1  # none
     more, errors = asyncio.run(produce_acked(brokers[1].bootstrap, "moved", [f"d{i}".encode() for i in range(300)]))
     assert not errors
     assert sorted(read_values(brokers[1].bootstrap, "moved", 600)) == sorted(acked + more)
