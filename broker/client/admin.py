@@ -77,6 +77,13 @@ class Admin:
         t = answer["topics"][0]
         _check(t["error_code"], t.get("error_message"), f"cannot create topic {name!r}")
 
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        """Raise a topic's partition count to `count` (CreatePartitions; the broker spreads the new replicas)."""
+        body = {"topics": [{"name": name, "count": count, "assignments": None}], "timeout_ms": 30000,
+                "validate_only": validate_only}  # fmt: skip
+        r = self._any(ApiKey.CREATE_PARTITIONS, body)["results"][0]
+        _check(r["error_code"], r.get("error_message"), f"cannot add partitions to topic {name!r}")
+
     def delete_topic(self, name: str) -> None:
         answer = self._any(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 30000})
         r = answer["responses"][0]

@@ -74,6 +74,7 @@ class Broker:
         )  # fmt: skip
         self.controller: Controller | None = None
         self._state_watched: set[tuple[str, int]] = set()
+        self._assignment_watched: set[str] = set()
         self.server: Server | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
@@ -369,14 +370,29 @@ class Broker:
         return True
 
     def _watch_states(self, topic: str, assignment: dict[int, list[int]]) -> None:
-        """Watch each partition's state znode: leaders elected and ISRs changed reach this broker this way."""
+        """Watch each partition's state znode (leaders elected and ISRs changed reach this broker this way), and
+        the topic's assignment (partitions added)."""
         zk = self.zk
         assert zk is not None
+        if topic not in self._assignment_watched:
+            self._assignment_watched.add(topic)
+            DataWatch(zk, paths.topic(topic), self._guarded(self._assignment_watcher(topic)))
         for p in assignment:
             if (topic, p) in self._state_watched:
                 continue
             self._state_watched.add((topic, p))
             DataWatch(zk, paths.partition_state(topic, p), self._guarded(self._state_watcher(topic, p)))
+
+    def _assignment_watcher(self, topic: str) -> Callable[[bytes | None, Any], bool | None]:
+        def on_change(data: bytes | None, stat: Any) -> bool | None:
+            if topic not in self._assignment_watched:
+                return False
+            parts = self.cache.topics.get(topic)
+            if data is not None and parts is not None and set(paths.parse_assignment(data)) != set(parts):
+                self._load_topic(topic)  # partitions were added: their replicas start here
+            return None
+
+        return on_change
 
     def _state_watcher(self, topic: str, p: int) -> Callable[[bytes | None, Any], bool | None]:
         def on_change(data: bytes | None, stat: Any) -> bool | None:
@@ -431,6 +447,7 @@ class Broker:
                 plog.config = lc
 
     def _drop_topic(self, topic: str) -> None:
+        self._assignment_watched.discard(topic)
         for tp in [tp for tp in self._state_watched if tp[0] == topic]:
             self._state_watched.discard(tp)
             self.replicas.forget(tp)

@@ -282,6 +282,38 @@ def create_topic(zk: KazooClient, topic: str, replicas: dict[int, list[int]], co
     return topic_id(zk, topic)
 
 
+def add_partitions(zk: KazooClient, topic: str, added: dict[int, list[int]], version: int) -> bool:
+    """Add partitions to a topic: its assignment znode (if still at `version`) and the new partitions' state
+    znodes (first replica leads, every replica in sync), in one transaction. False when the assignment
+    changed meanwhile (read it again)."""
+    data, stat = zk.get(paths.topic(topic))
+    if stat.version != version:
+        return False
+    assignment = paths.parse_assignment(data)
+    assignment.update(added)
+    tx = zk.transaction()
+    tx.set_data(paths.topic(topic), paths.assignment_json(assignment), version=version)
+    for p, reps in sorted(added.items()):
+        tx.create(f"{paths.topic(topic)}/partitions/{p}")
+        tx.create(paths.partition_state(topic, p), paths.state_json(reps[0], 0, list(reps)))
+    results = tx.commit()
+    if isinstance(results[0], BadVersionError):
+        return False
+    for res in results:
+        if isinstance(res, Exception) and not _rolled_back(res):
+            raise res
+    return True
+
+
+def assignment_version(zk: KazooClient, topic: str) -> tuple[dict[int, list[int]], int] | None:
+    """A topic's assignment and its znode version (for `add_partitions`), or None when it does not exist."""
+    try:
+        data, stat = zk.get(paths.topic(topic))
+    except NoNodeError:
+        return None
+    return paths.parse_assignment(data), stat.version
+
+
 def _rolled_back(exc: Exception) -> bool:
     return type(exc).__name__ == "RolledBackError"
 

@@ -132,15 +132,27 @@ def alter(
     delete_config: Annotated[
         list[str] | None, typer.Option("--delete-config", help="Remove an override (repeatable).")
     ] = None,
+    partitions: Annotated[
+        int | None, typer.Option("--partitions", "-p", min=1, help="Raise the partition count to this (never lowered).")
+    ] = None,
     bootstrap: contexts.Bootstrap = None,
 ) -> None:
-    """Set or remove per-topic configuration overrides; the others stay."""
+    """Set or remove per-topic configuration overrides (the others stay), or add partitions.
+
+    New partitions get the topic's replication factor, spread over the live brokers; keyed messages map to
+    partitions by count, so a key's later messages may go to another partition than its earlier ones."""
     sets = _configs(config)
-    if not sets and not delete_config:
-        raise UsageError("nothing to change: give --config key=value or --delete-config key")
+    if not sets and not delete_config and partitions is None:
+        raise UsageError("nothing to change: give --partitions N, --config key=value or --delete-config key")
+    if partitions is not None:
+        _not_internal(name, "altered")
     with Admin(contexts.bootstrap(bootstrap)) as admin:
-        now = admin.alter_config(name, sets, list(delete_config or []))
-    print(f"topic {name}: " + (", ".join(f"{k}={v}" for k, v in sorted(now.items())) or "no overrides"))
+        if partitions is not None:
+            admin.create_partitions(name, partitions)
+            print(f"topic {name}: {partitions} partitions")
+        if sets or delete_config:
+            now = admin.alter_config(name, sets, list(delete_config or []))
+            print(f"topic {name}: " + (", ".join(f"{k}={v}" for k, v in sorted(now.items())) or "no overrides"))
 
 
 @app.command("delete")

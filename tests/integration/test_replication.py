@@ -271,3 +271,42 @@ def test_an_old_leader_back_as_follower_cuts_what_it_alone_held_and_copies_the_n
     wait_until(lambda: identical_replicas(brokers, zk_chroot, "diverge"), 15, "the old leader's copy = the new log")
     assert "truncating its log from 55 to 50" in old.log_text()
     assert sorted(read_values(new.bootstrap, "diverge", 70)) == sorted(first + later)
+
+
+def test_partitions_added_under_load_get_replicas_and_every_message_stays(start_broker, zk_chroot):
+    from kafka.admin import KafkaAdminClient, NewPartitions
+
+    brokers = start3(start_broker)
+    create(brokers, "grow", 2, 2, 1)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+
+    async def produce_while_growing() -> tuple[list[bytes], list[str]]:
+        first = asyncio.ensure_future(produce_acked(bootstrap, "grow", [f"h{i}".encode() for i in range(3000)]))
+        await asyncio.sleep(0.05)
+        out = await asyncio.to_thread(cli, "topic", "alter", "grow", "--partitions", "4", "-b", brokers[1].bootstrap)
+        ok(out)
+        return await first
+
+    acked, errors = asyncio.run(produce_while_growing())
+    assert not errors
+    reps = replicas_of(zk_chroot, "grow")
+    assert sorted(reps) == [0, 1, 2, 3] and all(len(r) == 2 and len(set(r)) == 2 for r in reps.values()), reps
+    admin = KafkaAdminClient(bootstrap_servers=brokers[2].bootstrap, request_timeout_ms=10000)
+    try:  # a third party's CreatePartitions (kafka-python's hand-written v1 request)
+        admin.create_partitions({"grow": NewPartitions(total_count=6)})
+    finally:
+        admin.close()
+    wait_until(lambda: sorted(replicas_of(zk_chroot, "grow")) == list(range(6)), 10, "six partitions")
+    wait_until(lambda: full_isr(zk_chroot, "grow"), 10, "every replica of the new partitions in sync")
+    more = []
+    for p in range(6):  # each new partition has a leader that takes writes, and followers that copy them
+        lead = next(b for b in brokers if b.broker_id == states(zk_chroot, "grow")[p]["leader"])
+        with connect(lead.bootstrap) as conn:
+            value = f"p{p}".encode()
+            answer = conn.request(ApiKey.PRODUCE, produce_body("grow", p, make_batch([value]), acks=-1))
+            assert answer["topics"][0]["partitions"][0]["error_code"] == 0
+            more.append(value)
+    wait_until(lambda: identical_replicas(brokers, zk_chroot, "grow"), 10, "identical copies")
+    assert sorted(read_values(brokers[0].bootstrap, "grow", len(acked) + 6)) == sorted(acked + more)
+    r = cli("topic", "alter", "grow", "--partitions", "3", "-b", brokers[0].bootstrap)
+    assert r.returncode == 1 and "INVALID_PARTITIONS" in r.stderr and "Traceback" not in r.stderr

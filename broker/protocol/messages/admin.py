@@ -1,4 +1,5 @@
-"""CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), AlterConfigs (33), DescribeLogDirs (35)."""
+"""CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), AlterConfigs (33), DescribeLogDirs (35),
+CreatePartitions (37)."""
 
 from broker.protocol.schema import (
     BOOLEAN,
@@ -42,6 +43,21 @@ DELETE_TOPICS_REQUEST = Struct(
 DELETE_TOPICS_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "1+"),
     F("responses", Array(Struct(F("name", STRING), F("error_code", INT16)))),
+)
+
+CREATE_PARTITIONS_REQUEST = Struct(
+    F("topics", Array(Struct(
+        F("name", STRING),
+        F("count", INT32),
+        F("assignments", Array(Struct(F("broker_ids", Array(INT32))), nullable_from=0)),
+    ))),
+    F("timeout_ms", INT32, default=30000),
+    F("validate_only", BOOLEAN),
+)  # fmt: skip
+
+CREATE_PARTITIONS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct(F("name", STRING), F("error_code", INT16), F("error_message", NULLABLE_STRING)))),
 )
 
 TOPIC_RESOURCE = 2

@@ -54,6 +54,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
     ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
+    ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
 }
 
 #: api key → (read request, encode answer frame): hand-written codecs of the hot APIs, equal to the schemas'

@@ -12,6 +12,7 @@ writing to one ("Cannot append to internal topic").
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
@@ -25,7 +26,7 @@ from broker.protocol.messages.admin import (
 )
 from broker.server.config import topic_config_error
 from broker.server.handlers.metadata import create_topic
-from broker.topics import MAX_PARTITIONS, internal_topic_error, topic_name_error
+from broker.topics import MAX_PARTITIONS, assign_replicas, internal_topic_error, topic_name_error
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -72,6 +73,61 @@ async def _create_one(b: Broker, t: dict[str, Any], validate_only: bool) -> tupl
     if code == ErrorCode.TOPIC_ALREADY_EXISTS:
         return code, f"topic {name!r} already exists"
     return code, None
+
+
+async def handle_create_partitions(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    for t in req["topics"]:
+        code, message = await _add_partitions(b, t, req["validate_only"])
+        results.append({"name": t["name"], "error_code": code, "error_message": message})
+    return {"throttle_time_ms": 0, "results": results}
+
+
+async def _add_partitions(b: Broker, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Raise a topic's partition count to `count` (Kafka never lowers it); new replicas spread round-robin over
+    the live brokers with the topic's replication factor, or as `assignments` names them."""
+    name, count = t["name"], t["count"]
+    if internal_topic_error(name, "altered"):
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, internal_topic_error(name, "altered")
+    for _ in range(3):  # (another change of the assignment in between: decide again on the new one)
+        found = await b.blocking(registry.assignment_version, b.zk, name)
+        if found is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+        code, message, added = await _new_partitions(b, name, count, t["assignments"], *found)
+        if code or added is None or validate_only:
+            return code, message
+        if await b.blocking(registry.add_partitions, b.zk, name, added, found[1]):
+            await b.refresh_topic(name)
+            return ErrorCode.NONE, None
+    return ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} kept changing: try again"
+
+
+async def _new_partitions(b: Broker, name: str, count: int, assignments: list[dict[str, Any]] | None,
+                          current: dict[int, list[int]], version: int,
+                          ) -> tuple[ErrorCode, str | None, dict[int, list[int]] | None]:  # fmt: skip
+    """The replicas of the partitions that raise `name` to `count`, or the error to answer."""
+    if count <= len(current):
+        why = f"topic {name!r} has {len(current)} partitions; {count} would not add any (a count is never lowered)"
+        return ErrorCode.INVALID_PARTITIONS, why, None
+    if count > MAX_PARTITIONS:
+        return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at most {MAX_PARTITIONS}", None
+    new = range(len(current), count)
+    if assignments is not None:
+        if len(assignments) != len(new):
+            why = f"{len(new)} new partitions but {len(assignments)} assignments"
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, why, None
+        added = {p: list(a["broker_ids"]) for p, a in zip(new, assignments, strict=True)}
+        why = await _assignment_error(b, {**current, **added})
+        if why:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, why, None
+        return ErrorCode.NONE, None, added
+    live = sorted(await b.blocking(registry.live_brokers, b.zk))
+    rf = len(current[0]) if current else 1
+    try:
+        spread = assign_replicas(live, count, rf, random.randrange(max(len(live), 1)))
+    except ValueError as exc:
+        return ErrorCode.INVALID_REPLICATION_FACTOR, str(exc), None
+    return ErrorCode.NONE, None, {p: spread[p] for p in new}
 
 
 async def _assignment_error(b: Broker, assignment: dict[int, list[int]]) -> str | None:
