@@ -157,7 +157,7 @@ def test_describe_after_producing_shows_offsets_and_sizes(b):
         assert (size > 0) == (counts[i] > 0)
         assert p == {
             "partition": i, "leader": 1, "replicas": [1], "isr": [1], "log_start_offset": 0,
-            "log_end_offset": counts[i], "size": size, "error": None,
+            "log_end_offset": counts[i], "size": size, "error": None, "offline_replicas": [],
         }  # fmt: skip
 
     rows = tsv(ok(topic(b, "describe", "described")))
