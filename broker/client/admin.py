@@ -163,6 +163,12 @@ class Admin:
                                 p.size = (p.size or 0) + x["partition_size"]
         return parts
 
+    def leaderless(self, tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Those of `tps` without a leader now (every in-sync replica's broker is down), in order."""
+        md = self.cluster.metadata(sorted({t for t, _ in tps}))
+        leaders = {(t["name"], p["partition_index"]): p["leader_id"] for t in md["topics"] for p in t["partitions"]}
+        return [tp for tp in tps if leaders.get(tp, -1) < 0]
+
     def list_offsets(self, tps: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
         """Each partition's offset at `timestamp` (EARLIEST, LATEST or epoch ms; -1: none that late),
         asked of its leader; AdminError naming the first partition that cannot answer."""

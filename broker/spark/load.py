@@ -117,6 +117,7 @@ class LoadOptions:
     partition_by: list[str] | None = None  # None: as earlier loads, else none
     until: int | None = None  # epoch ms; None: up to the high watermark
     fail_on_data_loss: bool = True
+    skip_offline: bool = False  # partitions without a leader: skipped with a warning (else the load fails)
     min_partitions: int | None = None
     max_records_per_file: int | None = None
 
@@ -596,6 +597,14 @@ def plan_load(out: OutputDir, opts: LoadOptions, *, admin: Any = None) -> Plan:
         known = admin.list_topics()
         check_topics(opts.topics, known)
         tps = [(t, p) for t in sorted(set(opts.topics)) for p in range(known[t])]
+        offline = admin.leaderless(tps)
+        if offline:
+            names = ", ".join(f"{t}-{p}" for t, p in offline)
+            if not opts.skip_offline:
+                raise SparkLoadError(f"no leader for {names} (the brokers holding it are down); nothing was loaded "
+                                     "(--skip-offline loads the other partitions)")  # fmt: skip
+            skipped = f"skipped {names}: no leader (brokers down); a later load takes them from their committed offsets"
+            tps = [tp for tp in tps if tp not in offline]
         earliest = admin.list_offsets(tps, EARLIEST)
         latest = admin.list_offsets(tps, LATEST)
         at_time = admin.list_offsets(tps, opts.until) if opts.until is not None else {}
@@ -603,7 +612,7 @@ def plan_load(out: OutputDir, opts: LoadOptions, *, admin: Any = None) -> Plan:
         if own:
             admin.close()
     committed = out.committed_offsets()
-    warnings: list[str] = []
+    warnings: list[str] = [skipped] if offline else []
     ranges: list[RangeResult] = []
     for tp in tps:
         low, high = earliest[tp], latest[tp]

@@ -86,6 +86,10 @@ def spark_load(
             help="Stop when offsets to load were removed by retention (else warn and skip them).",
         ),
     ] = True,
+    skip_offline: Annotated[
+        bool,
+        typer.Option("--skip-offline", help="Load the partitions that have a leader; warn of those that do not."),
+    ] = False,
     max_records_per_file: Annotated[
         int | None,
         typer.Option("--max-records-per-file", min=1, help="Split ranges so no file holds more.", show_default=False),
@@ -109,7 +113,7 @@ def spark_load(
     opts = load.LoadOptions(
         topics=list(topics), output=output, bootstrap=contexts.bootstrap(bootstrap), format=fmt,
         value_format=value_format, partition_by=_columns(partition_by), until=_until(until),
-        fail_on_data_loss=fail_on_data_loss, min_partitions=min_partitions,
+        fail_on_data_loss=fail_on_data_loss, skip_offline=skip_offline, min_partitions=min_partitions,
         max_records_per_file=max_records_per_file,
     )  # fmt: skip
     load.resolve_layout(opts, None)  # usage errors before touching anything

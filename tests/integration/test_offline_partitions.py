@@ -12,6 +12,8 @@ import asyncio
 import subprocess
 import sys
 
+import pytest
+
 from broker.client.partitioner import partition_for_key
 from broker.client.producer import AsyncProducer
 from tests.integration.helpers import (
@@ -173,3 +175,27 @@ def test_keyless_produce_skips_partitions_without_a_leader(cluster3, zk_chroot):
     got = json_lines(ok(cli("consume", topic, *chosen, "-o", "json", "-b", bootstrap, timeout=30)))
     new = [r for r in got if r["value"].startswith("new-")]
     assert sorted(r["value"] for r in new) == sorted(f"new-{i}" for i in range(300))
+
+
+def test_spark_load_plan_names_partitions_without_a_leader_or_skips_them(cluster3, zk_chroot, tmp_path):
+    from broker.spark import load  # (planning needs no Spark session)
+
+    topic = "halfload"
+    lead = topic_with_messages(cluster3, zk_chroot, topic)
+    victim = cluster3[2]
+    gone = sorted(p for p, owner in lead.items() if owner == victim.broker_id)
+    bootstrap = f"{cluster3[0].bootstrap},{cluster3[1].bootstrap}"
+    stop_and_wait_leaderless(victim, cluster3[0].bootstrap, topic, gone)
+    out = load.OutputDir(tmp_path / "out")
+    opts = load.LoadOptions(topics=[topic], output=out.path, bootstrap=bootstrap)
+    with pytest.raises(load.SparkLoadError) as caught:
+        load.plan_load(out, opts)
+    assert str(caught.value) == (f"no leader for {topic}-{gone[0]}, {topic}-{gone[1]} (the brokers holding it are "
+                                 "down); nothing was loaded (--skip-offline loads the other partitions)")  # fmt: skip
+    opts.skip_offline = True
+    plan = load.plan_load(out, opts)
+    assert sorted((r.partition, r.start, r.end) for r in plan.ranges) == [
+        (p, 0, N) for p in sorted(lead) if p not in gone
+    ]  # fmt: skip
+    assert plan.warnings == [f"skipped {topic}-{gone[0]}, {topic}-{gone[1]}: no leader (brokers down); a later load "
+                             "takes them from their committed offsets"]  # fmt: skip
