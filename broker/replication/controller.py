@@ -43,16 +43,12 @@ class Controller:
         self._active = False
 
     def activate(self) -> None:
+        """This broker won `/controller`: start electing (on the controller's thread; nothing here waits)."""
         if self._active:
             self.poke()
             return
-        try:
-            self.epoch_version = registry.controller_epoch_version(self.zk)
-        except KazooException as exc:
-            log.warning("reading /controller_epoch failed: %s", type(exc).__name__)
-            return
         self._active = True
-        log.info("broker %d is the controller (epoch znode version %d)", self.broker_id, self.epoch_version)
+        self.epoch_version = -1
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._thread.start()
         self.poke()
@@ -80,6 +76,10 @@ class Controller:
                 preferred = preferred or self.auto_rebalance
                 next_rebalance = time.monotonic() + self.rebalance_interval_s
             try:
+                if self.epoch_version < 0:  # the fence of every write: the epoch znode's version when we won
+                    self.epoch_version = registry.controller_epoch_version(self.zk)
+                    log.info("broker %d is the controller (epoch znode version %d)", self.broker_id,
+                             self.epoch_version)  # fmt: skip
                 self.elect_all(preferred=preferred)
             except KazooException as exc:
                 log.warning("controller pass failed: %s; trying again", type(exc).__name__)

@@ -483,7 +483,7 @@ class Broker:
         if topic not in self._config_watched:
             self._config_watched.add(topic)
             DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
-        self._watch_states(topic, found[0])
+        await self.blocking(self._watch_states, topic, found[0])
         return True
 
     def _read_topic(self, topic: str) -> tuple | None:
