@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -120,7 +121,25 @@ class AsyncConsumer:
 
     async def list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         """Offsets by ListOffsets: EARLIEST (-2), LATEST (-1) or the first offset at/after a timestamp (-1: none).
-        A partition with no leader (its broker down) is a ConsumeError (LEADER_NOT_AVAILABLE) naming it."""
+        A partition with no leader (its broker down) is a ConsumeError (LEADER_NOT_AVAILABLE) naming it. A
+        retriable answer (a leader just elected: OFFSET_NOT_AVAILABLE until its high watermark is known; a
+        leader that moved) is asked again, with fresh metadata, for up to the request timeout."""
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        while True:
+            try:
+                return await self._list_offsets(tps, timestamp)
+            except ConsumeError as exc:
+                code = exc.code
+                retriable = code in ErrorCode._value2member_map_ and ErrorCode(code).retriable
+                if not retriable or code == ErrorCode.LEADER_NOT_AVAILABLE:
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.1)
+            for topic in sorted({t for t, _ in tps}):
+                await self.cluster.refresh([topic])
+
+    async def _list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
         if self.cluster.leaderless(tps):
             for topic in sorted({t for t, _ in self.cluster.leaderless(tps)}):

@@ -168,6 +168,13 @@ class ReplicaManager:
             return min(self.follower_hw.get(tp, 0), plog.log_end_offset)
         return lp.high_watermark(plog.log_end_offset)
 
+    def offsets_known(self, tp: TopicPartition, plog: PartitionLog) -> bool:
+        """Whether this leader's high watermark is established: it reached the log end the leader had when it
+        took over (KIP-207; until then ListOffsets answers OFFSET_NOT_AVAILABLE, as the end it knows may be
+        below what the last leader already showed consumers)."""
+        lp = self.leaders.get(tp)
+        return lp is None or lp.high_watermark(plog.log_end_offset) >= lp.epoch_start
+
     def replica_fetched(self, tp: TopicPartition, replica: int, offset: int, plog: PartitionLog) -> ErrorCode:
         """A follower's fetch from `offset`: note how far its copy got, and move the high watermark."""
         lp = self.leaders.get(tp)

@@ -158,6 +158,9 @@ async def handle_list_offsets(b: Broker, header: RequestHeader, req: dict[str, A
                 out["error_code"] = code
                 continue
             ts = p["timestamp"]
+            if ts != EARLIEST and not b.replicas.offsets_known((t["name"], p["partition_index"]), plog):
+                out["error_code"] = ErrorCode.OFFSET_NOT_AVAILABLE  # a new leader's high watermark is not known yet
+                continue
             if ts == EARLIEST:
                 offset, found_ts = plog.log_start_offset, -1
             elif ts == LATEST:
