@@ -99,7 +99,7 @@ class _Batch:
     wait on it."""
 
     __slots__ = ("topic", "partition", "tp", "builder", "_future", "outcome", "created", "sequence", "attempts", "data",
-                 "deadline", "size", "retry_at", "parent", "results", "waiting", "last_error")  # fmt: skip
+                 "deadline", "size", "retry_at", "parent", "results", "waiting", "last_error", "resending")  # fmt: skip
 
     def __init__(self, tp: tuple[str, int], codec: Codec, deadline: float, now: float) -> None:
         self.topic, self.partition = self.tp = tp
@@ -117,6 +117,7 @@ class _Batch:
         self.results: list[Any] | None = None  # a split batch: each record's offset or error
         self.waiting = 0  # a split batch: records whose outcome is not known yet
         self.last_error: str | None = None  # why its last attempt failed, for the message if it expires
+        self.resending = False  # an idempotent batch being retried: its partition goes in sequence order
 
     @property
     def future(self) -> asyncio.Future:
@@ -252,6 +253,11 @@ class AsyncProducer:
         self.in_flight: dict[int, int] = collections.defaultdict(int)
         self.tp_in_flight: dict[tuple[str, int], int] = {}  # requests in flight per partition
         self.splitting: dict[tuple[str, int], int] = {}  # split batches not done yet, per partition
+        # idempotent batches being retried, per partition (and those of them waiting out their backoff): until
+        # they are answered the partition goes one request at a time, lowest sequence first, so that a new
+        # leader gets its sequences in order (else it refuses the later ones, OUT_OF_ORDER_SEQUENCE_NUMBER)
+        self.resending: dict[tuple[str, int], int] = {}
+        self.backing_off: dict[tuple[str, int], int] = {}
         self.unfinished: dict[_Batch, None] = {}  # batches not answered yet, in the order they were made
         self.buffered = 0
         self.producer_id, self.producer_epoch = -1, -1
@@ -517,6 +523,11 @@ class AsyncProducer:
                 due.sort(key=lambda b: b.created, reverse=True)  # retries go first, in the order they were made
                 for b in due:
                     self._queue(b, front=True)
+                    if b.resending:
+                        self.backing_off[b.tp] -= 1
+                for tp in {b.tp for b in due if b.resending}:  # lowest sequence first
+                    queue = self.ready[tp]
+                    self.ready[tp] = collections.deque(sorted(queue, key=lambda b: (b.sequence < 0, b.sequence)))
                 self.retrying = still
             if self._refresh_needed:
                 self._refresh_needed = False
@@ -568,6 +579,8 @@ class AsyncProducer:
                     continue  # the batch joins a later request to this broker
                 if self.splitting.get(tp) and self.tp_in_flight.get(tp):
                     continue  # a split batch's pieces go one request at a time, so that order is kept
+                if self.resending.get(tp) and (self.tp_in_flight.get(tp) or self.backing_off.get(tp)):
+                    continue  # retried sequences first, one request at a time
                 by_node.setdefault(node, []).append(queue.popleft())
                 if not queue:
                     del self.ready[tp]
@@ -597,7 +610,7 @@ class AsyncProducer:
         limits allow; True if any went out. What cannot go is left to the general loop."""
         node = self.cluster.leader(*tp)
         conn = self.cluster.open_connection(node) if node >= 0 else None
-        if conn is None or (self.splitting.get(tp) and self.tp_in_flight.get(tp)):
+        if conn is None or (self.splitting.get(tp) and self.tp_in_flight.get(tp)) or self.resending.get(tp):
             return False
         limit = self.config.max_in_flight
         in_flight = self.in_flight
@@ -781,6 +794,11 @@ class AsyncProducer:
         if refresh:
             self._refresh_needed = True
         b.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
+        if b.sequence >= 0:
+            if not b.resending:
+                b.resending = True
+                self.resending[b.tp] = self.resending.get(b.tp, 0) + 1
+            self.backing_off[b.tp] = self.backing_off.get(b.tp, 0) + 1
         self.retrying.append(b)
         self._wake.set()
 
@@ -853,6 +871,9 @@ class AsyncProducer:
                 x.data = None  # rebuilt with new sequences when (re)sent, in order
 
     def _finish(self, b: _Batch) -> None:
+        if b.resending:
+            b.resending = False
+            self.resending[b.tp] -= 1
         self.unfinished.pop(b, None)
         self.buffered -= b.size
         b.size = 0

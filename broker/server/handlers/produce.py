@@ -194,6 +194,9 @@ def _answered_by_sequence(b: Broker, tp: tuple[str, int], span: tuple[int, int, 
     if err:
         out["error_code"] = err
         out["error_message"] = f"producer {span[0]} epoch {span[1]} sequence {span[2]}: {err.name}"
+        entry = b.producer_states[tp].entries.get(span[0])
+        log.warning("%s-%d: %s; its last batches here (first seq, last seq, offset): %s", tp[0], tp[1],
+                    out["error_message"], list(entry.batches) if entry else None)  # fmt: skip
         return True
     if dup_offset >= 0:
         out["base_offset"] = dup_offset
