@@ -244,13 +244,18 @@ class AsyncConnection:
         if self._wire is not None:
             self._wire.transport.close()
 
-    async def close(self) -> None:
+    async def close(self, flush_s: float = 2.0) -> None:
+        """Close after what was sent goes out, or at once after `flush_s` (a peer that does not read)."""
         self._flush_now()  # what was sent before close still goes out
         self.closed = True
         if self._wire is not None:
             self._wire.transport.close()
-            with contextlib.suppress(Exception):
-                await self._wire.lost
+            try:
+                await asyncio.wait_for(asyncio.shield(self._wire.lost), flush_s)
+            except TimeoutError:
+                self._wire.transport.abort()
+            except Exception:
+                pass
 
 
 class _Wire(asyncio.BufferedProtocol):

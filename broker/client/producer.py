@@ -257,6 +257,7 @@ class AsyncProducer:
         # they are answered the partition goes one request at a time, lowest sequence first, so that a new
         # leader gets its sequences in order (else it refuses the later ones, OUT_OF_ORDER_SEQUENCE_NUMBER)
         self.resending: dict[tuple[str, int], int] = {}
+        self._new_identity = False  # a batch failed with its fate unknown: a new producer id before sending more
         self.backing_off: dict[tuple[str, int], int] = {}
         self.unfinished: dict[_Batch, None] = {}  # batches not answered yet, in the order they were made
         self.buffered = 0
@@ -504,6 +505,8 @@ class AsyncProducer:
         linger = self.config.linger_ms / 1000
         while True:
             self._wake.clear()  # before looking: a wake-up during this round is kept for the wait below
+            if self._new_identity and not any(self.in_flight.values()):
+                await self._renew_identity()
             now = time.monotonic()
             next_due = None
             for tp, b in list(self.open.items()):  # lingered long enough: ready
@@ -564,6 +567,8 @@ class AsyncProducer:
                 self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms{why}"))
             if not queue:
                 del self.ready[tp]
+        if self._new_identity:  # (nothing more goes out under the old producer id)
+            return False
         sent = False
         if len(self.ready) == 1:  # one partition (bench, keyed runs): its batches go one request each, in a row
             sent = self._send_run(*next(iter(self.ready.items())))
@@ -784,7 +789,7 @@ class AsyncProducer:
             if err is not None and (err.retriable or err == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
                 self._retry(b, ProduceError(message, code), refresh=err != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
             else:
-                self._fail(b, ProduceError(message, code))
+                self._fail(b, ProduceError(message, code), not_appended=True)
 
     def _retry(self, b: _Batch, exc: BaseException, *, refresh: bool) -> None:
         b.last_error = str(exc).removeprefix(f"{b.topic}-{b.partition}: ")
@@ -852,14 +857,40 @@ class AsyncProducer:
             b.resolve(base_offset)
         self._finish(b)
 
-    def _fail(self, b: _Batch, exc: BaseException) -> None:
+    def _fail(self, b: _Batch, exc: BaseException, *, not_appended: bool = False) -> None:
+        """`b` failed; `not_appended`: the broker said so (an error answer), else it may have been appended."""
         if b.parent is not None:
             self._child_done(b, exc, b.builder.count)
         else:
             b.resolve(exc)
         if b.sequence >= 0:
-            self._rewind(b)
+            if not_appended or not b.attempts:
+                self._rewind(b)
+            else:
+                self._new_identity = True
         self._finish(b)
+
+    async def _renew_identity(self) -> None:
+        """After an idempotent batch failed without knowing whether the broker appended it (it expired after
+        an attempt): a new producer id, and the queued batches take sequences under it. Reusing the failed
+        batch's sequences instead could make a later batch pass for a duplicate of it, acknowledged but never
+        stored; a sequence after them would be out of order for good (as Kafka's producer bumps its epoch)."""
+        try:
+            conn = await self.cluster._any()
+            answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
+                                                                   "transaction_timeout_ms": 60000})  # fmt: skip
+        except KafkactlError:
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # (the send loop asks again)
+            return
+        if answer["error_code"]:
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            return
+        self._new_identity = False
+        self.producer_id, self.producer_epoch = answer["producer_id"], answer["producer_epoch"]
+        self.sequences.clear()
+        for b in self.unfinished:
+            if b.sequence >= 0:
+                b.sequence, b.data = -1, None
 
     def _rewind(self, b: _Batch) -> None:
         """`b`'s sequences were never appended: later batches of its partition take them over."""

@@ -171,7 +171,10 @@ class Broker:
 
     async def shutdown(self) -> None:
         if self.config.controlled_shutdown and self._registered and not self._closing:
-            await self._controlled_shutdown()
+            try:  # (bounded: a stop must end even when ZooKeeper or the other brokers do not answer)
+                await asyncio.wait_for(self._controlled_shutdown(), 15)
+            except TimeoutError:
+                log.warning("controlled shutdown: gave up after 15s; stopping anyway")
         self._closing = True
         for task in self._tasks:
             task.cancel()
@@ -183,7 +186,7 @@ class Broker:
         zk = self.zk
         if zk is not None and self._registered:
             with contextlib.suppress(Exception):
-                registry.deregister_broker(zk, self.id)
+                await asyncio.wait_for(self.blocking(registry.deregister_broker, zk, self.id), 5)
         if self.server is not None:
             await self.server.close()
         self._record_high_watermarks()

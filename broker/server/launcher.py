@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -87,8 +89,11 @@ def ensure_chroot(connect: str) -> None:
 
 def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
                announce: Callable[[str], None] = print) -> None:  # fmt: skip
-    """Run one broker in this process until SIGTERM or Ctrl-C; a clean shutdown either way."""
+    """Run one broker in this process until SIGTERM or Ctrl-C; a clean shutdown either way. SIGUSR1 writes
+    every thread's stack to stderr (the log), for a broker that seems stuck."""
     broker_logging.configure(os.environ.pop(broker_logging.LOG_PATH_ENV, None))
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     zk_server = maybe_embedded_zookeeper(config.zookeeper_connect, announce) if embedded_zookeeper else None
     pid_path = pid_file(f"broker-{config.broker_id}")
     other = read_pid(pid_path)

@@ -79,6 +79,8 @@ class BrokerProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # its threads' stacks into its output, for the failure report
+            time.sleep(0.5)
             self.kill()
             raise
 

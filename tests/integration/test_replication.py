@@ -310,3 +310,35 @@ def test_partitions_added_under_load_get_replicas_and_every_message_stays(start_
     assert sorted(read_values(brokers[0].bootstrap, "grow", len(acked) + 6)) == sorted(acked + more)
     r = cli("topic", "alter", "grow", "--partitions", "3", "-b", brokers[0].bootstrap)
     assert r.returncode == 1 and "INVALID_PARTITIONS" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_idempotent_batch_that_expired_unanswered_never_lends_its_sequences_to_the_next(start_broker):
+    """m1 expires while the broker is paused, but the broker appends it once it resumes. Reusing m1's sequence
+    for m2 made m2 pass for a duplicate of m1: acknowledged, never stored. The producer takes a new id instead."""
+    b = start_broker(1)
+    ok(cli("topic", "create", "fate", "-b", b.bootstrap))
+
+    async def main() -> tuple[list, list]:
+        producer = await AsyncProducer(b.bootstrap, acks="all", linger_ms=0, delivery_timeout_ms=1500,
+                                       request_timeout_ms=1000, retry_backoff_ms=50).start()  # fmt: skip
+        outcomes = []
+        try:
+            outcomes.append(await (await producer.send("fate", b"m0", partition=0)))
+            first_id = producer.producer_id
+            b.pause()
+            try:
+                pending = await producer.send("fate", b"m1", partition=0)
+                with pytest.raises(Exception, match="delivery.timeout.ms"):
+                    await pending
+            finally:
+                b.resume()
+            outcomes.append(await (await producer.send("fate", b"m2", partition=0)))
+            return outcomes, [first_id, producer.producer_id]
+        finally:
+            await producer.close()
+
+    outcomes, ids = asyncio.run(main())
+    assert ids[0] != ids[1]  # a new producer id after the batch of unknown fate
+    stored = wait_until(lambda: (v := read_values(b.bootstrap, "fate", 2)) and b"m2" in v and v, 10, "m2 stored")
+    assert stored == [b"m0", b"m1", b"m2"]  # m1 was appended after all: at least once, never a phantom ack
+    assert [o.offset for o in outcomes] == [0, 2]
