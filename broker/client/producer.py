@@ -258,6 +258,7 @@ class AsyncProducer:
         # leader gets its sequences in order (else it refuses the later ones, OUT_OF_ORDER_SEQUENCE_NUMBER)
         self.resending: dict[tuple[str, int], int] = {}
         self._new_identity = False  # a batch failed with its fate unknown: a new producer id before sending more
+        self.progress_at: dict[int, float] = {}  # per broker: its last answer (or first request in flight)
         self.backing_off: dict[tuple[str, int], int] = {}
         self.unfinished: dict[_Batch, None] = {}  # batches not answered yet, in the order they were made
         self.buffered = 0
@@ -505,6 +506,7 @@ class AsyncProducer:
         linger = self.config.linger_ms / 1000
         while True:
             self._wake.clear()  # before looking: a wake-up during this round is kept for the wait below
+            self._expire_stuck()
             if self._new_identity and not any(self.in_flight.values()):
                 await self._renew_identity()
             now = time.monotonic()
@@ -545,6 +547,8 @@ class AsyncProducer:
             timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
             if self.ready:  # blocked by in-flight limits: wait for an answer
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
+            elif any(self.in_flight.values()):  # (to notice a broker that stopped answering)
+                timeout = 0.5 if timeout is None else min(timeout, 0.5)
             if self._wake.is_set():
                 continue
             # a timer that sets the wake-up event costs less than wait_for's task per round
@@ -660,6 +664,8 @@ class AsyncProducer:
             for b in run:  # not sent: no attempt counted, as `_send_request`
                 self._retry(b, exc, refresh=True)
             return False
+        if not self.in_flight[node]:
+            self.progress_at[node] = time.monotonic()
         self.in_flight[node] += len(run)
         self.tp_in_flight[tp] = self.tp_in_flight.get(tp, 0) + len(run)
         return True
@@ -675,6 +681,7 @@ class AsyncProducer:
             return
         k = len(offsets)
         self.in_flight[node] -= k
+        self.progress_at[node] = time.monotonic()
         tp = run[index].tp
         self.tp_in_flight[tp] -= k
         self._wake.set()
@@ -739,6 +746,8 @@ class AsyncProducer:
                 self._complete(b, -1)
             self._acks0_drain.add(conn)  # back-pressure: the sender waits for the socket once this round is out
             return True
+        if not self.in_flight[node]:
+            self.progress_at[node] = time.monotonic()
         self.in_flight[node] += 1
         for b in batches:
             tp = b.tp
@@ -757,6 +766,7 @@ class AsyncProducer:
                    exc: BaseException | None) -> None:  # fmt: skip
         """A Produce answer (or the connection's failure): complete, retry, split or fail each batch."""
         self.in_flight[node] -= 1
+        self.progress_at[node] = time.monotonic()
         for b in batches:
             self.tp_in_flight[b.tp] -= 1
         self._wake.set()
@@ -869,6 +879,18 @@ class AsyncProducer:
             else:
                 self._new_identity = True
         self._finish(b)
+
+    def _expire_stuck(self) -> None:
+        """A broker with requests in flight that answered nothing for request.timeout.ms (paused, or cut off):
+        its connection is failed, so its requests are retried, with fresh metadata, as Kafka's client does."""
+        now = time.monotonic()
+        limit = self.config.request_timeout_ms / 1000
+        for node, n in self.in_flight.items():
+            if n and now - self.progress_at.get(node, now) > limit:
+                self.progress_at[node] = now
+                conn = self.cluster.open_connection(node)
+                if conn is not None:
+                    conn._fail(ProtocolError(f"no answer from broker {node} within request.timeout.ms"))
 
     async def _renew_identity(self) -> None:
         """After an idempotent batch failed without knowing whether the broker appended it (it expired after
