@@ -221,7 +221,7 @@ def test_produce_and_fetch_to_a_non_leader_get_not_leader_or_follower(cluster):
             assert (answer["error_code"], answer["base_offset"]) == (0, 0), answer
             assert produce(conn, "routing", p, [b"third"])["base_offset"] == 2
             # acks=1: consumers see it once the follower has copied it (the high watermark reaches 3)
-            got = wait_until(lambda conn=conn: (g := fetch(conn, "routing", p))["high_watermark"] == 3 and g, 10,
+            got = wait_until(lambda conn=conn, p=p: (g := fetch(conn, "routing", p))["high_watermark"] == 3 and g, 10,
                              "the follower's copy")  # fmt: skip
             assert got["error_code"] == 0
             assert [r.value for r in records_of(got["records"])] == [f"p{p}-a".encode(), f"p{p}-b".encode(), b"third"]
