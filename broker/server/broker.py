@@ -290,6 +290,7 @@ class Broker:
         ChildrenWatch(zk, paths.BROKER_IDS, self._guarded(self._on_brokers))
         ChildrenWatch(zk, paths.TOPICS, self._guarded(self._on_topics))
         DataWatch(zk, paths.CONTROLLER, self._guarded(self._on_controller))
+        DataWatch(zk, paths.PREFERRED_ELECTION, self._guarded(self._on_preferred_request))
 
     def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap a watch callback: stop watching once shutting down, and turn a ZooKeeper error
@@ -338,6 +339,16 @@ class Broker:
                 self._call(self._set_controller, registry.elect_controller(self.zk, self.id))
         elif data is not None:
             self._call(self._set_controller, int((paths.loads(data) or {}).get("brokerid", -1)))
+
+    def _on_preferred_request(self, data: bytes | None, stat: Any) -> None:
+        """`/admin/preferred_replica_election` was written (`kafkactl topic elect-leaders`): the controller
+        takes it on its next pass, now."""
+        if data is not None:
+            self._call(self._poke_controller)
+
+    def _poke_controller(self) -> None:
+        if self.controller is not None and self.cache.controller_id == self.id:
+            self.controller.poke()
 
     def _set_controller(self, broker_id: int) -> None:
         self.cache.controller_id = broker_id

@@ -216,6 +216,31 @@ def request_preferred_election(zk: KazooClient, tps: list[tuple[str, int]]) -> b
     return True
 
 
+def elect_preferred_leaders(zk: KazooClient, tps: list[tuple[str, int]], timeout_s: float = 15.0
+                            ) -> dict[tuple[str, int], tuple[int, int]]:  # fmt: skip
+    """Ask the controller for preferred leaders of `tps` and wait (up to `timeout_s`) until it took the request
+    and each partition is led by its first replica; {tp: (leader, preferred replica)} as it then stands (a
+    preferred replica out of the ISR or down keeps its partition where it is). KafkactlError when another
+    request is pending or no controller took this one in time."""
+    if not request_preferred_election(zk, tps):
+        raise KafkactlError(f"a preferred leader election is pending already ({paths.PREFERRED_ELECTION})")
+    deadline = time.monotonic() + timeout_s
+    while zk.exists(paths.PREFERRED_ELECTION) is not None:
+        if time.monotonic() > deadline:
+            raise KafkactlError(f"no controller took the request within {timeout_s:g}s (is a broker running?); "
+                                f"it stays in {paths.PREFERRED_ELECTION}")  # fmt: skip
+        time.sleep(0.05)
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+    deadline = min(deadline, time.monotonic() + 2)  # (taken: its pass writes the states within moments)
+    while True:
+        for topic, p in tps:
+            replicas = (assignment(zk, topic) or {}).get(p) or [-1]
+            out[(topic, p)] = ((partition_state(zk, topic, p) or {}).get("leader", -1), replicas[0])
+        if all(leader == first for leader, first in out.values()) or time.monotonic() > deadline:
+            return out
+        time.sleep(0.05)
+
+
 def clear_isr_change_notifications(zk: KazooClient) -> None:
     """The controller has read every state anew: the leaders' ISR change notifications are done with."""
     try:

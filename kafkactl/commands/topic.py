@@ -16,6 +16,8 @@ from broker.client.admin import Admin, PartitionDescription
 from broker.errors import KafkactlError, UsageError
 from broker.server.config import parse_override
 from broker.topics import internal_topic_error
+from broker.zk import client as zkclient
+from broker.zk import registry
 from kafkactl import contexts
 from kafkactl.render import Output, json_line, table
 
@@ -173,3 +175,38 @@ def delete(
             return
         admin.delete_topic(name)
     print(f"deleted topic {name}")
+
+
+@app.command("elect-leaders")
+def elect_leaders(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Topics (default: every topic).", show_default=False)
+    ] = None,
+    zookeeper: contexts.ZooKeeper = None,
+    output: OutputOpt = Output.text,
+) -> None:
+    """Move each partition's leadership back to its preferred replica (the first of its assignment), where
+    that replica is live and in sync, as Kafka's preferred replica election through ZooKeeper does.
+
+    Exit code 1 when a partition could not be moved (its preferred replica is down or not in sync)."""
+    with zkclient.session(contexts.zookeeper(zookeeper)) as zk:
+        topics = names or registry.topic_names(zk)
+        tps = []
+        for topic in topics:
+            found = registry.assignment(zk, topic)
+            if found is None:
+                raise KafkactlError(f"unknown topic {topic!r}")
+            tps += [(topic, p) for p in sorted(found)]
+        if not tps:
+            raise KafkactlError("no topics to elect leaders for")
+        result = registry.elect_preferred_leaders(zk, tps)
+    rows = [(t, p, leader, first, "yes" if leader == first else "no") for (t, p), (leader, first) in result.items()]
+    if output == Output.json:
+        for t, p, leader, first, _ in rows:
+            json_line({"topic": t, "partition": p, "leader": leader, "preferred": first})
+    else:
+        table(["TOPIC", "PARTITION", "LEADER", "PREFERRED", "ON PREFERRED"], rows)
+    left = [f"{t}-{p}" for t, p, leader, first, _ in rows if leader != first]
+    if left:
+        raise KafkactlError(f"{len(left)} partition(s) not on their preferred replica (down or not in sync): "
+                            + ", ".join(left[:10]))  # fmt: skip

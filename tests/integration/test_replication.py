@@ -342,3 +342,21 @@ def test_an_idempotent_batch_that_expired_unanswered_never_lends_its_sequences_t
     stored = wait_until(lambda: (v := read_values(b.bootstrap, "fate", 2)) and b"m2" in v and v, 10, "m2 stored")
     assert stored == [b"m0", b"m1", b"m2"]  # m1 was appended after all: at least once, never a phantom ack
     assert [o.offset for o in outcomes] == [0, 2]
+
+
+def test_elect_leaders_moves_leadership_back_to_the_preferred_replicas(start_broker, zk_chroot):
+    brokers = start3(start_broker)
+    create(brokers, "prefer", 3, 3, 1)
+    preferred = {p: r[0] for p, r in replicas_of(zk_chroot, "prefer").items()}
+    victim = brokers[0]
+    assert victim.stop() == 0  # its partitions move to other replicas
+    assert all(st["leader"] != victim.broker_id for st in states(zk_chroot, "prefer").values())
+    r = cli("topic", "elect-leaders", "prefer", "-z", zk_chroot)  # the preferred replica of some is down
+    assert r.returncode == 1 and "not on their preferred replica" in r.stderr and "Traceback" not in r.stderr
+    victim.start()
+    wait_until(lambda: full_isr(zk_chroot, "prefer"), 20, "the restarted broker back in every ISR")
+    out = json_lines(ok(cli("topic", "elect-leaders", "prefer", "-z", zk_chroot, "-o", "json")))
+    assert {(d["partition"], d["leader"]) for d in out} == set(preferred.items())
+    assert {p: st["leader"] for p, st in states(zk_chroot, "prefer").items()} == preferred
+    acked, errors = asyncio.run(produce_acked(victim.bootstrap, "prefer", [b"after"] * 5))
+    assert not errors and len(acked) == 5
