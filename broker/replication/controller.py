@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException
 
 from broker.replication import election
 from broker.zk import registry
@@ -149,10 +149,7 @@ def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict
             if broker_id not in replicas:
                 continue
             for _ in range(3):
-                try:
-                    st = registry.partition_state(zk, topic, p)
-                except NoNodeError:
-                    st = None
+                st = registry.partition_state(zk, topic, p)
                 if st is None:
                     break
                 state = election.State(st.get("leader", -1), st.get("leader_epoch", 0), list(st.get("isr", [])))

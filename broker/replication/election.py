@@ -46,7 +46,7 @@ def without(replicas: list[int], state: State, leaving: int, live: set[int]) -> 
         return None  # the last in-sync replica: stopping it takes the partition offline whatever we do
     if state.leader != leaving:
         return State(state.leader, state.leader_epoch, others)
-    leader = next(r for r in replicas if r in others) if any(r in others for r in replicas) else others[0]
+    leader = next((r for r in replicas if r in others), others[0])
     return State(leader, state.leader_epoch + 1, others)
 
 

@@ -285,7 +285,7 @@ class ReplicaManager:
             with contextlib.suppress(Exception):
                 await self._blocking(registry.notify_isr_change, zk, [tp])
         except Exception as exc:
-            log.warning("writing the ISR of %s-%d failed: %s", *tp, exc)
+            log.warning("writing the ISR of %s-%d failed: %s", *tp, str(exc) or type(exc).__name__)
         finally:
             self._isr_writes.discard(tp)
 

@@ -511,9 +511,11 @@ class Server:
         finally:
             if writer is not None and not writer.done():
                 writer.cancel()
-            for item in queue:
+            for item in queue:  # answers that never went out: their tasks stop, their file regions close
                 if item.__class__ is not list:
                     item.cancel()
+                else:
+                    out += item
             with contextlib.suppress(OSError):  # a handler failed after others deferred work: do it
                 settle()
             for part in out:  # answers never handed to `send` (the deferred write failed): their regions' fds

@@ -216,12 +216,21 @@ def request_preferred_election(zk: KazooClient, tps: list[tuple[str, int]]) -> b
     return True
 
 
-def elect_preferred_leaders(zk: KazooClient, tps: list[tuple[str, int]], timeout_s: float = 15.0
+def elect_preferred_leaders(zk: KazooClient, topics: list[str] | None, timeout_s: float = 15.0
                             ) -> dict[tuple[str, int], tuple[int, int]]:  # fmt: skip
-    """Ask the controller for preferred leaders of `tps` and wait (up to `timeout_s`) until it took the request
-    and each partition is led by its first replica; {tp: (leader, preferred replica)} as it then stands (a
-    preferred replica out of the ISR or down keeps its partition where it is). KafkactlError when another
-    request is pending or no controller took this one in time."""
+    """Ask the controller for preferred leaders of every partition of `topics` (None: every topic) and wait
+    (up to `timeout_s`) until it took the request and each partition is led by its first replica; {tp: (leader,
+    preferred replica)} as it then stands (a preferred replica out of the ISR or down keeps its partition
+    where it is). KafkactlError when another request is pending, a topic is unknown, or no controller took
+    the request in time."""
+    tps = []
+    for topic in topics or topic_names(zk):
+        found = assignment(zk, topic)
+        if found is None:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        tps += [(topic, p) for p in sorted(found)]
+    if not tps:
+        raise KafkactlError("no topics to elect leaders for")
     if not request_preferred_election(zk, tps):
         raise KafkactlError(f"a preferred leader election is pending already ({paths.PREFERRED_ELECTION})")
     deadline = time.monotonic() + timeout_s

@@ -190,16 +190,7 @@ def elect_leaders(
 
     Exit code 1 when a partition could not be moved (its preferred replica is down or not in sync)."""
     with zkclient.session(contexts.zookeeper(zookeeper)) as zk:
-        topics = names or registry.topic_names(zk)
-        tps = []
-        for topic in topics:
-            found = registry.assignment(zk, topic)
-            if found is None:
-                raise KafkactlError(f"unknown topic {topic!r}")
-            tps += [(topic, p) for p in sorted(found)]
-        if not tps:
-            raise KafkactlError("no topics to elect leaders for")
-        result = registry.elect_preferred_leaders(zk, tps)
+        result = registry.elect_preferred_leaders(zk, names or None)
     rows = [(t, p, leader, first, "yes" if leader == first else "no") for (t, p), (leader, first) in result.items()]
     if output == Output.json:
         for t, p, leader, first, _ in rows:

@@ -39,3 +39,13 @@ def test_bench_broker_json_report(tmp_path, kafkactl_home):
     assert r["produce_mb_per_s"] >= 0 and r["fetch_payload_mb_per_s"] >= 0
     assert r["kcat_produce_props"]["acks"] == "1" and "fetch.message.max.bytes" in r["kcat_fetch_props"]
     assert list(scratch.iterdir()) == []  # the scratch ZooKeeper, broker and message files are gone
+
+
+def test_bench_with_replicas_needs_a_cluster(tmp_path):
+    r = cli("bench", "produce", "--messages", "10", "-r", "3", "--dir", tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "kafkactl: error: --replication-factor above 1 needs a cluster: start one with `kafkactl cluster up -n 3` "
+        "and give its bootstrap servers with -b"
+    )
+    assert list(tmp_path.iterdir()) == []  # no scratch broker was started

@@ -351,6 +351,8 @@ def test_elect_leaders_moves_leadership_back_to_the_preferred_replicas(start_bro
     victim = brokers[0]
     assert victim.stop() == 0  # its partitions move to other replicas
     assert all(st["leader"] != victim.broker_id for st in states(zk_chroot, "prefer").values())
+    r = cli("topic", "elect-leaders", "nope", "-z", zk_chroot)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == "kafkactl: error: unknown topic 'nope'"
     r = cli("topic", "elect-leaders", "prefer", "-z", zk_chroot)  # the preferred replica of some is down
     assert r.returncode == 1 and "not on their preferred replica" in r.stderr and "Traceback" not in r.stderr
     victim.start()
