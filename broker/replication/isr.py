@@ -69,7 +69,11 @@ class LeaderPartition:
         return [r for r in self.isr if r != self.leader
                 and now_ms - self.followers.get(r, Follower()).caught_up_ms > lag_ms]  # fmt: skip
 
-    def rejoining(self) -> list[int]:
-        """Followers outside the ISR whose log has reached the high watermark and this leader's first offset."""
-        floor = max(self.hw, self.epoch_start, 0)
+    def rejoining(self, leader_leo: int) -> list[int]:
+        """Followers outside the ISR whose log has reached the high watermark and this leader's first offset.
+
+        The high watermark is recomputed first: a leader alone in its ISR never waits for followers, so the
+        one last kept may be far behind its log end, and a follower measured against that would rejoin
+        without what the leader appended meanwhile."""
+        floor = max(self.high_watermark(leader_leo), self.epoch_start, 0)
         return [r for r, f in self.followers.items() if r not in self.isr and r in self.replicas and f.leo >= floor]

@@ -184,7 +184,7 @@ class ReplicaManager:
             return ErrorCode.REPLICA_NOT_AVAILABLE
         before = lp.hw
         lp.fetched(replica, offset, plog.log_end_offset, _now_ms())
-        if replica not in lp.isr and replica in self.cache.brokers and replica in lp.rejoining():
+        if replica not in lp.isr and replica in self.cache.brokers and replica in lp.rejoining(plog.log_end_offset):
             self._change_isr(tp, lp, [*lp.isr, replica])
         if lp.high_watermark(plog.log_end_offset) > before:
             self._hw_moved(tp)

@@ -37,6 +37,14 @@ def test_a_follower_behind_for_longer_than_the_lag_time_leaves_and_rejoins_once_
     assert lp.lagging(360, 100) == [3]
     lp.isr = [1, 2]
     assert lp.high_watermark(20) == 20
-    assert lp.rejoining() == []
+    assert lp.rejoining(20) == []
     lp.fetched(3, 20, 20, 400)
-    assert lp.rejoining() == [3]
+    assert lp.rejoining(20) == [3]
+
+
+def test_a_follower_rejoins_a_leader_alone_in_its_isr_only_at_its_log_end():
+    lp = leader(isr=[1])  # nothing waited for followers while the leader was alone: its kept hw is stale
+    lp.fetched(2, 18, 300, 10)
+    assert lp.rejoining(300) == []  # 18 of 300: it would have joined the ISR without 282 records
+    lp.fetched(2, 300, 300, 20)
+    assert lp.rejoining(300) == [2]
