@@ -1,13 +1,17 @@
 """The controller: the one broker holding `/controller` elects partition leaders.
 
-It wakes when the live brokers change (and when asked: an ISR change notification, a preferred-leader
-election request in `/admin/preferred_replica_election`), reads every partition's state and writes the
-new ones `broker.replication.election` decides, each conditional on the state znode's version and on
+It wakes when the live brokers change (and when asked: a preferred-leader election request in
+`/admin/preferred_replica_election`), reads every partition's state and writes the new ones
+`broker.replication.election` decides, each conditional on the state znode's version and on
 `/controller_epoch` not having moved (a controller whose session expired while it was paused cannot
 overwrite its successor). The brokers learn the new states from their watches on the state znodes.
 
 It runs on a thread of its own: a pass makes one ZooKeeper read per partition, and must not hold up
 the broker's event loop or kazoo's watch callbacks.
+
+Each pass also takes every reassignment in `/admin/reassign_partitions` a step further
+(`broker.replication.reassignment`); a new request or an ISR change notification (a new replica caught
+up) wakes it for that step alone.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from broker.replication import election
+from broker.replication import election, reassignment
 from broker.zk import registry
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,7 @@ class Controller:
         self.epoch_version = -1  # of `/controller_epoch` when this broker won: the fence of every write
         self._wake = threading.Event()
         self._preferred = False
+        self._full = False  # a pass over every partition's leader is due (else only the reassignments' step)
         self._thread: threading.Thread | None = None
         self._active = False
 
@@ -59,9 +64,11 @@ class Controller:
         self._active = False
         self._wake.set()
 
-    def poke(self, *, preferred: bool = False) -> None:
-        """Look at every partition again (soon, on the controller's thread)."""
+    def poke(self, *, preferred: bool = False, moves_only: bool = False) -> None:
+        """Look at every partition again (soon, on the controller's thread); with `moves_only`, only take the
+        reassignments in progress a step further."""
         self._preferred = self._preferred or preferred
+        self._full = self._full or not moves_only
         self._wake.set()
 
     def _run(self) -> None:
@@ -72,17 +79,26 @@ class Controller:
             if not self._active:
                 return
             preferred, self._preferred = self._preferred, False
+            full, self._full = self._full, False
             if not woken or time.monotonic() >= next_rebalance:
-                preferred = preferred or self.auto_rebalance
+                preferred, full = preferred or self.auto_rebalance, True
                 next_rebalance = time.monotonic() + self.rebalance_interval_s
             try:
                 if self.epoch_version < 0:  # the fence of every write: the epoch znode's version when we won
                     self.epoch_version = registry.controller_epoch_version(self.zk)
                     log.info("broker %d is the controller (epoch znode version %d)", self.broker_id,
                              self.epoch_version)  # fmt: skip
-                self.elect_all(preferred=preferred)
+                if full or preferred:
+                    self.elect_all(preferred=preferred)
+                else:
+                    registry.clear_isr_change_notifications(self.zk)
+                reassignment.advance(self.zk, set(registry.live_brokers(self.zk)), self.epoch_version)
+            except registry.FencedError:
+                log.warning("broker %d was fenced as controller: a newer one was elected", self.broker_id)
+                self._active = False
             except KazooException as exc:
                 log.warning("controller pass failed: %s; trying again", type(exc).__name__)
+                self._full = self._full or full
                 self._wake.set()
                 threading.Event().wait(0.5)
             except Exception:

@@ -10,6 +10,9 @@ the next fetch.
 A partition newly followed is first truncated: OffsetsForLeaderEpoch asks the leader where the copy's
 latest leader epoch ends in its log, and the copy is cut there (`ReplicaManager.truncation_point`);
 only then is it fetched.
+
+Partitions under a replication throttle (a reassignment's copies, `broker.replication.throttle`) are
+fetched at most a second's worth of the rate at a time, and sit out while the rate is spent.
 """
 
 from __future__ import annotations
@@ -108,6 +111,11 @@ class ReplicaFetcher:
         backoff = 0.05
         while True:
             now = time.monotonic()
+            spent = self.m.throttle.wait_s(now)
+            if spent:
+                for tp, f in self.partitions.items():
+                    if self.m.is_throttled(tp):
+                        f.paused_until = max(f.paused_until, now + spent)
             due = {tp: f for tp, f in self.partitions.items() if f.paused_until <= now}
             if not due:
                 self._wake.clear()
@@ -177,9 +185,12 @@ class ReplicaFetcher:
             plog = self.m.follower_log(topic, p)
             if plog is None:
                 continue
+            limit = per_partition
+            if self.m.is_throttled((topic, p)):
+                limit = min(per_partition, max(self.m.throttle.rate or 0, 1024))
             by_topic.setdefault(topic, []).append({
                 "partition": p, "current_leader_epoch": f.leader_epoch, "fetch_offset": plog.log_end_offset,
-                "log_start_offset": plog.log_start_offset, "partition_max_bytes": per_partition,
+                "log_start_offset": plog.log_start_offset, "partition_max_bytes": limit,
             })  # fmt: skip
         return {
             "replica_id": self.m.broker_id, "max_wait_ms": self.m.config.replica_fetch_wait_max_ms, "min_bytes": 1,
@@ -212,6 +223,8 @@ class ReplicaFetcher:
         if plog is None:
             return
         records = p["records"]
+        if records and self.m.is_throttled(tp):
+            self.m.throttle.took(len(records))
         if records:
             data = memoryview(bytes(records) if not isinstance(records, bytes) else records)
             whole = whole_batches(data)

@@ -22,6 +22,8 @@ from broker.records.batch import HEADER, BatchHeader
 from broker.replication.epochs import UNDEFINED, LeaderEpochCache
 from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.isr import LeaderPartition
+from broker.replication.reassignment import throttled
+from broker.replication.throttle import Throttle
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ class ReplicaManager:
         self._task: asyncio.Task | None = None
         self.closed = False
         self.fetching = True  # False once a controlled shutdown began: nothing is copied any more
+        self.throttle = Throttle()  # follower.replication.throttled.rate, from this broker's dynamic config
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._check_isr_loop(), name="isr-check")
@@ -184,7 +187,9 @@ class ReplicaManager:
             return ErrorCode.REPLICA_NOT_AVAILABLE
         before = lp.hw
         lp.fetched(replica, offset, plog.log_end_offset, _now_ms())
-        if replica not in lp.isr and replica in self.cache.brokers and replica in lp.rejoining(plog.log_end_offset):
+        info = self.cache.partition(*tp)
+        if (replica not in lp.isr and replica in self.cache.brokers and replica in lp.rejoining(plog.log_end_offset)
+                and (info is None or replica not in info.removing)):  # fmt: skip
             self._change_isr(tp, lp, [*lp.isr, replica])
         if lp.high_watermark(plog.log_end_offset) > before:
             self._hw_moved(tp)
@@ -294,6 +299,13 @@ class ReplicaManager:
     def address_of(self, broker_id: int) -> tuple[str, int] | None:
         found = self.cache.brokers.get(broker_id)
         return None if found is None else (found[0], found[1])
+
+    def is_throttled(self, tp: TopicPartition) -> bool:
+        """Whether copying `tp` counts against the replication throttle (a reassignment's new replica)."""
+        if self.throttle.rate is None:
+            return False
+        spec = self.cache.configs.get(tp[0], {}).get("follower.replication.throttled.replicas")
+        return throttled(spec, tp[1], self.broker_id)
 
     def follower_log(self, topic: str, partition: int) -> PartitionLog | None:
         if (topic, partition) not in self.following or self.logs.is_offline((topic, partition)):

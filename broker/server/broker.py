@@ -291,6 +291,9 @@ class Broker:
         ChildrenWatch(zk, paths.TOPICS, self._guarded(self._on_topics))
         DataWatch(zk, paths.CONTROLLER, self._guarded(self._on_controller))
         DataWatch(zk, paths.PREFERRED_ELECTION, self._guarded(self._on_preferred_request))
+        DataWatch(zk, paths.REASSIGN, self._guarded(self._on_reassign_request))
+        ChildrenWatch(zk, paths.ISR_CHANGE, self._guarded(self._on_isr_change))
+        DataWatch(zk, paths.broker_config(self.id), self._guarded(self._on_broker_config))
 
     def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap a watch callback: stop watching once shutting down, and turn a ZooKeeper error
@@ -346,9 +349,24 @@ class Broker:
         if data is not None:
             self._call(self._poke_controller)
 
-    def _poke_controller(self) -> None:
+    def _on_reassign_request(self, data: bytes | None, stat: Any) -> None:
+        """`/admin/reassign_partitions` was written (`kafkactl topic reassign --execute`): the controller's
+        next step of it, now."""
+        if data is not None:
+            self._call(self._poke_controller, True)
+
+    def _on_isr_change(self, children: list[str]) -> None:
+        """A leader changed an ISR: a reassignment's new replica may have caught up."""
+        if children:
+            self._call(self._poke_controller, True)
+
+    def _on_broker_config(self, data: bytes | None, stat: Any) -> None:
+        rate = paths.parse_config(data).get("follower.replication.throttled.rate")
+        self._call(self.replicas.throttle.set_rate, int(rate) if rate and rate.isdigit() else None)
+
+    def _poke_controller(self, moves_only: bool = False) -> None:
         if self.controller is not None and self.cache.controller_id == self.id:
-            self.controller.poke()
+            self.controller.poke(moves_only=moves_only)
 
     def _set_controller(self, broker_id: int) -> None:
         self.cache.controller_id = broker_id
@@ -367,16 +385,16 @@ class Broker:
         """Read a topic's assignment, states and config from ZooKeeper and apply them on the loop."""
         zk = self.zk
         assert zk is not None
-        found = registry.assignment_and_id(zk, topic)
+        found = registry.moves_and_id(zk, topic)
         if found is None:
             return False
-        assignment, topic_id = found
+        (assignment, _, removing), topic_id = found
         states = {p: registry.partition_state(zk, topic, p) for p in assignment}
         config = registry.topic_config(zk, topic)
         if now:
-            self._apply_topic(topic, assignment, states, config, topic_id)
+            self._apply_topic(topic, assignment, states, config, topic_id, removing)
         else:
-            self._call(self._apply_topic, topic, assignment, states, config, topic_id)
+            self._call(self._apply_topic, topic, assignment, states, config, topic_id, removing)
         if topic not in self._config_watched:
             self._config_watched.add(topic)
             DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
@@ -402,8 +420,9 @@ class Broker:
             if topic not in self._assignment_watched:
                 return False
             parts = self.cache.topics.get(topic)
-            if data is not None and parts is not None and set(paths.parse_assignment(data)) != set(parts):
-                self._load_topic(topic)  # partitions were added: their replicas start here
+            known = {p: info.replicas for p, info in (parts or {}).items()}
+            if data is not None and parts is not None and paths.parse_assignment(data) != known:
+                self._load_topic(topic)  # partitions added or reassigned: replicas start (or stop) here
             return None
 
         return on_change
@@ -440,17 +459,31 @@ class Broker:
         return on_change
 
     def _apply_topic(self, topic: str, assignment: dict[int, list[int]], states: dict[int, dict | None],
-                     config: dict[str, str], topic_id: int | None) -> None:  # fmt: skip
+                     config: dict[str, str], topic_id: int | None,
+                     removing: dict[int, list[int]] | None = None) -> None:  # fmt: skip
         """Take a topic's ZooKeeper state; the logs of an earlier topic of the same name are deleted."""
         known = self.cache.topic_ids.get(topic)
         if known is not None and topic_id is not None and known != topic_id:
             self._drop_logs(topic)
+        before = self.cache.topics.get(topic, {}) if known == topic_id else {}
         if topic_id is not None:
             self.cache.topic_ids[topic] = topic_id
-        self.cache.set_topic(topic, assignment, states)
+        self.cache.set_topic(topic, assignment, states, removing)
         self._apply_config(topic, config)
         for p, info in self.cache.topics[topic].items():
             self.replicas.apply((topic, p), info)
+        for p, old in before.items():  # reassigned away from this broker: the copy goes (Kafka's StopReplica)
+            if self.id in old.replicas and self.id not in assignment.get(p, [self.id]):
+                self._drop_replica(topic, p)
+
+    def _drop_replica(self, topic: str, p: int) -> None:
+        if self.logs.get(topic, p) is None:
+            return
+        self.logs.delete(topic, p)
+        self.producer_states.pop((topic, p), None)
+        self.purgatory.notify((topic, p))
+        log.info("%s-%d was reassigned to brokers %s: deleted this broker's copy", topic, p,
+                 self.cache.topics[topic][p].replicas)  # fmt: skip
 
     def _apply_config(self, topic: str, config: dict[str, str]) -> None:
         self.cache.configs[topic] = config
@@ -504,12 +537,12 @@ class Broker:
         zk = self.zk
         assert zk is not None
         try:
-            found = registry.assignment_and_id(zk, topic)
+            found = registry.moves_and_id(zk, topic)
             if found is None:
                 return None
-            assignment, topic_id = found
+            (assignment, _, removing), topic_id = found
             states = {p: registry.partition_state(zk, topic, p) for p in assignment}
-            return assignment, states, registry.topic_config(zk, topic), topic_id
+            return assignment, states, registry.topic_config(zk, topic), topic_id, removing
         except NoNodeError:
             return None
 

@@ -16,6 +16,7 @@ class PartitionInfo:
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
     zk_version: int = -1  # of the state znode this came from: ISR changes are written conditional on it
+    removing: list[int] = field(default_factory=list)  # replicas a reassignment is taking away: never back in the ISR
 
 
 @dataclass
@@ -31,7 +32,8 @@ class MetadataCache:
         parts = self.topics.get(topic)
         return None if parts is None else parts.get(partition)
 
-    def set_topic(self, topic: str, assignment: dict[int, list[int]], states: dict[int, dict | None]) -> None:
+    def set_topic(self, topic: str, assignment: dict[int, list[int]], states: dict[int, dict | None],
+                  removing: dict[int, list[int]] | None = None) -> None:  # fmt: skip
         parts = {}
         for p, replicas in assignment.items():
             st = states.get(p) or {}
@@ -42,6 +44,7 @@ class MetadataCache:
                 st.get("leader_epoch", 0),
                 list(st.get("isr", [leader])),
                 st.get("zk_version", -1),
+                list((removing or {}).get(p, [])),
             )
         self.topics[topic] = parts
 

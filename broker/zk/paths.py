@@ -3,7 +3,8 @@
 | znode | mode | data |
 |---|---|---|
 | /brokers/ids/<id> | ephemeral | {"version":5,"host","port","jmx_port":-1,"timestamp","endpoints",...} |
-| /brokers/topics/<t> | persistent | {"version":2,"partitions":{"0":[1,2]},"adding_replicas","removing_replicas"} |
+| /brokers/topics/<t> | persistent | {"version":2,"partitions":{"0":[1,2]},"adding_replicas":{"0":[3]},
+  "removing_replicas":{"0":[1]}}: a partition being reassigned lists target + old replicas, and which are which |
 | /brokers/topics/<t>/partitions/<p>/state | persistent | {"version":1,"leader","leader_epoch",
   "controller_epoch","isr"} |
 | /controller | ephemeral | {"version":1,"brokerid","timestamp"} |
@@ -11,9 +12,13 @@
 | /isr_change_notification/isr_change_<seq> | persistent sequential | {"version":1,"partitions":
   [{"topic","partition"}]} |
 | /config/topics/<t> | persistent | {"version":1,"config":{...}} |
+| /config/brokers/<id> | persistent | {"version":1,"config":{...}}: a broker's dynamic config (the replication
+  throttle rates `kafkactl topic reassign --throttle` sets) |
 | /admin/delete_topics/<t> | persistent | (empty) — deletion in progress |
 | /admin/preferred_replica_election | persistent | {"version":1,"partitions":[{"topic","partition"}]}:
   a request for preferred leaders, which the controller takes (deletes) |
+| /admin/reassign_partitions | persistent | {"version":1,"partitions":[{"topic","partition","replicas"}]}: the
+  reassignments in progress; the controller removes each partition once its move is done |
 | /cluster/id | persistent | {"version":"1","id":"<22-char base64 uuid>"} |
 | /latest_producer_id_block | persistent | {"version":1,"broker","block_start","block_end"} |
 | /consumers/<g>/ids/<c> | ephemeral | {"version":1,"subscription":{"<t>":1},"pattern":"static","timestamp"} |
@@ -47,11 +52,13 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE = "/isr_change_notification"
+REASSIGN = "/admin/reassign_partitions"
 CONSUMERS = "/consumers"
 
 #: the persistent parents a cluster needs (Kafka creates the same set)
@@ -72,6 +79,10 @@ def partition_state(name: str, partition: int) -> str:
 
 def topic_config(name: str) -> str:
     return f"{CONFIG_TOPICS}/{name}"
+
+
+def broker_config(broker_id: int) -> str:
+    return f"{CONFIG_BROKERS}/{broker_id}"
 
 
 def delete_topic(name: str) -> str:
@@ -163,16 +174,41 @@ def parse_broker(data: bytes) -> tuple[str, int, str | None]:
     return obj.get("host") or "127.0.0.1", int(obj.get("port", -1)), obj.get("rack")
 
 
-def assignment_json(assignment: dict[int, list[int]]) -> bytes:
-    return dumps({
-        "version": 2, "partitions": {str(p): r for p, r in sorted(assignment.items())},
-        "adding_replicas": {}, "removing_replicas": {},
-    })  # fmt: skip
+def assignment_json(assignment: dict[int, list[int]], adding: dict[int, list[int]] | None = None,
+                    removing: dict[int, list[int]] | None = None) -> bytes:  # fmt: skip
+    def by_partition(m: dict[int, list[int]] | None) -> dict[str, list[int]]:
+        return {str(p): r for p, r in sorted((m or {}).items())}
+
+    return dumps({"version": 2, "partitions": by_partition(assignment), "adding_replicas": by_partition(adding),
+                  "removing_replicas": by_partition(removing)})  # fmt: skip
 
 
 def parse_assignment(data: bytes) -> dict[int, list[int]]:
+    return parse_moves(data)[0]
+
+
+Moves = tuple[dict[int, list[int]], dict[int, list[int]], dict[int, list[int]]]  # replicas, adding, removing
+
+
+def parse_moves(data: bytes | None) -> Moves:
+    """(replicas, adding, removing) by partition, from a topic's assignment znode."""
     obj = loads(data) or {}
-    return {int(p): [int(b) for b in r] for p, r in (obj.get("partitions") or {}).items()}
+
+    def by_partition(key: str) -> dict[int, list[int]]:
+        return {int(p): [int(b) for b in r] for p, r in (obj.get(key) or {}).items()}
+
+    return by_partition("partitions"), by_partition("adding_replicas"), by_partition("removing_replicas")
+
+
+def reassignment_json(moves: dict[tuple[str, int], list[int]]) -> bytes:
+    return dumps({"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r}
+                                               for (t, p), r in sorted(moves.items())]})  # fmt: skip
+
+
+def parse_reassignment(data: bytes | None) -> dict[tuple[str, int], list[int]]:
+    obj = loads(data) or {}
+    entries = obj.get("partitions") or []
+    return {(str(e["topic"]), int(e["partition"])): [int(b) for b in e["replicas"]] for e in entries}
 
 
 def state_json(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1) -> bytes:

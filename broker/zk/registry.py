@@ -126,12 +126,13 @@ def topic_names(zk: KazooClient) -> list[str]:
 
 def assignment(zk: KazooClient, topic: str) -> dict[int, list[int]] | None:
     """{partition: replicas} of a topic, or None when it does not exist."""
-    found = assignment_and_id(zk, topic)
-    return None if found is None else found[0]
+    found = moves_and_id(zk, topic)
+    return None if found is None else found[0][0]
 
 
-def assignment_and_id(zk: KazooClient, topic: str) -> tuple[dict[int, list[int]], int] | None:
-    """A topic's assignment and its id, or None when it does not exist.
+def moves_and_id(zk: KazooClient, topic: str) -> tuple[paths.Moves, int] | None:
+    """A topic's (replicas, adding, removing) by partition (the last two: a reassignment in progress) and its
+    id, or None when it does not exist.
 
     The id is the creation zxid of `/brokers/topics/<t>`: a topic deleted and created again under the
     same name gets a new one, so a broker can tell the new topic from logs of the old one.
@@ -140,7 +141,7 @@ def assignment_and_id(zk: KazooClient, topic: str) -> tuple[dict[int, list[int]]
         data, stat = zk.get(paths.topic(topic))
     except NoNodeError:
         return None
-    return paths.parse_assignment(data), stat.czxid
+    return paths.parse_moves(data), stat.czxid
 
 
 def topic_id(zk: KazooClient, topic: str) -> int | None:
@@ -323,10 +324,10 @@ def add_partitions(zk: KazooClient, topic: str, added: dict[int, list[int]], ver
     data, stat = zk.get(paths.topic(topic))
     if stat.version != version:
         return False
-    assignment = paths.parse_assignment(data)
+    assignment, adding, removing = paths.parse_moves(data)  # (a reassignment in progress keeps its record)
     assignment.update(added)
     tx = zk.transaction()
-    tx.set_data(paths.topic(topic), paths.assignment_json(assignment), version=version)
+    tx.set_data(paths.topic(topic), paths.assignment_json(assignment, adding, removing), version=version)
     for p, reps in sorted(added.items()):
         tx.create(f"{paths.topic(topic)}/partitions/{p}")
         tx.create(paths.partition_state(topic, p), paths.state_json(reps[0], 0, list(reps)))
@@ -374,6 +375,80 @@ def set_topic_config(zk: KazooClient, topic: str, config: dict[str, str]) -> Non
         zk.set(paths.topic_config(topic), data)
     except NoNodeError:
         zk.create(paths.topic_config(topic), data, makepath=True)
+
+
+def broker_config(zk: KazooClient, broker_id: int) -> dict[str, str]:
+    """A broker's dynamic config overrides (`/config/brokers/<id>`)."""
+    try:
+        data, _ = zk.get(paths.broker_config(broker_id))
+    except NoNodeError:
+        return {}
+    return paths.parse_config(data)
+
+
+def set_broker_config(zk: KazooClient, broker_id: int, config: dict[str, str]) -> None:
+    data = paths.config_json(config)
+    try:
+        zk.set(paths.broker_config(broker_id), data)
+    except NoNodeError:
+        zk.create(paths.broker_config(broker_id), data, makepath=True)
+
+
+def topic_moves(zk: KazooClient, topic: str) -> tuple[paths.Moves, int] | None:
+    """((replicas, adding, removing) by partition, znode version) of a topic, or None when it does not exist."""
+    try:
+        data, stat = zk.get(paths.topic(topic))
+    except NoNodeError:
+        return None
+    return paths.parse_moves(data), stat.version
+
+
+def write_moves(zk: KazooClient, topic: str, replicas: dict[int, list[int]], adding: dict[int, list[int]],
+                removing: dict[int, list[int]], version: int, *, fence: int) -> bool:  # fmt: skip
+    """Rewrite a topic's assignment (a reassignment's step) if its znode is still at `version` and no controller
+    was elected since the one that won at `fence`; False when the assignment changed meanwhile."""
+    tx = zk.transaction()
+    tx.check(paths.CONTROLLER_EPOCH, fence)
+    tx.set_data(paths.topic(topic), paths.assignment_json(replicas, adding, removing), version=version)
+    results = tx.commit()
+    if isinstance(results[0], Exception) and not _rolled_back(results[0]):
+        raise FencedError("the controller epoch moved")
+    return not isinstance(results[1], Exception)
+
+
+def reassignment_request(zk: KazooClient) -> tuple[dict[tuple[str, int], list[int]], int] | None:
+    """The reassignments in progress (`/admin/reassign_partitions`) and the znode's version, or None."""
+    try:
+        data, stat = zk.get(paths.REASSIGN)
+    except NoNodeError:
+        return None
+    try:
+        return paths.parse_reassignment(data), stat.version
+    except (ValueError, KeyError, TypeError):
+        log.warning("%s is not a reassignment request; ignored", paths.REASSIGN)
+        return {}, stat.version
+
+
+def request_reassignment(zk: KazooClient, moves: dict[tuple[str, int], list[int]]) -> bool:
+    """Ask the controller to move partitions; False while an earlier request is in progress."""
+    try:
+        zk.create(paths.REASSIGN, paths.reassignment_json(moves), makepath=True)
+    except NodeExistsError:
+        return False
+    return True
+
+
+def finish_reassignment(zk: KazooClient, done: set[tuple[str, int]], version: int) -> None:
+    """Take finished partitions out of the request (the whole znode with the last), if it is still at `version`."""
+    found = reassignment_request(zk)
+    if found is None or found[1] != version:
+        return
+    left = {tp: r for tp, r in found[0].items() if tp not in done}
+    with contextlib.suppress(BadVersionError, NoNodeError):
+        if left:
+            zk.set(paths.REASSIGN, paths.reassignment_json(left), version=version)
+        else:
+            zk.delete(paths.REASSIGN, version=version)
 
 
 def elect_controller(zk: KazooClient, broker_id: int) -> int:

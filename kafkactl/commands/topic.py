@@ -1,4 +1,5 @@
-"""`kafkactl topic`: create, list, describe, alter and delete topics through a broker.
+"""`kafkactl topic`: create, list, describe, alter and delete topics through a broker; elect leaders and
+reassign partitions through ZooKeeper.
 
 Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, `__cluster_metadata`) are never
 created or deleted, whatever broker answers: refused with one line before anything is sent, as Kafka's
@@ -7,13 +8,16 @@ created or deleted, whatever broker answers: refused with one line before anythi
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from broker.client.admin import Admin, PartitionDescription
 from broker.errors import KafkactlError, UsageError
+from broker.replication import reassignment
 from broker.server.config import parse_override
 from broker.topics import internal_topic_error
 from broker.zk import client as zkclient
@@ -21,7 +25,7 @@ from broker.zk import registry
 from kafkactl import contexts
 from kafkactl.render import Output, json_line, table
 
-app = typer.Typer(help="Create, list, describe, alter and delete topics.", no_args_is_help=True)
+app = typer.Typer(help="Create, list, describe, alter, delete and reassign topics.", no_args_is_help=True)
 
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
 ConfigOpt = Annotated[list[str] | None, typer.Option("--config", help="key=value topic override (repeatable).")]
@@ -201,3 +205,113 @@ def elect_leaders(
     if left:
         raise KafkactlError(f"{len(left)} partition(s) not on their preferred replica (down or not in sync): "
                             + ", ".join(left[:10]))  # fmt: skip
+
+
+@app.command("reassign")
+def reassign(
+    plan: Annotated[
+        Path | None, typer.Argument(help="A reassignment plan (kafka-reassign-partitions' JSON); - for stdin.",
+                                    show_default=False)
+    ] = None,
+    execute: Annotated[bool, typer.Option("--execute", help="Start the moves (default: a dry run).")] = False,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Show each move's status; once all are done, remove the throttle.")
+    ] = False,
+    throttle: Annotated[
+        int | None, typer.Option("--throttle", min=1, help="With --execute: cap the copying at this many bytes/s.",
+                                 show_default=False)
+    ] = None,
+    generate: Annotated[
+        bool, typer.Option("--generate", help="Print a plan spreading --topic over --brokers (nothing moves).")
+    ] = False,
+    topics: Annotated[
+        list[str] | None, typer.Option("--topic", "-t", help="With --generate: a topic to move (repeatable, or a,b).",
+                                       show_default=False)
+    ] = None,
+    brokers: Annotated[
+        str | None, typer.Option("--brokers", help="With --generate: the broker ids to spread over (1,2,3).",
+                                 show_default=False)
+    ] = None,
+    zookeeper: contexts.ZooKeeper = None,
+    output: OutputOpt = Output.text,
+) -> None:
+    """Move partitions' replicas to other brokers, as kafka-reassign-partitions does through ZooKeeper.
+
+    The plan is Kafka's JSON, {"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3]}]}.
+    Without --execute nothing changes: each move is shown beside the partition's current replicas. With
+    --execute the controller copies each partition to its new replicas, moves its leadership if the leader
+    leaves, then drops the old replicas (their brokers delete their copies). --verify exits 0 once every move
+    is done (and removes the throttle), 1 while some are in progress or failed."""
+    if sum((execute, verify, generate)) > 1:
+        raise UsageError("give one of --execute, --verify and --generate")
+    if throttle is not None and not execute:
+        raise UsageError("--throttle goes with --execute")
+    with zkclient.session(contexts.zookeeper(zookeeper)) as zk:
+        if generate:
+            _generate(zk, topics, brokers)
+            return
+        if topics or brokers:
+            raise UsageError("--topic and --brokers go with --generate")
+        if plan is None:
+            raise UsageError("give a plan file (or - for stdin), or --generate")
+        moves = reassignment.parse_plan(_read_plan(plan))
+        if verify:
+            _verify(zk, moves, output)
+            return
+        checked = reassignment.check_plan(zk, moves)
+        started = reassignment.execute(zk, checked, throttle) if execute else []
+    rows = [(m.topic, m.partition, _ids(m.current), _ids(m.target), "no" if m.current == m.target else "yes")
+            for m in checked]  # fmt: skip
+    if output == Output.json:
+        for row in reassignment.describe_moves(checked):
+            json_line(row)
+    else:
+        table(["TOPIC", "PARTITION", "CURRENT", "TARGET", "MOVES"], rows)
+    moving = [m for m in checked if m.current != m.target]
+    if not execute:
+        print(f"dry run: {len(moving)} partition(s) would move; nothing was changed (add --execute)", file=sys.stderr)
+    elif not started:
+        print("nothing to move: every partition is on its target replicas already", file=sys.stderr)
+    else:
+        rollback = reassignment.plan_json({(m.topic, m.partition): m.current for m in started})
+        print(f"started moving {len(started)} partition(s)" + (f", throttled at {throttle} B/s" if throttle else "")
+              + f"; follow with --verify. To roll back, save this plan:\n{rollback}", file=sys.stderr)  # fmt: skip
+
+
+def _read_plan(plan: Path) -> str:
+    try:
+        return sys.stdin.read() if str(plan) == "-" else plan.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KafkactlError(f"cannot read the plan {plan}: {exc}") from None
+
+
+def _ids(replicas: list[int]) -> str:
+    return ",".join(map(str, replicas))
+
+
+def _generate(zk, topics: list[str] | None, brokers: str | None) -> None:  # noqa: ANN001 (a kazoo client)
+    names = [t for item in topics or [] for t in item.split(",") if t]
+    if not names or not brokers:
+        raise UsageError("--generate needs --topic and --brokers")
+    try:
+        ids = sorted({int(b) for b in brokers.split(",") if b.strip()})
+    except ValueError:
+        raise UsageError(f"--brokers takes broker ids separated by commas, not {brokers!r}") from None
+    print(reassignment.plan_json(reassignment.propose(zk, names, ids)))
+
+
+def _verify(zk, moves: dict[tuple[str, int], list[int]], output: Output) -> None:  # noqa: ANN001
+    status = reassignment.status(zk, moves)
+    if output == Output.json:
+        for (t, p), state in sorted(status.items()):
+            json_line({"topic": t, "partition": p, "target": moves[(t, p)], "status": state})
+    else:
+        table(["TOPIC", "PARTITION", "TARGET", "STATUS"],
+              [(t, p, _ids(moves[(t, p)]), state) for (t, p), state in sorted(status.items())])  # fmt: skip
+    left = {tp: state for tp, state in status.items() if state != "completed"}
+    if any(state == "in progress" for state in left.values()):
+        raise KafkactlError(f"{len(left)} of {len(status)} partition move(s) not completed yet")
+    if reassignment.remove_throttle(zk, moves):
+        print("throttle removed", file=sys.stderr)
+    if left:
+        raise KafkactlError(f"{len(left)} partition move(s) failed: " + ", ".join(f"{t}-{p}" for t, p in sorted(left)))

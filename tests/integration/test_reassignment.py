@@ -1,0 +1,186 @@
+"""Partition reassignment between real brokers (issue 14): `kafkactl topic reassign` writes Kafka's plan to
+`/admin/reassign_partitions`; the controller copies each partition to its new replicas, moves leadership
+off a leaving leader and drops the old replicas, while an acks=all producer keeps writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from broker.client.producer import AsyncProducer
+from tests.integration.helpers import cli, json_lines, ok, wait_until, zk_json, zk_session
+from tests.integration.test_replication import (
+    create,
+    full_isr,
+    identical_replicas,
+    produce_acked,
+    read_values,
+    replicas_of,
+    start3,
+    states,
+)
+
+
+def plan_of(moves: dict[int, list[int]], topic: str) -> str:
+    return json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": p, "replicas": r}
+                                                    for p, r in sorted(moves.items())]})  # fmt: skip
+
+
+def test_partitions_move_to_a_new_broker_under_load_and_every_message_stays(start_broker, zk_chroot, tmp_path):
+    brokers = start3(start_broker)
+    create(brokers, "moved", 3, 2, 1)
+    brokers.append(start3(start_broker, ids=(4,))[0])
+    before = replicas_of(zk_chroot, "moved")
+    leaders = {p: st["leader"] for p, st in states(zk_chroot, "moved").items()}
+    # every partition's leader leaves for broker 4, which becomes the preferred replica
+    target = {p: [4] + [r for r in reps if r != leaders[p]] for p, reps in before.items()}
+    plan = tmp_path / "plan.json"
+    plan.write_text(plan_of(target, "moved"))
+
+    dry = json_lines(ok(cli("topic", "reassign", plan, "-z", zk_chroot, "-o", "json")))
+    assert {d["partition"]: (d["current"], d["target"]) for d in dry} == {p: (before[p], target[p]) for p in before}
+    assert replicas_of(zk_chroot, "moved") == before  # a dry run writes nothing
+    with zk_session(zk_chroot) as zk:
+        assert zk.exists("/admin/reassign_partitions") is None
+
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    first = [f"a{i:05d}".encode() for i in range(2000)]
+    acked, errors = asyncio.run(produce_acked(bootstrap, "moved", first))
+    assert not errors and acked == first
+
+    async def produce_while_moving() -> tuple[list[bytes], list[str]]:
+        """Keep an acks=all producer writing from before --execute until --verify says every move is done."""
+        producer = await AsyncProducer(bootstrap, acks="all", linger_ms=2, delivery_timeout_ms=60000).start()
+        sent: list[tuple[bytes, asyncio.Future]] = []
+
+        async def keep_sending(stop: asyncio.Event) -> None:
+            while not stop.is_set():
+                for _ in range(50):
+                    value = f"b{len(sent):05d}".encode()
+                    sent.append((value, await producer.send("moved", value, key=value)))
+                await asyncio.sleep(0.02)
+
+        stop = asyncio.Event()
+        sending = asyncio.ensure_future(keep_sending(stop))
+        try:
+            await asyncio.sleep(0.2)
+            started = await asyncio.to_thread(cli, "topic", "reassign", plan, "--execute", "-z", zk_chroot)
+            assert "To roll back" in started.stderr
+            ok(started)
+            deadline = time.monotonic() + 60
+            while (await asyncio.to_thread(cli, "topic", "reassign", plan, "--verify", "-z", zk_chroot)).returncode:
+                assert time.monotonic() < deadline, "the moves did not complete within 60 s"
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)  # and some more writes after the move
+        finally:
+            stop.set()
+            await sending
+            await producer.flush()
+            await producer.close()
+        acked, errors = [], []
+        for value, delivery in sent:
+            try:
+                await delivery
+                acked.append(value)
+            except Exception as exc:
+                errors.append(str(exc))
+        return acked, errors
+
+    more, errors = asyncio.run(produce_while_moving())
+    assert not errors, errors[:3]
+    assert len(more) > 1000
+    done = json_lines(ok(cli("topic", "reassign", plan, "--verify", "-z", zk_chroot, "-o", "json")))
+    assert {d["partition"]: d["status"] for d in done} == {p: "completed" for p in target}
+    assert replicas_of(zk_chroot, "moved") == target
+    with zk_session(zk_chroot) as zk:
+        assert zk.exists("/admin/reassign_partitions") is None
+        moves = zk_json(zk, "/brokers/topics/moved")
+        assert moves["adding_replicas"] == {} and moves["removing_replicas"] == {}
+    for p, st in states(zk_chroot, "moved").items():  # the leader left: broker 4 leads, the ISR is the target
+        assert st["leader"] in target[p] and sorted(st["isr"]) == sorted(target[p])
+    wait_until(lambda: full_isr(zk_chroot, "moved"), 20, "every target replica in sync")
+    wait_until(lambda: identical_replicas(brokers, zk_chroot, "moved"), 20, "identical copies on the new replicas")
+    by_id = {b.broker_id: b for b in brokers}
+    for p in target:  # the leaving replicas' brokers deleted their copies
+        gone = leaders[p]
+        assert not (by_id[gone].log_dir / f"moved-{p}").exists(), f"broker {gone} still holds moved-{p}"
+        assert (by_id[4].log_dir / f"moved-{p}").is_dir()
+    values = read_values(brokers[3].bootstrap, "moved", len(first) + len(more))
+    assert sorted(values) == sorted(first + more)
+    # per partition, the order the producer sent in
+    out = ok(cli("consume", "moved", "-e", "-b", bootstrap, "--format", "%p %s\\n", timeout=60))
+    per_partition: dict[int, list[bytes]] = {}
+    for line in out.splitlines():
+        p, v = line.split(" ", 1)
+        per_partition.setdefault(int(p), []).append(v.encode())
+    for vs in per_partition.values():
+        assert vs == sorted(vs)
+
+
+def test_a_throttled_move_copies_slowly_and_verify_removes_the_throttle(start_broker, zk_chroot, tmp_path):
+    brokers = start3(start_broker)
+    create(brokers, "slow", 1, 1, 1)
+    (old,) = replicas_of(zk_chroot, "slow")[0]
+    new = next(b.broker_id for b in brokers if b.broker_id != old)
+    values = [b"%06d" % i + b"x" * 994 for i in range(150)]  # about 300 KB (each value is its key too)
+    acked, errors = asyncio.run(produce_acked(brokers[0].bootstrap, "slow", values, batch_size=16384))
+    assert not errors and len(acked) == 150
+    plan = tmp_path / "plan.json"
+    plan.write_text(plan_of({0: [new]}, "slow"))
+    ok(cli("topic", "reassign", plan, "--execute", "--throttle", "100000", "-z", zk_chroot))
+    with zk_session(zk_chroot) as zk:  # Kafka's throttle keys, on both brokers and on the topic
+        for b in (old, new):
+            assert zk_json(zk, f"/config/brokers/{b}")["config"]["follower.replication.throttled.rate"] == "100000"
+        config = zk_json(zk, "/config/topics/slow")["config"]
+        assert config["follower.replication.throttled.replicas"] == f"0:{new}"
+        assert config["leader.replication.throttled.replicas"] == f"0:{old}"
+    # 300 KB at 100 KB/s (a second's worth at most ahead) cannot be copied within the first two seconds
+    r = cli("topic", "reassign", plan, "--verify", "-z", zk_chroot)
+    assert r.returncode == 1 and "in progress" in r.stdout and "not completed yet" in r.stderr
+    wait_until(lambda: cli("topic", "reassign", plan, "--verify", "-z", zk_chroot).returncode == 0, 60,
+               "the throttled move completed")  # fmt: skip
+    with zk_session(zk_chroot) as zk:  # the last --verify took the throttle away
+        for b in (old, new):
+            assert "follower.replication.throttled.rate" not in zk_json(zk, f"/config/brokers/{b}")["config"]
+        assert "follower.replication.throttled.replicas" not in zk_json(zk, "/config/topics/slow")["config"]
+    assert replicas_of(zk_chroot, "slow") == {0: [new]}
+    assert states(zk_chroot, "slow")[0]["leader"] == new
+    assert read_values(brokers[0].bootstrap, "slow", 150) == values
+
+
+def test_bad_plans_are_one_error_line_and_change_nothing(start_broker, zk_chroot, tmp_path):
+    brokers = start3(start_broker)
+    create(brokers, "kept", 2, 2, 1)
+    before = replicas_of(zk_chroot, "kept")
+    cases = {
+        "not json": "the plan is not JSON",
+        json.dumps({"version": 1}): 'no "partitions" list',
+        plan_of({0: [1, 1]}, "kept"): "names a broker twice",
+        plan_of({0: [1, 9]}, "kept"): "broker(s) 9 not live",
+        plan_of({7: [1, 2]}, "kept"): "has no partition 7",
+        plan_of({0: [1]}, "../../etc"): "topic name '../../etc' has characters other than",
+        plan_of({0: [1]}, "absent"): "unknown topic 'absent'",
+        json.dumps({"partitions": [{"topic": "kept", "partition": 0, "replicas": []}]}): "non-empty list",
+    }
+    for i, (text, why) in enumerate(cases.items()):
+        plan = tmp_path / f"bad{i}.json"
+        plan.write_text(text)
+        r = cli("topic", "reassign", plan, "--execute", "-z", zk_chroot)
+        assert r.returncode == 1, (text, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kafkactl: error: ") and why in lines[0], (text, r.stderr)
+    r = cli("topic", "reassign", tmp_path / "missing.json", "-z", zk_chroot)
+    assert r.returncode == 1 and "cannot read the plan" in r.stderr and "Traceback" not in r.stderr
+    r = cli("topic", "reassign", "--verify", "--execute", tmp_path / "bad0.json", "-z", zk_chroot)
+    assert r.returncode == 2
+    assert replicas_of(zk_chroot, "kept") == before
+    with zk_session(zk_chroot) as zk:
+        assert zk.exists("/admin/reassign_partitions") is None
+    # --generate proposes a plan over the brokers given, keeping the replication factor; nothing moves
+    proposed = json.loads(ok(cli("topic", "reassign", "--generate", "-t", "kept", "--brokers", "2,3", "-z",
+                                 zk_chroot)))  # fmt: skip
+    assert {(e["topic"], e["partition"]) for e in proposed["partitions"]} == {("kept", 0), ("kept", 1)}
+    assert all(sorted(e["replicas"]) == [2, 3] for e in proposed["partitions"])
+    assert replicas_of(zk_chroot, "kept") == before
