@@ -90,6 +90,7 @@ def read_all(bootstrap: str) -> dict[tuple[int, int], bytes]:
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(max(300, 30 * TRIALS))
 def test_no_acknowledged_message_is_lost_while_brokers_are_killed_paused_and_restarted(start_broker, zk_chroot):
     rng = random.Random(SEED)
     brokers = [start_broker(i, overrides=OVERRIDES) for i in (1, 2, 3)]
