@@ -191,6 +191,10 @@ class LogManager:
             write_atomically(plog.dir / TOPIC_ID, f"{topic_id}\n".encode())
         return plog
 
+    def partitions_in(self, log_dir: Path) -> list[TopicPartition]:
+        """The partitions whose logs live in `log_dir`, sorted."""
+        return sorted(tp for tp, d in self._dir_of.items() if d == log_dir)
+
     def delete(self, topic: str, partition: int) -> None:
         """Remove a partition's log (topic deletion): close it and rename its dir away, then remove it."""
         doomed = self._move_away((topic, partition), "delete")

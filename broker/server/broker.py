@@ -43,7 +43,8 @@ TopicPartition = tuple[str, int]
 
 
 class Broker:
-    """One broker process's state; the handlers in `broker.server.handlers` act on it."""
+    """One broker process's state; the handlers in `broker.server.handlers` act on it through the narrow
+    interface `broker.server.services.Services`."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -334,7 +335,7 @@ class Broker:
             if registry.topic_id(self.zk, topic) != self.cache.topic_ids.get(topic):  # type: ignore[arg-type]
                 self._load_topic(topic)
         for topic in sorted(known - names):
-            self._call(self._drop_topic, topic)
+            self._call(self.forget_topic, topic)
 
     def _on_controller(self, data: bytes | None, stat: Any) -> None:
         if data is None and self.zk is not None and self.zk.connected:
@@ -453,7 +454,7 @@ class Broker:
             if topic not in self._config_watched:
                 return False  # the topic went away: stop watching
             if data is not None:
-                self._call(self._apply_config, topic, paths.parse_config(data))
+                self._call(self.apply_config, topic, paths.parse_config(data))
             return None
 
         return on_change
@@ -469,7 +470,7 @@ class Broker:
         if topic_id is not None:
             self.cache.topic_ids[topic] = topic_id
         self.cache.set_topic(topic, assignment, states, removing)
-        self._apply_config(topic, config)
+        self.apply_config(topic, config)
         for p, info in self.cache.topics[topic].items():
             self.replicas.apply((topic, p), info)
         for p, old in before.items():  # reassigned away from this broker: the copy goes (Kafka's StopReplica)
@@ -485,7 +486,7 @@ class Broker:
         log.info("%s-%d was reassigned to brokers %s: deleted this broker's copy", topic, p,
                  self.cache.topics[topic][p].replicas)  # fmt: skip
 
-    def _apply_config(self, topic: str, config: dict[str, str]) -> None:
+    def apply_config(self, topic: str, config: dict[str, str]) -> None:
         self.cache.configs[topic] = config
         lc = log_config_for(self.config.log, config)
         for p in self.cache.topics.get(topic, {}):
@@ -493,7 +494,7 @@ class Broker:
             if plog is not None:
                 plog.config = lc
 
-    def _drop_topic(self, topic: str) -> None:
+    def forget_topic(self, topic: str) -> None:
         self._assignment_watched.discard(topic)
         for tp in [tp for tp in self._state_watched if tp[0] == topic]:
             self._state_watched.discard(tp)
@@ -532,6 +533,16 @@ class Broker:
             DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
         await self.blocking(self._watch_states, topic, found[0])
         return True
+
+    async def take_new_topic(self, topic: str, assignment: dict[int, list[int]], config: dict[str, str],
+                             topic_id: int | None) -> None:  # fmt: skip
+        """A topic this broker just created: its first replica leads each partition with every replica in sync
+        (as written), served at once, before the topics watch reports it (which then finds it known)."""
+        states: dict[int, dict | None] = {
+            p: {"leader": r[0], "leader_epoch": 0, "isr": list(r), "zk_version": 0} for p, r in assignment.items()
+        }
+        self._apply_topic(topic, assignment, states, config, topic_id)
+        await self.blocking(self._watch_states, topic, assignment)
 
     def _read_topic(self, topic: str) -> tuple | None:
         zk = self.zk

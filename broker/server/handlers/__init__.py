@@ -25,12 +25,12 @@ from broker.server.handlers import admin, fetch, groups, metadata, produce
 from broker.server.network import BadRequest, Later
 
 if TYPE_CHECKING:
-    from broker.server.broker import Broker
+    from broker.server.services import Services
 
 log = logging.getLogger(__name__)
 
 #: api key → handler(broker, header, body) → answer body (or None: no answer)
-Handler = Callable[["Broker", RequestHeader, dict[str, Any]], Awaitable[dict[str, Any] | None]]
+Handler = Callable[["Services", RequestHeader, dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
 HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: produce.handle_produce,
@@ -62,14 +62,14 @@ FAST_CODECS = {ApiKey.PRODUCE: (read_produce_request, encode_produce_response)}
 
 #: api key → handler(broker, header, body) → answer body, None (no answer) or `produce.LATER` when it
 #: must wait: then the async handler of `HANDLERS` runs instead (nothing was done yet)
-SYNC_HANDLERS: dict[int, Callable[[Broker, RequestHeader, dict[str, Any]], Any]] = {
+SYNC_HANDLERS: dict[int, Callable[[Services, RequestHeader, dict[str, Any]], Any]] = {
     ApiKey.PRODUCE: produce.produce_now,
 }
 
 Answer = list[Any] | None
 
 
-def dispatcher(broker: Broker) -> Callable[[memoryview, str], Answer | Awaitable[Answer]]:
+def dispatcher(broker: Services) -> Callable[[memoryview, str], Answer | Awaitable[Answer]]:
     """The server's dispatch function: the answer frame's parts, or a coroutine giving them."""
 
     def dispatch(frame: memoryview, peer: str) -> Answer | Coroutine[Any, Any, Answer]:

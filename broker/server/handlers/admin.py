@@ -30,10 +30,10 @@ from broker.topics import MAX_PARTITIONS, assign_replicas, internal_topic_error,
 from broker.zk import registry
 
 if TYPE_CHECKING:
-    from broker.server.broker import Broker
+    from broker.server.services import Services
 
 
-async def handle_create_topics(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_create_topics(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
     for t in req["topics"]:
         code, message = await _create_one(b, t, req.get("validate_only", False))
@@ -41,7 +41,7 @@ async def handle_create_topics(b: Broker, header: RequestHeader, req: dict[str, 
     return {"topics": out}
 
 
-async def _create_one(b: Broker, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
+async def _create_one(b: Services, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
     name = t["name"]
     why = topic_name_error(name) or internal_topic_error(name, "created")
     if why:
@@ -75,7 +75,7 @@ async def _create_one(b: Broker, t: dict[str, Any], validate_only: bool) -> tupl
     return code, None
 
 
-async def handle_create_partitions(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_create_partitions(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     results = []
     for t in req["topics"]:
         code, message = await _add_partitions(b, t, req["validate_only"])
@@ -83,7 +83,7 @@ async def handle_create_partitions(b: Broker, header: RequestHeader, req: dict[s
     return {"throttle_time_ms": 0, "results": results}
 
 
-async def _add_partitions(b: Broker, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
+async def _add_partitions(b: Services, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Raise a topic's partition count to `count` (Kafka never lowers it); new replicas spread round-robin over
     the live brokers with the topic's replication factor, or as `assignments` names them."""
     name, count = t["name"], t["count"]
@@ -102,7 +102,7 @@ async def _add_partitions(b: Broker, t: dict[str, Any], validate_only: bool) -> 
     return ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} kept changing: try again"
 
 
-async def _new_partitions(b: Broker, name: str, count: int, assignments: list[dict[str, Any]] | None,
+async def _new_partitions(b: Services, name: str, count: int, assignments: list[dict[str, Any]] | None,
                           current: dict[int, list[int]], version: int,
                           ) -> tuple[ErrorCode, str | None, dict[int, list[int]] | None]:  # fmt: skip
     """The replicas of the partitions that raise `name` to `count`, or the error to answer."""
@@ -130,7 +130,7 @@ async def _new_partitions(b: Broker, name: str, count: int, assignments: list[di
     return ErrorCode.NONE, None, {p: spread[p] for p in new}
 
 
-async def _assignment_error(b: Broker, assignment: dict[int, list[int]]) -> str | None:
+async def _assignment_error(b: Services, assignment: dict[int, list[int]]) -> str | None:
     """Why an explicit replica assignment cannot be used (as Kafka: every broker in it must be registered)."""
     if sorted(assignment) != list(range(len(assignment))) or any(
         not r or len(set(r)) != len(r) for r in assignment.values()
@@ -143,7 +143,7 @@ async def _assignment_error(b: Broker, assignment: dict[int, list[int]]) -> str 
     return None
 
 
-async def handle_delete_topics(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_delete_topics(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
     for name in req["topic_names"]:
         if not b.config.delete_topic_enable:
@@ -160,12 +160,12 @@ async def handle_delete_topics(b: Broker, header: RequestHeader, req: dict[str, 
         except registry.UnknownTopicError:
             out.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
             continue
-        b._drop_topic(name)
+        b.forget_topic(name)
         out.append({"name": name, "error_code": 0})
     return {"responses": out}
 
 
-async def handle_describe_configs(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     results = []
     for res in req["resources"]:
         rtype, rname, keys = res["resource_type"], res["resource_name"], res["configuration_keys"]
@@ -201,7 +201,7 @@ async def handle_describe_configs(b: Broker, header: RequestHeader, req: dict[st
     return {"results": results}
 
 
-async def handle_alter_configs(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_alter_configs(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
     for res in req["resources"]:
         rtype, rname = res["resource_type"], res["resource_name"]
@@ -226,17 +226,17 @@ async def handle_alter_configs(b: Broker, header: RequestHeader, req: dict[str, 
         except registry.UnknownTopicError as exc:
             item["error_code"], item["error_message"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
             continue
-        b._apply_config(rname, config)
+        b.apply_config(rname, config)
     return {"responses": out}
 
 
-async def handle_describe_log_dirs(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_describe_log_dirs(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     wanted = None if req["topics"] is None else {(t["topic"], p) for t in req["topics"] for p in t["partitions"]}
     results = []
     for d in b.logs.log_dirs:
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp, owner in sorted(b.logs._dir_of.items()):
-            if owner != d or (wanted is not None and tp not in wanted):
+        for tp in b.logs.partitions_in(d):
+            if wanted is not None and tp not in wanted:
                 continue
             plog = b.logs.logs[tp]
             by_topic.setdefault(tp[0], []).append(

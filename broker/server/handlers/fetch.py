@@ -24,10 +24,10 @@ from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.server.network import FileRegion
 
 if TYPE_CHECKING:
-    from broker.server.broker import Broker
+    from broker.server.services import Services
 
 
-async def handle_fetch(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + max(req["max_wait_ms"], 0) / 1000
     min_bytes = req["min_bytes"]
     wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
@@ -50,7 +50,7 @@ def _release(topics: list[dict[str, Any]]) -> None:
                 os.close(rec.fd)
 
 
-async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int, replica: int = -1,
+async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int, replica: int = -1,
                     note: bool = True) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
     topics: list[dict[str, Any]] = []
     by_name: dict[str, list[dict[str, Any]]] = {}
@@ -100,7 +100,7 @@ async def _read_all(b: Broker, wanted: list[tuple[str, dict[str, Any]]], max_byt
     return topics, total, errors
 
 
-def _replica_fetch(b: Broker, plog: Any, leader_epoch: int, replica: int, p: dict[str, Any],
+def _replica_fetch(b: Services, plog: Any, leader_epoch: int, replica: int, p: dict[str, Any],
                    note: bool) -> ErrorCode:  # fmt: skip
     """A follower's fetch: check its leader epoch, and (`note`) how far its copy got."""
     epoch = p.get("current_leader_epoch", -1)
@@ -119,7 +119,7 @@ def _first_batch_size(sl: Any) -> int:
     return 12 + int.from_bytes(head[8:12], "big", signed=True) if len(head) == 12 else sl.length
 
 
-async def handle_offset_for_leader_epoch(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_offset_for_leader_epoch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     """Where a leader epoch ends in the leader's log: a new follower truncates there (KIP-101), a consumer
     checks its position after a leader change (KIP-320)."""
     topics = []
@@ -145,7 +145,7 @@ async def handle_offset_for_leader_epoch(b: Broker, header: RequestHeader, req: 
     return {"topics": topics}
 
 
-async def handle_list_offsets(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_list_offsets(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     version = header.api_version
     topics = []
     for t in req["topics"]:

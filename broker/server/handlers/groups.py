@@ -20,13 +20,13 @@ from broker.server.coordinator import GroupState, coordinator_for
 from broker.server.network import current_peer
 
 if TYPE_CHECKING:
-    from broker.server.broker import Broker
+    from broker.server.services import Services
 
 #: Kafka's offsets.metadata.max.bytes default: longer commit metadata is refused
 MAX_METADATA = 4096
 
 
-async def handle_find_coordinator(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_find_coordinator(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if req.get("key_type", 0) != 0:
         return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": "transactions are not supported"}
     node = coordinator_for(req["key"], b.cache.brokers)
@@ -36,11 +36,11 @@ async def handle_find_coordinator(b: Broker, header: RequestHeader, req: dict[st
     return {"error_code": ErrorCode.NONE, "node_id": node, "host": host, "port": port}
 
 
-def _not_coordinator(b: Broker, group_id: str) -> bool:
+def _not_coordinator(b: Services, group_id: str) -> bool:
     return not b.coordinates(group_id)
 
 
-async def _not_coordinating(b: Broker, group_id: str) -> bool:
+async def _not_coordinating(b: Services, group_id: str) -> bool:
     """`_not_coordinator`, asked again after taking over the group's stored generation (if new here): the
     live brokers, and with them the coordinator, may change while it is read."""
     if _not_coordinator(b, group_id):
@@ -49,32 +49,32 @@ async def _not_coordinating(b: Broker, group_id: str) -> bool:
     return _not_coordinator(b, group_id)
 
 
-async def handle_join_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_join_group(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR, "generation_id": -1, "member_id": req["member_id"]}
     host = current_peer.get().rpartition(":")[0]
     return await b.coordinator.join(req, header.client_id or "", f"/{host}", header.api_version)
 
 
-async def handle_sync_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_sync_group(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     return await b.coordinator.sync(req)
 
 
-async def handle_heartbeat(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_heartbeat(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     return b.coordinator.heartbeat(req)
 
 
-async def handle_leave_group(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_leave_group(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     return b.coordinator.leave(req, header.api_version)
 
 
-async def handle_offset_commit(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_offset_commit(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     gid = req["group_id"]
     if not gid:
         error = ErrorCode.INVALID_GROUP_ID
@@ -103,7 +103,7 @@ async def handle_offset_commit(b: Broker, header: RequestHeader, req: dict[str, 
     return {"topics": answer}
 
 
-async def handle_offset_fetch(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     gid = req["group_id"]
     error = ErrorCode.NOT_COORDINATOR if _not_coordinator(b, gid) else ErrorCode.NONE
     wanted = req["topics"]
@@ -135,7 +135,7 @@ async def handle_offset_fetch(b: Broker, header: RequestHeader, req: dict[str, A
     return {"topics": topics_out, "error_code": error}
 
 
-async def handle_describe_groups(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_describe_groups(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
     for gid in req["groups"]:
         if await _not_coordinating(b, gid):
@@ -148,7 +148,7 @@ async def handle_describe_groups(b: Broker, header: RequestHeader, req: dict[str
     return {"groups": out}
 
 
-async def handle_list_groups(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_list_groups(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     """The live groups this broker coordinates and the empty ones whose offsets it would serve."""
     groups = {g.group_id: g.protocol_type or "consumer" for g in b.coordinator.groups.values()}
     for gid in await _stored_groups(b):
@@ -158,7 +158,7 @@ async def handle_list_groups(b: Broker, header: RequestHeader, req: dict[str, An
             "groups": [{"group_id": g, "protocol_type": t} for g, t in sorted(groups.items())]}  # fmt: skip
 
 
-async def _stored_groups(b: Broker) -> set[str]:
+async def _stored_groups(b: Services) -> set[str]:
     """Broker-coordinated groups with committed offsets in ZooKeeper (not kafkactl's own ZooKeeper groups), or
     held to be written there; within a short bound."""
     return await b.group_store.stored_groups()

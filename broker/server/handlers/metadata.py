@@ -19,14 +19,14 @@ from broker.topics import assign_replicas, is_internal, topic_name_error
 from broker.zk import registry
 
 if TYPE_CHECKING:
-    from broker.server.broker import Broker
+    from broker.server.services import Services
 
 
-async def handle_api_versions(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_api_versions(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     return {"error_code": 0, "api_keys": api_versions_table()}
 
 
-async def handle_metadata(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_metadata(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     version = header.api_version
     requested = req["topics"]
     if requested is None or (version == 0 and not requested):
@@ -48,7 +48,7 @@ async def handle_metadata(b: Broker, header: RequestHeader, req: dict[str, Any])
     }  # fmt: skip
 
 
-def _topic(b: Broker, name: str) -> dict[str, Any]:
+def _topic(b: Services, name: str) -> dict[str, Any]:
     parts = b.cache.topics.get(name)
     if parts is None:
         code = ErrorCode.INVALID_TOPIC_EXCEPTION if topic_name_error(name) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -66,7 +66,7 @@ def _topic(b: Broker, name: str) -> dict[str, Any]:
     return {"error_code": 0, "name": name, "is_internal": is_internal(name), "partitions": out}
 
 
-async def auto_create(b: Broker, name: str) -> ErrorCode:
+async def auto_create(b: Services, name: str) -> ErrorCode:
     """Create a topic with the broker's defaults; an existing one (a race) counts as created. Never an
     internal topic (INVALID_TOPIC_EXCEPTION)."""
     if is_internal(name):
@@ -74,7 +74,7 @@ async def auto_create(b: Broker, name: str) -> ErrorCode:
     return await create_topic(b, name, b.config.num_partitions, b.config.default_replication_factor, None, {})
 
 
-async def create_topic(b: Broker, name: str, partitions: int, replication_factor: int,
+async def create_topic(b: Services, name: str, partitions: int, replication_factor: int,
                        assignment: dict[int, list[int]] | None, config: dict[str, str],
                        validate_only: bool = False) -> ErrorCode:  # fmt: skip
     """Assign replicas over the live brokers and write the topic to ZooKeeper."""
@@ -93,7 +93,5 @@ async def create_topic(b: Broker, name: str, partitions: int, replication_factor
     except registry.TopicExistsError:
         await b.refresh_topic(name)
         return ErrorCode.TOPIC_ALREADY_EXISTS
-    states = {p: {"leader": r[0], "leader_epoch": 0, "isr": list(r), "zk_version": 0} for p, r in assignment.items()}
-    b._apply_topic(name, assignment, states, config, topic_id)
-    await b.blocking(b._watch_states, name, assignment)  # (the topics watch finds it known already)
+    await b.take_new_topic(name, assignment, config, topic_id)
     return ErrorCode.NONE

@@ -28,7 +28,7 @@ from broker.server.network import BadRequest
 from broker.zk import registry
 
 if TYPE_CHECKING:
-    from broker.server.broker import Broker
+    from broker.server.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
 LATER: Final = object()
 
 
-def produce_now(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None | Coroutine | object:
+def produce_now(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None | Coroutine | object:
     """Produce without waiting, the hot path: every topic is in the metadata cache (else LATER); a coroutine
     of the answer when acks=all must wait for the followers."""
     if header.api_version >= 3 and req["acks"] in _ACKS:
@@ -71,7 +71,7 @@ def produce_now(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[s
     return _produce(b, header.api_version, req)
 
 
-async def handle_produce(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None:
+async def handle_produce(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any] | None:
     """Produce after looking up in ZooKeeper the topics the metadata cache does not know yet."""
     if header.api_version >= 3 and req["acks"] in _ACKS:
         for t in req["topics"]:
@@ -81,7 +81,7 @@ async def handle_produce(b: Broker, header: RequestHeader, req: dict[str, Any]) 
     return await answer if asyncio.iscoroutine(answer) else answer
 
 
-def _produce(b: Broker, version: int, req: dict[str, Any]) -> dict[str, Any] | None | Coroutine:
+def _produce(b: Services, version: int, req: dict[str, Any]) -> dict[str, Any] | None | Coroutine:
     acks = req["acks"]
     failed: list[str] = []
     waits: list[tuple[dict[str, Any], str, int]] = []
@@ -108,7 +108,7 @@ def _produce(b: Broker, version: int, req: dict[str, Any]) -> dict[str, Any] | N
     return answer
 
 
-async def _replicated(b: Broker, answer: dict[str, Any], waits: list[tuple[dict[str, Any], str, int]],
+async def _replicated(b: Services, answer: dict[str, Any], waits: list[tuple[dict[str, Any], str, int]],
                       timeout_s: float) -> dict[str, Any]:  # fmt: skip
     """The acks=all answer, once the ISR holds every partition's batches (or the wait failed)."""
     codes = await asyncio.gather(*(
@@ -122,7 +122,7 @@ async def _replicated(b: Broker, answer: dict[str, Any], waits: list[tuple[dict[
     return answer
 
 
-def _produce_partition(b: Broker, topic: str, partition: int, records: memoryview | None,
+def _produce_partition(b: Services, topic: str, partition: int, records: memoryview | None,
                        acks: int, version: int) -> dict[str, Any]:  # fmt: skip
     out: dict[str, Any] = {"index": partition, "error_code": 0}
     if version < 3:
@@ -187,7 +187,7 @@ def _produce_partition(b: Broker, topic: str, partition: int, records: memoryvie
     return out
 
 
-def _answered_by_sequence(b: Broker, tp: tuple[str, int], span: tuple[int, int, int, int],
+def _answered_by_sequence(b: Services, tp: tuple[str, int], span: tuple[int, int, int, int],
                           log_start_offset: int, out: dict[str, Any]) -> bool:  # fmt: skip
     """Fill `out` for a sequence error or a duplicate (answered with its first offset, not appended)."""
     err, dup_offset = b.producer_states[tp].check(*span)
@@ -205,7 +205,7 @@ def _answered_by_sequence(b: Broker, tp: tuple[str, int], span: tuple[int, int, 
     return False
 
 
-async def handle_init_producer_id(b: Broker, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+async def handle_init_producer_id(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if req["transactional_id"] is not None:
         return {"error_code": ErrorCode.INVALID_REQUEST}  # transactions are not supported
     pid = b.pid_pool.take()

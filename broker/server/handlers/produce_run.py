@@ -30,7 +30,7 @@ from broker.server.network import Later
 from broker.server.producers import KEEP, ProducerStates
 
 if TYPE_CHECKING:
-    from broker.server.broker import Broker
+    from broker.server.services import Services
 
 _ITEM = struct.Struct("=qqiiii")  # one request of a run in `info`: position, max timestamp, correlation id,
 #                                   batch size, last offset delta, record count (the C codec's Item)
@@ -76,7 +76,7 @@ def _record_last_batches(states: ProducerStates, pid: int, epoch: int, first_seq
         states.record(pid, epoch, first, last, at)
 
 
-async def _replicated(b: Broker, tp: tuple[str, int], last: int, frames: bytes, info: bytes,
+async def _replicated(b: Services, tp: tuple[str, int], last: int, frames: bytes, info: bytes,
                       version: int) -> list[bytes]:  # fmt: skip
     """The run's answers once the ISR holds its records; each request answered with the error if that failed."""
     code = await b.replicas.wait_replicated(tp, last, _TIMEOUT_S, b.min_insync(tp[0]))
@@ -91,7 +91,7 @@ async def _replicated(b: Broker, tp: tuple[str, int], last: int, frames: bytes, 
     return out
 
 
-def run_dispatcher(b: Broker) -> RunDispatch | None:
+def run_dispatcher(b: Services) -> RunDispatch | None:
     """The server's run dispatch for broker `b`, or None without the C extension."""
     if RUN_CODEC is None:
         return None

@@ -226,7 +226,7 @@ def test_a_failed_fsync_keeps_the_sequences_of_what_was_written(broker, monkeypa
     """flush.messages=1 and the second fsync fails: the connection ends there unanswered and the log dir goes
     offline (retries: KAFKA_STORAGE_ERROR); what was written is in the file, so once the dir is back its
     retries are answered as duplicates at their offsets, and the rest is appended once."""
-    broker._apply_config(TOPIC, {"flush.messages": "1"})  # (its log is open: the broker leads it)
+    broker.apply_config(TOPIC, {"flush.messages": "1"})  # (its log is open: the broker leads it)
     plog = broker.leader_log_now(TOPIC, 0)[1]
     fsyncs, real_fsync = [], os.fsync
 

@@ -1,0 +1,46 @@
+"""Imports run one way: the CLI calls `broker/`, never the reverse; the request handlers see their broker
+only through `broker.server.services`, never `broker.server.broker` (which builds them)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (TYPE_CHECKING blocks and function bodies too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def test_the_request_handlers_never_import_the_broker_that_builds_them():
+    handlers = sorted((ROOT / "broker" / "server" / "handlers").glob("*.py"))
+    assert handlers
+    for path in handlers:
+        assert "broker.server.broker" not in imported(path), f"{path.name} imports broker.server.broker"
+
+
+def test_the_core_package_never_imports_the_cli():
+    for path in sorted((ROOT / "broker").rglob("*.py")):
+        assert not any(m == "kafkactl" or m.startswith("kafkactl.") for m in imported(path)), path
+
+
+def test_the_broker_provides_everything_the_handlers_interface_lists():
+    from broker.server.broker import Broker
+    from broker.server.services import Services
+
+    source = (ROOT / "broker" / "server" / "broker.py").read_text()
+    for name in Services.__annotations__:
+        assert f"self.{name} = " in source or f"self.{name}: " in source, f"Broker has no attribute {name}"
+    methods = [n for n, v in vars(Services).items() if callable(v) and not n.startswith("_")]
+    assert len(methods) >= 10
+    for name in methods:
+        assert callable(getattr(Broker, name, None)), f"Broker has no method {name}"
