@@ -61,12 +61,17 @@ def _context_values() -> dict[str, str]:
 
 def resolve(key: str, option: str | None) -> str:
     """The value of `bootstrap-server` or `zookeeper` for this command."""
+    return configured(key, option) or DEFAULTS[key]
+
+
+def configured(key: str, option: str | None = None) -> str | None:
+    """`resolve` without the default: None when no option, variable or context names a value."""
     named = _context_values() if root.get("context") else None  # a named context must exist even if unused
     for value in (option, root.get(key), os.environ.get(ENV[key])):
         if value:
             return value
     values = named if named is not None else _context_values()
-    return values.get(key) or DEFAULTS[key]
+    return values.get(key) or None
 
 
 def bootstrap(option: str | None = None) -> str:

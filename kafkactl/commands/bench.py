@@ -11,6 +11,7 @@ from broker.bench import broker as broker_bench
 from broker.bench import client as client_bench
 from broker.bench import log as log_bench
 from broker.errors import UsageError
+from kafkactl import contexts
 from kafkactl.render import Output, json_line, progress, table
 
 app = typer.Typer(help="Benchmarks anyone can re-run.", no_args_is_help=True)
@@ -85,6 +86,8 @@ def _client_bench(kind: str, messages: int, size: int, batch: int, acks: str, co
 
     if compression not in CODECS:
         raise UsageError(f"--compression {compression!r}: expected one of {', '.join(CODECS)}")
+    if bootstrap is None and replication_factor > 1:  # replicas need a cluster: the one the context names
+        bootstrap = contexts.configured("bootstrap-server")
     total = messages * (2 if kind == "consume" else 1)
     with progress(f"bench {kind}", total) as advance:
         result = client_bench.run(kind, messages, size, batch, parse_acks(acks), compression, rate, bootstrap,
@@ -100,7 +103,11 @@ Size = Annotated[int, typer.Option("--size", min=20, help="Bytes per message.")]
 Batch = Annotated[int, typer.Option("--batch", min=1, help="Messages per produce request (the paper: 1 or 50).")]
 Acks = Annotated[str, typer.Option("--acks", help="0, 1 or all.")]
 Compression = Annotated[str, typer.Option("--compression", help="none, gzip, snappy, lz4, zstd.")]
-Bootstrap = Annotated[str | None, typer.Option("-b", "--bootstrap-server", help="Use this broker, not a scratch one.")]
+Bootstrap = Annotated[str | None, typer.Option(
+    "-b", "--bootstrap-server", show_default=False,
+    help="Use this cluster, not a scratch broker (with -r above 1: the one KAFKACTL_BOOTSTRAP_SERVER or the context "
+         "names, if not given).",
+)]  # fmt: skip
 Dir = Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.")]
 Out = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
 Replicas = Annotated[int, typer.Option("-r", "--replication-factor", min=1,

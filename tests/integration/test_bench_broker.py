@@ -46,6 +46,6 @@ def test_bench_with_replicas_needs_a_cluster(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
         "kafkactl: error: --replication-factor above 1 needs a cluster: start one with `kafkactl cluster up -n 3` "
-        "and give its bootstrap servers with -b"
+        'and give its bootstrap servers with -b (or `eval "$(kafkactl cluster env)"`)'
     )
     assert list(tmp_path.iterdir()) == []  # no scratch broker was started

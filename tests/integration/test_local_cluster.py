@@ -107,6 +107,13 @@ def test_up_status_down_up_purge(home: Path) -> None:
     restarted = json.loads(ok(cli("cluster", "up", "-o", "json", home=home)))
     assert restarted["started"] == {"zookeeper": False, "brokers": [2]}
     wait_until(lambda: all(sorted(p["isr"]) == [1, 2, 3] for p in parts()), 30, "broker 2 back in every ISR")
+    # `eval "$(kafkactl cluster env)"` is enough for a replicated bench: it takes the cluster from the variable
+    bench = subprocess.run([sys.executable, "-m", "kafkactl", "bench", "produce", "--messages", "2000", "--acks", "all",
+                            "-r", "3", "-o", "json"], capture_output=True, text=True, timeout=120,
+                           env=cli_env(home, KAFKACTL_BOOTSTRAP_SERVER=bootstrap))  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    measured = json.loads(bench.stdout)
+    assert measured["replication_factor"] == 3 and measured["messages"] == 2000 and measured["acks"] == -1
     error_line(cli("cluster", "down", "--broker", "7", home=home), "has no broker 7")
 
     # down: brokers, then ZooKeeper, all gone, data kept
