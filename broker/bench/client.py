@@ -36,7 +36,7 @@ async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: 
                    advance: Callable[[int], None]) -> float:  # fmt: skip
     value = os.urandom(size // 2 + 1).hex().encode()[:size]
     producer = AsyncProducer(bootstrap, acks=acks, compression_type=compression, linger_ms=1000,
-                             batch_size=1 << 30, max_batch_messages=batch, max_in_flight=100,
+                             batch_size=1 << 30, max_batch_messages=batch, max_in_flight=300,
                              buffer_memory=64 << 20, enable_idempotence=False)  # fmt: skip
     await producer.start()
     try:
