@@ -37,6 +37,7 @@ class ApiKey(IntEnum):
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
+    ELECT_LEADERS = 43
 
 
 class Api(NamedTuple):
@@ -85,6 +86,7 @@ APIS: dict[int, Api] = {
         _api(ApiKey.ALTER_CONFIGS, admin.ALTER_CONFIGS_REQUEST, admin.ALTER_CONFIGS_RESPONSE, 0, 1),
         _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 1),
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 1),
+        _api(ApiKey.ELECT_LEADERS, admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE, 0, 1),
     )
 }
 

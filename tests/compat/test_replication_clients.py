@@ -5,6 +5,7 @@ librdkafka finds the new leader, and every message it reported delivered is in t
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import threading
 import time
@@ -80,3 +81,55 @@ def test_kcat_acks_all_through_a_leader_kill(start_broker, zk_chroot, tmp_path):
     assert proc.returncode == 0 and "Delivery failed" not in err, err[-2000:]
     values = read_values(bootstrap, "kcat-failover", N)
     assert sorted(values) == [b"k%05d" % i for i in range(N)]  # every line once
+
+
+def test_elect_leaders_from_confluent_kafka_and_kafka_python(start_broker, zk_chroot):
+    """ElectLeaders (43): a preferred election from confluent-kafka's AdminClient moves leadership back; kafka-python
+    asks again (nothing to do: ELECTION_NOT_NEEDED, which it ignores) and then elects an offline partition's
+    out-of-sync replica with an unclean election."""
+    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kafka.admin import KafkaAdminClient
+
+    from tests.integration.test_replication import full_isr, produce_acked, replicas_of
+
+    brokers = start3(start_broker)
+    by_id = {b.broker_id: b for b in brokers}
+    create(brokers, "elect", 3, 3, 1)
+    preferred = {p: r[0] for p, r in replicas_of(zk_chroot, "elect").items()}
+    victim = brokers[0]
+    assert victim.stop() == 0  # its partitions move to other replicas
+    victim.start()
+    wait_until(lambda: full_isr(zk_chroot, "elect"), 20, "the restarted broker back in every ISR")
+    moved = [p for p, st in states(zk_chroot, "elect").items() if st["leader"] != preferred[p]]
+    assert moved  # broker 1 is the preferred leader of one partition, led elsewhere now
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("elect", p) for p in moved]).result(30)
+    assert {tp.partition: err for tp, err in result.items()} == {p: None for p in moved}
+    assert {p: st["leader"] for p, st in states(zk_chroot, "elect").items()} == preferred
+
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        kp.elect_leaders(0, {"elect": [0, 1, 2]})  # already on their preferred replicas: not an error
+    finally:
+        kp.close()
+
+    create(brokers, "lost", 1, 2, 1)  # the last in-sync replica dies: offline, then an unclean election
+    leader, follower = replicas_of(zk_chroot, "lost")[0]
+    assert by_id[follower].stop() == 0  # out of the ISR
+    acked, _ = asyncio.run(produce_acked(by_id[leader].bootstrap, "lost", [b"only-on-the-leader"]))
+    assert acked
+    by_id[leader].kill()
+    wait_until(lambda: states(zk_chroot, "lost")[0]["leader"] == -1, 30, "the partition offline")
+    by_id[follower].start()
+    time.sleep(1)
+    assert states(zk_chroot, "lost")[0]["leader"] == -1  # unclean election is off: it stays offline
+    live = ",".join(b.bootstrap for b in brokers if b.broker_id != leader)
+    kp = KafkaAdminClient(bootstrap_servers=live, request_timeout_ms=30000)  # (it finds the controller now)
+    try:
+        kp.elect_leaders(1, {"lost": [0]})
+    finally:
+        kp.close()
+    st = states(zk_chroot, "lost")[0]
+    assert st["leader"] == follower and st["isr"] == [follower]

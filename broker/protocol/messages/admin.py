@@ -1,5 +1,5 @@
 """CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), AlterConfigs (33), DescribeLogDirs (35),
-CreatePartitions (37)."""
+CreatePartitions (37), ElectLeaders (43)."""
 
 from broker.protocol.schema import (
     BOOLEAN,
@@ -59,6 +59,23 @@ CREATE_PARTITIONS_RESPONSE = Struct(
     F("throttle_time_ms", INT32),
     F("results", Array(Struct(F("name", STRING), F("error_code", INT16), F("error_message", NULLABLE_STRING)))),
 )
+
+ELECT_LEADERS_REQUEST = Struct(
+    F("election_type", INT8, "1+"),  # 0: the preferred replica; 1: unclean (a live replica, where none is in sync)
+    F("topic_partitions", Array(Struct(F("topic", STRING), F("partitions", Array(INT32))), nullable_from=0)),
+    F("timeout_ms", INT32, default=60000),
+)
+
+ELECT_LEADERS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16, "1+"),
+    F("replica_election_results", Array(Struct(
+        F("topic", STRING),
+        F("partition_result", Array(Struct(
+            F("partition_id", INT32), F("error_code", INT16), F("error_message", NULLABLE_STRING),
+        ))),
+    ))),
+)  # fmt: skip
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4

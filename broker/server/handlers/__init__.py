@@ -21,7 +21,7 @@ from broker.protocol.framing import RequestHeader, encode_response, read_request
 from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
 from broker.protocol.messages.produce import encode_produce_response, read_produce_request
 from broker.protocol.primitives import DecodeError, Reader
-from broker.server.handlers import admin, fetch, groups, metadata, produce
+from broker.server.handlers import admin, elections, fetch, groups, metadata, produce
 from broker.server.network import BadRequest, Later
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
     ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
+    ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,
 }
 
 #: api key → (read request, encode answer frame): hand-written codecs of the hot APIs, equal to the schemas'

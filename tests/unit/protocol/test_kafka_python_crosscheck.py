@@ -52,6 +52,7 @@ KP = {
     ApiKey.ALTER_CONFIGS: (kp_admin.AlterConfigsRequest, kp_admin.AlterConfigsResponse),
     ApiKey.DESCRIBE_LOG_DIRS: (kp_admin.DescribeLogDirsRequest, kp_admin.DescribeLogDirsResponse),
     ApiKey.CREATE_PARTITIONS: (kp_admin.CreatePartitionsRequest, kp_admin.CreatePartitionsResponse),
+    ApiKey.ELECT_LEADERS: (kp_admin.ElectLeadersRequest, kp_admin.ElectLeadersResponse),
     # the group APIs, checked as soon as they join the API table
     ApiKey.OFFSET_COMMIT: (kp_consumer.OffsetCommitRequest, kp_consumer.OffsetCommitResponse),
     ApiKey.OFFSET_FETCH: (kp_consumer.OffsetFetchRequest, kp_consumer.OffsetFetchResponse),
@@ -80,6 +81,7 @@ OLD = {
     ApiKey.ALTER_CONFIGS: ("admin", "AlterConfigsRequest", "AlterConfigsResponse"),
     ApiKey.DESCRIBE_LOG_DIRS: ("admin", "DescribeLogDirsRequest", "DescribeLogDirsResponse"),
     ApiKey.CREATE_PARTITIONS: ("admin", "CreatePartitionsRequest", "CreatePartitionsResponse"),
+    ApiKey.ELECT_LEADERS: ("admin", "ElectLeadersRequest", "ElectLeadersResponse"),
     ApiKey.OFFSET_COMMIT: ("commit", "OffsetCommitRequest", "OffsetCommitResponse"),
     ApiKey.OFFSET_FETCH: ("commit", "OffsetFetchRequest", "OffsetFetchResponse"),
     ApiKey.FIND_COORDINATOR: ("find_coordinator", "FindCoordinatorRequest", "FindCoordinatorResponse"),
