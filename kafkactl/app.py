@@ -7,10 +7,12 @@ exit code (2 for usage errors); a traceback is printed only with `--debug`.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Annotated
 
 import typer
+from typer.completion import completion_init
 from typer.exceptions import Abort, Exit
 from typer.main import get_command
 
@@ -56,6 +58,9 @@ app.command("spark-load")(spark_load.spark_load)
 
 _state = {"debug": False}
 
+#: the variable a shell sets to ask for completions (the scripts in completions/ name it)
+COMPLETE_VAR = "_KAFKACTL_COMPLETE"
+
 
 def _version(value: bool) -> None:
     if value:
@@ -96,6 +101,8 @@ def command():
 def run(argv: list[str]) -> int:
     """Run kafkactl with `argv`; returns the exit code instead of exiting."""
     _state["debug"] = "--debug" in argv
+    if os.environ.get(COMPLETE_VAR):  # a shell asking for completions (the scripts in completions/)
+        completion_init()  # (typer registers its bash/zsh/fish classes only with add_completion=True)
     try:
         rv = command().main(args=argv, prog_name="kafkactl", standalone_mode=False)
         return rv if isinstance(rv, int) else 0  # without standalone mode, Exit(n) comes back as n

@@ -13,10 +13,9 @@ from typing import Any
 from typer._completion_shared import get_completion_script
 
 from broker import __version__
-from kafkactl.app import command
+from kafkactl.app import COMPLETE_VAR, command
 
 PROG = "kafkactl"
-COMPLETE_VAR = "_KAFKACTL_COMPLETE"
 SHELLS = {"bash": "kafkactl.bash", "zsh": "_kafkactl", "fish": "kafkactl.fish"}
 
 

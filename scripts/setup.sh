@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install what kafkactl needs on a Debian machine: system packages (as root, only those missing)
 # and a virtualenv in .venv with kafkactl and the given extras. Safe to run again.
-#   usage: scripts/setup.sh [extras]     e.g. scripts/setup.sh test
+#   usage: scripts/setup.sh [extra...]     e.g. scripts/setup.sh test spark   (or test,spark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-}"
+extras="$(IFS=,; echo "$*")"   # every extra given, comma-separated as pip wants them
+case ",$extras," in *,test,*) testing=1 ;; *) testing=0 ;; esac
 
 need=()
 command -v python3 >/dev/null || need+=(python3)
@@ -14,6 +15,10 @@ command -v gcc >/dev/null || need+=(gcc python3-dev)   # crcmod's C extension
 test -f /usr/share/java/zookeeper.jar || need+=(zookeeper)   # no service is started by it
 command -v java >/dev/null || need+=(default-jre-headless)
 command -v kcat >/dev/null || need+=(kcat)   # the load generator of `bench broker`, a client in the quick start and tests
+if [ "$testing" = 1 ]; then   # the completion scripts are tested in each shell they serve
+  command -v zsh >/dev/null || need+=(zsh)
+  command -v fish >/dev/null || need+=(fish)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: missing ${need[*]}; run as root or install them" >&2

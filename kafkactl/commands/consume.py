@@ -24,12 +24,12 @@ from broker.client.group import GroupConsumer, check_group_id, describe_assignme
 from broker.client.offsets import BEGINNING, END, parse_offset
 from broker.errors import UsageError
 from broker.protocol.errors import ErrorCode
-from kafkactl import contexts
+from kafkactl import completion, contexts
 from kafkactl.render import Output
 
 
 def consume(
-    topic: Annotated[str, typer.Argument(help="Topic to read.")],
+    topic: Annotated[str, typer.Argument(help="Topic to read.", autocompletion=completion.topics)],
     partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only these (repeatable).")] = None,
     offset: Annotated[
         str | None,

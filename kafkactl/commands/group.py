@@ -19,13 +19,13 @@ from broker.client.group_admin import RewindTarget
 from broker.client.offsets import parse_duration_ms, parse_offset
 from broker.errors import UsageError
 from broker.zk import client as zkclient
-from kafkactl import contexts
+from kafkactl import completion, contexts
 from kafkactl.render import Output, json_line, table
 
 app = typer.Typer(help="Consumer groups: list, describe, rewind committed offsets, delete.", no_args_is_help=True)
 
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
-GroupArg = Annotated[str, typer.Argument(help="Consumer group id.")]
+GroupArg = Annotated[str, typer.Argument(help="Consumer group id.", autocompletion=completion.groups)]
 
 
 class Export(StrEnum):

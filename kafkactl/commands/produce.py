@@ -13,12 +13,12 @@ import typer
 from broker.client import shell
 from broker.client.producer import CODECS, AsyncProducer, parse_acks
 from broker.errors import KafkactlError, UsageError
-from kafkactl import contexts
+from kafkactl import completion, contexts
 from kafkactl.render import progress
 
 
 def produce(
-    topic: Annotated[str, typer.Argument(help="Topic to write to.")],
+    topic: Annotated[str, typer.Argument(help="Topic to write to.", autocompletion=completion.topics)],
     file: Annotated[Path | None, typer.Option("--file", "-f", help="Read this file instead of stdin.")] = None,
     key_separator: Annotated[
         str | None, typer.Option("--key-separator", "-K", help="Split each line into key SEP value.")

@@ -10,7 +10,7 @@ import typer
 
 from broker.client.offsets import parse_offset
 from broker.errors import KafkactlError, UsageError
-from kafkactl import contexts
+from kafkactl import completion, contexts
 from kafkactl.render import Output, json_line, progress, table
 
 
@@ -33,7 +33,9 @@ def _columns(items: list[str] | None) -> list[str] | None:
 
 
 def spark_load(
-    topics: Annotated[list[str], typer.Argument(help="Topics to load.", show_default=False)],
+    topics: Annotated[
+        list[str], typer.Argument(help="Topics to load.", show_default=False, autocompletion=completion.topics)
+    ],
     output: Annotated[
         Path,
         typer.Option(

@@ -22,7 +22,7 @@ from broker.server.config import parse_override
 from broker.topics import internal_topic_error
 from broker.zk import client as zkclient
 from broker.zk import registry
-from kafkactl import contexts
+from kafkactl import completion, contexts
 from kafkactl.render import Output, json_line, table
 
 app = typer.Typer(help="Create, list, describe, alter, delete and reassign topics.", no_args_is_help=True)
@@ -87,7 +87,9 @@ def list_(bootstrap: contexts.Bootstrap = None, output: OutputOpt = Output.text)
 
 @app.command("describe")
 def describe(
-    name: Annotated[str | None, typer.Argument(help="Topic name (default: every topic).", show_default=False)] = None,
+    name: Annotated[str | None, typer.Argument(
+        autocompletion=completion.topics, help="Topic name (default: every topic).", show_default=False,
+    )] = None,  # fmt: skip
     under_replicated: Annotated[
         bool, typer.Option("--under-replicated", help="Only partitions with fewer in-sync replicas than replicas.")
     ] = False,
@@ -133,7 +135,7 @@ def _n(value: int | None) -> str:
 
 @app.command("alter")
 def alter(
-    name: Annotated[str, typer.Argument(help="Topic name.")],
+    name: Annotated[str, typer.Argument(autocompletion=completion.topics, help="Topic name.")],
     config: ConfigOpt = None,
     delete_config: Annotated[
         list[str] | None, typer.Option("--delete-config", help="Remove an override (repeatable).")
@@ -163,7 +165,7 @@ def alter(
 
 @app.command("delete")
 def delete(
-    name: Annotated[str, typer.Argument(help="Topic name.")],
+    name: Annotated[str, typer.Argument(autocompletion=completion.topics, help="Topic name.")],
     execute: Annotated[bool, typer.Option("--execute", help="Really delete (otherwise: show what would go).")] = False,
     bootstrap: contexts.Bootstrap = None,
 ) -> None:
@@ -184,7 +186,8 @@ def delete(
 @app.command("elect-leaders")
 def elect_leaders(
     names: Annotated[
-        list[str] | None, typer.Argument(help="Topics (default: every topic).", show_default=False)
+        list[str] | None,
+        typer.Argument(autocompletion=completion.topics, help="Topics (default: every topic).", show_default=False),
     ] = None,
     zookeeper: contexts.ZooKeeper = None,
     output: OutputOpt = Output.text,
