@@ -30,6 +30,13 @@ def parse_size(text: str) -> int:
     return int(float(num) * _UNITS[unit])
 
 
+Bootstrap = Annotated[str | None, typer.Option(
+    "-b", "--bootstrap-server", show_default=False,
+    help="Measure this cluster (default: the one the root -b, KAFKACTL_BOOTSTRAP_SERVER or the context names; "
+         "with none named, a scratch broker).",
+)]  # fmt: skip
+
+
 @app.command("log")
 def log(
     size: Annotated[str, typer.Option("--size", help="Bytes to append (e.g. 1GiB).")] = "1GiB",
@@ -64,13 +71,12 @@ def broker(
     ] = 1_000_000,
     fetch_size: Annotated[int, typer.Option("--fetch-size", min=1, help="Bytes per fetched message.")] = 1024,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs of each; the median is reported.")] = 3,
-    bootstrap: Annotated[
-        str | None, typer.Option("-b", "--bootstrap-server", help="Use this broker instead of a scratch one.")
-    ] = None,
+    bootstrap: Bootstrap = None,
     directory: Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.")] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
 ) -> None:
     """Produce (acks=1) and fetch throughput of one broker, with kcat as the load generator."""
+    bootstrap = contexts.configured("bootstrap-server", bootstrap)
     with progress("kcat runs", 2 * repeat) as advance:
         result = broker_bench.run(messages, size, fetch_messages, fetch_size, repeat, bootstrap, directory, advance)
     if output == Output.json:
@@ -86,8 +92,7 @@ def _client_bench(kind: str, messages: int, size: int, batch: int, acks: str, co
 
     if compression not in CODECS:
         raise UsageError(f"--compression {compression!r}: expected one of {', '.join(CODECS)}")
-    if bootstrap is None and replication_factor > 1:  # replicas need a cluster: the one the context names
-        bootstrap = contexts.configured("bootstrap-server")
+    bootstrap = contexts.configured("bootstrap-server", bootstrap)  # (none named: a scratch broker)
     total = messages * (2 if kind == "consume" else 1)
     with progress(f"bench {kind}", total) as advance:
         result = client_bench.run(kind, messages, size, batch, parse_acks(acks), compression, rate, bootstrap,
@@ -103,11 +108,6 @@ Size = Annotated[int, typer.Option("--size", min=20, help="Bytes per message.")]
 Batch = Annotated[int, typer.Option("--batch", min=1, help="Messages per produce request (the paper: 1 or 50).")]
 Acks = Annotated[str, typer.Option("--acks", help="0, 1 or all.")]
 Compression = Annotated[str, typer.Option("--compression", help="none, gzip, snappy, lz4, zstd.")]
-Bootstrap = Annotated[str | None, typer.Option(
-    "-b", "--bootstrap-server", show_default=False,
-    help="Use this cluster, not a scratch broker (with -r above 1: the one KAFKACTL_BOOTSTRAP_SERVER or the context "
-         "names, if not given).",
-)]  # fmt: skip
 Dir = Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.")]
 Out = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
 Replicas = Annotated[int, typer.Option("-r", "--replication-factor", min=1,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
-from tests.integration.helpers import cli, ok
+from tests.integration.helpers import cli, cli_env, ok
 
 MESSAGES, SIZE, FETCH_MESSAGES, FETCH_SIZE, REPEAT = 300, 50, 200, 100, 2
 
@@ -49,3 +51,16 @@ def test_bench_with_replicas_needs_a_cluster(tmp_path):
         'and give its bootstrap servers with -b (or `eval "$(kafkactl cluster env)"`)'
     )
     assert list(tmp_path.iterdir()) == []  # no scratch broker was started
+
+
+def test_bench_honours_the_root_bootstrap_and_the_environment(tmp_path):
+    """`kafkactl -b X bench …` and KAFKACTL_BOOTSTRAP_SERVER measure X, as every command uses them; only with no
+    cluster named is a scratch broker started."""
+    for argv, extra in ((["-b", "127.0.0.1:1", "bench", "produce"], {}),
+                        (["bench", "consume"], {"KAFKACTL_BOOTSTRAP_SERVER": "127.0.0.1:1"}),
+                        (["bench", "broker"], {"KAFKACTL_BOOTSTRAP_SERVER": "127.0.0.1:1"})):  # fmt: skip
+        r = subprocess.run([sys.executable, "-m", "kafkactl", *argv, "--messages", "1000", "--dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=60, env=cli_env(**extra))  # fmt: skip
+        assert r.returncode == 1 and "Traceback" not in r.stderr, (argv, r.stderr)
+        assert "127.0.0.1:1" in r.stderr.strip().splitlines()[-1], (argv, r.stderr)
+        assert list(tmp_path.iterdir()) == []  # no scratch broker
