@@ -43,6 +43,8 @@ def expand_paths(paths: list[Path]) -> Iterator[tuple[Path | None, str | None]]:
                     yield from ((s, None) for s in sorted(part.glob("*.log")))
             else:
                 yield path, "not a log dir, partition dir or segment file"
+        elif path.exists():
+            yield path, "not a regular file, log dir or partition dir"
         else:
             yield path, "no such file or directory"
 
@@ -229,7 +231,7 @@ def inspect_paths(
     paths: list[Path], *, deep: bool = False, print_data: bool = False, verify_index: bool = False
 ) -> Iterator[Event]:
     """Every event for every segment under `paths`, then a summary event."""
-    total = {"files": 0, "batches": 0, "records": 0, "invalid": 0, "errors": 0, "outside": 0}
+    total = {"files": 0, "batches": 0, "records": 0, "invalid": 0, "errors": 0, "outside": 0, "unreadable": 0}
     for path in paths:
         try:
             for ev in outside_entries(path):
@@ -239,8 +241,9 @@ def inspect_paths(
             total["errors"] += 1
             yield {"type": "error", "file": str(path), "position": None, "message": f"cannot read: {exc}"}
     for path, problem in expand_paths(paths):
-        if problem:
+        if problem:  # a path given that is not a log to read (a usage error, not damage)
             total["errors"] += 1
+            total["unreadable"] += 1
             yield {"type": "error", "file": str(path), "position": None, "message": problem}
             continue
         total["files"] += 1

@@ -89,18 +89,22 @@ def segments(
 ) -> None:
     """Dump the batches of segment files and check their CRCs, offsets and indexes.
 
-    Exit code 0 when everything checked is valid, 3 when damage or an index mismatch was found.
+    Exit code 0 when everything checked is valid, 3 when damage or an index mismatch was found, 2 when a path
+    given is missing or not a log (and nothing read was damaged).
     """
-    damaged = False
+    damaged = unreadable = False
     for ev in inspect_paths(paths, deep=deep, print_data=print_data, verify_index=verify_index):
         if ev["type"] == "record" and "value" in ev:
             ev["key"], ev["value"] = _decode(ev["key"], decode), _decode(ev["value"], decode)
             ev["headers"] = [[k, _decode(v, decode)] for k, v in ev["headers"]]
         if ev["type"] == "summary":
-            damaged = bool(ev["errors"] or ev["invalid"])
+            unreadable = bool(ev["unreadable"])
+            damaged = bool(ev["errors"] - ev["unreadable"] or ev["invalid"])
         if output == Output.json:
             json_line(ev)
         else:
             print(_text(ev))
     if damaged:
         raise Exit(3)
+    if unreadable:
+        raise Exit(2)

@@ -27,7 +27,7 @@ def test_json_batches_cover_every_offset(log_dir: Path) -> None:
         assert [b["create_time"] for b in batches] == [TS + i for i in range(20)]
     summary = evs[-1]
     assert summary == {"type": "summary", "files": summary["files"], "batches": 40, "records": 120,
-                       "invalid": 0, "errors": 0, "outside": 0}  # fmt: skip
+                       "invalid": 0, "errors": 0, "outside": 0, "unreadable": 0}  # fmt: skip
     assert summary["files"] > 2  # the small segment size rolled several segments
 
 
@@ -152,7 +152,7 @@ def test_kafka_log_of_every_format_is_counted_as_kafka_counts_it(tmp_path: Path)
     assert [(e["offset"], e["value"]) for e in evs if e["type"] == "record"] == [(o, v.decode()) for o, v in records]
     assert not [e for e in evs if e["type"] in ("error", "index")]  # no offset gap, indexes agree
     assert evs[-1] == {"type": "summary", "files": 3, "batches": len(expected), "records": len(records),
-                       "invalid": 0, "errors": 0, "outside": 0}  # fmt: skip
+                       "invalid": 0, "errors": 0, "outside": 0, "unreadable": 0}  # fmt: skip
 
 
 def test_a_wrapper_whose_records_do_not_decode_is_reported_invalid(tmp_path: Path) -> None:
@@ -190,3 +190,13 @@ def test_entries_resolving_outside_the_dir_given_are_reported(log_dir: Path, tmp
     text = kafkactl("inspect", "segments", log_dir / "t-0").stdout
     assert sum(line.startswith("OUTSIDE ") for line in text.splitlines()) == 2
     assert "2 entries resolving outside the dir given" in text.splitlines()[-1]
+
+
+def test_a_path_that_is_not_a_log_is_a_usage_error_not_damage(tmp_path: Path) -> None:
+    r = kafkactl("inspect", "segments", tmp_path / "nonexistent")
+    assert r.returncode == 2 and "no such file or directory" in r.stdout and "Traceback" not in r.stderr
+    r = kafkactl("inspect", "segments", "/dev/null", "-o", "json")
+    assert r.returncode == 2
+    (error,) = [e for e in _events(r.stdout) if e["type"] == "error"]
+    assert error["message"] == "not a regular file, log dir or partition dir"
+    assert _events(r.stdout)[-1]["unreadable"] == 1
