@@ -10,7 +10,7 @@ import itertools
 import socket
 from typing import Any
 
-from broker.errors import KafkactlError
+from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.framing import encode_request
 from broker.protocol.primitives import I32, Reader
@@ -25,16 +25,19 @@ def parse_address(text: str, default_port: int = 9092) -> tuple[str, int]:
     if not sep:
         return text.strip(), default_port
     try:
-        return host.strip("[]"), int(port)
+        number = int(port)
     except ValueError:
-        raise KafkactlError(f"address {text!r}: port is not a number") from None
+        raise UsageError(f"address {text!r}: port is not a number") from None
+    if not 0 < number < 65536:
+        raise UsageError(f"address {text!r}: port {number} is out of range (1-65535)")
+    return host.strip("[]"), number
 
 
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     """`host:port,host:port` → addresses; at least one."""
     out = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
     if not out:
-        raise KafkactlError("no bootstrap server given")
+        raise UsageError("no bootstrap server given")
     return out
 
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from broker.client.aio import AsyncCluster, AsyncConnection
 from broker.client.connection import ProtocolError, apply_settings
 from broker.client.partitioner import StickyPartitioner, partition_for_key
-from broker.errors import KafkactlError
+from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.produce import (
@@ -86,7 +86,7 @@ def parse_acks(value: str | int) -> int:
         return -1
     if text in ("0", "1"):
         return int(text)
-    raise KafkactlError(f"acks={value!r}: expected 0, 1 or all")
+    raise UsageError(f"acks={value!r}: expected 0, 1 or all")
 
 
 _PENDING: Any = object()  # a batch's outcome before its answer

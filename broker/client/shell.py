@@ -324,6 +324,7 @@ async def start_positions(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
 async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], spec: OffsetSpec, *,
                           follow: bool, max_messages: int | None, summary: ConsumeSummary,
                           on_offline: Callable[[list[tuple[str, int]]], None] | None = None,
+                          on_clamped: Callable[[tuple[str, int], int, int], None] | None = None,
                           refresh_s: float = 0.5) -> AsyncIterator[list[ConsumerRecord]]:  # fmt: skip
     """Batches of records in offset order per partition, until the pinned ends (unless following).
 
@@ -331,7 +332,8 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
     once which ones are left out, metadata is asked for every `refresh_s` while any is, and each is
     read from where `spec` says (its end pinned then) as soon as it has a leader again. Without
     `follow`, once every readable partition is read to its end, the partitions that are still without
-    a leader end it with a ConsumeError (LEADER_NOT_AVAILABLE) naming them.
+    a leader end it with a ConsumeError (LEADER_NOT_AVAILABLE) naming them. An absolute offset outside a
+    partition's log is read from the nearest end; `on_clamped(tp, asked, end)` says so.
     """
     waiting = consumer.cluster.leaderless(tps)  # not assigned (nothing to look up) until they have a leader
     told = set(waiting)
@@ -340,6 +342,10 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
     readable = [tp for tp in tps if tp not in told]
     await consumer.assign(readable)
     plan = await start_positions(consumer, readable, spec) if readable else {}
+    if on_clamped is not None and spec.kind == "absolute":
+        for tp, (chosen, end) in plan.items():
+            if chosen != spec.value:
+                on_clamped(tp, spec.value, end)
     remaining = {tp for tp, (start, end) in plan.items() if start < end} if not follow else set(readable)
     ends = {tp: end for tp, (_, end) in plan.items()}
     t0 = time.perf_counter()
@@ -419,7 +425,9 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
 DECODERS = ("utf8", "hex", "base64", "json")
 
 
-def decode_bytes(data: bytes | None, how: str, null: str = "") -> str:
+def decode_bytes(data: bytes | None, how: str, null: str = "", not_json: Callable[[], None] | None = None) -> str:
+    """Bytes as text the way `how` says; with "json", bytes that are not JSON are shown as text and
+    `not_json` is called."""
     if data is None:
         return null
     if how == "hex":
@@ -430,12 +438,14 @@ def decode_bytes(data: bytes | None, how: str, null: str = "") -> str:
         try:
             return json.dumps(json.loads(data), indent=2, ensure_ascii=False)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            pass
+            if not_json is not None:
+                not_json()
     return data.decode("utf-8", "backslashreplace")
 
 
-def compile_format(fmt: str):
-    """A function record → text for kcat's tokens: %t %p %o %k %s %h %T %K %S %%, and \\n \\t escapes."""
+def compile_format(fmt: str, not_json: Callable[[], None] | None = None):
+    """A function record → text for kcat's tokens: %t %p %o %k %s %h %T %K %S %%, and \\n \\t escapes
+    (`not_json`: called when a key or value to show as JSON is not JSON)."""
     fmt = fmt.replace("\\n", "\n").replace("\\t", "\t")
     pieces: list[Any] = []
     i = 0
@@ -472,9 +482,9 @@ def compile_format(fmt: str):
             elif p == "o":
                 out.append(str(r.offset))
             elif p == "k":
-                out.append(decode_bytes(r.key, key_decoder))
+                out.append(decode_bytes(r.key, key_decoder, not_json=not_json))
             elif p == "s":
-                out.append(decode_bytes(r.value, value_decoder))
+                out.append(decode_bytes(r.value, value_decoder, not_json=not_json))
             elif p == "T":
                 out.append(str(r.timestamp))
             elif p == "K":

@@ -37,12 +37,17 @@ Bootstrap = Annotated[str | None, typer.Option(
 )]  # fmt: skip
 
 
+Dir = Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.", exists=True, file_okay=False)]
+
+
 @app.command("log")
 def log(
     size: Annotated[str, typer.Option("--size", help="Bytes to append (e.g. 1GiB).")] = "1GiB",
     batch_size: Annotated[str, typer.Option("--batch-size", help="Bytes per batch.")] = "16KiB",
     read_size: Annotated[str, typer.Option("--read-size", help="Bytes per slice read.")] = "1MiB",
-    directory: Annotated[Path | None, typer.Option("--dir", help="Where the temporary log goes.")] = None,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Where the temporary log goes.", exists=True, file_okay=False)
+    ] = None,
     fsync: Annotated[bool, typer.Option("--fsync", help="fsync before stopping the append clock.")] = False,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs; the median is reported.")] = 1,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
@@ -72,7 +77,7 @@ def broker(
     fetch_size: Annotated[int, typer.Option("--fetch-size", min=1, help="Bytes per fetched message.")] = 1024,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs of each; the median is reported.")] = 3,
     bootstrap: Bootstrap = None,
-    directory: Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.")] = None,
+    directory: Dir = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
 ) -> None:
     """Produce (acks=1) and fetch throughput of one broker, with kcat as the load generator."""
@@ -108,7 +113,6 @@ Size = Annotated[int, typer.Option("--size", min=20, help="Bytes per message.")]
 Batch = Annotated[int, typer.Option("--batch", min=1, help="Messages per produce request (the paper: 1 or 50).")]
 Acks = Annotated[str, typer.Option("--acks", help="0, 1 or all.")]
 Compression = Annotated[str, typer.Option("--compression", help="none, gzip, snappy, lz4, zstd.")]
-Dir = Annotated[Path | None, typer.Option("--dir", help="Where scratch files go.")]
 Out = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
 Replicas = Annotated[int, typer.Option("-r", "--replication-factor", min=1,
                                        help="Replicas of the bench topic (above 1: a cluster, with -b).")]  # fmt: skip

@@ -90,7 +90,24 @@ def consume(
     for name, value in (("--key-decoder", key_decoder), ("--value-decoder", value_decoder)):
         if value not in shell.DECODERS:
             raise UsageError(f"{name} {value!r}: expected one of {', '.join(shell.DECODERS)}")
-    render = shell.compile_format(fmt if fmt is not None else "%s\n") if output == Output.text else None
+    if fmt is not None and output == Output.json:
+        raise UsageError("--format shapes text output: give -o text (the default) or drop --format")
+    told: set[str] = set()
+
+    def say_once(what: str, line: str) -> None:
+        if what not in told:
+            told.add(what)
+            print(f"kafkactl: note: {line}", file=sys.stderr, flush=True)
+
+    def not_json() -> None:
+        say_once("json", "some keys or values are not JSON: shown as text")
+
+    def clamped(tp: tuple[str, int], asked: int, end: int) -> None:
+        where = f"past its end ({end})" if asked > end else "before its first offset"
+        say_once(f"clamped-{tp[1]}", f"partition {tp[1]}: offset {asked} is {where}; reading from "
+                                     f"{'the end' if asked > end else 'its start'}")  # fmt: skip
+
+    render = shell.compile_format(fmt if fmt is not None else "%s\n", not_json) if output == Output.text else None
     summary = shell.ConsumeSummary()
     out = sys.stdout
 
@@ -132,7 +149,8 @@ def consume(
                 raise UsageError(f"topic {topic!r} has no partition {missing[0]} (it has {len(parts)})")
             tps = reading[:] = [(topic, p) for p in chosen]
             async for recs in shell.consume_records(consumer, tps, spec, follow=follow, max_messages=max_messages,
-                                                    summary=summary, on_offline=warn_offline):  # fmt: skip
+                                                    summary=summary, on_offline=warn_offline,
+                                                    on_clamped=clamped):  # fmt: skip
                 emit(recs)
         finally:
             await consumer.close()
