@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,14 +94,24 @@ def _field_bytes(obj: dict[str, Any], name: str, encoding: str | None, line: int
     raise UsageError(f"line {line}: unknown {name} encoding {encoding!r} (utf8, base64 or hex)")
 
 
-def message_from_json(text: str, line: int) -> Message:
-    """A Message from one JSON line (the shape `record_json` writes)."""
+#: the fields of a JSON line (`record_json` writes them; `offset`, `topic` and `timestamp_type` are read and ignored)
+JSON_FIELDS = frozenset({"topic", "partition", "offset", "timestamp", "timestamp_type", "key", "key_encoding",
+                         "value", "value_encoding", "headers"})  # fmt: skip
+
+
+def message_from_json(text: str, line: int, *, ignore_unknown: bool = False) -> Message:
+    """A Message from one JSON line (the shape `record_json` writes); a field it does not know is an error
+    (a typo such as "vlaue" would otherwise send a null value) unless `ignore_unknown`."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"line {line}: not JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
         raise UsageError(f"line {line}: expected a JSON object")
+    unknown = sorted(k for k in obj if k not in JSON_FIELDS)
+    if unknown and not ignore_unknown:
+        raise UsageError(f"line {line}: unknown field(s) {', '.join(map(repr, unknown))} (known: "
+                         f"{', '.join(sorted(JSON_FIELDS))}; --ignore-unknown-fields to skip them)")  # fmt: skip
     headers = []
     for h in obj.get("headers") or []:
         if isinstance(h, dict) and isinstance(h.get("key"), str):
@@ -125,8 +135,10 @@ def message_from_json(text: str, line: int) -> Message:
 
 def messages_from_lines(lines: Iterable[bytes], *, input_format: str = "text", key_separator: bytes | None = None,
                         null_literal: bytes | None = None, headers: list[tuple[str, bytes | None]] | None = None,
-                        partition: int | None = None, first_line: int = 1) -> Iterator[Message]:  # fmt: skip
-    """Messages from input lines (newline already stripped or not): text with an optional key, or JSON."""
+                        partition: int | None = None, first_line: int = 1,
+                        ignore_unknown: bool = False) -> Iterator[Message]:  # fmt: skip
+    """Messages from input lines (newline already stripped or not): text with an optional key, or JSON
+    (`partition`, when given, overrides the partition a JSON line names)."""
     extra = list(headers or [])
     for n, raw in enumerate(lines, first_line):
         line = raw[:-1] if raw.endswith(b"\n") else raw
@@ -139,9 +151,9 @@ def messages_from_lines(lines: Iterable[bytes], *, input_format: str = "text", k
                 text = line.decode("utf-8")
             except UnicodeDecodeError:
                 raise UsageError(f"line {n}: JSON input must be UTF-8") from None
-            m = message_from_json(text, n)
+            m = message_from_json(text, n, ignore_unknown=ignore_unknown)
             m.headers = m.headers + extra
-            if partition is not None and m.partition is None:
+            if partition is not None:
                 m.partition = partition
             yield m
             continue
@@ -285,6 +297,25 @@ async def produce_messages(producer: AsyncProducer, topic: str,
         settle(len(pending))
         summary.seconds = time.perf_counter() - t0
     return summary
+
+
+async def within_partitions(producer: AsyncProducer, topic: str,
+                            messages: Iterable[Message] | AsyncIterator[Message],
+                            grow: Callable[[int], Awaitable[None]] | None = None) -> AsyncIterator[Message]:
+    """The messages, checked against the topic's partition count before each is sent: one naming a partition
+    the topic lacks is an input error naming its line (nothing of it is sent), or with `grow` the topic is
+    first given that many partitions (`produce --create`)."""
+    count = await producer.partitions(topic)
+    async for m in _as_async(messages):
+        if m.partition is not None and m.partition >= count:
+            if grow is None:
+                raise UsageError(f"line {m.line}: topic {topic!r} has {count} partition(s), no partition "
+                                 f"{m.partition}; give -p N to write every message to one partition, or --create "
+                                 "to give the topic the partitions the input names")  # fmt: skip
+            await grow(m.partition + 1)
+            await producer.cluster.refresh([topic])
+            count = await producer.partitions(topic)
+        yield m
 
 
 async def stream_messages(fd: int, **options) -> AsyncIterator[Message]:

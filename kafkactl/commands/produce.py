@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from broker.client import shell
+from broker.client.admin import Admin
 from broker.client.producer import CODECS, AsyncProducer, parse_acks
 from broker.errors import KafkactlError, UsageError
 from kafkactl import completion, contexts
@@ -24,10 +25,18 @@ def produce(
         str | None, typer.Option("--key-separator", "-K", help="Split each line into key SEP value.")
     ] = None,
     input_format: Annotated[str, typer.Option("--input", help="text (a line a message) or json.")] = "text",
-    partition: Annotated[int | None, typer.Option("--partition", "-p", help="Write every message here.")] = None,
+    partition: Annotated[
+        int | None, typer.Option("--partition", "-p", help="Write every message here (over a JSON line's own).")
+    ] = None,
+    create: Annotated[
+        bool, typer.Option("--create", help="Create the topic if needed, with the partitions the input names.")
+    ] = False,
+    ignore_unknown: Annotated[
+        bool, typer.Option("--ignore-unknown-fields", help="With --input json: skip fields it does not know.")
+    ] = False,
     header: Annotated[list[str] | None, typer.Option("--header", "-H", help="name=value on every message.")] = None,
     acks: Annotated[str, typer.Option("--acks", help="0, 1 or all.")] = "all",
-    compression: Annotated[str, typer.Option("--compression", "-z", help="none, gzip, snappy, lz4, zstd.")] = "none",
+    compression: Annotated[str, typer.Option("--compression", "-c", help="none, gzip, snappy, lz4, zstd.")] = "none",
     linger_ms: Annotated[float, typer.Option("--linger-ms", min=0, help="Wait this long to fill a batch.")] = 5,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Bytes per partition batch.")] = 16384,
     null_literal: Annotated[
@@ -59,18 +68,22 @@ def produce(
     options = dict(
         input_format=input_format, key_separator=key_separator.encode() if key_separator else None,
         null_literal=null_literal.encode() if null_literal is not None else None, headers=headers,
-        partition=partition,
+        partition=partition, ignore_unknown=ignore_unknown,
     )  # fmt: skip
+    servers = contexts.bootstrap(bootstrap)
     summary = shell.ProduceSummary()
 
     async def run() -> None:
-        producer = AsyncProducer(contexts.bootstrap(bootstrap), acks=ack, compression_type=compression,
-                                 linger_ms=linger_ms, batch_size=batch_size,
-                                 delivery_timeout_ms=delivery_timeout_ms)  # fmt: skip
+        if create:
+            await asyncio.to_thread(_create_topic, servers, topic)
+        producer = AsyncProducer(servers, acks=ack, compression_type=compression, linger_ms=linger_ms,
+                                 batch_size=batch_size, delivery_timeout_ms=delivery_timeout_ms)  # fmt: skip
         await producer.start()
         try:
             with progress(f"producing to {topic}", total if sys.stderr.isatty() else None) as advance:
                 messages = shell.stream_messages(stream.fileno(), **options)
+                grow = (lambda n: asyncio.to_thread(_grow_topic, servers, topic, n)) if create else None
+                messages = shell.within_partitions(producer, topic, messages, grow)
                 await shell.produce_messages(producer, topic, messages, advance, summary)
         finally:
             await producer.close()
@@ -89,6 +102,21 @@ def produce(
         more = f" (and {len(summary.failures) - 1} more)" if len(summary.failures) > 1 else ""
         where = f"line {first[0]}: " if first[0] else ""
         raise KafkactlError(f"{len(summary.failures)} message(s) not acknowledged; {where}{first[1]}{more}")
+
+
+def _create_topic(servers: str, topic: str) -> None:
+    with Admin(servers) as admin:
+        if topic not in admin.list_topics():
+            try:
+                admin.create_topic(topic, 1)
+            except KafkactlError as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+
+
+def _grow_topic(servers: str, topic: str, count: int) -> None:
+    with Admin(servers) as admin:
+        admin.create_partitions(topic, count)
 
 
 def _print_summary(topic: str, summary: shell.ProduceSummary) -> None:

@@ -3,6 +3,8 @@ options that cannot apply together are refused, and what a consume quietly chang
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 
@@ -42,3 +44,46 @@ def test_consume_says_once_what_it_changed(shared_broker):
     assert "kafkactl: note: partition 0: offset 99 is past its end (3); reading from the end" in r.stderr
     r = run("consume", topic, "-e", "--offset", "1", "-b", shared_broker.bootstrap)
     assert r.stdout.splitlines() == ['{"a":1}', "also not"] and "note" not in r.stderr
+
+
+def test_a_json_line_with_an_unknown_field_is_an_error_not_a_tombstone(shared_broker):
+    b = shared_broker.bootstrap
+    r = run("produce", "typos", "--input", "json", "-b", b, stdin='{"value":"fine"}\n{"vlaue":"typo"}\n')
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    summary, error = r.stderr.strip().splitlines()  # what was sent before the bad line, then the error
+    assert summary.startswith("produced 1 message(s)")
+    assert error.startswith("kafkactl: error: line 2: unknown field(s) 'vlaue'") and "--ignore-unknown-fields" in error
+    r = run("consume", "typos", "-e", "-o", "json", "-b", b)
+    assert [d["value"] for d in map(json.loads, r.stdout.splitlines())] == ["fine"]  # the typo was not sent
+    r = run("produce", "typos", "--input", "json", "--ignore-unknown-fields", "-b", b,
+            stdin='{"value":"kept","note":"skipped"}\n')  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = run("consume", "typos", "-e", "-b", b)
+    assert r.stdout.splitlines() == ["fine", "kept"]
+
+
+def test_the_readmes_lossless_copy_runs_as_written(shared_broker):
+    b = shared_broker.bootstrap
+    assert cli("topic", "create", "source", "-p", 3, "-b", b).returncode == 0
+    for p in range(3):
+        kcat_produce(b, "source", p, [f"p{p}-m{i}" for i in range(4)])
+    dump = run("consume", "source", "-o", "json", "-e", "-b", b)
+    assert dump.returncode == 0 and len(dump.stdout.splitlines()) == 12
+    # a new topic auto-created with one partition cannot take partitions 1 and 2: one line, before sending them
+    r = run("produce", "copy-strict", "--input", "json", "-b", b, stdin=dump.stdout)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    error = r.stderr.strip().splitlines()[-1]
+    assert re.match(r"kafkactl: error: line \d+: topic 'copy-strict' has 1 partition\(s\), no partition [12];", error)
+    assert "-p N" in error and "--create" in error
+    # --create gives the topic the partitions the input names: the same messages in the same partitions
+    r = run("produce", "copy", "--input", "json", "--create", "-b", b, stdin=dump.stdout)
+    assert r.returncode == 0, r.stderr
+    copy = run("consume", "copy", "-o", "json", "-e", "-b", b)
+    source = sorted((d["partition"], d["offset"], d["value"]) for d in map(json.loads, dump.stdout.splitlines()))
+    copied = sorted((d["partition"], d["offset"], d["value"]) for d in map(json.loads, copy.stdout.splitlines()))
+    assert copied == source
+    # -p writes every message to one partition, whatever the line says
+    r = run("produce", "copy-one", "--input", "json", "-p", "0", "-b", b, stdin=dump.stdout)
+    assert r.returncode == 0, r.stderr
+    one = [json.loads(x) for x in run("consume", "copy-one", "-o", "json", "-e", "-b", b).stdout.splitlines()]
+    assert {d["partition"] for d in one} == {0} and sorted(d["value"] for d in one) == sorted(x[2] for x in source)

@@ -107,14 +107,20 @@ def test_json_input_must_be_utf8():
         list(messages_from_lines([b'{"value": "\xff"}'], input_format="json"))
 
 
-def test_json_lines_skip_blank_lines_and_add_extra_headers_and_partition():
+def test_json_lines_skip_blank_lines_and_add_extra_headers_and_the_given_partition_wins():
     lines = [b'{"value": "a"}\n', b"   \n",
              b'{"value": "b", "partition": 0, "headers": [{"key": "x", "value": "1"}]}\r\n']  # fmt: skip
     ms = list(messages_from_lines(lines, input_format="json", headers=[("extra", b"e")], partition=5))
     assert [(m.value, m.partition, m.headers, m.line) for m in ms] == [
         (b"a", 5, [("extra", b"e")], 1),
-        (b"b", 0, [("x", b"1"), ("extra", b"e")], 3),
+        (b"b", 5, [("x", b"1"), ("extra", b"e")], 3),  # -p overrides the line's own partition
     ]
+
+
+def test_a_json_field_it_does_not_know_is_an_error_unless_ignored():
+    with pytest.raises(UsageError, match=r"line 3: unknown field\(s\) 'vlaue'"):
+        message_from_json('{"vlaue": "typo"}', 3)
+    assert message_from_json('{"vlaue": "typo", "value": "v"}', 3, ignore_unknown=True).value == b"v"
 
 
 # --- text lines ------------------------------------------------------------------------------------
