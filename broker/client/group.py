@@ -53,6 +53,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.client.aio import AsyncCluster
 from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerConfig, ConsumerRecord, describe_partitions
+from broker.client.properties import typed
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.zk import client as zk_client
@@ -135,25 +136,13 @@ def settings_from_properties(props: dict[str, str]) -> dict[str, Any]:
         name = key.strip().replace(".", "_")
         if name in ("group_id", "bootstrap_servers", "zookeeper_connect") or name not in defaults:
             raise UsageError(f"unknown consumer property {key!r}")
-        default = defaults[name]
         value: Any
         if name == "isolation_level":
             if text not in _ISOLATION:
                 raise UsageError(f"{key}: expected read_uncommitted or read_committed, not {text!r}")
             value = _ISOLATION[text]
-        elif isinstance(default, bool):
-            if text.lower() not in ("true", "false"):
-                raise UsageError(f"{key}: expected true or false, not {text!r}")
-            value = text.lower() == "true"
-        elif isinstance(default, int):
-            try:
-                value = int(text)
-            except ValueError:
-                raise UsageError(f"{key}: expected an integer, not {text!r}") from None
-            if value < 0:
-                raise UsageError(f"{key}: must not be negative")
         else:
-            value = text
+            value = typed(key, text, defaults[name])
         out[name] = value
     return out
 

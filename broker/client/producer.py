@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 import time
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from typing import Any, NamedTuple
 from broker.client.aio import AsyncCluster, AsyncConnection
 from broker.client.connection import ProtocolError, apply_settings
 from broker.client.partitioner import StickyPartitioner, partition_for_key
+from broker.client.properties import typed
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -78,6 +80,28 @@ class ProducerConfig:
     enable_idempotence: bool | None = None  # None: on when acks=all, as Kafka's default
     max_batch_messages: int = 0  # 0: no count limit (batch.size alone); kafkactl bench sets it
     client_id: str = "kafkactl-producer"
+
+
+#: Kafka's producer keys whose names are not their setting's name with '.' → '_'
+_PRODUCER_KEYS = {"max.in.flight.requests.per.connection": "max_in_flight"}
+_PRODUCER_DEFAULTS = dataclasses.asdict(ProducerConfig())
+
+
+def producer_settings(props: dict[str, str]) -> dict[str, Any]:
+    """Typed keyword settings of `AsyncProducer` from Kafka-named producer properties (`linger.ms=20`,
+    `max.request.size=3000000`); an unknown key or a bad value is a UsageError naming it."""
+    out: dict[str, Any] = {}
+    for key, text in props.items():
+        name = _PRODUCER_KEYS.get(key, key.replace(".", "_"))
+        if name not in _PRODUCER_DEFAULTS or name == "max_batch_messages":
+            raise UsageError(f"unknown producer property {key!r}")
+        if name == "acks":
+            out[name] = parse_acks(text)
+        elif name == "compression_type" and text not in CODECS:
+            raise UsageError(f"{key}: expected one of {', '.join(CODECS)}, not {text!r}")
+        else:
+            out[name] = typed(key, text, _PRODUCER_DEFAULTS[name])
+    return out
 
 
 def parse_acks(value: str | int) -> int:

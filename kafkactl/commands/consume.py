@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from broker.client import shell
+from broker.client import properties, shell
 from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord, describe_partitions
 from broker.client.group import GroupConsumer, check_group_id, describe_assignment, settings_from_properties
 from broker.client.offsets import BEGINNING, END, parse_offset
@@ -182,13 +182,7 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
         raise UsageError("--partition cannot be used with --group: the group assigns the partitions")
     if reset is not None and reset not in ("earliest", "latest"):
         raise UsageError(f"--reset {reset!r}: expected earliest or latest")
-    pairs: dict[str, str] = {}
-    for item in props:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--property {item!r}: expected KEY=VALUE")
-        pairs[key.strip()] = value.strip()
-    settings = settings_from_properties(pairs)
+    settings = settings_from_properties(properties.pairs(props, "--property"))
     if reset is not None:
         settings["auto_offset_reset"] = reset
     bs, zk = contexts.bootstrap(bootstrap), contexts.zookeeper(zookeeper)

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from broker.client import shell
+from broker.client import properties, shell
 from broker.client.admin import Admin
-from broker.client.producer import CODECS, AsyncProducer, parse_acks
+from broker.client.producer import CODECS, AsyncProducer, parse_acks, producer_settings
 from broker.errors import KafkactlError, UsageError
 from kafkactl import completion, contexts
 from kafkactl.render import progress
@@ -45,6 +45,15 @@ def produce(
     delivery_timeout_ms: Annotated[
         int, typer.Option("--delivery-timeout-ms", min=1, help="Give up on a message after this long.")
     ] = 120000,
+    max_message_bytes: Annotated[
+        int, typer.Option("--max-message-bytes", min=1, help="The largest request, and so message, to send "
+                          "(max.request.size; the topic's max.message.bytes must allow it too).")
+    ] = 1048576,
+    prop: Annotated[
+        list[str] | None,
+        typer.Option("--property", "-X", show_default=False, help="A producer property KEY=VALUE (repeatable; "
+                     "Kafka's keys, e.g. enable.idempotence=false, retries=5); over the options above."),
+    ] = None,
     bootstrap: contexts.Bootstrap = None,
 ) -> None:
     """Produce one message per input line (text, optionally KEY<SEP>VALUE, or JSON lines as `consume -o json`
@@ -71,13 +80,15 @@ def produce(
         partition=partition, ignore_unknown=ignore_unknown,
     )  # fmt: skip
     servers = contexts.bootstrap(bootstrap)
+    settings = {"acks": ack, "compression_type": compression, "linger_ms": linger_ms, "batch_size": batch_size,
+                "delivery_timeout_ms": delivery_timeout_ms, "max_request_size": max_message_bytes,
+                **producer_settings(properties.pairs(prop or [], "--property"))}  # fmt: skip
     summary = shell.ProduceSummary()
 
     async def run() -> None:
         if create:
             await asyncio.to_thread(_create_topic, servers, topic)
-        producer = AsyncProducer(servers, acks=ack, compression_type=compression, linger_ms=linger_ms,
-                                 batch_size=batch_size, delivery_timeout_ms=delivery_timeout_ms)  # fmt: skip
+        producer = AsyncProducer(servers, **settings)
         await producer.start()
         try:
             with progress(f"producing to {topic}", total if sys.stderr.isatty() else None) as advance:
@@ -101,7 +112,8 @@ def produce(
         first = summary.failures[0]
         more = f" (and {len(summary.failures) - 1} more)" if len(summary.failures) > 1 else ""
         where = f"line {first[0]}: " if first[0] else ""
-        raise KafkactlError(f"{len(summary.failures)} message(s) not acknowledged; {where}{first[1]}{more}")
+        hint = "; raise it with --max-message-bytes" if "max.request.size" in first[1] else ""
+        raise KafkactlError(f"{len(summary.failures)} message(s) not acknowledged; {where}{first[1]}{more}{hint}")
 
 
 def _create_topic(servers: str, topic: str) -> None:

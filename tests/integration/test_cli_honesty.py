@@ -87,3 +87,21 @@ def test_the_readmes_lossless_copy_runs_as_written(shared_broker):
     assert r.returncode == 0, r.stderr
     one = [json.loads(x) for x in run("consume", "copy-one", "-o", "json", "-e", "-b", b).stdout.splitlines()]
     assert {d["partition"] for d in one} == {0} and sorted(d["value"] for d in one) == sorted(x[2] for x in source)
+
+
+def test_producer_properties_and_a_message_over_one_mib(shared_broker):
+    b = shared_broker.bootstrap
+    assert cli("topic", "create", "big", "-p", 1, "--config", "max.message.bytes=3000000", "-b", b).returncode == 0
+    value = "v" * 2_000_000
+    r = run("produce", "big", "-b", b, stdin=value + "\n")  # the producer's default max.request.size: 1 MiB
+    assert r.returncode == 1 and "over max.request.size (1048576)" in r.stderr and "--max-message-bytes" in r.stderr
+    r = run("produce", "big", "--max-message-bytes", "3000000", "-X", "linger.ms=0", "-X", "enable.idempotence=false",
+            "-b", b, stdin=value + "\n")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = run("consume", "big", "-e", "-b", b)
+    assert r.stdout.splitlines() == [value]
+    for bad, needle in (("nope=1", "unknown producer property 'nope'"), ("retries=soon", "expected an integer"),
+                        ("acks", "expected KEY=VALUE")):  # fmt: skip
+        r = run("produce", "big", "-X", bad, "-b", b, stdin="x\n")
+        error_line(r, needle)
+        assert r.returncode == 2
