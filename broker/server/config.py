@@ -104,10 +104,10 @@ def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
     return out
 
 
-def parse_override(text: str) -> tuple[str, str]:
+def parse_override(text: str, option: str = "--override") -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise UsageError(f"--override {text!r}: expected key=value")
+        raise UsageError(f"{option} {text!r}: expected key=value")
     return key.strip(), value.strip()
 
 

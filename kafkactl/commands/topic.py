@@ -40,7 +40,7 @@ def _not_internal(name: str, action: str) -> None:
 def _configs(items: list[str] | None) -> dict[str, str]:
     out = {}
     for item in items or []:
-        key, value = parse_override(item)
+        key, value = parse_override(item, "--config")
         out[key] = value
     return out
 
@@ -119,6 +119,8 @@ def describe(
                 rows += [(topic, *_row(p)) for p in parts]
             else:
                 extra = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+                if extra and not sys.stdout.isatty():  # (a pipe gets no table title: the overrides go first)
+                    print(f"# {name} overrides: {extra}")
                 table(head, [_row(p) for p in parts], title=f"{name}" + (f" ({extra})" if extra else ""))
     if name is None and output != Output.json:
         table(["TOPIC", *head], rows)
