@@ -1,4 +1,4 @@
-"""`kafkactl spark-load TOPIC... --output PATH`: load closed offset ranges into files with Spark, exactly once."""
+"""`kafkactl spark-load TOPIC... --to PATH`: load closed offset ranges into files with Spark, exactly once."""
 
 from __future__ import annotations
 
@@ -36,15 +36,18 @@ def spark_load(
     topics: Annotated[
         list[str], typer.Argument(help="Topics to load.", show_default=False, autocompletion=completion.topics)
     ],
-    output: Annotated[
-        Path,
+    to: Annotated[
+        Path | None,
         typer.Option(
-            "--output",
+            "--to",
             help="Directory of the files (and of the commit log, in PATH/_kafkactl).",
             metavar="PATH",
             show_default=False,
         ),
-    ],
+    ] = None,
+    old_output: Annotated[
+        Path | None, typer.Option("--output", hidden=True, help="Deprecated spelling of --to.", show_default=False)
+    ] = None,
     fmt: Annotated[
         str | None,
         typer.Option(
@@ -113,7 +116,7 @@ def spark_load(
     except ImportError as exc:
         raise KafkactlError(f"spark-load needs pyspark and pyarrow: pip install 'kafkactl[spark]' ({exc})") from None
     opts = load.LoadOptions(
-        topics=list(topics), output=output, bootstrap=contexts.bootstrap(bootstrap), format=fmt,
+        topics=list(topics), output=_destination(to, old_output), bootstrap=contexts.bootstrap(bootstrap), format=fmt,
         value_format=value_format, partition_by=_columns(partition_by), until=_until(until),
         fail_on_data_loss=fail_on_data_loss, skip_offline=skip_offline, min_partitions=min_partitions,
         max_records_per_file=max_records_per_file,
@@ -145,3 +148,19 @@ def spark_load(
     if result.mismatches:
         notify(f"warning: {len(result.mismatches)} range(s) hold fewer or more rows than offsets "
                "(compacted or transactional gaps, or data lost with --no-fail-on-data-loss)")  # fmt: skip
+
+
+def _destination(to: Path | None, old_output: Path | None) -> Path:
+    """--to, or the deprecated --output (refused when it names an output format: elsewhere -o/--output is
+    the format, and `--output json` would have written into ./json)."""
+    if to is not None and old_output is not None:
+        raise UsageError("give --to PATH (--output is its deprecated spelling), not both")
+    if old_output is not None:
+        if str(old_output) in ("json", "text"):
+            raise UsageError(f"spark-load writes files to --to PATH; --output {old_output} is not an output format "
+                             "here (the summary's format is -o/--output-format)")  # fmt: skip
+        print("kafkactl: warning: --output is deprecated: use --to PATH", file=sys.stderr)
+        return old_output
+    if to is None:
+        raise UsageError("missing option --to PATH (where the files go)")
+    return to

@@ -526,7 +526,7 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def spark_load_argv(bootstrap: str, out: Path, *args: str, master: str = "local[2]") -> list[str]:
-    return [sys.executable, "-m", "kafkactl", "spark-load", *args, "--output", str(out), "-b", bootstrap,
+    return [sys.executable, "-m", "kafkactl", "spark-load", *args, "--to", str(out), "-b", bootstrap,
             "--master", master]  # fmt: skip
 
 
@@ -596,6 +596,13 @@ def test_cli_loads_and_reconciles(spark_broker, tmp_path: Path) -> None:
 
     run = subprocess.run(spark_load_argv(b, out, topic), capture_output=True, text=True, timeout=120, env=cli_env())
     assert run.returncode == 0 and run.stdout.startswith("nothing to load"), run.stdout + run.stderr
+    # --to was --output, still taken with a warning; but `--output json` (a format everywhere else) is refused
+    old = [sys.executable, "-m", "kafkactl", "spark-load", topic, "-b", b, "--master", "local[2]"]
+    run = subprocess.run([*old, "--output", str(out)], capture_output=True, text=True, timeout=120, env=cli_env())
+    assert run.returncode == 0 and run.stdout.startswith("nothing to load"), run.stdout + run.stderr
+    assert run.stderr.strip() == "kafkactl: warning: --output is deprecated: use --to PATH"
+    run = subprocess.run([*old, "--output", "json"], capture_output=True, text=True, timeout=120, env=cli_env())
+    assert run.returncode == 2 and "is not an output format here" in run.stderr and not Path("json").exists()
 
     for args, needle in ((["nope"], "unknown topic 'nope'"), ([topic, "--format", "orc"], "earlier loads"),
                          ([topic, "--until", "12"], "--until '12'")):  # fmt: skip
