@@ -653,6 +653,13 @@ class Broker:
             log.error("reading back the producers of %s-%d failed: %s", plog.topic, plog.partition, exc)
             self.producer_states.pop(tp, None)
 
+    def zookeeper_problem(self) -> str | None:
+        """Why a topic change cannot be written now: the ZooKeeper session is down (it would wait for it)."""
+        if self.zk is None or not self.zk.connected:
+            where = self.config.zookeeper_connect
+            return f"broker {self.id} cannot reach ZooKeeper at {where}; try again once it is back"
+        return None
+
     def coordinates(self, group_id: str) -> bool:
         """Whether this broker is the group's coordinator now (not once it is shutting down)."""
         return not self._closing and coordinator_for(group_id, self.cache.brokers) == self.id

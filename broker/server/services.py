@@ -76,6 +76,9 @@ class Services(Protocol):
     def reload_producer_states(self, plog: PartitionLog, since: int | None = None) -> None:
         """After a failed write, make a partition's sequence state what its file holds."""
 
+    def zookeeper_problem(self) -> str | None:
+        """Why a change cannot be written to ZooKeeper now (its session is down), or None."""
+
     def coordinates(self, group_id: str) -> bool:
         """Whether this broker is the group's coordinator now."""
 

@@ -38,8 +38,13 @@ def close(zk: KazooClient) -> None:
         zk.close()
 
 
+#: how long a command waits for ZooKeeper to answer before it says it cannot reach it
+COMMAND_CONNECT_TIMEOUT_S = 3.0
+
+
 @contextlib.contextmanager
-def session(hosts: str, *, connect_timeout_s: float = 15.0) -> Iterator[KazooClient]:
+def session(hosts: str, *, connect_timeout_s: float = COMMAND_CONNECT_TIMEOUT_S) -> Iterator[KazooClient]:
+    """A short-lived session for one command (a command must not hang for long on a ZooKeeper that is down)."""
     zk = connect(hosts, connect_timeout_s=connect_timeout_s)
     try:
         yield zk

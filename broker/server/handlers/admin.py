@@ -50,6 +50,9 @@ async def _create_one(b: Services, t: dict[str, Any], validate_only: bool) -> tu
     why = topic_config_error(config)
     if why:
         return ErrorCode.INVALID_CONFIG, why
+    why = b.zookeeper_problem()
+    if why:
+        return ErrorCode.UNKNOWN_SERVER_ERROR, why
     assignment = None
     if t["assignments"]:
         if t["num_partitions"] != -1 or t["replication_factor"] != -1:
@@ -89,6 +92,8 @@ async def _add_partitions(b: Services, t: dict[str, Any], validate_only: bool) -
     name, count = t["name"], t["count"]
     if internal_topic_error(name, "altered"):
         return ErrorCode.INVALID_TOPIC_EXCEPTION, internal_topic_error(name, "altered")
+    if b.zookeeper_problem():
+        return ErrorCode.UNKNOWN_SERVER_ERROR, b.zookeeper_problem()
     for _ in range(3):  # (another change of the assignment in between: decide again on the new one)
         found = await b.blocking(registry.assignment_version, b.zk, name)
         if found is None:
@@ -155,6 +160,9 @@ async def handle_delete_topics(b: Services, header: RequestHeader, req: dict[str
         if topic_name_error(name):
             out.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
             continue
+        if b.zookeeper_problem():  # (DeleteTopics answers carry no message)
+            out.append({"name": name, "error_code": ErrorCode.UNKNOWN_SERVER_ERROR})
+            continue
         try:
             await b.blocking(registry.delete_topic, b.zk, name)
         except registry.UnknownTopicError:
@@ -220,6 +228,10 @@ async def handle_alter_configs(b: Services, header: RequestHeader, req: dict[str
             item["error_code"], item["error_message"] = ErrorCode.INVALID_CONFIG, why
             continue
         if req["validate_only"]:
+            continue
+        why = b.zookeeper_problem()
+        if why:
+            item["error_code"], item["error_message"] = ErrorCode.UNKNOWN_SERVER_ERROR, why
             continue
         try:
             await b.blocking(registry.set_topic_config, b.zk, rname, config)

@@ -71,6 +71,8 @@ async def auto_create(b: Services, name: str) -> ErrorCode:
     internal topic (INVALID_TOPIC_EXCEPTION)."""
     if is_internal(name):
         return ErrorCode.INVALID_TOPIC_EXCEPTION
+    if b.zookeeper_problem():  # (retriable: the client asks again, and it is created once ZooKeeper is back)
+        return ErrorCode.LEADER_NOT_AVAILABLE
     return await create_topic(b, name, b.config.num_partitions, b.config.default_replication_factor, None, {})
 
 

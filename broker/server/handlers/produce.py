@@ -210,6 +210,8 @@ async def handle_init_producer_id(b: Services, header: RequestHeader, req: dict[
         return {"error_code": ErrorCode.INVALID_REQUEST}  # transactions are not supported
     pid = b.pid_pool.take()
     if pid is None:
+        if b.zookeeper_problem():  # a new block of ids comes from ZooKeeper: retriable, not a 30 s wait
+            return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
         assert b.zk is not None
         first, last = await b.blocking(registry.allocate_producer_ids, b.zk, b.id)
         b.pid_pool.add_block(first, last)
