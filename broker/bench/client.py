@@ -1,7 +1,7 @@
 """`kafkactl bench produce | consume | e2e`: the paper's experiment with kafkactl's own clients.
 
 produce: `--messages` 200-byte messages into one partition, `--batch` messages per Produce request
-(1 or 50 as in the paper), sent without waiting for each answer (up to 5 requests in flight);
+(1 or 50 as in the paper), sent without waiting for each answer (up to 300 requests in flight);
 reports msg/s, MB/s and the bytes each message takes on disk beyond its value.
 consume: reads them all back from offset 0. e2e: a producer at a fixed rate (10,000 msg/s) and a
 consumer in another process; each value carries its send time, the consumer reports latency

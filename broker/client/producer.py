@@ -63,7 +63,7 @@ class RecordMetadata(NamedTuple):
 
 @dataclass
 class ProducerConfig:
-    """The producer keys of CONFIG.md, under Python names."""
+    """Kafka's producer keys (docs/configuration.md), under Python names."""
 
     acks: int = -1  # 0, 1, -1 (all)
     batch_size: int = 16384

@@ -1,7 +1,7 @@
 """The APIs kafkactl speaks: key, schemas, the versions advertised in ApiVersions and those served.
 
 A version advertised but not served (Produce 0-2, kept so old librdkafka keeps compression on)
-is answered with UNSUPPORTED_VERSION. DescribeGroups and ListGroups are beyond DESIGN.md's table:
+is answered with UNSUPPORTED_VERSION. DescribeGroups and ListGroups go beyond the paper's APIs:
 `kafkactl group` (like Kafka's own group tool) asks the coordinators with them.
 """
 

@@ -2,10 +2,11 @@
 
 The broker hands every partition state it learns (`apply`); the manager makes this broker the
 partition's leader (a `LeaderPartition` for its followers), a follower (its fetcher from the leader
-copies it, after the copy is cut back to its high watermark) or neither. As leader it answers the
-followers' fetches (`replica_fetched`: their log end offsets move the high watermark), shrinks and grows
-the ISR (written to the state znode conditional on its version, with an `/isr_change_notification`),
-and holds `acks=all` produce answers until the ISR has their batches (`wait_replicated`).
+copies it, after the copy is cut back to where its latest leader epoch ends in the leader's log) or
+neither. As leader it answers the followers' fetches (`replica_fetched`: their log end offsets move the
+high watermark), shrinks and grows the ISR (written to the state znode conditional on its version, with
+an `/isr_change_notification`), and holds `acks=all` produce answers until the ISR has their batches
+(`wait_replicated`).
 """
 
 from __future__ import annotations

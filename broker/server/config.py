@@ -1,6 +1,6 @@
 """Broker configuration: `server.properties` plus `--override key=value`, under Kafka's key names.
 
-The keys and defaults are those of CONFIG.md, plus Kafka's `connections.max.idle.ms` (default
+The keys and defaults are those of docs/configuration.md, plus Kafka's `connections.max.idle.ms` (default
 600000: a connection idle that long is closed; -1: never). A key that Kafka has but kafkactl does not
 need (JVM thread counts) is accepted and logged once as ignored; any other key is an error naming it.
 """
@@ -293,6 +293,9 @@ class BrokerConfig:
         "segment.index.bytes": "log.index.size.max.bytes",
         "min.insync.replicas": "min.insync.replicas",
         "cleanup.policy": None,
+        "unclean.leader.election.enable": "unclean.leader.election.enable",
+        "leader.replication.throttled.replicas": None,  # partition:broker lists (`topic reassign --throttle`)
+        "follower.replication.throttled.replicas": None,
     }
 
     def topic_defaults(self) -> dict[str, str]:
@@ -305,6 +308,8 @@ class BrokerConfig:
             "flush.messages": str(lc.flush_messages), "flush.ms": str(lc.flush_ms),
             "index.interval.bytes": str(lc.index_interval_bytes), "segment.index.bytes": str(lc.index_max_bytes),
             "min.insync.replicas": str(self.min_insync_replicas),
+            "unclean.leader.election.enable": str(self.unclean_leader_election).lower(),
+            "leader.replication.throttled.replicas": "", "follower.replication.throttled.replicas": "",
         }  # fmt: skip
 
 
@@ -320,6 +325,15 @@ def topic_config_error(config: dict[str, str]) -> str | None:
         if key == "message.timestamp.type":
             if value not in ("CreateTime", "LogAppendTime"):
                 return f"message.timestamp.type={value!r}: expected CreateTime or LogAppendTime"
+            continue
+        if key == "unclean.leader.election.enable":
+            if value.strip().lower() not in ("true", "false"):
+                return f"{key}={value!r}: expected true or false"
+            continue
+        if key.endswith(".replication.throttled.replicas"):
+            items = [i.strip() for i in value.split(",") if i.strip()]
+            if value.strip() != "*" and not all(re.fullmatch(r"\d+:\d+", i) for i in items):
+                return f"{key}={value!r}: expected * or partition:broker pairs separated by commas"
             continue
         try:
             int(value)

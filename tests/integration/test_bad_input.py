@@ -1,4 +1,4 @@
-"""Bad input never costs data (DESIGN.md, principle 5): a live broker against malformed and hostile requests.
+"""Bad input never costs data (the design's principle): a live broker against malformed and hostile requests.
 
 - A frame that cannot be framed or parsed (fuzzed, truncated, oversized, negative size, unknown API, a
   version not spoken) closes only its own connection, with exactly one `closing connection from` line and

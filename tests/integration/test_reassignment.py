@@ -136,6 +136,10 @@ def test_a_throttled_move_copies_slowly_and_verify_removes_the_throttle(start_br
         config = zk_json(zk, "/config/topics/slow")["config"]
         assert config["follower.replication.throttled.replicas"] == f"0:{new}"
         assert config["leader.replication.throttled.replicas"] == f"0:{old}"
+    # an override changed meanwhile keeps the throttle (AlterConfigs sends the whole set back)
+    ok(cli("topic", "alter", "slow", "--config", "retention.ms=86400000", "-b", brokers[0].bootstrap))
+    with zk_session(zk_chroot) as zk:
+        assert zk_json(zk, "/config/topics/slow")["config"]["follower.replication.throttled.replicas"] == f"0:{new}"
     # 300 KB at 100 KB/s (a second's worth at most ahead) cannot be copied within the first two seconds
     r = cli("topic", "reassign", plan, "--verify", "-z", zk_chroot)
     assert r.returncode == 1 and "in progress" in r.stdout and "not completed yet" in r.stderr

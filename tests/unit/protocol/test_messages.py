@@ -1,6 +1,6 @@
 """Message schemas, framing and the API table: every request and response schema round-trips at every
 advertised version, absent fields take their defaults, frames carry the right size and headers, and the
-advertised versions are DESIGN.md's."""
+advertised versions are the design's (docs/formats.md lists them all)."""
 
 from __future__ import annotations
 
@@ -327,7 +327,7 @@ def test_framed() -> None:
 
 # --- the API table ----------------------------------------------------------------------------
 
-#: DESIGN.md "Wire protocol": API key → (advertised lo, hi); Produce is served 3-8 only
+#: the design's first API table: API key → (advertised lo, hi); Produce is served 3-8 only
 DESIGN_TABLE = {
     0: (0, 8), 1: (4, 11), 2: (0, 5), 3: (0, 8), 18: (0, 2), 19: (0, 4), 20: (0, 3), 8: (0, 7), 9: (0, 5),
     10: (0, 2), 11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 22: (0, 1), 32: (0, 3),
@@ -341,34 +341,17 @@ def test_advertised_versions_are_designs() -> None:
     assert {0, 1, 2, 3, 18, 19, 20, 22, 32} <= set(present)
 
 
-def _design_md() -> Path | None:
-    for base in Path(__file__).resolve().parents:
-        candidate = base / "shared" / "DESIGN.md"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def test_design_table_transcription_matches_design_md() -> None:
-    path = _design_md()
-    if path is None:
-        pytest.skip("shared/DESIGN.md is not beside this checkout")
-    text = path.read_text()
-    section = text[text.index("## Wire protocol") :]
-    parsed: dict[int, tuple[int, int]] = {}
+def test_the_api_table_in_docs_is_the_one_served() -> None:
+    """docs/formats.md lists every API with the versions ApiVersions advertises: kept current by this test."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "formats.md").read_text()
+    section = text[text.index("## Kafka protocol") :]
+    documented: dict[int, tuple[int, int]] = {}
     for line in section.splitlines():
-        if not line.startswith("|") or "---" in line or "API (key)" in line:
-            if parsed and not line.startswith("|"):
-                break
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        for names, versions in ((cells[0], cells[1]), (cells[2], cells[3])):
-            keys = [int(k) for k in re.findall(r"\((\d+)\)", names)]
-            ranges = [tuple(int(x) for x in re.findall(r"\d+", r)[:2]) for r in versions.split("/")]
-            assert len(keys) == len(ranges), line
-            parsed.update(zip(keys, ranges, strict=True))
-    assert parsed == DESIGN_TABLE
-    assert "serve 3–8" in section or "serve 3-8" in section
+        m = re.match(r"\| [A-Za-z]+ \| (\d+) \| (\d+)–(\d+)", line)
+        if m:
+            documented[int(m[1])] = (int(m[2]), int(m[3]))
+    assert documented == {int(k): a.advertised for k, a in APIS.items()}
+    assert "3–8 served" in section
 
 
 def test_produce_is_advertised_from_0_and_served_from_3() -> None:

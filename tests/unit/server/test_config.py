@@ -1,4 +1,5 @@
-"""Broker configuration: Java properties parsing, CONFIG.md's keys and defaults, precedence rules, errors."""
+"""Broker configuration: Java properties parsing, the keys and defaults of docs/configuration.md, precedence
+rules, errors."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def test_parse_override() -> None:
 
 # --- defaults ---------------------------------------------------------------------------------
 
-#: CONFIG.md "Broker": key → default (None: no default / derived)
+#: docs/configuration.md "Broker": key → default (None: no default / derived)
 CONFIG_MD = {
     "broker.id": "0", "listeners": "PLAINTEXT://127.0.0.1:9092", "zookeeper.connect": "localhost:2181",
     "zookeeper.session.timeout.ms": "18000", "num.partitions": "1", "default.replication.factor": "1",
@@ -426,6 +427,13 @@ def test_topic_config_error() -> None:
     assert err is not None and "retention.ms='7d'" in err and "not an integer" in err
     err = topic_config_error({"segment.bytes": None})  # type: ignore[dict-item]
     assert err is not None and "segment.bytes" in err
+    # the keys the controller and `topic reassign --throttle` read: `topic alter` must keep them
+    assert topic_config_error({"unclean.leader.election.enable": "true", "follower.replication.throttled.replicas":
+                               "0:3,1:3", "leader.replication.throttled.replicas": "*"}) is None  # fmt: skip
+    err = topic_config_error({"unclean.leader.election.enable": "yes"})
+    assert err is not None and "expected true or false" in err
+    err = topic_config_error({"follower.replication.throttled.replicas": "0-3"})
+    assert err is not None and "partition:broker" in err
 
 
 def test_topic_keys_of_config_md_are_known() -> None:
@@ -464,7 +472,8 @@ def test_topic_defaults(tmp_path: Path) -> None:
         "cleanup.policy": "delete", "segment.bytes": "1073741824", "segment.ms": "777", "retention.ms": "600000",
         "retention.bytes": "-1", "max.message.bytes": "5000", "message.timestamp.type": "CreateTime",
         "flush.messages": str(MAX_LONG), "flush.ms": str(MAX_LONG), "index.interval.bytes": "4096",
-        "segment.index.bytes": "10485760", "min.insync.replicas": "2",
+        "segment.index.bytes": "10485760", "min.insync.replicas": "2", "unclean.leader.election.enable": "false",
+        "leader.replication.throttled.replicas": "", "follower.replication.throttled.replicas": "",
     }  # fmt: skip
     assert set(d) == set(BrokerConfig.TOPIC_DEFAULTS)
     assert topic_config_error(d) is None  # defaults are valid overrides

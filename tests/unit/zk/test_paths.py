@@ -1,4 +1,4 @@
-"""Znode paths and JSON shapes, as ZooKeeper-mode Kafka writes and reads them (DESIGN.md "ZooKeeper")."""
+"""Znode paths and JSON shapes, as ZooKeeper-mode Kafka writes and reads them (docs/formats.md "ZooKeeper")."""
 
 from __future__ import annotations
 
