@@ -31,6 +31,7 @@ from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
 from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.group_store import GroupStore
+from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.producers import ProducerIdPool, ProducerStates, load_states
 from broker.server.purgatory import Purgatory
@@ -96,10 +97,15 @@ class Broker:
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
         cfg = self.config
+        files = file_limit()
         self.server = Server(
             cfg.host, cfg.port, dispatcher(self), max_request_bytes=cfg.socket_request_max_bytes,
             send_buffer=cfg.socket_send_buffer_bytes, receive_buffer=cfg.socket_receive_buffer_bytes,
             settle=self.write_deferred, run=run_dispatcher(self), max_idle_ms=cfg.connections_max_idle_ms,
+            max_connections=cfg.max_connections if cfg.max_connections > 0 else default_max_connections(files),
+            max_connections_per_ip=cfg.max_connections_per_ip,
+            max_queued_bytes=(cfg.queued_max_request_bytes if cfg.queued_max_request_bytes > 0
+                              else 2 * cfg.socket_request_max_bytes),
         )  # fmt: skip
         self.server.bind()
         try:

@@ -58,6 +58,13 @@ DEFAULTS: dict[str, str | None] = {
     "socket.send.buffer.bytes": "102400",
     "socket.receive.buffer.bytes": "102400",
     "queued.max.requests": "500",
+    # bytes of big request frames being received at once, over all connections (Kafka's key; -1 there is no
+    # bound, here a default of 2 × socket.request.max.bytes): past it, the broker stops reading those sockets
+    "queued.max.request.bytes": "-1",
+    # Kafka's keys; -1 (here the default): as many as the file limit allows, less a reserve for the broker's
+    # own files and connections (logs, ZooKeeper, its fetchers)
+    "max.connections": "-1",
+    "max.connections.per.ip": "-1",
     "num.replica.fetchers": "1",
     "replica.lag.time.max.ms": "30000",
     "replica.fetch.max.bytes": "1048576",
@@ -179,6 +186,9 @@ class BrokerConfig:
     socket_send_buffer_bytes: int = 102400
     socket_receive_buffer_bytes: int = 102400
     queued_max_requests: int = 500
+    queued_max_request_bytes: int = -1
+    max_connections: int = -1
+    max_connections_per_ip: int = -1
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
@@ -246,6 +256,9 @@ class BrokerConfig:
                           ("socket.receive.buffer.bytes", "socket_receive_buffer_bytes")):  # fmt: skip
             setattr(c, attr, _int(props, key) if key in explicit else -1)
         c.queued_max_requests = _int(props, "queued.max.requests")
+        c.queued_max_request_bytes = _int(props, "queued.max.request.bytes")
+        c.max_connections = _int(props, "max.connections")
+        c.max_connections_per_ip = _int(props, "max.connections.per.ip")
         c.group_initial_rebalance_delay_ms = _int(props, "group.initial.rebalance.delay.ms")
         c.group_min_session_timeout_ms = _int(props, "group.min.session.timeout.ms")
         c.group_max_session_timeout_ms = _int(props, "group.max.session.timeout.ms")

@@ -36,6 +36,7 @@ from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.primitives import I32
 from broker.server.broker_logging import describe_exception
+from broker.server.limits import BytePool, ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ Dispatch = Callable[[memoryview, str], "list[Any] | None | Awaitable[list[Any] |
 class Connection:
     """One client socket: buffered frame reads, vectored and zero-copy writes."""
 
-    def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int) -> None:
+    def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int, pool: BytePool | None = None) -> None:
         self.sock = sock
         self.peer = peer
         self.max_request_bytes = max_request_bytes
@@ -97,6 +98,8 @@ class Connection:
         self._view = memoryview(self._buf)
         self._start = self._end = 0  # the unframed bytes are _buf[_start:_end]
         self._frame = bytearray(0)  # reused for big frames up to _REUSE bytes: a fresh 1 MiB buffer costs page faults
+        self.pool = pool  # the broker's budget for big frames being received
+        self._held = 0  # bytes of it the current big frame holds (given back when the next frame is read)
         self._big = (0, 0)  # (received, size) of the big frame being received into its own buffer
         self.active = self.loop.time()  # when bytes last came or went (or a request was answered)
         self.busy = False  # a request of this connection is being handled (it is not idle meanwhile)
@@ -142,6 +145,12 @@ class Connection:
         self._start, answered, answers = got  # type: ignore[misc]
         return answered, answers
 
+    def release_memory(self) -> None:
+        """Give the big frame's bytes back to the broker's budget."""
+        if self._held and self.pool is not None:
+            self.pool.release(self._held)
+        self._held = 0
+
     async def _recv(self) -> bool:
         """Receive more into the buffer (moving what is left to its front first); False at end of stream."""
         if self._start:
@@ -157,8 +166,10 @@ class Connection:
         """The next request frame (without its size), or None at a clean end of stream.
 
         Small frames are cut from what one recv brought; a big frame is received straight into its own
-        buffer after the part already here, so its bytes are copied once.
+        buffer after the part already here, so its bytes are copied once, once the broker's budget for
+        big frames has room for it (`queued.max.request.bytes`).
         """
+        self.release_memory()  # the frame before this one has been handled
         while self._end - self._start < 4:
             if not await self._recv():
                 left = self._end - self._start
@@ -179,6 +190,9 @@ class Connection:
                     got = self._end - self._start - 4
                     raise BadRequest(f"connection closed inside a frame ({got} of {size} bytes)")
             return await self.read_frame()
+        if self.pool is not None:
+            self._big = (4 + have, 4 + size)
+            self._held = await self.pool.acquire(4 + size)
         # One request is handled at a time per connection and nothing keeps a view of its frame after its
         # answer (appends copy the records into the log), so the next big frame may reuse the buffer.
         if size > _REUSE:
@@ -319,7 +333,8 @@ class Server:
     def __init__(self, host: str, port: int, dispatch: Dispatch, *, max_request_bytes: int,
                  send_buffer: int = -1, receive_buffer: int = -1,
                  settle: Callable[[], None] | None = None, run: RunDispatch | None = None,
-                 max_idle_ms: int = -1) -> None:  # fmt: skip
+                 max_idle_ms: int = -1, max_connections: int = 1 << 62, max_connections_per_ip: int = -1,
+                 max_queued_bytes: int = -1) -> None:  # fmt: skip
         self.host, self.port = host, port
         self.dispatch = dispatch
         self.run = run
@@ -332,6 +347,8 @@ class Server:
         self._accept_task: asyncio.Task | None = None
         self.max_idle_ms = max_idle_ms
         self._idle_task: asyncio.Task | None = None
+        self.limits = ConnectionLimits(max_connections, max_connections_per_ip)
+        self.pool = BytePool(max_queued_bytes) if max_queued_bytes > 0 else None
 
     def bind(self) -> None:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -386,6 +403,10 @@ class Server:
                     await asyncio.sleep(0.1)
                     continue
                 raise
+            ip = addr[0]
+            if not self.limits.admit(ip):  # over max.connections (per ip): the newest goes, at once
+                client.close()
+                continue
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.send_buffer > 0:
@@ -396,9 +417,10 @@ class Server:
             task = loop.create_task(self._serve(client, peer))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+            task.add_done_callback(lambda _t, ip=ip: self.limits.release(ip))
 
     async def _serve(self, sock: socket.socket, peer: str) -> None:
-        conn = Connection(sock, peer, self.max_request_bytes)
+        conn = Connection(sock, peer, self.max_request_bytes, self.pool)
         current_peer.set(peer)
         task = asyncio.current_task()
         assert task is not None
@@ -522,6 +544,7 @@ class Server:
                 if isinstance(part, FileRegion):
                     os.close(part.fd)
             self.connections.pop(conn, None)
+            conn.release_memory()
             sock.close()
 
     async def close(self) -> None:

@@ -5,11 +5,17 @@ request's own `allow_auto_topic_creation`), with `num.partitions` and `default.r
 never one of Kafka's internal topics (`__consumer_offsets`, ...), which kafkactl does not use. A topic
 of such a name found in ZooKeeper (one shared with a Kafka cluster) is marked `is_internal`, as Kafka
 marks it.
+
+A request naming many topics the broker does not know cannot make it flood ZooKeeper: at most
+`LOOKUPS_PER_REQUEST` of them are looked up (and auto-created) per request, and at most
+`CREATES_PER_SECOND` topics are auto-created per second (a second's worth may come at once); the others
+are answered UNKNOWN_TOPIC_OR_PARTITION, which a client retries.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol.api import api_versions_table
@@ -20,6 +26,21 @@ from broker.zk import registry
 
 if TYPE_CHECKING:
     from broker.server.services import Services
+
+LOOKUPS_PER_REQUEST = 100
+CREATES_PER_SECOND = 50.0
+_creates = {"budget": CREATES_PER_SECOND, "at": time.monotonic()}  # the broker's auto-create budget
+
+
+def _may_create() -> bool:
+    """Take one auto-creation from the broker's budget (refilled at CREATES_PER_SECOND), if there is one."""
+    now = time.monotonic()
+    _creates["budget"] = min(CREATES_PER_SECOND, _creates["budget"] + (now - _creates["at"]) * CREATES_PER_SECOND)
+    _creates["at"] = now
+    if _creates["budget"] < 1:
+        return False
+    _creates["budget"] -= 1
+    return True
 
 
 async def handle_api_versions(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -36,9 +57,11 @@ async def handle_metadata(b: Services, header: RequestHeader, req: dict[str, Any
         names = requested_names = [t["name"] for t in requested]
     allow_create = b.config.auto_create_topics and (version < 4 or req["allow_auto_topic_creation"])
     topics = []
+    lookups = LOOKUPS_PER_REQUEST
     for name in names:
-        if name not in b.cache.topics and name in requested_names and topic_name_error(name) is None:
-            if not await b.refresh_topic(name) and allow_create and not is_internal(name):
+        if name not in b.cache.topics and name in requested_names and topic_name_error(name) is None and lookups > 0:
+            lookups -= 1
+            if not await b.refresh_topic(name) and allow_create and not is_internal(name) and _may_create():
                 await auto_create(b, name)
         topics.append(_topic(b, name))
     brokers = [{"node_id": i, "host": h, "port": p, "rack": r} for i, (h, p, r) in sorted(b.cache.brokers.items())]
