@@ -22,6 +22,7 @@ from kafkactl import contexts
 from kafkactl.commands import (
     bench,
     cluster,
+    config,
     consume,
     group,
     inspect,
@@ -54,6 +55,7 @@ app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
 app.add_typer(group.app, name="group")
 app.add_typer(zk.app, name="zk")
+app.add_typer(config.app, name="config")
 app.command("spark-load")(spark_load.spark_load)
 
 _state = {"debug": False}

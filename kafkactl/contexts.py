@@ -11,6 +11,7 @@ The first of these that names a value wins, in that order; then the defaults (lo
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from pathlib import Path
@@ -39,6 +40,33 @@ def config_path() -> Path:
     return Path(base) / "kafkactl" / "config.toml"
 
 
+def load_config() -> dict:
+    """The config file as a dict ({} when there is none); UsageError when it cannot be read."""
+    path = config_path()
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+
+
+def save_config(doc: dict) -> Path:
+    """Write `current-context` and the `[contexts.NAME]` tables (string values) back as TOML."""
+    lines = []
+    if doc.get("current-context"):
+        lines.append(f"current-context = {json.dumps(str(doc['current-context']))}")
+    for name, values in sorted((doc.get("contexts") or {}).items()):
+        lines += ["", f"[contexts.{json.dumps(str(name))}]"]
+        lines += [f"{json.dumps(str(k))} = {json.dumps(str(v))}" for k, v in values.items()]
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".toml.tmp")
+    tmp.write_text("\n".join(lines).lstrip("\n") + "\n")
+    tmp.replace(path)
+    return path
+
+
 def _context_values() -> dict[str, str]:
     path = config_path()
     name = root.get("context") or os.environ.get("KAFKACTL_CONTEXT")
@@ -46,10 +74,7 @@ def _context_values() -> dict[str, str]:
         if name:
             raise UsageError(f"context {name!r} named, but {path} does not exist")
         return {}
-    try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+    doc = load_config()
     name = name or doc.get("current-context")
     if not name:
         return {}

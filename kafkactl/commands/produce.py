@@ -15,7 +15,7 @@ from broker.client.admin import Admin
 from broker.client.producer import CODECS, AsyncProducer, parse_acks, producer_settings
 from broker.errors import KafkactlError, UsageError
 from kafkactl import completion, contexts
-from kafkactl.render import progress
+from kafkactl.render import Output, json_line, progress
 
 
 def produce(
@@ -55,6 +55,9 @@ def produce(
                      "Kafka's keys, e.g. enable.idempotence=false, retries=5); over the options above."),
     ] = None,
     bootstrap: contexts.Bootstrap = None,
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="text (a summary on stderr) or json (the summary on stdout).")
+    ] = Output.text,
 ) -> None:
     """Produce one message per input line (text, optionally KEY<SEP>VALUE, or JSON lines as `consume -o json`
     prints them). A summary goes to stderr; the exit code is 1 if any message was not acknowledged."""
@@ -106,7 +109,9 @@ def produce(
     finally:
         if file is not None:
             stream.close()
-        if summary.messages or summary.failures:
+        if output == Output.json:
+            json_line(_summary_json(topic, summary))
+        elif summary.messages or summary.failures:
             _print_summary(topic, summary)
     if summary.failures:
         first = summary.failures[0]
@@ -129,6 +134,12 @@ def _create_topic(servers: str, topic: str) -> None:
 def _grow_topic(servers: str, topic: str, count: int) -> None:
     with Admin(servers) as admin:
         admin.create_partitions(topic, count)
+
+
+def _summary_json(topic: str, summary: shell.ProduceSummary) -> dict:
+    spans = {str(p): {"first_offset": a, "last_offset": b} for p, (a, b) in sorted(summary.partitions.items())}
+    return {"topic": topic, "messages": summary.messages, "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
+            "failed": len(summary.failures), "partitions": spans}  # fmt: skip
 
 
 def _print_summary(topic: str, summary: shell.ProduceSummary) -> None:

@@ -37,6 +37,14 @@ def _not_internal(name: str, action: str) -> None:
         raise KafkactlError(why)
 
 
+def _say(output: Output, text: str, **fields: object) -> None:
+    """A command's outcome: its line of text, or the same as one JSON object."""
+    if output == Output.json:
+        json_line(fields)
+    else:
+        print(text)
+
+
 def _configs(items: list[str] | None) -> dict[str, str]:
     out = {}
     for item in items or []:
@@ -57,6 +65,7 @@ def create(
     config: ConfigOpt = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="No error when it exists already.")] = False,
     bootstrap: contexts.Bootstrap = None,
+    output: OutputOpt = Output.text,
 ) -> None:
     """Create a topic; partitions are spread over the live brokers round-robin."""
     _not_internal(name, "created")
@@ -66,11 +75,11 @@ def create(
         raise UsageError(f"--replication-factor {replication_factor}: must be at least 1")
     with Admin(contexts.bootstrap(bootstrap)) as admin:
         if if_not_exists and name in admin.list_topics():
-            print(f"topic {name} exists already")
+            _say(output, f"topic {name} exists already", topic=name, created=False)
             return
         admin.create_topic(name, partitions, replication_factor, _configs(config))
         count = admin.list_topics().get(name, partitions)
-    print(f"created topic {name} with {count} partition(s)")
+    _say(output, f"created topic {name} with {count} partition(s)", topic=name, created=True, partitions=count)
 
 
 @app.command("list")
@@ -146,6 +155,7 @@ def alter(
         int | None, typer.Option("--partitions", "-p", min=1, help="Raise the partition count to this (never lowered).")
     ] = None,
     bootstrap: contexts.Bootstrap = None,
+    output: OutputOpt = Output.text,
 ) -> None:
     """Set or remove per-topic configuration overrides (the others stay), or add partitions.
 
@@ -156,13 +166,20 @@ def alter(
         raise UsageError("nothing to change: give --partitions N, --config key=value or --delete-config key")
     if partitions is not None:
         _not_internal(name, "altered")
+    result: dict[str, object] = {"topic": name}
     with Admin(contexts.bootstrap(bootstrap)) as admin:
         if partitions is not None:
             admin.create_partitions(name, partitions)
-            print(f"topic {name}: {partitions} partitions")
+            result["partitions"] = partitions
+            if output == Output.text:
+                print(f"topic {name}: {partitions} partitions")
         if sets or delete_config:
             now = admin.alter_config(name, sets, list(delete_config or []))
-            print(f"topic {name}: " + (", ".join(f"{k}={v}" for k, v in sorted(now.items())) or "no overrides"))
+            result["config"] = now
+            if output == Output.text:
+                print(f"topic {name}: " + (", ".join(f"{k}={v}" for k, v in sorted(now.items())) or "no overrides"))
+    if output == Output.json:
+        json_line(result)
 
 
 @app.command("delete")
@@ -170,6 +187,7 @@ def delete(
     name: Annotated[str, typer.Argument(autocompletion=completion.topics, help="Topic name.")],
     execute: Annotated[bool, typer.Option("--execute", help="Really delete (otherwise: show what would go).")] = False,
     bootstrap: contexts.Bootstrap = None,
+    output: OutputOpt = Output.text,
 ) -> None:
     """Delete a topic and all its data. Shows the plan unless --execute."""
     _not_internal(name, "deleted")
@@ -178,11 +196,12 @@ def delete(
         if not execute:
             msgs = sum((p.log_end_offset or 0) - (p.log_start_offset or 0) for p in parts)
             size = sum(p.size or 0 for p in parts)
-            print(f"would delete topic {name}: {len(parts)} partition(s), {msgs} message offset(s), {size} bytes; "
-                  "run again with --execute")  # fmt: skip
+            _say(output, f"would delete topic {name}: {len(parts)} partition(s), {msgs} message offset(s), {size} "
+                 "bytes; run again with --execute", topic=name, deleted=False, partitions=len(parts), messages=msgs,
+                 bytes=size)  # fmt: skip
             return
         admin.delete_topic(name)
-    print(f"deleted topic {name}")
+    _say(output, f"deleted topic {name}", topic=name, deleted=True)
 
 
 @app.command("elect-leaders")

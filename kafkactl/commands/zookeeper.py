@@ -11,15 +11,15 @@ from typer.exceptions import Exit
 
 from broker import home
 from broker.daemon import read_pid, run_foreground, stop_process
-from broker.errors import KafkactlError
+from broker.errors import KafkactlError, UsageError
 from broker.zk.server import ZooKeeperServer, daemon_name, server_info, start_server_daemon
+from kafkactl import contexts
 from kafkactl.render import Output, json_line
 
 app = typer.Typer(help="Run a local ZooKeeper server (Apache ZooKeeper, as a child JVM).", no_args_is_help=True)
 
 Port = Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="Client port.")]
 ListenHost = Annotated[str, typer.Option("--host", help="Address to listen on.")]
-ServerHost = Annotated[str, typer.Option("--host", help="Address of the server.")]
 
 
 @app.command("start")
@@ -61,12 +61,35 @@ def start(
         raise KafkactlError(f"zookeeper exited by itself with code {code} (log: {server.log_path})")
 
 
+TargetPort = Annotated[
+    int | None,
+    typer.Option("--port", "-p", min=1, max=65535, show_default=False,
+                 help="Client port (default: that of the root -z, KAFKACTL_ZOOKEEPER or the context, else 2181)."),
+]  # fmt: skip
+
+
+def _target(host: str | None, port: int | None) -> tuple[str, int]:
+    """The server a command means: --host/--port, else the ZooKeeper the root -z, KAFKACTL_ZOOKEEPER or the
+    context names (its first address), else 127.0.0.1:2181."""
+    named = contexts.configured("zookeeper")
+    if named and (host is None or port is None):
+        first = named.split(",")[0].split("/")[0]
+        h, sep, p = first.rpartition(":")
+        try:
+            named_host, named_port = (h or "127.0.0.1", int(p)) if sep else (first, 2181)
+        except ValueError:
+            raise UsageError(f"ZooKeeper address {first!r}: port is not a number") from None
+        return host or named_host, port or named_port
+    return host or "127.0.0.1", port or 2181
+
+
 @app.command("stop")
 def stop(
-    port: Port = 2181,
+    port: TargetPort = None,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before SIGKILL.")] = 30.0,
 ) -> None:
     """Stop the ZooKeeper server that `kafkactl zookeeper start` runs on this port."""
+    _, port = _target(None, port)
     pid = read_pid(home.pid_file(daemon_name(port)))
     if pid is None:
         raise KafkactlError(f"no zookeeper started by kafkactl is running on port {port}")
@@ -76,11 +99,12 @@ def stop(
 
 @app.command("status")
 def status(
-    port: Port = 2181,
-    host: ServerHost = "127.0.0.1",
+    port: TargetPort = None,
+    host: Annotated[str | None, typer.Option("--host", help="Address of the server.", show_default=False)] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
 ) -> None:
     """Whether a ZooKeeper server serves on host:port (exit code 0) or not (1), with its mode and version."""
+    host, port = _target(host, port)
     info = server_info(host, port)
     pid = read_pid(home.pid_file(daemon_name(port)))
     result = {"address": f"{host}:{port}", "serving": info is not None, "pid": pid, **(info or {})}

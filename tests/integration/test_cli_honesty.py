@@ -131,3 +131,33 @@ def test_the_readmes_topic_commands_run_as_written(cluster3):
     r = subprocess.run([sys.executable, "-m", "kafkactl", "topic", "create", "x", "--config", "retention.ms"],
                        capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     assert r.returncode == 2 and r.stderr.strip() == "kafkactl: error: --config 'retention.ms': expected key=value"
+
+
+def test_json_output_of_produce_and_topic_changes(shared_broker):
+    b = shared_broker.bootstrap
+
+    def js(*argv: str, stdin: str = "") -> dict:
+        r = run(*argv, "-o", "json", "-b", b, stdin=stdin)
+        assert r.returncode == 0, r.stderr
+        (line,) = r.stdout.splitlines()
+        return json.loads(line)
+
+    assert js("topic", "create", "as-json", "-p", "2") == {"topic": "as-json", "created": True, "partitions": 2}
+    assert js("topic", "create", "as-json", "--if-not-exists") == {"topic": "as-json", "created": False}
+    out = js("produce", "as-json", "-p", "1", stdin="a\nb\nc\n")
+    assert out["messages"] == 3 and out["failed"] == 0 and out["partitions"] == {"1": {"first_offset": 0,
+                                                                                        "last_offset": 2}}
+    assert js("topic", "alter", "as-json", "--partitions", "3", "--config", "retention.ms=1000") == {
+        "topic": "as-json", "partitions": 3, "config": {"retention.ms": "1000"}}  # fmt: skip
+    plan = js("topic", "delete", "as-json")
+    assert plan["deleted"] is False and plan["partitions"] == 3 and plan["messages"] == 3
+    assert js("topic", "delete", "as-json", "--execute") == {"topic": "as-json", "deleted": True}
+
+
+def test_zookeeper_status_takes_the_zookeeper_the_environment_names(zk_server):
+    env = cli_env(KAFKACTL_ZOOKEEPER=zk_server.connect_string + "/x")
+    r = subprocess.run([sys.executable, "-m", "kafkactl", "zookeeper", "status", "-o", "json"], capture_output=True,
+                       text=True, timeout=60, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    status = json.loads(r.stdout)
+    assert status["address"] == zk_server.connect_string and status["serving"] is True

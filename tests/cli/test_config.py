@@ -1,0 +1,41 @@
+"""`kafkactl config`: contexts added, listed, used and removed, and every command then finding its cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+
+def run(xdg: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKACTL_")}
+    env["XDG_CONFIG_HOME"] = str(xdg)
+    return subprocess.run([sys.executable, "-m", "kafkactl", *args], capture_output=True, text=True, timeout=60,
+                          env=env)  # fmt: skip
+
+
+def test_contexts_are_added_used_listed_and_removed(tmp_path: Path) -> None:
+    assert run(tmp_path, "config", "add", "local", "-b", "127.0.0.1:9092", "-z", "127.0.0.1:2181").returncode == 0
+    assert run(tmp_path, "config", "add", "prod eu", "-b", "k1:9092,k2:9092").returncode == 0  # a name with a space
+    doc = tomllib.loads((tmp_path / "kafkactl" / "config.toml").read_text())
+    assert doc == {"current-context": "local", "contexts": {"local": {"bootstrap-server": "127.0.0.1:9092",
+                   "zookeeper": "127.0.0.1:2181"}, "prod eu": {"bootstrap-server": "k1:9092,k2:9092"}}}  # fmt: skip
+    r = run(tmp_path, "config", "list", "-o", "json")
+    assert [(d["name"], d["current"]) for d in map(json.loads, r.stdout.splitlines())] == [("local", True),
+                                                                                          ("prod eu", False)]
+    assert run(tmp_path, "config", "use", "prod eu").returncode == 0
+    current = json.loads(run(tmp_path, "config", "current", "-o", "json").stdout)
+    assert current == {"context": "prod eu", "bootstrap-server": "k1:9092,k2:9092", "zookeeper": "localhost:2181"}
+    r = run(tmp_path, "-b", "other:1", "config", "current", "-o", "json")  # the root option wins
+    assert json.loads(r.stdout)["bootstrap-server"] == "other:1"
+    r = run(tmp_path, "config", "use", "nope")
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("kafkactl: error: no context 'nope' (have: local, prod eu)")
+    assert run(tmp_path, "config", "remove", "prod eu").returncode == 0
+    doc = tomllib.loads((tmp_path / "kafkactl" / "config.toml").read_text())
+    assert doc == {"contexts": {"local": {"bootstrap-server": "127.0.0.1:9092", "zookeeper": "127.0.0.1:2181"}}}
+    r = run(tmp_path, "config", "add", "empty")
+    assert r.returncode == 2 and "give -b/--bootstrap-server" in r.stderr
