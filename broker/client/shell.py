@@ -15,6 +15,7 @@ import binascii
 import contextlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -338,10 +339,30 @@ class ConsumeSummary:
     seconds: float = 0.0
 
 
-async def start_positions(consumer: AsyncConsumer, tps: list[tuple[str, int]], spec: OffsetSpec) -> dict:
-    """Seek every partition as `spec` says; returns {tp: (start offset, end offset at start)}."""
+def grep_matcher(pattern: str) -> Callable[[ConsumerRecord], bool]:
+    """A test of a record: the regex (UTF-8) is found in its key, its value or a header's value (as bytes)."""
+    try:
+        rx = re.compile(pattern.encode())
+    except re.error as exc:
+        raise UsageError(f"--grep {pattern!r}: not a regular expression ({exc})") from None
+
+    def match(r: ConsumerRecord) -> bool:
+        return any(b is not None and rx.search(b) for b in (r.key, r.value, *(v for _, v in r.headers)))
+
+    return match
+
+
+async def start_positions(consumer: AsyncConsumer, tps: list[tuple[str, int]], spec: OffsetSpec,
+                          until: OffsetSpec | None = None) -> dict:  # fmt: skip
+    """Seek every partition as `spec` says; returns {tp: (start offset, end offset at start)}, the end cut
+    to `until` (an offset, or the first offset at or after a time) when it is given."""
     starts = await consumer.beginning_offsets(tps)
     ends = await consumer.end_offsets(tps)
+    if until is not None and until.kind == "timestamp":
+        found = await consumer.list_offsets(tps, until.value)
+        ends = {tp: min(ends[tp], off) if off >= 0 else ends[tp] for tp, off in found.items()}
+    elif until is not None:
+        ends = {tp: min(ends[tp], resolve(until, starts[tp], ends[tp])) for tp in tps}
     if spec.kind == "timestamp":
         found = await consumer.list_offsets(tps, spec.value)
         chosen = {tp: (off if off >= 0 else ends[tp]) for tp, off in found.items()}
@@ -356,6 +377,7 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
                           follow: bool, max_messages: int | None, summary: ConsumeSummary,
                           on_offline: Callable[[list[tuple[str, int]]], None] | None = None,
                           on_clamped: Callable[[tuple[str, int], int, int], None] | None = None,
+                          until: OffsetSpec | None = None, match: Callable[[ConsumerRecord], bool] | None = None,
                           refresh_s: float = 0.5) -> AsyncIterator[list[ConsumerRecord]]:  # fmt: skip
     """Batches of records in offset order per partition, until the pinned ends (unless following).
 
@@ -364,7 +386,8 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
     read from where `spec` says (its end pinned then) as soon as it has a leader again. Without
     `follow`, once every readable partition is read to its end, the partitions that are still without
     a leader end it with a ConsumeError (LEADER_NOT_AVAILABLE) naming them. An absolute offset outside a
-    partition's log is read from the nearest end; `on_clamped(tp, asked, end)` says so.
+    partition's log is read from the nearest end; `on_clamped(tp, asked, end)` says so. `until` cuts each
+    partition's end (without `follow`); only records `match` accepts are handed out (and counted).
     """
     waiting = consumer.cluster.leaderless(tps)  # not assigned (nothing to look up) until they have a leader
     told = set(waiting)
@@ -372,7 +395,7 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
         on_offline(waiting)
     readable = [tp for tp in tps if tp not in told]
     await consumer.assign(readable)
-    plan = await start_positions(consumer, readable, spec) if readable else {}
+    plan = await start_positions(consumer, readable, spec, until) if readable else {}
     if on_clamped is not None and spec.kind == "absolute":
         for tp, (chosen, end) in plan.items():
             if chosen != spec.value:
@@ -393,7 +416,7 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
             return
         try:
             await consumer.assign([*consumer.assignment, *back])
-            found = await start_positions(consumer, back, spec)
+            found = await start_positions(consumer, back, spec, until)
         except ConsumeError as exc:  # gone again before its offsets were read: it waits on
             if exc.code != ErrorCode.LEADER_NOT_AVAILABLE:
                 raise
@@ -433,6 +456,8 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
                     if recs[-1].offset >= end - 1:
                         recs = [r for r in recs if r.offset < end]
                         remaining.discard(tp)
+                if match is not None:
+                    recs = [r for r in recs if match(r)]
                 if max_messages is not None and summary.messages + len(recs) >= max_messages:
                     recs = recs[: max_messages - summary.messages]
                     remaining.clear()

@@ -47,6 +47,16 @@ def consume(
         ),
     ] = False,
     max_messages: Annotated[int | None, typer.Option("--max-messages", "-c", min=1, help="Stop after N.")] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", show_default=False, help="Stop each partition before this offset or time "
+                     "(N, @epoch-ms, ISO date-time, a duration ago): with --offset, a window."),
+    ] = None,
+    grep: Annotated[
+        str | None,
+        typer.Option("--grep", show_default=False, help="Only messages whose key, value or a header value "
+                     "matches this regular expression (counted by -c too)."),
+    ] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json (JSON lines).")] = Output.text,
     fmt: Annotated[
         str | None, typer.Option("--format", help="kcat tokens: %t %p %o %k %s %h %T %K %S (e.g. '%p:%o %k=%s\\n').")
@@ -122,6 +132,8 @@ def consume(
             out.write("".join(render(r, key_decoder, value_decoder) for r in recs))
         out.flush()
 
+    if group is not None and (until is not None or grep is not None):
+        raise UsageError(f"{'--until' if until is not None else '--grep'} cannot be used with --group")
     if group is not None:
         _consume_group(topic, group, partition=partition, offset=offset, reset=reset, props=prop or [],
                        follow=not exit_at_end, max_messages=max_messages, emit=emit, summary=summary,
@@ -130,6 +142,10 @@ def consume(
     if reset is not None or prop:
         raise UsageError(f"{'--reset' if reset is not None else '--property'} needs --group")
     spec = parse_offset(offset) if offset is not None else (END if follow else BEGINNING)
+    stop_at = parse_offset(until) if until is not None else None
+    if stop_at is not None and (follow or stop_at.kind == "relative"):
+        raise UsageError("--until takes an offset or a time, and cannot be used with --follow")
+    match = shell.grep_matcher(grep) if grep is not None else None
 
     reading: list[tuple[str, int]] = []  # the partitions chosen, for the warning's wording
 
@@ -150,7 +166,7 @@ def consume(
             tps = reading[:] = [(topic, p) for p in chosen]
             async for recs in shell.consume_records(consumer, tps, spec, follow=follow, max_messages=max_messages,
                                                     summary=summary, on_offline=warn_offline,
-                                                    on_clamped=clamped):  # fmt: skip
+                                                    on_clamped=clamped, until=stop_at, match=match):  # fmt: skip
                 emit(recs)
         finally:
             await consumer.close()

@@ -161,3 +161,22 @@ def test_zookeeper_status_takes_the_zookeeper_the_environment_names(zk_server):
     assert r.returncode == 0, r.stderr
     status = json.loads(r.stdout)
     assert status["address"] == zk_server.connect_string and status["serving"] is True
+
+
+def test_consume_a_window_and_grep(shared_broker):
+    b = shared_broker.bootstrap
+    assert cli("topic", "create", "windowed", "-p", 1, "-b", b).returncode == 0
+    kcat_produce(b, "windowed", 0, [f"{'order' if i % 3 == 0 else 'ping'}-{i}" for i in range(30)])
+    r = run("consume", "windowed", "--offset", "10", "--until", "20", "-b", b)
+    assert r.stdout.split() == [f"{'order' if i % 3 == 0 else 'ping'}-{i}" for i in range(10, 20)], r.stderr
+    r = run("consume", "windowed", "--grep", "^order-[0-9]*[05]$", "-b", b)
+    assert r.stdout.split() == ["order-0", "order-15"] and "consumed 2 message(s)" in r.stderr
+    r = run("consume", "windowed", "--grep", "order", "--until", "10", "-c", "2", "-b", b)
+    assert r.stdout.split() == ["order-0", "order-3"]
+    r = run("consume", "windowed", "--until", "1h", "-b", b)  # a time: everything written before an hour ago
+    assert r.returncode == 0 and r.stdout == ""
+    for argv, needle in ((["--grep", "("], "not a regular expression"), (["--until", "5", "-f"], "--follow"),
+                         (["--grep", "x", "--group", "g"], "cannot be used with --group")):  # fmt: skip
+        r = run("consume", "windowed", *argv, "-b", b)
+        error_line(r, needle)
+        assert r.returncode == 2
