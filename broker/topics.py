@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import NamedTuple
 
 MAX_NAME_LENGTH = 249
 #: more partitions than this in one topic is refused: one request must not stall the broker building them
@@ -55,3 +57,48 @@ def assign_replicas(
         raise ValueError(f"replication factor {replication_factor} is larger than the {len(ids)} live broker(s)")
     n = len(ids)
     return {p: [ids[(start + p + j) % n] for j in range(replication_factor)] for p in range(partitions)}
+
+
+class TopicSpec(NamedTuple):
+    """A topic to create: name, partitions and replication factor (-1: the broker's defaults), overrides."""
+
+    name: str
+    partitions: int = -1
+    replication_factor: int = -1
+    config: dict[str, str] = {}
+
+
+def parse_topic_specs(text: str) -> list[TopicSpec]:
+    """Topics to create from JSON: `{"topics": [{"name", "partitions", "replication_factor", "config"}]}` or
+    the list alone; ValueError naming the first fault (an illegal or repeated name, a bad number)."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    entries = doc.get("topics") if isinstance(doc, dict) else doc
+    if not isinstance(entries, list) or not entries:
+        raise ValueError('expected {"topics": [{"name": ..., "partitions": ..., "replication_factor": ...}]}')
+    out: list[TopicSpec] = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+            raise ValueError(f'topics[{i}] has no "name" string')
+        name = e["name"]
+        why = topic_name_error(name) or internal_topic_error(name, "created")
+        if why:
+            raise ValueError(f"topics[{i}]: {why}")
+        unknown = sorted(set(e) - {"name", "partitions", "replication_factor", "config"})
+        if unknown:
+            raise ValueError(f"topics[{i}] ({name}): unknown field(s) {', '.join(unknown)}")
+        numbers = []
+        for key in ("partitions", "replication_factor"):
+            value = e.get(key, -1)
+            if not isinstance(value, int) or isinstance(value, bool) or value == 0 or value < -1:
+                raise ValueError(f"topics[{i}] ({name}): {key} must be a positive integer")
+            numbers.append(value)
+        config = e.get("config") or {}
+        if not isinstance(config, dict):
+            raise ValueError(f"topics[{i}] ({name}): config must be an object of key: value")
+        if any(s.name == name for s in out):
+            raise ValueError(f"topic {name} is in the file twice")
+        out.append(TopicSpec(name, numbers[0], numbers[1], {str(k): str(v) for k, v in config.items()}))
+    return out

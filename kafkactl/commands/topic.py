@@ -19,7 +19,7 @@ from broker.client.admin import Admin, PartitionDescription
 from broker.errors import KafkactlError, UsageError
 from broker.replication import reassignment
 from broker.server.config import parse_override
-from broker.topics import internal_topic_error
+from broker.topics import internal_topic_error, parse_topic_specs
 from broker.zk import client as zkclient
 from broker.zk import registry
 from kafkactl import completion, contexts
@@ -55,7 +55,7 @@ def _configs(items: list[str] | None) -> dict[str, str]:
 
 @app.command("create")
 def create(
-    name: Annotated[str, typer.Argument(help="Topic name.")],
+    name: Annotated[str | None, typer.Argument(help="Topic name (or --from-file).", show_default=False)] = None,
     partitions: Annotated[
         int, typer.Option("--partitions", "-p", help="Partitions (default: the broker's num.partitions).")
     ] = -1,
@@ -64,10 +64,21 @@ def create(
     ] = -1,
     config: ConfigOpt = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="No error when it exists already.")] = False,
+    from_file: Annotated[
+        Path | None, typer.Option("--from-file", show_default=False, help='Create every topic of a JSON file: '
+                                  '{"topics": [{"name", "partitions", "replication_factor", "config"}]}; - for stdin.'),
+    ] = None,
     bootstrap: contexts.Bootstrap = None,
     output: OutputOpt = Output.text,
 ) -> None:
     """Create a topic; partitions are spread over the live brokers round-robin."""
+    if from_file is not None:
+        if name is not None or partitions != -1 or replication_factor != -1 or config:
+            raise UsageError("--from-file takes every topic's settings from the file: give no name or options")
+        _create_from_file(from_file, if_not_exists, bootstrap, output)
+        return
+    if name is None:
+        raise UsageError("give a topic name, or --from-file FILE")
     _not_internal(name, "created")
     if partitions == 0 or partitions < -1:
         raise UsageError(f"--partitions {partitions}: must be at least 1")
@@ -80,6 +91,35 @@ def create(
         admin.create_topic(name, partitions, replication_factor, _configs(config))
         count = admin.list_topics().get(name, partitions)
     _say(output, f"created topic {name} with {count} partition(s)", topic=name, created=True, partitions=count)
+
+
+def _create_from_file(path: Path, if_not_exists: bool, bootstrap: str | None, output: Output) -> None:
+    """Every topic of a file, each reported; all are checked first, and a failure does not stop the others."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        specs = parse_topic_specs(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KafkactlError(f"cannot read {path}: {exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    failed = []
+    with Admin(contexts.bootstrap(bootstrap)) as admin:
+        existing = admin.list_topics()
+        for spec in specs:
+            if spec.name in existing and if_not_exists:
+                _say(output, f"topic {spec.name} exists already", topic=spec.name, created=False)
+                continue
+            try:
+                admin.create_topic(spec.name, spec.partitions, spec.replication_factor, spec.config)
+            except KafkactlError as exc:
+                failed.append(spec.name)
+                _say(output, f"topic {spec.name}: {exc}", topic=spec.name, created=False, error=str(exc))
+                continue
+            count = admin.list_topics().get(spec.name, spec.partitions)
+            _say(output, f"created topic {spec.name} with {count} partition(s)", topic=spec.name, created=True,
+                 partitions=count)  # fmt: skip
+    if failed:
+        raise KafkactlError(f"{len(failed)} of {len(specs)} topic(s) not created: {', '.join(failed)}")
 
 
 @app.command("list")

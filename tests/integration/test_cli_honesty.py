@@ -117,14 +117,15 @@ def readme_block(heading: str) -> list[str]:
     return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
 
 
-def test_the_readmes_topic_commands_run_as_written(cluster3):
+def test_the_readmes_topic_commands_run_as_written(cluster3, tmp_path):
     """README's `kafkactl topic` block, line by line, against a 3-broker cluster named by the environment; a
     pipe still shows the overrides a terminal shows in the table's title."""
     env = cli_env(KAFKACTL_BOOTSTRAP_SERVER=",".join(b.bootstrap for b in cluster3))
+    (tmp_path / "topics.json").write_text('{"topics": [{"name": "payments", "partitions": 2}]}')
     for argv in readme_block("### `kafkactl topic create | list | describe | alter | delete`"):
         assert argv[0] == "kafkactl"
         r = subprocess.run([sys.executable, "-m", "kafkactl", *argv[1:]], capture_output=True, text=True,
-                           timeout=60, env=env)  # fmt: skip
+                           timeout=60, env=env, cwd=tmp_path)  # fmt: skip
         assert r.returncode == 0 and "Traceback" not in r.stderr, (argv, r.stdout, r.stderr)
         if argv[1:4] == ["topic", "describe", "orders"]:
             assert r.stdout.splitlines()[0] == "# orders overrides: retention.ms=86400000, segment.bytes=104857600"
@@ -180,3 +181,26 @@ def test_consume_a_window_and_grep(shared_broker):
         r = run("consume", "windowed", *argv, "-b", b)
         error_line(r, needle)
         assert r.returncode == 2
+
+
+def test_topics_created_from_a_file(shared_broker, tmp_path):
+    b = shared_broker.bootstrap
+    plan = tmp_path / "topics.json"
+    plan.write_text(json.dumps({"topics": [
+        {"name": "batch-a", "partitions": 3, "config": {"retention.ms": "3600000"}},
+        {"name": "batch-b"},
+        {"name": "batch-c", "partitions": 2, "replication_factor": 9},  # more replicas than brokers: it fails
+    ]}))  # fmt: skip
+    r = run("topic", "create", "--from-file", str(plan), "-o", "json", "-b", b)
+    assert r.returncode == 1 and r.stderr.strip() == "kafkactl: error: 1 of 3 topic(s) not created: batch-c"
+    results = {d["topic"]: d for d in map(json.loads, r.stdout.splitlines())}
+    assert results["batch-a"] == {"topic": "batch-a", "created": True, "partitions": 3}
+    assert results["batch-b"]["created"] is True and results["batch-c"]["created"] is False
+    r = run("topic", "create", "--from-file", str(plan), "--if-not-exists", "-b", b)
+    assert "topic batch-a exists already" in r.stdout and "topic batch-b exists already" in r.stdout
+    described = json.loads(run("topic", "describe", "batch-a", "-o", "json", "-b", b).stdout)
+    assert described["config"] == {"retention.ms": "3600000"} and len(described["partitions"]) == 3
+    plan.write_text('{"topics": [{"name": "ok"}, {"name": "../bad"}]}')  # checked whole before anything is made
+    r = run("topic", "create", "--from-file", str(plan), "-b", b)
+    error_line(r, "topics[1]: topic name '../bad'")
+    assert r.returncode == 2 and "ok" not in run("topic", "list", "-b", b).stdout.split()
