@@ -21,6 +21,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from broker.errors import KafkactlError
 from broker.log import producer_snapshot
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
@@ -83,6 +84,7 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._config_watched: set[str] = set()
         self._session_lost = False
+        self._zk_down = False  # the ZooKeeper connection is lost (logged once, and once when it is back)
         self._registered = False
         self._closing = False
         #: after `shutdown`, what kept it from being clean (None: it was clean)
@@ -261,26 +263,45 @@ class Broker:
     # -- ZooKeeper ---------------------------------------------------------------------------------
 
     def _on_zk_state(self, state: str) -> None:
-        """kazoo's thread: after a lost session comes back, register again (ephemerals died with it)."""
+        """kazoo's thread: say once that ZooKeeper went away and once that it came back; after a lost session,
+        register again at once (the ephemerals died with it)."""
         if self._closing:
             return
-        if state == KazooState.LOST:
-            self._session_lost = True
-            log.warning("ZooKeeper session expired; will re-register when it reconnects")
-        elif state == KazooState.CONNECTED and self._session_lost and self.zk is not None:
-            self._session_lost = False
-            self.zk.handler.spawn(self._reregister)
+        if state == KazooState.SUSPENDED and not self._zk_down:
+            self._zk_down = True
+            log.warning("lost the connection to ZooKeeper at %s: produce and fetch go on, topic changes wait for it",
+                        self.config.zookeeper_connect)  # fmt: skip
+        elif state == KazooState.LOST:
+            self._session_lost = self._zk_down = True
+            log.warning("ZooKeeper session expired; will register again when it reconnects")
+        elif state == KazooState.CONNECTED:
+            if self._zk_down:
+                self._zk_down = False
+                log.warning("ZooKeeper at %s is back", self.config.zookeeper_connect)
+            if self._session_lost and self.zk is not None:
+                self._session_lost = False
+                self.zk.handler.spawn(self._reregister)
 
     def _reregister(self) -> None:
+        """Register this broker again (and stand for controller), retrying while the new session settles."""
         zk = self.zk
         assert zk is not None
-        try:
-            registry.register_broker(zk, self.id, self.config.advertised_host, self.config.advertised_port)
-            controller = registry.elect_controller(zk, self.id)
+        for attempt in range(60):
+            if self._closing:
+                return
+            try:
+                registry.register_broker(zk, self.id, self.config.advertised_host, self.config.advertised_port)
+                controller = registry.elect_controller(zk, self.id)
+            except (KazooException, KafkactlError) as exc:
+                if attempt == 0:
+                    log.warning("registering again in ZooKeeper failed (%s); retrying",
+                                str(exc) or type(exc).__name__)  # fmt: skip
+                time.sleep(0.5)
+                continue
             self._call(self._set_controller, controller)
-            log.warning("re-registered broker %d in ZooKeeper", self.id)
-        except Exception:
-            log.exception("re-registration in ZooKeeper failed")
+            log.warning("registered broker %d in ZooKeeper again", self.id)
+            return
+        log.error("could not register broker %d in ZooKeeper again; restart it", self.id)
 
     def _call(self, fn: Callable, *args: Any) -> None:
         """Run `fn(*args)` on the event loop (from kazoo's thread)."""

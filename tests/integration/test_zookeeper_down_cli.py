@@ -14,7 +14,7 @@ from broker.client.connection import Connection
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from tests.integration.cluster import BrokerProcess, new_chroot
-from tests.integration.helpers import cli, cli_env, error_line, ok
+from tests.integration.helpers import cli, cli_env, error_line, ok, wait_until, zk_session
 
 
 def test_topic_changes_say_zookeeper_is_unreachable_at_once(private_zk, tmp_path):
@@ -41,3 +41,11 @@ def test_topic_changes_say_zookeeper_is_unreachable_at_once(private_zk, tmp_path
         began = time.monotonic()
         error_line(cli("zk", "ls", "/", "-z", b.zk_connect), "cannot reach ZooKeeper", "within 3s")
         assert time.monotonic() - began < 10
+        private_zk.start()
+        wait_until(lambda: "is back" in b.log_text(), 30, "the broker back on ZooKeeper")
+        with zk_session(b.zk_connect) as zk:
+            assert zk.exists("/brokers/ids/1") is not None
+        ok(cli("topic", "create", "after", "-p", 1, "-b", b.bootstrap))
+        log = b.log_text()  # the outage said once, its end once, and no traceback
+        assert log.count("lost the connection to ZooKeeper") == 1 and log.count("is back") == 1, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
