@@ -10,7 +10,15 @@ from enum import StrEnum
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 
@@ -59,13 +67,15 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str |
 
 
 @contextmanager
-def progress(description: str, total: int | None) -> Iterator:
-    """A transient progress bar on a terminal (stderr); a no-op advance function in a pipe."""
-    if not sys.stderr.isatty():
+def progress(description: str, total: int | None, *, unit: str = "", enabled: bool = True) -> Iterator:
+    """A transient progress bar on a terminal (stderr); a no-op advance function in a pipe or when not
+    `enabled`. With `unit="bytes"` the counts show in human units (KB, MB) with a rate."""
+    if not enabled or not sys.stderr.isatty():
         yield lambda n=1: None
         return
+    counts = (DownloadColumn(), TransferSpeedColumn()) if unit == "bytes" else (MofNCompleteColumn(),)
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        TextColumn("{task.description}"), BarColumn(), *counts, TimeRemainingColumn(),
         console=Console(stderr=True), transient=True,
     ) as bar:  # fmt: skip
         task = bar.add_task(description, total=total)

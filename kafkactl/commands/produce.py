@@ -94,7 +94,8 @@ def produce(
         producer = AsyncProducer(servers, **settings)
         await producer.start()
         try:
-            with progress(f"producing to {topic}", total if sys.stderr.isatty() else None) as advance:
+            typed = file is None and sys.stdin.isatty()  # someone typing: no bar (its end is not known)
+            with progress(f"producing to {topic}", total, unit="bytes", enabled=not typed) as advance:
                 messages = shell.stream_messages(stream.fileno(), **options)
                 grow = (lambda n: asyncio.to_thread(_grow_topic, servers, topic, n)) if create else None
                 messages = shell.within_partitions(producer, topic, messages, grow)

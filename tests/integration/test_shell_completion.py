@@ -130,3 +130,22 @@ def test_an_unreachable_broker_completes_nothing_and_fast(shared_broker):
     assert r.returncode == 0 and r.stdout.strip() == "" and r.stderr == "", r
     assert time.monotonic() - t0 < 10
     ok(cli("topic", "list", "-b", shared_broker.bootstrap))  # (the broker itself is fine)
+
+
+def test_produce_on_a_terminal_shows_bytes_in_human_units_and_no_bar_for_typed_input(topics, tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("".join(f"{i:07d}{'x' * 993}\n" for i in range(20000)))  # 20 MB
+    env = {**shell_env(topics), "TERM": "xterm", "COLUMNS": "120"}  # (rich draws no live bar on a dumb terminal)
+    term = Terminal([sys.executable, "-m", "kafkactl", "produce", "orders", "--file", str(big), "--acks", "1"], env)
+    try:
+        shown = term.read_until(r"produced 20000 message\(s\)", timeout=120)
+        assert re.search(r"\d+(\.\d+)?/20\.0 MB", shown), shown[-2000:]  # a bar in MB, not a count of bytes
+    finally:
+        term.close()
+    term = Terminal([sys.executable, "-m", "kafkactl", "produce", "orders", "--acks", "1"], env)
+    try:
+        term.type("typed-1\ntyped-2\n\x04")  # typed at the terminal, then ^D
+        shown = term.read_until(r"produced 2 message\(s\)", timeout=60)
+        assert "0/?" not in shown and "producing to" not in shown, shown
+    finally:
+        term.close()
