@@ -302,13 +302,17 @@ async def produce_messages(producer: AsyncProducer, topic: str,
 
 async def within_partitions(producer: AsyncProducer, topic: str,
                             messages: Iterable[Message] | AsyncIterator[Message],
-                            grow: Callable[[int], Awaitable[None]] | None = None) -> AsyncIterator[Message]:
+                            grow: Callable[[int], Awaitable[None]] | None = None,
+                            given: int | None = None) -> AsyncIterator[Message]:
     """The messages, checked against the topic's partition count before each is sent: one naming a partition
     the topic lacks is an input error naming its line (nothing of it is sent), or with `grow` the topic is
     first given that many partitions (`produce --create`)."""
     count = await producer.partitions(topic)
     async for m in _as_async(messages):
         if m.partition is not None and m.partition >= count:
+            if given is not None:
+                raise UsageError(f"line {m.line}: topic {topic!r} has {count} partition(s), no partition {given} "
+                                 f"(--partition {given})")
             if grow is None:
                 raise UsageError(f"line {m.line}: topic {topic!r} has {count} partition(s), no partition "
                                  f"{m.partition}; give -p N to write every message to one partition, or --create "

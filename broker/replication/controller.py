@@ -42,6 +42,8 @@ class Controller:
         self.rebalance_interval_s = rebalance_interval_s
         self.epoch_version = -1  # of `/controller_epoch` when this broker won: the fence of every write
         self._wake = threading.Event()
+        self._flags = threading.Lock()  # guards `_preferred` and `_full`, set by pokes from other threads
+        self._moves_pending = False  # a reassignment is in progress: look again every second
         self._preferred = False
         self._full = False  # a pass over every partition's leader is due (else only the reassignments' step)
         self._thread: threading.Thread | None = None
@@ -67,19 +69,26 @@ class Controller:
     def poke(self, *, preferred: bool = False, moves_only: bool = False) -> None:
         """Look at every partition again (soon, on the controller's thread); with `moves_only`, only take the
         reassignments in progress a step further."""
-        self._preferred = self._preferred or preferred
-        self._full = self._full or not moves_only
+        with self._flags:
+            self._preferred = self._preferred or preferred
+            self._full = self._full or not moves_only
         self._wake.set()
 
     def _run(self) -> None:
         next_rebalance = time.monotonic() + self.rebalance_interval_s
         while self._active:
-            woken = self._wake.wait(max(next_rebalance - time.monotonic(), 0.01) if self.auto_rebalance else None)
+            timeout = max(next_rebalance - time.monotonic(), 0.01) if self.auto_rebalance else None
+            if self._moves_pending:
+                timeout = 1.0 if timeout is None else min(timeout, 1.0)
+            woken = self._wake.wait(timeout)
             self._wake.clear()
             if not self._active:
                 return
-            preferred, self._preferred = self._preferred, False
-            full, self._full = self._full, False
+            with self._flags:
+                preferred, self._preferred = self._preferred, False
+                full, self._full = self._full, False
+            if not woken and self._moves_pending and time.monotonic() < next_rebalance:
+                woken = True  # (the reassignments' re-check, not the rebalance's timer)
             if not woken or time.monotonic() >= next_rebalance:
                 preferred, full = preferred or self.auto_rebalance, True
                 next_rebalance = time.monotonic() + self.rebalance_interval_s
@@ -92,13 +101,17 @@ class Controller:
                     self.elect_all(preferred=preferred)
                 else:
                     registry.clear_isr_change_notifications(self.zk)
-                reassignment.advance(self.zk, set(registry.live_brokers(self.zk)), self.epoch_version)
+                wrote, self._moves_pending = reassignment.advance(self.zk, set(registry.live_brokers(self.zk)),
+                                                                  self.epoch_version)  # fmt: skip
+                if wrote:  # a step was taken: the next may be due at once (nothing else would wake us for it)
+                    self._wake.set()
             except registry.FencedError:
                 log.warning("broker %d was fenced as controller: a newer one was elected", self.broker_id)
                 self._active = False
             except KazooException as exc:
                 log.warning("controller pass failed: %s; trying again", type(exc).__name__)
-                self._full = self._full or full
+                with self._flags:
+                    self._full = self._full or full
                 self._wake.set()
                 threading.Event().wait(0.5)
             except Exception:

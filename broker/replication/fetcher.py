@@ -181,7 +181,10 @@ class ReplicaFetcher:
     def _request(self, due: dict[TopicPartition, Followed]) -> dict:
         by_topic: dict[str, list[dict]] = {}
         per_partition = self.m.config.replica_fetch_max_bytes
-        for (topic, p), f in due.items():
+        # throttled copies first: the leader always sends the first partition with data at least a whole batch,
+        # so a small throttled limit cannot starve them behind partitions that always have data
+        order = sorted(due.items(), key=lambda item: not self.m.is_throttled(item[0]))
+        for (topic, p), f in order:
             plog = self.m.follower_log(topic, p)
             if plog is None:
                 continue

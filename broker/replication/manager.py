@@ -110,6 +110,9 @@ class ReplicaManager:
         lp = self.leaders.get(tp)
         if lp is not None and lp.leader_epoch == info.leader_epoch:
             lp.isr, lp.zk_version, lp.replicas = list(info.isr), info.zk_version, list(info.replicas)
+            gone = [r for r in lp.isr if r not in lp.replicas]
+            if gone:  # reassigned away (an ISR write of ours may have raced the controller's): out of the ISR
+                self._change_isr(tp, lp, [r for r in lp.isr if r not in gone])
             self._hw_moved(tp)
             return
         self._stop_following(tp)
@@ -201,7 +204,8 @@ class ReplicaManager:
         lp = self.leaders.get(tp)
         waiting = self._waiters.get(tp)
         if lp is not None and waiting:
-            hw = lp.hw
+            plog = self.logs.get(*tp)
+            hw = lp.high_watermark(plog.log_end_offset) if plog is not None else lp.hw  # (as it is now)
             keep = []
             for offset, fut in waiting:
                 if offset < hw:
@@ -305,6 +309,9 @@ class ReplicaManager:
         """Whether copying `tp` counts against the replication throttle (a reassignment's new replica)."""
         if self.throttle.rate is None:
             return False
+        info = self.cache.partition(*tp)
+        if info is not None and self.broker_id in info.isr:
+            return False  # in sync already (as Kafka: only a copy catching up is throttled)
         spec = self.cache.configs.get(tp[0], {}).get("follower.replication.throttled.replicas")
         return throttled(spec, tp[1], self.broker_id)
 

@@ -182,6 +182,8 @@ def execute(zk: KazooClient, moves: list[Move], throttle: int | None) -> list[Mo
     changing = [m for m in moves if m.target != m.current]
     if not changing:
         return []
+    if registry.reassignment_request(zk) is not None:  # (before the throttle: it must not change a running move's)
+        raise PlanError("a reassignment is still in progress: see `kafkactl topic reassign PLAN --verify`")
     if throttle is not None:
         set_throttle(zk, changing, throttle)
     if not registry.request_reassignment(zk, {(m.topic, m.partition): m.target for m in changing}):
@@ -245,28 +247,34 @@ def remove_throttle(zk: KazooClient, moves: dict[TopicPartition, list[int]]) -> 
 # -- the controller's pass -----------------------------------------------------------------------
 
 
-def advance(zk: KazooClient, live: set[int], fence: int) -> int:
-    """One step of every reassignment in progress (see the module's docstring); returns how many
-    partitions finished. Every write is conditional (on the znode's version and on the controller epoch)."""
+def advance(zk: KazooClient, live: set[int], fence: int) -> tuple[bool, bool]:
+    """One step of every reassignment in progress (see the module's docstring); returns (whether it wrote
+    anything, whether moves are left). Every write is conditional (on the znode's version and on the
+    controller epoch)."""
     found = registry.reassignment_request(zk)
     if found is None:
-        return 0
+        return False, False
     request, version = found
     done: set[TopicPartition] = set()
+    wrote = False
     for topic in sorted({t for t, _ in request}):
         moving = {p: target for (t, p), target in request.items() if t == topic}
-        done |= {(topic, p) for p in _advance_topic(zk, topic, moving, live, fence)}
-    if done:
+        finished_here, wrote_here = _advance_topic(zk, topic, moving, live, fence)
+        done |= {(topic, p) for p in finished_here}
+        wrote = wrote or wrote_here
+    if done or not request:  # (a request naming nothing, or one kafkactl cannot read, is taken away too)
         registry.finish_reassignment(zk, done, version)
-    return len(done)
+        wrote = True
+    return wrote, len(done) < len(request)
 
 
 def _advance_topic(zk: KazooClient, topic: str, moving: dict[int, list[int]], live: set[int],
-                   fence: int) -> list[int]:  # fmt: skip
+                   fence: int) -> tuple[list[int], bool]:  # fmt: skip
+    """(the partitions of `topic` whose moves are done, whether the topic's assignment was written)."""
     found = None if topic_name_error(topic) else registry.topic_moves(zk, topic)
     if found is None:
         log.warning("reassignment of topic %r dropped: no such topic", topic)
-        return list(moving)
+        return list(moving), False
     (replicas, adding, removing), version = found
     done: list[int] = []
     widen: dict[int, tuple[list[int], list[int], list[int]]] = {}  # partition → (replicas, adding, removing)
@@ -296,13 +304,13 @@ def _advance_topic(zk: KazooClient, topic: str, moving: dict[int, list[int]], li
             if not rem:
                 removing.pop(p)
         if not registry.write_moves(zk, topic, replicas, adding, removing, version, fence=fence):
-            return [p for p in done if p not in widen]  # someone wrote first: the rest on the next pass
+            return [p for p in done if p not in widen], True  # someone wrote first: the rest on the next pass
         for p, (reps, add, _) in widen.items():
             if add:
                 log.info("reassigning %s-%d: replicas %s, copying to %s", topic, p, reps, add)
             elif p in done:
                 log.info("reassigned %s-%d to %s", topic, p, reps)
-    return done
+    return done, bool(widen)
 
 
 def _finish(zk: KazooClient, topic: str, p: int, target: list[int], live: set[int], fence: int) -> bool:

@@ -448,8 +448,11 @@ class Broker:
             if topic not in self._assignment_watched:
                 return False
             parts = self.cache.topics.get(topic)
-            known = {p: info.replicas for p, info in (parts or {}).items()}
-            if data is not None and parts is not None and paths.parse_assignment(data) != known:
+            if data is None or parts is None:
+                return None
+            replicas, _, removing = paths.parse_moves(data)
+            known = {p: (info.replicas, info.removing) for p, info in parts.items()}
+            if {p: (r, removing.get(p, [])) for p, r in replicas.items()} != known:
                 self._load_topic(topic)  # partitions added or reassigned: replicas start (or stop) here
             return None
 

@@ -101,6 +101,7 @@ class BytePool:
                 self.release(n)  # granted just as it was cancelled
             else:
                 self._waiters = collections.deque(w for w in self._waiters if w[1] is not fut)
+                self.release(0)  # (the ones behind it may fit now)
             raise
         return n
 

@@ -407,12 +407,17 @@ class Server:
             if not self.limits.admit(ip):  # over max.connections (per ip): the newest goes, at once
                 client.close()
                 continue
-            client.setblocking(False)
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.send_buffer > 0:
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
-            if self.receive_buffer > 0:
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+            try:
+                client.setblocking(False)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.send_buffer > 0:
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+                if self.receive_buffer > 0:
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+            except OSError:  # (the client went away already)
+                self.limits.release(ip)
+                client.close()
+                continue
             peer = f"{addr[0]}:{addr[1]}"
             task = loop.create_task(self._serve(client, peer))
             self.tasks.add(task)

@@ -98,7 +98,7 @@ def produce(
             with progress(f"producing to {topic}", total, unit="bytes", enabled=not typed) as advance:
                 messages = shell.stream_messages(stream.fileno(), **options)
                 grow = (lambda n: asyncio.to_thread(_grow_topic, servers, topic, n)) if create else None
-                messages = shell.within_partitions(producer, topic, messages, grow)
+                messages = shell.within_partitions(producer, topic, messages, grow, partition)
                 await shell.produce_messages(producer, topic, messages, advance, summary)
         finally:
             await producer.close()

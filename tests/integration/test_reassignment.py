@@ -188,3 +188,27 @@ def test_bad_plans_are_one_error_line_and_change_nothing(start_broker, zk_chroot
     assert {(e["topic"], e["partition"]) for e in proposed["partitions"]} == {("kept", 0), ("kept", 1)}
     assert all(sorted(e["replicas"]) == [2, 3] for e in proposed["partitions"])
     assert replicas_of(zk_chroot, "kept") == before
+
+
+def test_a_move_that_adds_no_broker_completes_and_the_leaving_replica_stays_out(start_broker, zk_chroot, tmp_path):
+    """Lowering the replication factor and reordering add no replica: no ISR change comes to wake the controller
+    for the last step, which it must take anyway; the replica that leaves does not come back into the ISR."""
+    brokers = start3(start_broker)
+    create(brokers, "shrunk", 2, 3, 1)
+    before = replicas_of(zk_chroot, "shrunk")
+    target = {0: before[0][:2], 1: [before[1][1], before[1][0], before[1][2]]}  # RF 3 → 2, and a reorder
+    plan = tmp_path / "plan.json"
+    plan.write_text(plan_of(target, "shrunk"))
+    acked, errors = asyncio.run(produce_acked(brokers[0].bootstrap, "shrunk", [b"x%d" % i for i in range(500)]))
+    assert not errors
+    ok(cli("topic", "reassign", plan, "--execute", "-z", zk_chroot))
+    wait_until(lambda: cli("topic", "reassign", plan, "--verify", "-z", zk_chroot).returncode == 0, 30,
+               "the moves completed")  # fmt: skip
+    assert replicas_of(zk_chroot, "shrunk") == target
+    time.sleep(3)  # (longer than a few fetches of the leaving replica, had it kept fetching)
+    st = states(zk_chroot, "shrunk")
+    assert sorted(st[0]["isr"]) == sorted(target[0]) and sorted(st[1]["isr"]) == sorted(target[1]), st
+    gone = before[0][2]
+    by_id = {b.broker_id: b for b in brokers}
+    wait_until(lambda: not (by_id[gone].log_dir / "shrunk-0").exists(), 10, "the leaving replica's copy deleted")
+    assert sorted(read_values(brokers[1].bootstrap, "shrunk", 500)) == sorted(acked)

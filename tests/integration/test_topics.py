@@ -160,7 +160,9 @@ def test_describe_after_producing_shows_offsets_and_sizes(b):
             "log_end_offset": counts[i], "size": size, "error": None, "offline_replicas": [],
         }  # fmt: skip
 
-    rows = tsv(ok(topic(b, "describe", "described")))
+    out = ok(topic(b, "describe", "described"))
+    assert out.splitlines()[0] == "# described overrides: retention.ms=86400000"  # (a terminal has it in the title)
+    rows = tsv(out)[1:]
     assert rows[0] == ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "LOG END", "SIZE", "ERROR"]
     assert [r[:7] for r in rows[1:]] == [
         [str(i), "1", "1", "1", "0", str(counts[i]), str(log_files_size(b.log_dir / f"described-{i}"))]

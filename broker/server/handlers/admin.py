@@ -127,7 +127,7 @@ async def _new_partitions(b: Services, name: str, count: int, assignments: list[
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, why, None
         return ErrorCode.NONE, None, added
     live = sorted(await b.blocking(registry.live_brokers, b.zk))
-    rf = len(current[0]) if current else 1
+    rf = min(len(r) for r in current.values()) if current else 1  # (a partition being moved lists more)
     try:
         spread = assign_replicas(live, count, rf, random.randrange(max(len(live), 1)))
     except ValueError as exc:

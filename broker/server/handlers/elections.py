@@ -49,6 +49,10 @@ async def handle_elect_leaders(b: Services, header: RequestHeader, req: dict[str
         else:
             results[tp] = (code, None if code == ErrorCode.ELECTION_NOT_NEEDED else f"{code.name} for {tp[0]}-{tp[1]}")
     deadline = time.monotonic() + max(req["timeout_ms"], 0) / 1000
+    why = b.zookeeper_problem() if todo else None
+    if why:
+        results.update({tp: (ErrorCode.UNKNOWN_SERVER_ERROR, why) for tp in todo})
+        todo = []
     if todo and kind == PREFERRED:
         results.update(await _preferred(b, todo, deadline))
     elif todo:
@@ -109,7 +113,7 @@ async def _unclean(b: Services, tp: TopicPartition) -> tuple[ErrorCode, str | No
         if st is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
         state = election.State(st.get("leader", -1), st.get("leader_epoch", 0), list(st.get("isr", [])))
-        live = set(b.cache.brokers)
+        live = set(await b.blocking(registry.live_brokers, b.zk))  # (not the cache: it may lag a broker's return)
         if state.leader in live:
             return ErrorCode.ELECTION_NOT_NEEDED, None
         new = election.on_brokers(info.replicas, state, live, unclean=True)

@@ -52,14 +52,15 @@ async def handle_metadata(b: Services, header: RequestHeader, req: dict[str, Any
     requested = req["topics"]
     if requested is None or (version == 0 and not requested):
         names = sorted(b.cache.topics)
-        requested_names: list[str] = []
+        requested_names: set[str] = set()
     else:
-        names = requested_names = [t["name"] for t in requested]
+        names = [t["name"] for t in requested]
+        requested_names = set(names)
     allow_create = b.config.auto_create_topics and (version < 4 or req["allow_auto_topic_creation"])
     topics = []
     lookups = LOOKUPS_PER_REQUEST
     for name in names:
-        if name not in b.cache.topics and name in requested_names and topic_name_error(name) is None and lookups > 0:
+        if lookups > 0 and name not in b.cache.topics and name in requested_names and topic_name_error(name) is None:
             lookups -= 1
             if not await b.refresh_topic(name) and allow_create and not is_internal(name) and _may_create():
                 await auto_create(b, name)
