@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import inspect as pyinspect
+from pathlib import Path
 from typing import Any
 
 from typer._completion_shared import get_completion_script
@@ -34,6 +35,44 @@ def _walk(cmd: Any, path: list[str]) -> list[tuple[list[str], Any]]:
 
 def _help(cmd: Any) -> str:
     return pyinspect.cleandoc(cmd.help or "")
+
+
+def _summary(cmd: Any) -> str:
+    """The first paragraph of a command's help, on one line (not cut at its first line break)."""
+    return " ".join(_help(cmd).split("\n\n")[0].split())
+
+
+#: the variables every command reads (docs/contexts.md has the whole story)
+ENVIRONMENT = [
+    ("KAFKACTL_BOOTSTRAP_SERVER", "Brokers to start from, when no -b is given."),
+    ("KAFKACTL_ZOOKEEPER", "ZooKeeper (host:port[/chroot]), when no -z is given."),
+    ("KAFKACTL_CONTEXT", "The context of config.toml to use instead of its current-context."),
+    ("KAFKACTL_HOME", "Where kafkactl keeps pid files, daemon logs, default log dirs and local clusters "
+                      "(default ~/.local/share/kafkactl)."),
+    ("KAFKACTL_DEBUG", "Like --debug: tracebacks and debug logs."),
+    ("XDG_CONFIG_HOME", "Holds kafkactl/config.toml, the contexts (default ~/.config)."),
+]  # fmt: skip
+
+
+def _examples(path: list[str]) -> list[str]:
+    """The README's example lines of exactly this command (so the man pages show what the README runs)."""
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    if not readme.is_file():
+        return []
+    prefix = " ".join(path) + " "
+    sub = {" ".join([*path, name]) + " " for name in getattr(_command_at(path), "commands", {})}
+    out = []
+    for line in readme.read_text().splitlines():
+        if line.startswith(prefix) and not any(line.startswith(s) for s in sub) and line not in out:
+            out.append(line)
+    return out
+
+
+def _command_at(path: list[str]) -> Any:
+    cmd = command()
+    for name in path[1:]:
+        cmd = cmd.commands[name]
+    return cmd
 
 
 def _synopsis(cmd: Any) -> str:
@@ -81,7 +120,7 @@ def man_pages() -> dict[str, str]:
     for path, cmd in _walk(command(), [PROG]):
         name = "-".join(path)
         text = _help(cmd)
-        summary = text.splitlines()[0] if text else ""
+        summary = _summary(cmd)
         lines = [
             f'.TH "{name.upper()}" "1" "" "{PROG} {__version__}" "kafkactl manual"',
             ".SH NAME", f"{_esc(name)} \\- {_esc(summary)}",
@@ -93,9 +132,15 @@ def man_pages() -> dict[str, str]:
         if getattr(cmd, "commands", None):
             lines.append(".SH COMMANDS")
             for sub_name, sub in sorted(cmd.commands.items()):
-                lines += [".TP", f"\\fB{_esc(sub_name)}\\fR", _esc(_help(sub).splitlines()[0] if sub.help else ""),
+                lines += [".TP", f"\\fB{_esc(sub_name)}\\fR", _esc(_summary(sub)),
                           f"See \\fB{_esc(name)}\\-{_esc(sub_name)}\\fR(1)."]  # fmt: skip
         lines += [".SH OPTIONS", *_option_lines(cmd)]
+        examples = _examples(path)
+        if examples:
+            lines += [".SH EXAMPLES", ".nf", *(_esc(e) for e in examples), ".fi"]
+        lines.append(".SH ENVIRONMENT")
+        for var, what in ENVIRONMENT:
+            lines += [".TP", f"\\fB{_esc(var)}\\fR", _esc(what)]
         if len(path) > 1:
             lines += [".SH SEE ALSO", "\\fBkafkactl\\fR(1)"]
         pages[f"{name}.1"] = "\n".join(lines) + "\n"

@@ -29,3 +29,9 @@ def test_every_command_has_a_man_page() -> None:
     for name in ("kafkactl.1", "kafkactl-inspect-segments.1", "kafkactl-recover.1", "kafkactl-bench-log.1"):
         assert name in pages
         assert ".SH OPTIONS" in pages[name]
+    assert all(".SH ENVIRONMENT" in page and "KAFKACTL_BOOTSTRAP_SERVER" in page for page in pages.values())
+    # the README's examples of a command, and its whole first paragraph as its summary (not its first line)
+    reassign = pages["kafkactl-topic-reassign.1"]
+    assert ".SH EXAMPLES" in reassign and "kafkactl topic reassign plan.json \\-\\-verify" in reassign
+    assert "kafkactl consume" not in reassign
+    assert "kafka\\-reassign\\-partitions does through ZooKeeper." in reassign.split(".SH SYNOPSIS")[0]
