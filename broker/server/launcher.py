@@ -64,8 +64,28 @@ def maybe_embedded_zookeeper(connect: str, announce: Callable[[str], None]) -> Z
         return None  # a remote ensemble that does not answer: the connection timeout will say so
     zk = ZooKeeperServer(default_zookeeper_dir(), port=port)
     zk.start()
-    announce(f"no ZooKeeper answered at {host}:{port}: started a private one (pid {zk.pid}, data {zk.data_dir})")
+    announce(f"no ZooKeeper answered at {host}:{port}: {PRIVATE_ZOOKEEPER} (pid {zk.pid}, data {zk.data_dir})")
     return zk
+
+
+PRIVATE_ZOOKEEPER = "started a private one"
+
+
+def private_zookeeper_line(log_path: Path, broker_id: int) -> str | None:
+    """The line a broker daemon logged when it started a private ZooKeeper in its latest run, or None."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    serving = [i for i, line in enumerate(lines) if f"broker {broker_id} serving on" in line]
+    if not serving:
+        return None
+    for line in reversed(lines[max(0, serving[-1] - 50) : serving[-1]]):
+        if PRIVATE_ZOOKEEPER in line:
+            return line.strip()
+        if "serving on" in line:
+            return None  # an earlier run's
+    return None
 
 
 def ensure_chroot(connect: str) -> None:

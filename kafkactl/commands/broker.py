@@ -56,6 +56,9 @@ def start(
         pid = launcher.start_broker_daemon(argv, cfg)
         where = launcher_log_file(f"broker-{cfg.broker_id}")
         print(f"broker {cfg.broker_id} started on {cfg.host}:{cfg.port} (pid {pid}, log {where})")
+        private = launcher.private_zookeeper_line(where, cfg.broker_id)
+        if private:  # the daemon started its own ZooKeeper: say so, and that it stops with this broker
+            print(f"{private}; it stops with broker {cfg.broker_id}")
         return
     launcher.run_broker(cfg, embedded_zookeeper=not no_embedded)
 

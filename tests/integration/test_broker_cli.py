@@ -428,6 +428,30 @@ def test_embedded_zookeeper_starts_when_none_answers_and_stops_with_the_broker(t
             terminate(zk_pid)
 
 
+def test_a_daemon_says_it_started_a_private_zookeeper(tmp_path):
+    home, log_dir = tmp_path / "home", tmp_path / "logs"
+    zk_port, port = free_port(), free_port()
+    zk_pid = None
+    try:
+        out = ok(cli("broker", "start", "--daemon", "--port", port, "--log-dirs", log_dir, "-z",
+                     f"127.0.0.1:{zk_port}", home=home, timeout=120))  # fmt: skip
+        started, private = out.splitlines()
+        assert started.startswith(f"broker 0 started on 127.0.0.1:{port} ")
+        m = re.fullmatch(rf"no ZooKeeper answered at 127\.0\.0\.1:{zk_port}: started a private one \(pid (\d+), "
+                         r"data \S+\); it stops with broker 0", private)  # fmt: skip
+        assert m, out
+        zk_pid = int(m[1])
+        assert _is_zookeeper(zk_pid)
+        ok(cli("broker", "stop", home=home))
+        assert wait_until(lambda: not is_alive(zk_pid), 30, "the private ZooKeeper stopped with the broker")
+    finally:
+        for pid_file in (home / "run" / "broker-0.pid", home / "zookeeper" / "zookeeper_server.pid"):
+            if pid_file.exists():
+                pid = int(pid_file.read_text().strip() or 0) or None
+                if pid is not None and is_alive(pid):
+                    terminate(pid)
+
+
 # --- ZooKeeper session loss ------------------------------------------------------------------------
 
 
@@ -473,6 +497,6 @@ def test_expired_session_re_registers_and_the_broker_keeps_serving(start_broker,
     ok(cli("topic", "create", "after", "-p", "2", "-b", b.bootstrap))
     with connect(b.bootstrap) as conn:
         assert produce(conn, "after", 1, [b"x"])["error_code"] == 0
-    assert "re-registered broker 1" in b.log_text()
+    assert "registered broker 1 in ZooKeeper again" in b.log_text()
     assert b.stop() == 0
     assert "Traceback" not in b.log_text()
