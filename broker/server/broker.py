@@ -36,6 +36,7 @@ from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.producers import ProducerIdPool, ProducerStates, load_states
 from broker.server.purgatory import Purgatory
+from broker.topics import topic_name_error
 from broker.zk import client as zkclient
 from broker.zk import paths, registry
 
@@ -550,9 +551,10 @@ class Broker:
         return await self.loop.run_in_executor(None, fn, *args)
 
     async def refresh_topic(self, topic: str) -> bool:
-        """Fill a cache miss from ZooKeeper; True if the topic exists."""
+        """Fill a cache miss from ZooKeeper; True if the topic exists (an illegal name is never looked up: it
+        cannot exist, and as a znode path it could name another node, or none)."""
         zk = self.zk
-        if zk is None:
+        if zk is None or topic_name_error(topic):
             return False
         found = await self.blocking(self._read_topic, topic)
         if found is None:

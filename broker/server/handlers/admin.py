@@ -90,6 +90,8 @@ async def _add_partitions(b: Services, t: dict[str, Any], validate_only: bool) -
     """Raise a topic's partition count to `count` (Kafka never lowers it); new replicas spread round-robin over
     the live brokers with the topic's replication factor, or as `assignments` names them."""
     name, count = t["name"], t["count"]
+    if topic_name_error(name):  # (no such topic can exist; as a znode path it could name another node)
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, topic_name_error(name)
     if internal_topic_error(name, "altered"):
         return ErrorCode.INVALID_TOPIC_EXCEPTION, internal_topic_error(name, "altered")
     if b.zookeeper_problem():
