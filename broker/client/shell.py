@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -503,8 +504,16 @@ def decode_bytes(data: bytes | None, how: str, null: str = "", not_json: Callabl
     return data.decode("utf-8", "backslashreplace")
 
 
+def iso_time(ms: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC with milliseconds (`2026-11-25T21:02:03.456Z`); -1 stays -1."""
+    if ms < 0:
+        return str(ms)
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 def compile_format(fmt: str, not_json: Callable[[], None] | None = None):
-    """A function record → text for kcat's tokens: %t %p %o %k %s %h %T %K %S %%, and \\n \\t escapes
+    """A function record → text for kcat's tokens: %t %p %o %k %s %h %T %K %S %%, and \\n \\t escapes, plus
+    %I: the timestamp as an ISO-8601 UTC date-time with milliseconds (%T is kcat's epoch milliseconds)
     (`not_json`: called when a key or value to show as JSON is not JSON)."""
     fmt = fmt.replace("\\n", "\n").replace("\\t", "\t")
     pieces: list[Any] = []
@@ -516,13 +525,13 @@ def compile_format(fmt: str, not_json: Callable[[], None] | None = None):
             tok = fmt[i + 1]
             if tok == "%":
                 lit.append("%")
-            elif tok in "tpoksThKS":
+            elif tok in "tpoksThKSI":
                 if lit:
                     pieces.append(("", "".join(lit)))
                     lit = []
                 pieces.append((tok, ""))
             else:
-                raise UsageError(f"--format: unknown token %{tok} (have %t %p %o %k %s %h %T %K %S)")
+                raise UsageError(f"--format: unknown token %{tok} (have %t %p %o %k %s %h %T %I %K %S)")
             i += 2
             continue
         lit.append(c)
@@ -545,6 +554,8 @@ def compile_format(fmt: str, not_json: Callable[[], None] | None = None):
                 out.append(decode_bytes(r.key, key_decoder, not_json=not_json))
             elif p == "s":
                 out.append(decode_bytes(r.value, value_decoder, not_json=not_json))
+            elif p == "I":
+                out.append(iso_time(r.timestamp))
             elif p == "T":
                 out.append(str(r.timestamp))
             elif p == "K":

@@ -59,7 +59,9 @@ def consume(
     ] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json (JSON lines).")] = Output.text,
     fmt: Annotated[
-        str | None, typer.Option("--format", help="kcat tokens: %t %p %o %k %s %h %T %K %S (e.g. '%p:%o %k=%s\\n').")
+        str | None,
+        typer.Option("--format", help="kcat tokens: %t %p %o %k %s %h %T %K %S, and %I: the time in ISO-8601 UTC "
+                     "(e.g. '%I %p:%o %k=%s\\n')."),
     ] = None,
     key_decoder: Annotated[str, typer.Option("--key-decoder", help="utf8, hex, base64 or json.")] = "utf8",
     value_decoder: Annotated[str, typer.Option("--value-decoder", help="utf8, hex, base64 or json.")] = "utf8",

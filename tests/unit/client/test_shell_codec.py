@@ -14,6 +14,7 @@ from broker.client.shell import (
     Message,
     compile_format,
     decode_bytes,
+    iso_time,
     message_from_json,
     messages_from_lines,
     parse_header,
@@ -207,6 +208,12 @@ def test_every_token():
     render = compile_format("%t|%p|%o|%k|%s|%h|%T|%K|%S")
     r = rec(b"key", b"value!", [("a", b"1"), ("a", b"2"), ("n", None)])
     assert render(r) == f"orders|2|17|key|value!|a=1,a=2,n=|{TS}|3|6"
+
+
+def test_the_iso_token_shows_the_timestamp_as_utc_with_milliseconds():
+    render = compile_format("%I %T")
+    assert render(rec(ts=1795655795480)) == "2026-11-26T01:16:35.480Z 1795655795480"
+    assert iso_time(-1) == "-1" and iso_time(0) == "1970-01-01T00:00:00.000Z"
 
 
 def test_null_key_and_value_lengths_are_minus_one():
