@@ -10,7 +10,7 @@ from broker.client.cluster import Cluster
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
-from broker.protocol.messages.admin import TOPIC_RESOURCE
+from broker.protocol.messages.admin import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 
 
@@ -100,6 +100,19 @@ class Admin:
             override = c.get("config_source", -1) == 1 if "config_source" in c else not c.get("is_default", True)
             out[c["name"]] = (c["value"], override)
         return out
+
+    def zookeeper_connect(self) -> str | None:
+        """The `zookeeper.connect` a broker of the cluster uses (DescribeConfigs of the broker), or None."""
+        body = {"resources": [{"resource_type": BROKER_RESOURCE, "resource_name": "",
+                               "configuration_keys": ["zookeeper.connect"]}], "include_synonyms": False,
+                "include_documentation": False}  # fmt: skip
+        try:
+            res = self._any(ApiKey.DESCRIBE_CONFIGS, body)["results"][0]
+        except KafkactlError:
+            return None
+        if res["error_code"]:
+            return None
+        return next((c["value"] for c in res["configs"] if c["name"] == "zookeeper.connect" and c["value"]), None)
 
     def alter_config(self, name: str, set_: dict[str, str], delete: list[str] = ()) -> dict[str, str]:
         """Set and delete overrides of a topic, keeping the others; returns the new overrides."""

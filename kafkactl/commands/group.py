@@ -35,8 +35,12 @@ class Export(StrEnum):
 
 @contextlib.contextmanager
 def _session(bootstrap: str | None, zookeeper: str | None) -> Iterator[tuple[KazooClient, Admin]]:
-    with zkclient.session(contexts.zookeeper(zookeeper)) as zk, Admin(contexts.bootstrap(bootstrap)) as admin:
-        yield zk, admin
+    """The broker and ZooKeeper a group command needs: ZooKeeper as -z, the environment or the context name
+    it, else the one the broker itself uses (so `-b` alone is enough, as for every other command)."""
+    with Admin(contexts.bootstrap(bootstrap)) as admin:
+        named = contexts.configured("zookeeper", zookeeper)
+        with zkclient.session(named or admin.zookeeper_connect() or contexts.zookeeper()) as zk:
+            yield zk, admin
 
 
 @app.command("list")

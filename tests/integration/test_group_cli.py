@@ -214,6 +214,8 @@ def test_broker_group_while_live_and_after_it_closed(b):
         rows = tsv(ok(group(b, "list")))
         assert rows[0] == ["GROUP", "KIND", "STATE", "MEMBERS"]
         assert [g, "broker", "Stable", "1"] in rows[1:]
+        # without -z the broker says which ZooKeeper it uses (its chroot included), as -b is all other commands need
+        assert tsv(ok(cli("group", "list", "-b", b.bootstrap))) == rows
 
         doc = describe_json(b, g)
         assert doc == {
