@@ -6,9 +6,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh spark   # pyspark + pyarrow for `kafkactl spark-load` (Java comes with the system packages)
 K=.venv/bin/kafkactl
-B=127.0.0.1:9092
 $K --version
-$K broker start --daemon                      # broker 0 on 127.0.0.1:9092, data in ~/.local/share/kafkactl
+taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() { .venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+BP=9092   # the broker's port, unless something else holds it
+if taken $BP; then BP=$(free_port); echo "quickstart: 127.0.0.1:9092 is taken; the broker listens on $BP instead"; fi
+ZP=2181   # a ZooKeeper already there is used; anything else there: a private one on a free port
+if taken $ZP && ! $K zookeeper status --port $ZP >/dev/null 2>&1; then
+  ZP=$(free_port); echo "quickstart: 127.0.0.1:2181 is taken by something that is not ZooKeeper; using $ZP"
+fi
+B=127.0.0.1:$BP
+$K broker start --daemon --port $BP -z 127.0.0.1:$ZP   # broker 0, data in ~/.local/share/kafkactl
 trap '$K broker stop' EXIT                    # a clean shutdown; the private ZooKeeper stops with it
 topic="quickstart-$(date +%s)"
 $K topic create "$topic" --partitions 3 -b $B
