@@ -991,6 +991,32 @@ def run(opts: LoadOptions, *, spark: Any = None, master: str = "local[*]", notif
                           time.monotonic() - began, recovery, plan.warnings)  # fmt: skip
 
 
+def committed_ids(path: Path | str) -> set[str]:
+    """The ids of the loads committed in PATH (none when it holds no state yet)."""
+    out = OutputDir(path)
+    return out.committed_load_ids() if out.committed_path.exists() else set()
+
+
+def interrupted_state(path: Path | str, committed_before: set[str]) -> str:
+    """What an interrupted `run` left in PATH, in words: committed, to be finished or rolled back by the next
+    run, or rolled back already (`committed_before`: the committed load ids when the run began)."""
+    out = OutputDir(path)
+    try:
+        plan = out.pending()
+    except SparkLoadError:
+        plan = None
+    if plan is not None:
+        if plan.load_id in out.committed_load_ids():
+            return f"load {plan.load_id} had committed; the next run only cleans up after it"
+        if (out.staging(plan.load_id) / SUCCESS).exists():
+            return f"load {plan.load_id} wrote its files but did not commit them: the next run finishes it"
+        return f"load {plan.load_id} did not finish: the next run rolls it back (none of its files is in {out.path})"
+    new = sorted(committed_ids(path) - committed_before)
+    if new:
+        return f"load {new[-1]} had committed before the interruption"
+    return f"nothing was loaded: the interrupted load was rolled back (none of its files is in {out.path})"
+
+
 def _load(spark: Any, out: OutputDir, plan: Plan, progress: Progress | None) -> list[RangeResult]:
     """Steps 2–7 of one planned load."""
     out.write_pending(plan)
@@ -1020,4 +1046,5 @@ __all__ = [
     "FORMATS", "VALUE_FORMATS", "PARTITION_COLUMNS", "LoadOptions", "Layout", "Plan", "RangeResult", "Recovery",
     "LoadResult", "OutputDir", "SparkLoadError", "DataLossError", "plan_load", "run_job", "run", "spark_session",
     "count_rows", "read_state", "source_options", "build_frame", "file_name", "parse_file_name", "check_topics",
+    "committed_ids", "interrupted_state",
 ]  # fmt: skip

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.exceptions import Exit
 
 from broker.client.offsets import parse_offset
 from broker.errors import KafkactlError, UsageError
@@ -126,7 +132,20 @@ def spark_load(
     def notify(message: str) -> None:
         print(message, file=sys.stderr)
 
-    result = load.run(opts, master=master, notify=notify, progress=progress)
+    before = load.committed_ids(opts.output)
+    _quiet_py4j()
+    sigint = _SigintSeen()
+    try:
+        result = load.run(opts, master=master, notify=notify, progress=progress)
+    except (KeyboardInterrupt, Exception) as exc:
+        # Ctrl-C: one line saying where the load stands, not Spark's noise. (It may surface as a Spark error: the
+        # terminal's SIGINT reaches Spark's processes too, and the job can fail before Python sees it.)
+        if not isinstance(exc, KeyboardInterrupt) and not sigint.seen():
+            raise
+        print(f"kafkactl: interrupted: {load.interrupted_state(opts.output, before)}", file=sys.stderr, flush=True)
+        raise Exit(130) from None
+    finally:
+        sigint.close()
     if out_format == Output.json:
         json_line(result.to_json())
         return
@@ -148,6 +167,44 @@ def spark_load(
     if result.mismatches:
         notify(f"warning: {len(result.mismatches)} range(s) hold fewer or more rows than offsets "
                "(compacted or transactional gaps, or data lost with --no-fail-on-data-loss)")  # fmt: skip
+
+
+class _SigintSeen:
+    """Whether a SIGINT arrived, whoever's handler took it (pyspark replaces the handler when it starts): the
+    interpreter writes each signal's number to the wakeup fd before any Python handler runs."""
+
+    def __init__(self) -> None:
+        self._r, w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(w, False)
+        self._w = w
+        try:
+            self._old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            self._old = None
+
+    def seen(self) -> bool:
+        try:
+            return bytes([signal.SIGINT]) in os.read(self._r, 4096)
+        except BlockingIOError:
+            return False
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            if self._old is not None:
+                signal.set_wakeup_fd(self._old)
+        os.close(self._r)
+        os.close(self._w)
+
+
+def _quiet_py4j() -> None:
+    """py4j's threads log a traceback each when the JVM goes away under them (Ctrl-C): the load's own line
+    says what happened (`--debug` shows them)."""
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+        threading.excepthook = lambda args: None
+        for handler in logging.getLogger().handlers:  # (py4j also logs through the root logger)
+            handler.addFilter(lambda record: not any(p in record.pathname for p in ("/py4j/", "/pyspark/")))
 
 
 def _destination(to: Path | None, old_output: Path | None) -> Path:

@@ -703,3 +703,34 @@ def test_cli_kill9_at_random_points_then_exactly_once(spark_broker, tmp_path: Pa
     assert load.read_state(out)["offsets"] == end_offsets(b, topic, 4)
     names = [f.name for f in data_files(out)]
     assert len(names) == len(set(names))
+
+
+@pytest.mark.slow
+def test_cli_ctrl_c_says_where_the_load_stands_in_one_line(spark_broker, tmp_path: Path) -> None:
+    """Ctrl-C while Spark runs the job (SIGINT to the whole process group, as a terminal sends it): exit 130 and
+    one line saying the load was rolled back (or where else it stands), no py4j traceback; the next run loads
+    every offset exactly once."""
+    b = spark_broker.bootstrap
+    topic = new_topic(b, 2)
+    expected = produce(b, topic, 20_000, 2)
+    out = tmp_path / "out"
+    log = tmp_path / "run.log"
+    with process_groups() as start:
+        p = start(spark_load_argv(b, out, topic), log)
+        staging = out / "_kafkactl" / "pending.json"
+        deadline = time.monotonic() + 120
+        while not staging.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the plan is logged just before Spark's job starts
+        time.sleep(1.0)
+        os.killpg(p.pid, signal.SIGINT)
+        assert p.wait(120) == 130, log.read_text()[-3000:]
+        _wait_group_gone(p.pid, 10)
+    text = log.read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("kafkactl: ")]
+    assert len(lines) == 1 and lines[0].startswith("kafkactl: interrupted: "), text[-3000:]
+    assert any(w in lines[0] for w in ("rolled back", "rolls it back", "finishes it", "committed")), lines[0]
+    assert "Traceback" not in text, text[-3000:]
+    run = subprocess.run(spark_load_argv(b, out, topic), capture_output=True, text=True, timeout=300, env=cli_env())
+    assert run.returncode == 0, run.stderr
+    assert_exactly_once(out, expected)
+    assert_clean_state(out)
