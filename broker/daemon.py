@@ -137,17 +137,22 @@ def spawn_daemon(argv: list[str], log_path: Path, *, env: dict | None = None) ->
         )  # fmt: skip
 
 
-def last_error_line(log_path: Path, offset: int = 0) -> str:
-    """The most telling line a failed process left in its log after `offset`: its `kafkactl: error:`
-    line if any, else its last line."""
+def log_lines_since(log_path: Path, offset: int) -> list[str]:
+    """The non-blank lines a process wrote to its log after `offset` (all of them if it rotated the log)."""
     try:
         with open(log_path, "rb") as f:
             if os.fstat(f.fileno()).st_size < offset:
                 offset = 0  # the process rotated its log: what it wrote is all in the new file
             f.seek(offset)
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            return [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     except OSError:
-        return ""
+        return []
+
+
+def last_error_line(log_path: Path, offset: int = 0) -> str:
+    """The most telling line a failed process left in its log after `offset`: its `kafkactl: error:`
+    line if any, else its last line."""
+    lines = log_lines_since(log_path, offset)
     for line in reversed(lines):
         if line.startswith("kafkactl: error: "):
             return line.removeprefix("kafkactl: error: ")

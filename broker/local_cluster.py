@@ -294,7 +294,7 @@ def down(name: str = DEFAULT_NAME, *, purge: bool = False, timeout: float = 60.0
             if pid is None:
                 continue
             try:
-                stopped[broker_id] = launcher.stop_broker(broker_id, timeout, home=plan.dir)
+                stopped[broker_id], _ = launcher.stop_broker(broker_id, timeout, home=plan.dir)
             except KafkactlError as exc:
                 stopped[broker_id] = pid
                 problems.append(str(exc))

@@ -17,7 +17,7 @@ if taken $ZP && ! $K zookeeper status --port $ZP >/dev/null 2>&1; then
 fi
 B=127.0.0.1:$BP
 $K broker start --daemon --port $BP -z 127.0.0.1:$ZP   # broker 0, data in ~/.local/share/kafkactl
-trap '$K broker stop' EXIT                    # a clean shutdown; the private ZooKeeper stops with it
+trap '$K broker stop' EXIT                    # a clean shutdown; a private ZooKeeper no other broker uses stops too
 topic="quickstart-$(date +%s)"
 $K topic create "$topic" --partitions 3 -b $B
 seq 1 10000 | sed 's/.*/key-&:value-&/' | $K produce "$topic" -K: --acks all -b $B

@@ -1,4 +1,4 @@
-"""Running a broker process: the embedded ZooKeeper when none answers, the pid file, the event loop.
+"""Running a broker process: a private ZooKeeper when none answers, the pid file, the event loop.
 
 `kafkactl broker start` calls `run_broker` in the foreground, or `start_broker_daemon` to run the
 same command detached and wait until the broker is registered and listening. The broker logs through
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from broker.daemon import (
     last_error_line,
+    log_lines_since,
     read_pid,
     remove_pid_file,
     start_daemon,
@@ -28,47 +29,14 @@ from broker.daemon import (
     write_pid_file,
 )
 from broker.errors import KafkactlError
-from broker.home import default_zookeeper_dir, log_file, pid_file
+from broker.home import log_file, pid_file
 from broker.server import broker_logging
 from broker.server.broker import Broker
 from broker.server.config import BrokerConfig
-from broker.zk.server import ZooKeeperServer, is_serving
+from broker.zk import client as zkclient
+from broker.zk import private
 
 log = logging.getLogger(__name__)
-
-_LOCAL = ("127.0.0.1", "localhost", "::1")
-
-
-def split_connect(connect: str) -> tuple[list[tuple[str, int]], str]:
-    """(hosts, chroot) of `host:port[,host:port...][/chroot]`."""
-    hosts_part, slash, chroot = connect.partition("/")
-    hosts = []
-    for item in hosts_part.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if not host:
-            host, port = item.strip(), "2181"
-        try:
-            hosts.append((host, int(port)))
-        except ValueError:
-            raise KafkactlError(f"ZooKeeper address {item!r}: port is not a number") from None
-    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
-
-
-def maybe_embedded_zookeeper(connect: str, announce: Callable[[str], None]) -> ZooKeeperServer | None:
-    """Start a private ZooKeeper when none answers at a local `connect` address; None when one does."""
-    hosts, _ = split_connect(connect)
-    if any(is_serving("127.0.0.1" if h == "localhost" else h, p) for h, p in hosts):
-        return None
-    host, port = hosts[0]
-    if host not in _LOCAL or len(hosts) > 1:
-        return None  # a remote ensemble that does not answer: the connection timeout will say so
-    zk = ZooKeeperServer(default_zookeeper_dir(), port=port)
-    zk.start()
-    announce(f"no ZooKeeper answered at {host}:{port}: {PRIVATE_ZOOKEEPER} (pid {zk.pid}, data {zk.data_dir})")
-    return zk
-
-
-PRIVATE_ZOOKEEPER = "started a private one"
 
 
 def private_zookeeper_line(log_path: Path, broker_id: int) -> str | None:
@@ -81,8 +49,8 @@ def private_zookeeper_line(log_path: Path, broker_id: int) -> str | None:
     if not serving:
         return None
     for line in reversed(lines[max(0, serving[-1] - 50) : serving[-1]]):
-        if PRIVATE_ZOOKEEPER in line:
-            return line.strip()
+        if private.STARTED in line:
+            return line.strip() + "; it stops with the last broker that uses it"
         if "serving on" in line:
             return None  # an earlier run's
     return None
@@ -90,7 +58,7 @@ def private_zookeeper_line(log_path: Path, broker_id: int) -> str | None:
 
 def ensure_chroot(connect: str) -> None:
     """Create the chroot of `connect` if it is missing (as Kafka does), so the broker can build under it."""
-    hosts, chroot = split_connect(connect)
+    hosts, chroot = zkclient.split_connect(connect)
     if not chroot:
         return
     from kazoo.client import KazooClient
@@ -114,13 +82,11 @@ def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
     broker_logging.configure(os.environ.pop(broker_logging.LOG_PATH_ENV, None))
     with contextlib.suppress(AttributeError, ValueError, OSError):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-    zk_server = maybe_embedded_zookeeper(config.zookeeper_connect, announce) if embedded_zookeeper else None
     pid_path = pid_file(f"broker-{config.broker_id}")
     other = read_pid(pid_path)
     if other is not None and other != os.getpid():
-        if zk_server is not None:
-            zk_server.stop()
         raise KafkactlError(f"broker {config.broker_id} is already running here (pid {other}, {pid_path})")
+    zookeeper = private.acquire(config.zookeeper_connect, announce) if embedded_zookeeper else None
     try:
         ensure_chroot(config.zookeeper_connect)
         write_pid_file(pid_path, os.getpid())
@@ -142,8 +108,8 @@ def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
             raise KafkactlError(f"broker {config.broker_id} did not shut down cleanly: {broker.unclean_shutdown}")
     finally:
         remove_pid_file(pid_path, os.getpid())
-        if zk_server is not None:
-            zk_server.stop()
+        if zookeeper is not None:  # after the broker left ZooKeeper: stopped unless others still use it
+            zookeeper.release(announce)
 
 
 def daemon_argv(overrides: dict[str, str], *, config: Path | None = None, embedded_zookeeper: bool = True) -> list[str]:
@@ -192,8 +158,9 @@ def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 
                         timeout=timeout, what=f"broker {config.broker_id}", env=env)  # fmt: skip
 
 
-def stop_broker(broker_id: int, timeout: float = 60.0, *, home: Path | None = None) -> int:
-    """SIGTERM the broker with this id started on this machine (under `home`); returns its pid. Raises
+def stop_broker(broker_id: int, timeout: float = 60.0, *, home: Path | None = None) -> tuple[int, str | None]:
+    """SIGTERM the broker with this id started on this machine (under `home`); returns its pid, and the line
+    it logged of the private ZooKeeper it used (stopped, or left to other brokers), if any. Raises
     KafkactlError with the broker's own line when its shutdown was not clean (a log dir it could not flush
     or checkpoint)."""
     path = pid_file(f"broker-{broker_id}", home)
@@ -207,7 +174,8 @@ def stop_broker(broker_id: int, timeout: float = 60.0, *, home: Path | None = No
     last = last_error_line(log_path, offset)
     if "did not shut down cleanly" in last:
         raise KafkactlError(f"{last} (pid {pid})")
-    return pid
+    said = [line for line in log_lines_since(log_path, offset) if private.RELEASED in line]
+    return pid, (said[-1] if said else None)
 
 
 def running_brokers() -> dict[int, int]:

@@ -13,6 +13,21 @@ from kazoo.retry import KazooRetry
 from broker.errors import KafkactlError
 
 
+def split_connect(connect: str) -> tuple[list[tuple[str, int]], str]:
+    """(hosts, chroot) of `host:port[,host:port...][/chroot]`."""
+    hosts_part, slash, chroot = connect.partition("/")
+    hosts = []
+    for item in hosts_part.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host:
+            host, port = item.strip(), "2181"
+        try:
+            hosts.append((host, int(port)))
+        except ValueError:
+            raise KafkactlError(f"ZooKeeper address {item!r}: port is not a number") from None
+    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
 def connect(hosts: str, *, session_timeout_s: float = 18.0, connect_timeout_s: float = 15.0) -> KazooClient:
     """A started client for `host:port[,...][/chroot]`; KafkactlError when nothing answers in time.
 

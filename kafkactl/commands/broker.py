@@ -57,8 +57,8 @@ def start(
         where = launcher_log_file(f"broker-{cfg.broker_id}")
         print(f"broker {cfg.broker_id} started on {cfg.host}:{cfg.port} (pid {pid}, log {where})")
         private = launcher.private_zookeeper_line(where, cfg.broker_id)
-        if private:  # the daemon started its own ZooKeeper: say so, and that it stops with this broker
-            print(f"{private}; it stops with broker {cfg.broker_id}")
+        if private:  # the daemon started its own ZooKeeper: say so, and when it stops
+            print(private)
         return
     launcher.run_broker(cfg, embedded_zookeeper=not no_embedded)
 
@@ -77,8 +77,10 @@ def stop(
         if len(running) > 1:
             raise UsageError(f"several brokers run here ({', '.join(map(str, running))}): pick one with --broker-id")
         broker_id = next(iter(running))
-    pid = launcher.stop_broker(broker_id)
+    pid, zookeeper = launcher.stop_broker(broker_id)
     print(f"broker {broker_id} stopped (pid {pid})")
+    if zookeeper:
+        print(zookeeper)
 
 
 @app.command("list")

@@ -12,6 +12,7 @@ from typer.exceptions import Exit
 from broker import home
 from broker.daemon import read_pid, run_foreground, stop_process
 from broker.errors import KafkactlError, UsageError
+from broker.zk import private
 from broker.zk.server import ZooKeeperServer, daemon_name, server_info, start_server_daemon
 from kafkactl import contexts
 from kafkactl.render import Output, json_line
@@ -107,7 +108,8 @@ def status(
     host, port = _target(host, port)
     info = server_info(host, port)
     pid = read_pid(home.pid_file(daemon_name(port)))
-    result = {"address": f"{host}:{port}", "serving": info is not None, "pid": pid, **(info or {})}
+    mine = pid is not None and private.running(port) == pid
+    result = {"address": f"{host}:{port}", "serving": info is not None, "pid": pid, "private": mine, **(info or {})}
     if output == Output.json:
         json_line(result)
     elif info is None:
@@ -115,6 +117,7 @@ def status(
     else:
         parts = [f"mode {info['mode']}", f"version {info['version']}"]
         parts += [f"pid {pid}"] if pid else []
+        parts += ["private: started by a broker, stops with the last one"] if mine else []
         parts += [f"{info['znodes']} znodes"] if info.get("znodes") is not None else []
         print(f"zookeeper on {host}:{port}: serving, " + ", ".join(parts))
     if info is None:

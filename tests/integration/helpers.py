@@ -35,11 +35,13 @@ def cli_env(home: Path | None = None, **extra: str) -> dict[str, str]:
     return env
 
 
-def cli(*args: object, home: Path | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """`python -m kafkactl ARGS` in a subprocess (killed by pid after `timeout`), output captured as text."""
+def cli(*args: object, home: Path | None = None, timeout: float = 60.0,
+        input_text: str | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    """`python -m kafkactl ARGS` in a subprocess (killed by pid after `timeout`), output captured as text;
+    `input_text` its standard input (else /dev/null)."""
     return subprocess.run(
         [sys.executable, "-m", "kafkactl", *map(str, args)], capture_output=True, text=True, timeout=timeout,
-        env=cli_env(home), stdin=subprocess.DEVNULL,
+        env=cli_env(home), input=input_text, stdin=subprocess.DEVNULL if input_text is None else None,
     )  # fmt: skip
 
 

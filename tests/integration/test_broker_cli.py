@@ -25,6 +25,7 @@ from tests.integration.helpers import (
     error_line,
     fetch,
     json_lines,
+    leaders,
     metadata,
     ok,
     produce,
@@ -380,21 +381,31 @@ def test_unreachable_zookeeper_is_a_quick_clear_error(tmp_path):
     error_line(r, "ZooKeeper", f"127.0.0.1:{zk_port}")  # and nothing else on stderr
 
 
-# --- the embedded ZooKeeper ------------------------------------------------------------------------
+# --- the private ZooKeeper -------------------------------------------------------------------------
 
 
-def _is_zookeeper(pid: int) -> bool:
+def _is_zookeeper_daemon(pid: int) -> bool:
+    """Whether `pid` is a `kafkactl zookeeper start` process (the daemon a broker starts as its private one)."""
     try:
-        return b"ZooKeeperServerMain" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"zookeeper\0start\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
 
-def test_embedded_zookeeper_starts_when_none_answers_and_stops_with_the_broker(tmp_path):
+def _stop_leftovers(home: Path, *names: str) -> None:
+    """Stop whatever a failed test left running under `home` (pid files `run/<name>.pid`)."""
+    for name in names:
+        pid_file = home / "run" / f"{name}.pid"
+        if pid_file.exists():
+            pid = int(pid_file.read_text().strip() or 0) or None
+            if pid is not None and is_alive(pid):
+                terminate(pid)
+
+
+def test_private_zookeeper_starts_when_none_answers_and_stops_with_the_broker(tmp_path):
     home, log_dir = tmp_path / "home", tmp_path / "logs"
     zk_port, port = free_port(), free_port()
     args = ["broker", "start", "--port", port, "--log-dirs", log_dir, "-z", f"127.0.0.1:{zk_port}"]
-    zk_pid = None
     try:
         with CliProcess(args, tmp_path, home=home, name="embedded") as b:
             b.wait_for_stdout("serving on", timeout=60)
@@ -403,53 +414,87 @@ def test_embedded_zookeeper_starts_when_none_answers_and_stops_with_the_broker(t
                           r"\(pid (\d+), data (\S+)\)$", out, re.M)  # fmt: skip
             assert m, b.output()
             zk_pid = int(m[1])
-            assert _is_zookeeper(zk_pid)
+            assert _is_zookeeper_daemon(zk_pid)
             assert Path(m[2]) == (home / "zookeeper").resolve()
             assert (home / "zookeeper" / "zoo.cfg").is_file()
             assert out.index("started a private one") < out.index("serving on")
             assert f"broker 0 serving on 127.0.0.1:{port} " in out
             assert is_serving("127.0.0.1", zk_port)
+            # it is the daemon `zookeeper status` and `zookeeper stop` know
+            status = json_lines(ok(cli("zookeeper", "status", "-p", zk_port, "-o", "json", home=home)))[0]
+            assert (status["serving"], status["pid"], status["private"]) == (True, zk_pid, True)
 
             with zk_session(f"127.0.0.1:{zk_port}") as zk:
                 assert zk_json(zk, "/brokers/ids/0")["port"] == port
             assert [b_["node_id"] for b_ in metadata(f"127.0.0.1:{port}")["brokers"]] == [0]
 
             assert b.terminate() == 0, b.output()
+            assert re.search(rf"^stopped the private ZooKeeper on 127\.0\.0\.1:{zk_port} \(pid {zk_pid}\): "
+                             "no other broker uses it$", b.stdout(), re.M), b.output()  # fmt: skip
             assert not port_open("127.0.0.1", zk_port)
             assert not is_alive(zk_pid)
             assert not port_open("127.0.0.1", port)
         assert "Traceback" not in b.output()
         assert (log_dir / ".kafka_cleanshutdown").exists()
+        assert not (home / "run" / f"zookeeper-{zk_port}.private").exists()
     finally:
-        pid_file = home / "zookeeper" / "zookeeper_server.pid"
-        if zk_pid is None and pid_file.exists():
-            zk_pid = int(pid_file.read_text().strip() or 0) or None
-        if zk_pid is not None and is_alive(zk_pid) and _is_zookeeper(zk_pid):
-            terminate(zk_pid)
+        _stop_leftovers(home, f"zookeeper-{zk_port}")
 
 
-def test_a_daemon_says_it_started_a_private_zookeeper(tmp_path):
-    home, log_dir = tmp_path / "home", tmp_path / "logs"
-    zk_port, port = free_port(), free_port()
-    zk_pid = None
+def test_the_private_zookeeper_outlives_its_broker_while_another_uses_it(tmp_path):
+    """Issue 15: stopping the broker that started the private ZooKeeper must not pull it from under the
+    others; the last broker to stop stops it. A ZooKeeper the user started is never stopped by a broker."""
+    home = tmp_path / "home"
+    zk_port, p1, p2 = free_port(), free_port(), free_port()
+    zk = f"127.0.0.1:{zk_port}"
+    bootstrap2 = f"127.0.0.1:{p2}"
     try:
-        out = ok(cli("broker", "start", "--daemon", "--port", port, "--log-dirs", log_dir, "-z",
-                     f"127.0.0.1:{zk_port}", home=home, timeout=120))  # fmt: skip
+        out = ok(cli("broker", "start", "--daemon", "--broker-id", 1, "--port", p1, "--log-dirs", tmp_path / "b1",
+                     "-z", zk, home=home, timeout=120))  # fmt: skip
         started, private = out.splitlines()
-        assert started.startswith(f"broker 0 started on 127.0.0.1:{port} ")
+        assert started.startswith(f"broker 1 started on 127.0.0.1:{p1} ")
         m = re.fullmatch(rf"no ZooKeeper answered at 127\.0\.0\.1:{zk_port}: started a private one \(pid (\d+), "
-                         r"data \S+\); it stops with broker 0", private)  # fmt: skip
+                         r"data \S+\); it stops with the last broker that uses it", private)  # fmt: skip
         assert m, out
         zk_pid = int(m[1])
-        assert _is_zookeeper(zk_pid)
-        ok(cli("broker", "stop", home=home))
-        assert wait_until(lambda: not is_alive(zk_pid), 30, "the private ZooKeeper stopped with the broker")
+        assert _is_zookeeper_daemon(zk_pid)
+        out = ok(cli("broker", "start", "--daemon", "--broker-id", 2, "--port", p2, "--log-dirs", tmp_path / "b2",
+                     "-z", zk, home=home, timeout=120))  # fmt: skip
+        assert len(out.splitlines()) == 1 and "ZooKeeper" not in out, out  # it found the server
+        ok(cli("topic", "create", "t", "-p", 2, "-r", 2, "-b", bootstrap2, home=home))
+        ok(cli("produce", "t", "-b", bootstrap2, "-p", 0, "-K", ":", home=home, input_text="before:a\n"))
+
+        out = ok(cli("broker", "stop", "--broker-id", 1, home=home))
+        assert re.fullmatch(rf"broker 1 stopped \(pid \d+\)\nleft the private ZooKeeper on 127\.0\.0\.1:{zk_port} "
+                            rf"\(pid {zk_pid}\) running: others use it \([1-9]\d* connection\(s\), [1-9]\d* "
+                            r"ephemeral znode\(s\)\); the last broker to stop stops it\n", out), out  # fmt: skip
+        assert is_serving("127.0.0.1", zk_port) and is_alive(zk_pid)
+        # broker 2 still serves, and becomes leader of what broker 1 led
+        wait_until(lambda: set(leaders(metadata(bootstrap2, ["t"]), "t").values()) == {2}, 30,
+                   "broker 2 leads both partitions")
+        ok(cli("produce", "t", "-b", bootstrap2, "-p", 1, "-K", ":", home=home, input_text="after:b\n"))
+        got = json_lines(ok(cli("consume", "t", "-b", bootstrap2, "-e", "-o", "json", home=home)))
+        assert sorted((r["partition"], r["key"], r["value"]) for r in got) == [(0, "before", "a"), (1, "after", "b")]
+
+        out = ok(cli("broker", "stop", "--broker-id", 2, home=home))
+        assert out.splitlines()[1] == (f"stopped the private ZooKeeper on 127.0.0.1:{zk_port} (pid {zk_pid}): "
+                                       "no other broker uses it"), out  # fmt: skip
+        assert wait_until(lambda: not is_alive(zk_pid), 30, "the private ZooKeeper stopped with the last broker")
+        assert not port_open("127.0.0.1", zk_port)
+
+        # the user's own ZooKeeper: found, used, and left running
+        ok(cli("zookeeper", "start", "--daemon", "-p", zk_port, home=home, timeout=120))
+        user_zk = json_lines(ok(cli("zookeeper", "status", "-p", zk_port, "-o", "json", home=home)))[0]
+        assert user_zk["private"] is False
+        out = ok(cli("broker", "start", "--daemon", "--broker-id", 1, "--port", p1, "--log-dirs", tmp_path / "b1",
+                     "-z", zk, home=home, timeout=120))  # fmt: skip
+        assert len(out.splitlines()) == 1 and "ZooKeeper" not in out, out
+        out = ok(cli("broker", "stop", "--broker-id", 1, home=home))
+        assert "ZooKeeper" not in out, out
+        assert is_serving("127.0.0.1", zk_port) and is_alive(user_zk["pid"])
+        ok(cli("zookeeper", "stop", "-p", zk_port, home=home))
     finally:
-        for pid_file in (home / "run" / "broker-0.pid", home / "zookeeper" / "zookeeper_server.pid"):
-            if pid_file.exists():
-                pid = int(pid_file.read_text().strip() or 0) or None
-                if pid is not None and is_alive(pid):
-                    terminate(pid)
+        _stop_leftovers(home, "broker-1", "broker-2", f"zookeeper-{zk_port}")
 
 
 # --- ZooKeeper session loss ------------------------------------------------------------------------

@@ -150,7 +150,7 @@ def test_daemon_start_status_stop(kafkactl_home: Path, tmp_path: Path) -> None:
         assert r.stdout.strip() == f"zookeeper on 127.0.0.1:{port}: not running"
         r = kafkactl("zookeeper", "status", "--port", port, "-o", "json")
         assert r.returncode == 1
-        assert json.loads(r.stdout) == {"address": f"127.0.0.1:{port}", "serving": False, "pid": None}
+        assert json.loads(r.stdout) == {"address": f"127.0.0.1:{port}", "serving": False, "pid": None, "private": False}
 
 
 def test_stop_when_nothing_runs(kafkactl_home: Path) -> None:
