@@ -26,6 +26,7 @@ from kafkactl.commands import (
     consume,
     group,
     inspect,
+    mirror,
     produce,
     recover,
     spark_load,
@@ -57,6 +58,7 @@ app.add_typer(group.app, name="group")
 app.add_typer(zk.app, name="zk")
 app.add_typer(config.app, name="config")
 app.command("spark-load")(spark_load.spark_load)
+app.add_typer(mirror.app, name="mirror")
 
 _state = {"debug": False}
 

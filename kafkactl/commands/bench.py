@@ -10,6 +10,7 @@ import typer
 from broker.bench import broker as broker_bench
 from broker.bench import client as client_bench
 from broker.bench import log as log_bench
+from broker.bench import mirror as mirror_bench
 from broker.errors import UsageError
 from kafkactl import contexts
 from kafkactl.render import Output, json_line, progress, table
@@ -141,3 +142,23 @@ def e2e(messages: Annotated[int, typer.Option("--messages", min=1, help="Message
         replication_factor: Replicas = 1) -> None:  # fmt: skip
     """End-to-end latency at a fixed rate: producer here, consumer in another process."""
     _client_bench("e2e", messages, size, 1, acks, "none", rate, bootstrap, directory, output, replication_factor)
+
+
+@app.command("mirror")
+def mirror(
+    messages: Annotated[int, typer.Option("--messages", min=1, help="Messages in the source topic.")] = 2_000_000,
+    size: Size = 200,
+    partitions: Annotated[int, typer.Option("--partitions", min=1, help="Partitions of the source topic.")] = 4,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Mirror runs; the median is reported.")] = 3,
+    batch_bytes: Annotated[int, typer.Option("--batch-bytes", min=256, help="batch.size of the source's "
+                                             "producer (kcat): the mirror's work is per batch.")] = 16384,  # fmt: skip
+    directory: Dir = None,
+    output: Out = Output.text,
+) -> None:
+    """`kafkactl mirror` between two scratch clusters: msg/s from start to the last acknowledged message."""
+    with progress("mirror runs", repeat) as advance:
+        result = mirror_bench.run(messages, size, partitions, repeat, batch_bytes, directory, advance)
+    if output == Output.json:
+        json_line(result)
+    else:
+        table(["metric", "value"], result.items(), title="kafkactl bench mirror")

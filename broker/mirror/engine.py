@@ -1,0 +1,441 @@
+"""The mirror's engine: source partitions fetched as raw batches, restamped, and produced to the target.
+
+Each mirrored partition is a lane: source partition i of a topic feeding target partition i. A lane
+knows the next source offset to copy, and the producer id, epoch and sequence its next batch carries.
+At start, and again after any failed or unanswered produce, a lane takes all of these from the
+target's last batch (`broker.mirror.stamp`). A lane never has more than five batches unanswered, the
+window within which a broker recognises a resent batch as a duplicate, so everything a killed mirror
+left in flight is either in the target's log or resent exactly once. Produce requests go with
+acks=all: what is answered is committed, and the tail read back is what the target will keep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from broker.client.admin import Admin
+from broker.client.aio import AsyncCluster
+from broker.client.connection import ProtocolError
+from broker.client.consumer import ConsumerConfig, RawConsumer, RecordSet
+from broker.errors import CorruptRecordError, KafkactlError
+from broker.mirror.stamp import Resume, is_control, read_stamp, restamp
+from broker.mirror.topics import Selection, prepare_targets
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import error_name
+from broker.protocol.messages.produce import PartitionResult, encode_produce_request, read_produce_response
+from broker.records.batch import BATCH_HEADER_SIZE, crc_ok, decode_header
+
+TopicPartition = tuple[str, int]
+CLIENT_ID = "kafkactl-mirror"
+#: unanswered batches per lane: a broker remembers the last five batches of a producer per partition
+WINDOW = 5
+
+
+@dataclass
+class MirrorConfig:
+    """What `kafkactl mirror start` mirrors, and how."""
+
+    source: str
+    target: str
+    selection: Selection
+    start: str = "earliest"  # where a partition the target has nothing of begins: earliest | latest
+    replication_factor: int = -1
+    exit_at_end: bool = False
+    refresh_s: float = 30.0  # how often new source topics and partitions are looked for
+    report_s: float = 10.0
+    queued_bytes: int = 64 << 20  # restamped bytes waiting to be produced, at most (then fetching pauses)
+    fetch_bytes: int = 4 << 20  # per partition and fetch
+    request_timeout_ms: int = 30000
+
+
+class Tail(NamedTuple):
+    """A target partition's offsets and where its mirroring resumes (None: empty, or not the mirror's)."""
+
+    start: int
+    end: int
+    resume: Resume | None
+
+
+class Pending(NamedTuple):
+    data: bytes
+    next_offset: int  # the source offset after this batch
+    count: int
+
+
+@dataclass
+class Lane:
+    source: TopicPartition
+    target: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+    position: int  # the next source offset to restamp
+    acked: int  # the source offset after the last batch the target acknowledged
+    origin: int  # where an empty target partition starts from
+    queue: collections.deque[Pending] = field(default_factory=collections.deque)
+    in_flight: collections.deque[Pending] = field(default_factory=collections.deque)
+    broken: str | None = None  # why the lane must be recovered from the target's tail
+    recovering: bool = False
+    mirrored: int = 0  # records acknowledged in this run
+
+    @property
+    def idle(self) -> bool:
+        return not self.queue and not self.in_flight
+
+
+@dataclass
+class Summary:
+    mirrored: int
+    seconds: float
+    partitions: int
+    lag: int | None
+
+
+class Mirror:
+    """One mirror run: `run()` until `stop` is set (or, with exit_at_end, until caught up)."""
+
+    def __init__(self, cfg: MirrorConfig, say: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.say = say
+        self.lanes: dict[TopicPartition, Lane] = {}
+        self.source: RawConsumer | None = None
+        self.target = AsyncCluster(cfg.target, client_id=CLIENT_ID, timeout=cfg.request_timeout_ms / 1000 + 5)
+        self.queued = 0
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._producer: tuple[int, int] | None = None
+        self._connecting: set[int] = set()
+        self._failure: BaseException | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------------
+
+    def _topics(self) -> dict[str, int]:
+        """Pick the source topics and make their targets (blocking: run in a thread)."""
+        with Admin(self.cfg.source) as source, Admin(self.cfg.target) as target:
+            topics = self.cfg.selection.pick(source.list_topics())
+            for line in prepare_targets(source, target, topics, self.cfg.selection,
+                                        replication_factor=self.cfg.replication_factor):  # fmt: skip
+                self.say(line)
+        return topics
+
+    async def _add_lanes(self, topics: dict[str, int]) -> None:
+        new = [(t, p) for t, n in topics.items() for p in range(n) if (t, p) not in self.lanes]
+        if not new:
+            return
+        sel = self.cfg.selection
+        tails = await read_tails(self.cfg.target, [(sel.target(t), p) for t, p in new])
+        fresh = [tp for tp in new if tails[(sel.target(tp[0]), tp[1])].resume is None]
+        for t, p in new:
+            tail = tails[(sel.target(t), p)]
+            if tail.resume is None and tail.end > tail.start:
+                raise KafkactlError(f"target {sel.target(t)} partition {p} holds messages the mirror did not write "
+                                    "(its last batch has no kafkactl.mirror stamp): mirror into a new topic "
+                                    "(--prefix or --rename)")  # fmt: skip
+        assert self.source is not None
+        await self.source.assign([*self.lanes, *new])
+        origins: dict[TopicPartition, int] = {}
+        if fresh:
+            origins = await (self.source.beginning_offsets(fresh) if self.cfg.start == "earliest"
+                             else self.source.end_offsets(fresh))  # fmt: skip
+            pid, epoch = await self._producer_id()
+        for t, p in new:
+            tail = tails[(sel.target(t), p)]
+            if tail.resume is not None:
+                r = tail.resume
+                lane = Lane((t, p), (sel.target(t), p), r.producer_id, r.producer_epoch, r.next_sequence,
+                            r.source_offset, r.source_offset, r.source_offset)  # fmt: skip
+            else:
+                lane = Lane((t, p), (sel.target(t), p), pid, epoch, 0, origins[(t, p)], origins[(t, p)],
+                            origins[(t, p)])  # fmt: skip
+            self.lanes[(t, p)] = lane
+            self.source.seek((t, p), lane.position)
+        await self.target.refresh(sorted({lane.target[0] for lane in self.lanes.values()}))
+
+    async def _producer_id(self) -> tuple[int, int]:
+        if self._producer is None:
+            conn = await self.target._any()
+            answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
+                                                                   "transaction_timeout_ms": 60000})  # fmt: skip
+            if answer["error_code"]:
+                raise KafkactlError(f"the target refused a producer id: {error_name(answer['error_code'])}")
+            self._producer = answer["producer_id"], answer["producer_epoch"]
+        return self._producer
+
+    # -- the run --------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> Summary:
+        cfg = self.cfg
+        began = time.monotonic()
+        fetching = ConsumerConfig(client_id=CLIENT_ID, auto_offset_reset="earliest",
+                                  max_partition_fetch_bytes=cfg.fetch_bytes, request_timeout_ms=cfg.request_timeout_ms,
+                                  fetch_max_bytes=max(cfg.queued_bytes // 2, cfg.fetch_bytes))  # fmt: skip
+        self.source = RawConsumer(cfg.source, fetching)
+        try:
+            await self.source.start()
+            await self._add_lanes(await asyncio.to_thread(self._topics))
+            self.say(f"mirroring {len({lane.source[0] for lane in self.lanes.values()})} topic(s), "
+                     f"{len(self.lanes)} partition(s) from {cfg.source} to {cfg.target}")  # fmt: skip
+            next_refresh = time.monotonic() + cfg.refresh_s
+            next_report, reported = time.monotonic() + cfg.report_s, (0, time.monotonic())
+            while not stop.is_set():
+                if self._failure is not None:
+                    raise self._failure
+                if cfg.exit_at_end and self._caught_up():
+                    break
+                await self._step()
+                now = time.monotonic()
+                if now >= next_refresh:
+                    next_refresh = now + cfg.refresh_s
+                    await self._add_lanes(await asyncio.to_thread(self._topics))
+                if now >= next_report:
+                    done = self.mirrored
+                    rate = (done - reported[0]) / max(now - reported[1], 1e-9)
+                    self.say(f"mirrored {done:,} messages ({rate:,.0f}/s); lag {self.lag():,}")
+                    next_report, reported = now + cfg.report_s, (done, now)
+            await self._drain(timeout=cfg.request_timeout_ms / 1000)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            if self.source is not None:
+                await self.source.close()
+            await self.target.close()
+        return Summary(self.mirrored, time.monotonic() - began, len(self.lanes), self.lag())
+
+    @property
+    def mirrored(self) -> int:
+        return sum(lane.mirrored for lane in self.lanes.values())
+
+    def lag(self) -> int:
+        """Source messages not yet acknowledged by the target, by the high watermarks fetched last."""
+        hw = self.source.high_watermarks if self.source is not None else {}
+        return sum(max(0, hw.get(tp, lane.acked) - lane.acked) for tp, lane in self.lanes.items())
+
+    def _caught_up(self) -> bool:
+        hw = self.source.high_watermarks if self.source is not None else {}
+        return all(lane.idle and not lane.broken and tp in hw and lane.acked >= hw[tp]
+                   for tp, lane in self.lanes.items())  # fmt: skip
+
+    async def _step(self) -> None:
+        """Take what was fetched (while there is room), send what is ready, recover broken lanes."""
+        assert self.source is not None
+        if self.queued < self.cfg.queued_bytes:
+            sets = await self.source.getmany(timeout_ms=100 if self._all_idle() else 0, max_records=64)
+            for tp, record_sets in sets.items():
+                lane = self.lanes.get(tp)
+                if lane is not None:
+                    for rs in record_sets:
+                        self._take(lane, rs)
+        self._send()
+        for lane in self.lanes.values():
+            if lane.broken and not lane.in_flight and not lane.recovering:
+                lane.recovering = True
+                self._spawn(self._recover(lane))
+        if self.queued >= self.cfg.queued_bytes or not self._all_idle():
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.005 if self.queued < self.cfg.queued_bytes else 0.1)
+
+    def _all_idle(self) -> bool:
+        return all(lane.idle for lane in self.lanes.values())
+
+    def _take(self, lane: Lane, rs: RecordSet) -> None:
+        """Restamp the batches of a fetched record set that start at or after the lane's position."""
+        if lane.broken:
+            return  # recovery seeks the source again
+        if rs.offset > lane.position:  # fetched for an older position: ask again from ours
+            assert self.source is not None
+            self.source.seek(lane.source, lane.position)
+            return
+        buf, pos, end = rs.data, 0, len(rs.data)
+        while end - pos >= BATCH_HEADER_SIZE:
+            h = decode_header(buf, pos)
+            if pos + h.size > end:
+                break
+            if h.next_offset > lane.position:
+                if h.magic != 2 or not crc_ok(buf, pos, h):
+                    raise CorruptRecordError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at "
+                                             f"offset {h.base_offset} fails its CRC; nothing after it is mirrored")
+                if not is_control(h):
+                    data = restamp(buf, pos, h, lane.producer_id, lane.producer_epoch, lane.sequence,
+                                   first_offset=lane.position)  # fmt: skip
+                    count = decode_header(data).record_count
+                    lane.sequence = (lane.sequence + count) % (2**31)
+                    lane.queue.append(Pending(data, h.next_offset, count))
+                    self.queued += len(data)
+                lane.position = h.next_offset
+            pos += h.size
+
+    def _send(self) -> None:
+        """One Produce request per target leader with one batch of each lane that has room, as often as they have."""
+        by_node: dict[int, list[Lane]] = collections.defaultdict(list)
+        for lane in self.lanes.values():
+            if lane.queue and not lane.broken and len(lane.in_flight) < WINDOW:
+                node = self.target.leader(*lane.target)
+                if node < 0:
+                    lane.broken = "no leader"
+                    continue
+                by_node[node].append(lane)
+        for node, lanes in by_node.items():
+            conn = self.target.open_connection(node)
+            if conn is None:
+                if node not in self._connecting:
+                    self._connecting.add(node)
+                    self._spawn(self._connect(node, lanes))
+                continue
+            version = conn.version_for(ApiKey.PRODUCE)
+            while True:
+                batch = [(lane, lane.queue.popleft()) for lane in lanes if lane.queue and len(lane.in_flight) < WINDOW]
+                if not batch:
+                    break
+                topics: dict[str, list[tuple[int, bytes]]] = {}
+                for lane, p in batch:
+                    lane.in_flight.append(p)
+                    self.queued -= len(p.data)
+                    topics.setdefault(lane.target[0], []).append((lane.target[1], p.data))
+                body = encode_produce_request(version, -1, self.cfg.request_timeout_ms, topics)
+                try:
+                    fut = conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response)
+                except (ProtocolError, KafkactlError) as exc:
+                    self._answered(batch, None, exc)
+                    break
+                assert fut is not None
+                fut.add_done_callback(functools.partial(self._done, batch))
+
+    def _done(self, batch: list[tuple[Lane, Pending]], fut: asyncio.Future) -> None:
+        if fut.cancelled():
+            self._answered(batch, None, KafkactlError("cancelled"))
+        elif fut.exception() is not None:
+            self._answered(batch, None, fut.exception())
+        else:
+            self._answered(batch, fut.result(), None)
+
+    def _answered(self, batch: list[tuple[Lane, Pending]], results: list[PartitionResult] | None,
+                  error: BaseException | None) -> None:  # fmt: skip
+        by_tp = {(r.topic, r.partition): r for r in results or ()}
+        for lane, p in batch:
+            if lane.in_flight and lane.in_flight[0] is p:
+                lane.in_flight.popleft()
+            r = by_tp.get(lane.target)
+            if r is None or r.error_code:
+                if not lane.broken:
+                    lane.broken = (error_name(r.error_code) if r is not None
+                                   else f"{type(error).__name__}: {error}" if error else "no answer")  # fmt: skip
+            elif not lane.broken:
+                lane.acked = p.next_offset
+                lane.mirrored += p.count
+        self._wake.set()
+
+    async def _connect(self, node: int, lanes: list[Lane]) -> None:
+        try:
+            await self.target.connection(node)
+        except (KafkactlError, OSError) as exc:
+            for lane in lanes:
+                lane.broken = lane.broken or f"cannot connect to target broker {node}: {exc}"
+        finally:
+            self._connecting.discard(node)
+            self._wake.set()
+
+    async def _recover(self, lane: Lane) -> None:
+        """Carry on from what the target holds: its last batch's stamp and producer place (or the origin)."""
+        reason = lane.broken
+        try:
+            for attempt in range(1_000_000):
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+                try:
+                    await self.target.refresh([lane.target[0]])
+                    tail = (await read_tails(self.cfg.target, [lane.target]))[lane.target]
+                    break
+                except (KafkactlError, ProtocolError, OSError) as exc:
+                    reason = str(exc)
+                    if attempt in (3, 10) or attempt % 30 == 29:
+                        self.say(f"{lane.target[0]} partition {lane.target[1]}: still recovering ({reason})")
+            self.queued -= sum(len(p.data) for p in lane.queue)
+            lane.queue.clear()
+            if tail.resume is not None:
+                r = tail.resume
+                lane.producer_id, lane.producer_epoch, lane.sequence = r.producer_id, r.producer_epoch, r.next_sequence
+                lane.position = lane.acked = r.source_offset
+            elif tail.end == tail.start:
+                lane.sequence, lane.position, lane.acked = 0, lane.origin, lane.origin
+            else:
+                raise KafkactlError(f"target {lane.target[0]} partition {lane.target[1]}: its last batch is not "
+                                    "the mirror's any more (another producer writes to it)")  # fmt: skip
+            assert self.source is not None
+            self.source.seek(lane.source, lane.position)
+            lane.broken = None
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # reaches run() and stops the mirror with its message
+            self._failure = exc
+        finally:
+            lane.recovering = False
+            self._wake.set()
+
+    async def _drain(self, timeout: float) -> None:
+        """Wait until what was sent is answered (nothing new is sent)."""
+        deadline = time.monotonic() + timeout
+        while any(lane.in_flight for lane in self.lanes.values()) and time.monotonic() < deadline:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+
+    def _spawn(self, coro) -> None:  # noqa: ANN001
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def read_tails(bootstrap: str, tps: list[TopicPartition], timeout_s: float = 30.0) -> dict[TopicPartition, Tail]:
+    """Each partition's log start and high watermark, and the stamp of its last committed batch."""
+    consumer = RawConsumer(bootstrap, ConsumerConfig(client_id=CLIENT_ID, auto_offset_reset="earliest",
+                                                     fetch_max_wait_ms=50))  # fmt: skip
+    out: dict[TopicPartition, Tail] = {}
+    try:
+        await consumer.start()
+        await consumer.assign(tps)
+        starts = await consumer.beginning_offsets(tps)
+        ends = await consumer.end_offsets(tps)
+        want = [tp for tp in tps if ends[tp] > starts[tp]]
+        out = {tp: Tail(starts[tp], ends[tp], None) for tp in tps if tp not in want}
+        if not want:
+            return out
+        await consumer.assign(want)
+        for tp in want:
+            consumer.seek(tp, ends[tp] - 1)
+        deadline = time.monotonic() + timeout_s
+        while any(tp not in out for tp in want):
+            if time.monotonic() > deadline:
+                missing = [tp for tp in want if tp not in out]
+                raise KafkactlError(f"no answer from the target for {missing[0][0]} partition {missing[0][1]}'s "
+                                    f"last batch within {timeout_s:g}s")  # fmt: skip
+            for tp, record_sets in (await consumer.getmany(timeout_ms=200)).items():
+                if tp in out:
+                    continue
+                for rs in record_sets:
+                    last = _last_batch(rs.data, ends[tp])
+                    if last is not None:
+                        pos, h = last
+                        out[tp] = Tail(starts[tp], ends[tp], read_stamp(rs.data, pos, h))
+    finally:
+        await consumer.close()
+    return out
+
+
+def _last_batch(data: memoryview, end: int) -> tuple[int, object] | None:
+    """(position, header) of the whole batch in `data` that holds offset end - 1."""
+    pos, found = 0, None
+    while len(data) - pos >= BATCH_HEADER_SIZE:
+        h = decode_header(data, pos)
+        if pos + h.size > len(data):
+            break
+        if h.base_offset <= end - 1 <= h.last_offset:
+            found = (pos, h)
+        pos += h.size
+    return found

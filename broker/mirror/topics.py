@@ -1,0 +1,102 @@
+"""Which topics a mirror copies, what they are called on the target, and making the target topics.
+
+A source topic is mirrored when it matches `--include` (a regular expression matched against the whole
+name), does not match `--exclude`, and is not internal (`__`-prefixed, Kafka's convention). Its target
+name is its `--rename` entry if it has one, else `--prefix` + its name. A missing target topic is
+created with the source's partition count and the source's topic config overrides; an existing one
+with fewer partitions gains the missing ones; one with more cannot take partition i to partition i and
+is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from broker.client.admin import Admin, AdminError
+from broker.errors import KafkactlError, UsageError
+from broker.topics import topic_name_error
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The topics a mirror copies, and their target names."""
+
+    include: re.Pattern[str]
+    exclude: re.Pattern[str] | None = None
+    rename: dict[str, str] = field(default_factory=dict)
+    prefix: str = ""
+
+    @classmethod
+    def parse(cls, include: str = ".*", exclude: str | None = None, rename: list[str] = (),
+              prefix: str = "") -> Selection:  # fmt: skip
+        """From the command line's spellings; UsageError for a bad expression or rename."""
+        pairs = {}
+        for item in rename:
+            old, sep, new = item.partition(":")
+            if not sep or not old or not new:
+                raise UsageError(f"--rename {item!r}: use SOURCE:TARGET")
+            pairs[old] = new
+        try:
+            inc = re.compile(include)
+            exc = re.compile(exclude) if exclude else None
+        except re.error as err:
+            raise UsageError(f"bad topic expression: {err}") from None
+        selection = cls(inc, exc, pairs, prefix)
+        for old in pairs:
+            problem = topic_name_error(selection.target(old))
+            if problem:
+                raise UsageError(f"--rename {old}: {problem}")
+        return selection
+
+    def wants(self, topic: str) -> bool:
+        if topic.startswith("__"):
+            return False
+        if not self.include.fullmatch(topic):
+            return False
+        return not (self.exclude is not None and self.exclude.fullmatch(topic))
+
+    def target(self, topic: str) -> str:
+        return self.rename.get(topic, self.prefix + topic)
+
+    def pick(self, source_topics: dict[str, int]) -> dict[str, int]:
+        """{source topic: partition count} of those mirrored; KafkactlError for a target name that is illegal or
+        taken by two sources."""
+        chosen = {t: n for t, n in sorted(source_topics.items()) if self.wants(t)}
+        seen: dict[str, str] = {}
+        for t in chosen:
+            name = self.target(t)
+            problem = topic_name_error(name)
+            if problem:
+                raise UsageError(f"topic {t} would be mirrored as {name!r}: {problem}")
+            if name in seen:
+                raise UsageError(f"topics {seen[name]} and {t} would both be mirrored into {name}")
+            seen[name] = t
+        return chosen
+
+
+def prepare_targets(source: Admin, target: Admin, topics: dict[str, int], selection: Selection, *,
+                    replication_factor: int = -1) -> list[str]:  # fmt: skip
+    """Make each target topic exist with at least its source's partitions; returns what was created or grown,
+    one line each. KafkactlError for a target topic with more partitions than its source."""
+    existing = target.list_topics()
+    said = []
+    for topic, partitions in topics.items():
+        name = selection.target(topic)
+        have = existing.get(name)
+        if have is None:
+            overrides = {k: v for k, (v, override) in source.describe_config(topic).items() if override and v}
+            try:
+                target.create_topic(name, partitions, replication_factor, overrides)
+            except AdminError as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):  # another mirror made it meanwhile
+                    raise
+            configs = "".join(f", {k}={v}" for k, v in sorted(overrides.items()))
+            said.append(f"created {name} ({partitions} partition{'s' if partitions != 1 else ''}{configs})")
+        elif have < partitions:
+            target.create_partitions(name, partitions)
+            said.append(f"added partitions to {name}: {have} -> {partitions}")
+        elif have > partitions:
+            raise KafkactlError(f"target topic {name} has {have} partitions, its source {topic} {partitions}: "
+                                "the mirror copies partition i to partition i")  # fmt: skip
+    return said
