@@ -24,9 +24,9 @@ from broker.client.admin import Admin
 from broker.client.aio import AsyncCluster
 from broker.client.connection import ProtocolError
 from broker.client.consumer import ConsumerConfig, RawConsumer, RecordSet
-from broker.errors import CorruptRecordError, KafkactlError
+from broker.errors import KafkactlError, UsageError
 from broker.mirror.stamp import Resume, is_control, read_stamp, restamp
-from broker.mirror.topics import Selection, prepare_targets
+from broker.mirror.topics import MirrorError, Selection, prepare_targets
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import error_name
 from broker.protocol.messages.produce import PartitionResult, encode_produce_request, read_produce_response
@@ -135,7 +135,7 @@ class Mirror:
         for t, p in new:
             tail = tails[(sel.target(t), p)]
             if tail.resume is None and tail.end > tail.start:
-                raise KafkactlError(f"target {sel.target(t)} partition {p} holds messages the mirror did not write "
+                raise MirrorError(f"target {sel.target(t)} partition {p} holds messages the mirror did not write "
                                     "(its last batch has no kafkactl.mirror stamp): mirror into a new topic "
                                     "(--prefix or --rename)")  # fmt: skip
         assert self.source is not None
@@ -157,6 +157,15 @@ class Mirror:
             self.lanes[(t, p)] = lane
             self.source.seek((t, p), lane.position)
         await self.target.refresh(sorted({lane.target[0] for lane in self.lanes.values()}))
+
+    async def _refresh(self) -> None:
+        """Look for new source topics and partitions; a cluster that does not answer now is asked next time."""
+        try:
+            await self._add_lanes(await asyncio.to_thread(self._topics))
+        except (KafkactlError, ProtocolError, OSError) as exc:
+            if isinstance(exc, MirrorError | UsageError):
+                raise
+            self.say(f"cannot look for new topics now ({exc}); trying again in {self.cfg.refresh_s:g}s")
 
     async def _producer_id(self) -> tuple[int, int]:
         if self._producer is None:
@@ -193,7 +202,7 @@ class Mirror:
                 now = time.monotonic()
                 if now >= next_refresh:
                     next_refresh = now + cfg.refresh_s
-                    await self._add_lanes(await asyncio.to_thread(self._topics))
+                    await self._refresh()
                 if now >= next_report:
                     done = self.mirrored
                     rate = (done - reported[0]) / max(now - reported[1], 1e-9)
@@ -260,7 +269,7 @@ class Mirror:
                 break
             if h.next_offset > lane.position:
                 if h.magic != 2 or not crc_ok(buf, pos, h):
-                    raise CorruptRecordError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at "
+                    raise MirrorError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at "
                                              f"offset {h.base_offset} fails its CRC; nothing after it is mirrored")
                 if not is_control(h):
                     data = restamp(buf, pos, h, lane.producer_id, lane.producer_epoch, lane.sequence,
@@ -365,7 +374,7 @@ class Mirror:
             elif tail.end == tail.start:
                 lane.sequence, lane.position, lane.acked = 0, lane.origin, lane.origin
             else:
-                raise KafkactlError(f"target {lane.target[0]} partition {lane.target[1]}: its last batch is not "
+                raise MirrorError(f"target {lane.target[0]} partition {lane.target[1]}: its last batch is not "
                                     "the mirror's any more (another producer writes to it)")  # fmt: skip
             assert self.source is not None
             self.source.seek(lane.source, lane.position)

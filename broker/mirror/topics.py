@@ -18,6 +18,10 @@ from broker.errors import KafkactlError, UsageError
 from broker.topics import topic_name_error
 
 
+class MirrorError(KafkactlError):
+    """What the mirror cannot get past by waiting: a target it must not write to, a corrupt source."""
+
+
 @dataclass(frozen=True)
 class Selection:
     """The topics a mirror copies, and their target names."""
@@ -97,6 +101,6 @@ def prepare_targets(source: Admin, target: Admin, topics: dict[str, int], select
             target.create_partitions(name, partitions)
             said.append(f"added partitions to {name}: {have} -> {partitions}")
         elif have > partitions:
-            raise KafkactlError(f"target topic {name} has {have} partitions, its source {topic} {partitions}: "
+            raise MirrorError(f"target topic {name} has {have} partitions, its source {topic} {partitions}: "
                                 "the mirror copies partition i to partition i")  # fmt: skip
     return said
