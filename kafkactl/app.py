@@ -20,6 +20,7 @@ from broker import __version__
 from broker.errors import KafkactlError
 from kafkactl import contexts
 from kafkactl.commands import (
+    audit,
     bench,
     cluster,
     config,
@@ -59,6 +60,7 @@ app.add_typer(zk.app, name="zk")
 app.add_typer(config.app, name="config")
 app.command("spark-load")(spark_load.spark_load)
 app.add_typer(mirror.app, name="mirror")
+app.command("audit")(audit.audit)
 
 _state = {"debug": False}
 

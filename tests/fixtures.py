@@ -123,3 +123,26 @@ def shared_broker(zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathF
     """One broker for a whole test module (tests use their own topic names)."""
     with BrokerProcess(1, new_chroot(zk_server.connect_string), tmp_path_factory.mktemp("shared-broker")) as b:
         yield b
+
+
+TWO_CLUSTER_OVERRIDES = {"zookeeper.session.timeout.ms": "6000"}
+
+
+@pytest.fixture
+def two_clusters(zk_server: ZooKeeperServer, tmp_path: Path) -> Iterator[tuple[str, str, list[BrokerProcess]]]:
+    """A source cluster (broker 1) and a target cluster (brokers 11 and 12), each under its own ZooKeeper chroot:
+    (source bootstrap, target bootstrap, the three brokers). A killed broker's partitions move within seconds."""
+    source_zk, target_zk = new_chroot(zk_server.connect_string), new_chroot(zk_server.connect_string)
+    brokers = [BrokerProcess(1, source_zk, tmp_path, overrides=TWO_CLUSTER_OVERRIDES),
+               BrokerProcess(11, target_zk, tmp_path, overrides=TWO_CLUSTER_OVERRIDES),
+               BrokerProcess(12, target_zk, tmp_path, overrides=TWO_CLUSTER_OVERRIDES)]  # fmt: skip
+    try:
+        for b in brokers:
+            b.start()
+        yield brokers[0].bootstrap, f"{brokers[1].bootstrap},{brokers[2].bootstrap}", brokers
+    finally:
+        for b in brokers:
+            try:
+                b.stop(timeout=20)
+            except Exception:
+                b.kill()

@@ -27,23 +27,26 @@ from broker.client.producer import AsyncProducer
 from broker.errors import KafkactlError
 from broker.records.crc import BACKEND
 
+#: the CPU time (user + system) the bench process, the producer alone, spent in the last `_produce`
+_PRODUCER_CPU = [0.0]
+
 
 def _topic(kind: str) -> str:
     return f"bench-{kind}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
 
 
 async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: int, acks: int, compression: str,
-                   advance: Callable[[int], None]) -> float:  # fmt: skip
+                   advance: Callable[[int], None], audit: bool = False) -> float:  # fmt: skip
     value = os.urandom(size // 2 + 1).hex().encode()[:size]
     producer = AsyncProducer(bootstrap, acks=acks, compression_type=compression, linger_ms=1000,
                              batch_size=1 << 30, max_batch_messages=batch, max_in_flight=300,
-                             buffer_memory=64 << 20, enable_idempotence=False)  # fmt: skip
+                             buffer_memory=64 << 20, enable_idempotence=False, audit_enabled=audit)  # fmt: skip
     await producer.start()
     try:
         await producer.partitions(topic)
         values = [value] * batch
         step = max(batch, messages // 100)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         send_one, send_many = producer.send_nowait, producer.send_many
         for start in range(0, messages, batch):  # one message set per call, one produce request each
             if batch == 1:
@@ -58,6 +61,7 @@ async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: 
             if start % step < batch:
                 advance(step)
         await producer.flush()
+        _PRODUCER_CPU[0] = time.process_time() - cpu0
         return time.perf_counter() - t0
     finally:
         await producer.close()
@@ -84,11 +88,13 @@ async def _consume(bootstrap: str, topic: str, messages: int, advance: Callable[
 
 def run(kind: str, messages: int = 10_000_000, size: int = 200, batch: int = 50, acks: int = 1,
         compression: str = "none", rate: int = 10_000, bootstrap: str | None = None, workdir: Path | None = None,
-        advance: Callable[[int], None] = lambda n: None, replication_factor: int = 1) -> dict:  # fmt: skip
+        advance: Callable[[int], None] = lambda n: None, replication_factor: int = 1,
+        audit: bool = False) -> dict:  # fmt: skip
     """Run one bench ("produce", "consume" or "e2e") on a topic of one partition with `replication_factor`
-    replicas (more than one needs a cluster: `bootstrap`); returns its figures."""
+    replicas (more than one needs a cluster: `bootstrap`); returns its figures. `audit`: the producer stamps
+    and counts every message (audit.enabled)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"kafkactl-bench-{kind}-", dir=workdir))
-    args = (messages, size, batch, acks, compression, rate, advance, replication_factor)
+    args = (messages, size, batch, acks, compression, rate, advance, replication_factor, audit)
     try:
         if bootstrap:
             return _run(kind, bootstrap, *args)
@@ -102,20 +108,20 @@ def run(kind: str, messages: int = 10_000_000, size: int = 200, batch: int = 50,
 
 
 def _run(kind: str, bootstrap: str, messages: int, size: int, batch: int, acks: int, compression: str, rate: int,
-         advance: Callable[[int], None], replication_factor: int) -> dict:  # fmt: skip
+         advance: Callable[[int], None], replication_factor: int, audit: bool) -> dict:  # fmt: skip
     topic = _topic(kind)
     with Admin(bootstrap) as admin:
         admin.create_topic(topic, 1, replication_factor)
         try:
             out: dict = {"bench": kind, "crc_backend": BACKEND, "messages": messages, "message_bytes": size,
-                         "replication_factor": replication_factor}  # fmt: skip
+                         "replication_factor": replication_factor, "audit": audit}  # fmt: skip
             if kind == "e2e":
                 out["acks"] = acks
                 out.update(_e2e(bootstrap, topic, messages, size, rate, acks, advance))
                 return out
             started = time.perf_counter()
             seconds = asyncio.run(_produce(bootstrap, topic, messages, size, batch, acks, compression,
-                                           advance if kind == "produce" else (lambda n: None)))  # fmt: skip
+                                           advance if kind == "produce" else (lambda n: None), audit))  # fmt: skip
             part = admin.describe_topic(topic)[0]
             deadline = time.monotonic() + 120  # (with replicas, the end a client sees is the high watermark)
             while part.log_end_offset < messages and time.monotonic() < deadline:
@@ -129,6 +135,7 @@ def _run(kind: str, bootstrap: str, messages: int, size: int, batch: int, acks: 
             out.update({"batch": batch, "acks": acks, "compression": compression,
                         "produce_seconds": round(seconds, 3), "produce_msgs_per_s": round(messages / seconds),
                         "produce_mb_per_s": round(messages * size / seconds / 1e6, 1),
+                        "producer_cpu_us_per_message": round(_PRODUCER_CPU[0] / messages * 1e6, 3),
                         "disk_bytes": disk,
                         "disk_overhead_bytes_per_message": round((disk - messages * size) / messages, 2)})  # fmt: skip
             if kind == "consume":

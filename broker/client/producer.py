@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from broker.audit.counts import AUDIT_TOPIC, DEFAULT_WINDOW_MS, HOST_HEADER, WindowCounts, hostname
+from broker.audit.counts import records as audit_records
 from broker.client.aio import AsyncCluster, AsyncConnection
 from broker.client.connection import ProtocolError, apply_settings
 from broker.client.partitioner import StickyPartitioner, partition_for_key
@@ -80,6 +82,10 @@ class ProducerConfig:
     enable_idempotence: bool | None = None  # None: on when acks=all, as Kafka's default
     max_batch_messages: int = 0  # 0: no count limit (batch.size alone); kafkactl bench sets it
     client_id: str = "kafkactl-producer"
+    #: the paper's audit (broker.audit.counts): stamp each message, count them per window, publish the counts
+    audit_enabled: bool = False
+    audit_window_ms: int = DEFAULT_WINDOW_MS
+    audit_topic: str = AUDIT_TOPIC
 
 
 #: Kafka's producer keys whose names are not their setting's name with '.' → '_'
@@ -297,6 +303,9 @@ class AsyncProducer:
         self._closed = False
         self._refresh_needed = False
         self._acks0_drain: set[AsyncConnection] = set()  # connections written to at acks=0 this round
+        self.audit = WindowCounts(cfg.audit_window_ms) if cfg.audit_enabled else None
+        self._audit_stamp = ((HOST_HEADER, hostname().encode()),)
+        self._audit_sends: set[asyncio.Task] = set()
         #: whether queued batches of one partition may go as a run of requests framed together in C
         self._runs = _build_requests is not None and self.codec == Codec.NONE and cfg.acks != 0
 
@@ -367,9 +376,13 @@ class AsyncProducer:
             return None
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         tp = (topic, partition)
-        batch = self.open.get(tp) or self._open_batch(tp)
+        audit = self.audit is not None and topic != cfg.audit_topic
+        batch = self._audit_batch(tp, ts) if audit else self.open.get(tp) or self._open_batch(tp)
         builder = batch.builder
-        delta = builder.append(ts, key, value, headers)
+        delta = builder.append(ts, key, value, (*headers, *self._audit_stamp) if audit and not builder.count
+                               else headers)  # fmt: skip
+        if audit:
+            self.audit.add(topic, ts)
         batch.size += size
         self.buffered += size
         if len(builder.buf) + 61 >= cfg.batch_size or (cfg.max_batch_messages and delta + 1 >= cfg.max_batch_messages):
@@ -398,15 +411,22 @@ class AsyncProducer:
         if self.buffered + total > cfg.buffer_memory:
             return None
         ts = int(time.time() * 1000) if timestamp is None else timestamp
+        audit = self.audit is not None and topic != cfg.audit_topic
         tp = (topic, partition)
         max_count = cfg.max_batch_messages or 1 << 30
         deliveries = Deliveries(ts)
         done = 0
         while done < len(values):
-            batch = self.open.get(tp) or self._open_batch(tp)
+            batch = self._audit_batch(tp, ts) if audit else self.open.get(tp) or self._open_batch(tp)
             builder = batch.builder
             first = builder.count
-            added = builder.append_many(ts, key, values, done, headers, cfg.batch_size, max_count)
+            if audit and not first:  # the batch's first record carries the stamp
+                builder.append(ts, key, values[done], (*headers, *self._audit_stamp))
+                added = 1
+                if len(builder) < cfg.batch_size and builder.count < max_count:
+                    added += builder.append_many(ts, key, values, done + 1, headers, cfg.batch_size, max_count)
+            else:
+                added = builder.append_many(ts, key, values, done, headers, cfg.batch_size, max_count)
             batch.size += fixed * added + sum(lengths[done : done + added])
             deliveries.spans.append((batch, first, added))
             done += added
@@ -414,6 +434,8 @@ class AsyncProducer:
                 self._seal(tp, batch)
         self.buffered += total
         deliveries.count = done
+        if audit:
+            self.audit.add(topic, ts, done)
         return deliveries
 
     def _partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int:
@@ -435,6 +457,18 @@ class AsyncProducer:
             raise ProduceError(f"topic {topic!r} has no partition {partition} (it has {n})",
                                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
         return partition
+
+    def _audit_batch(self, tp: tuple[str, int], ts: int) -> _Batch:
+        """The open batch of `tp` for an audited message stamped `ts`: a new one when the open one holds
+        another window's messages (an audited batch counts as a whole, in the window of its base timestamp)."""
+        batch = self.open.get(tp)
+        if batch is not None and batch.builder.count:
+            wms = self.config.audit_window_ms
+            base = batch.builder.base_ts
+            if base - base % wms != ts - ts % wms:
+                self._seal(tp, batch)
+                batch = None
+        return batch or self._open_batch(tp)
 
     def _open_batch(self, tp: tuple[str, int]) -> _Batch:
         now = time.monotonic()
@@ -484,6 +518,9 @@ class AsyncProducer:
         """Send everything queued and wait for every answer (errors stay with their deliveries)."""
         self._flushing += 1
         try:
+            if self.audit is not None:  # the counts of closed windows go too
+                self._publish_audit(self.audit.take(int(time.time() * 1000)))
+                await self._audit_published()
             for tp, b in list(self.open.items()):
                 self._seal(tp, b)
             # newest first: usually answered last, so the others are done by then and need no future; the
@@ -499,6 +536,8 @@ class AsyncProducer:
             return
         try:
             if self._sender is not None:
+                if self.audit is not None:  # every count, the open windows' too
+                    self._publish_audit(self.audit.take())
                 await self.flush()
         finally:
             self._closed = True
@@ -509,6 +548,26 @@ class AsyncProducer:
                 except (asyncio.CancelledError, Exception):
                     pass
             await self.cluster.close()
+
+    # -- audit ---------------------------------------------------------------------------------------
+
+    def _publish_audit(self, counts: dict[tuple[str, int], int]) -> None:
+        """Send `counts` to the audit topic (in the background: its metadata may have to be fetched first)."""
+        if not counts:
+            return
+        recs = audit_records("produced", counts, self.config.audit_window_ms, client=self.config.client_id)
+        task = asyncio.get_running_loop().create_task(self._send_audit(recs))
+        self._audit_sends.add(task)
+        task.add_done_callback(self._audit_sends.discard)
+
+    async def _send_audit(self, recs: list) -> None:
+        for rec in recs:
+            await self.send(self.config.audit_topic, rec.encode(), key=rec.topic.encode())
+
+    async def _audit_published(self) -> None:
+        """Wait until the audit counts handed to the sender are queued (their answers come with the flush)."""
+        while self._audit_sends:
+            await asyncio.gather(*list(self._audit_sends), return_exceptions=True)
 
     # -- sender --------------------------------------------------------------------------------------
 
@@ -535,6 +594,12 @@ class AsyncProducer:
                 await self._renew_identity()
             now = time.monotonic()
             next_due = None
+            if self.audit is not None and self.audit.oldest is not None:
+                now_ms = int(time.time() * 1000)
+                if self.audit.due(now_ms):
+                    self._publish_audit(self.audit.take(now_ms))
+                if self.audit.oldest is not None:  # wake up when the oldest window closes
+                    next_due = now + (self.audit.oldest + self.audit.window_ms - now_ms) / 1000
             for tp, b in list(self.open.items()):  # lingered long enough: ready
                 due = b.created + linger
                 if due <= now:
@@ -853,11 +918,13 @@ class AsyncProducer:
         if b.sequence >= 0:
             self._rewind(b)
         middle = len(records) // 2
+        stamp = [h for h in records[0].headers if h[0] == HOST_HEADER]  # an audited batch's: each half has it
         children = []
         for first, part in ((0, records[:middle]), (middle, records[middle:])):
             child = _Batch(b.tp, self.codec, b.deadline, time.monotonic())
-            for r in part:
-                child.builder.append(r.timestamp, r.key, r.value, r.headers)
+            for i, r in enumerate(part):
+                headers = (*r.headers, *stamp) if i == 0 and first and stamp else r.headers
+                child.builder.append(r.timestamp, r.key, r.value, headers)
             child.parent = (b, first)
             self.unfinished[child] = None
             children.append(child)

@@ -20,10 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from broker.audit.counts import AUDIT_TOPIC, DEFAULT_WINDOW_MS, WindowCounts, count_stamped
+from broker.audit.counts import records as audit_records
 from broker.client.admin import Admin
 from broker.client.aio import AsyncCluster
 from broker.client.connection import ProtocolError
 from broker.client.consumer import ConsumerConfig, RawConsumer, RecordSet
+from broker.client.producer import AsyncProducer
 from broker.errors import KafkactlError, UsageError
 from broker.mirror.stamp import Resume, is_control, read_stamp, restamp
 from broker.mirror.topics import MirrorError, Selection, prepare_targets
@@ -53,6 +56,9 @@ class MirrorConfig:
     queued_bytes: int = 64 << 20  # restamped bytes waiting to be produced, at most (then fetching pauses)
     fetch_bytes: int = 4 << 20  # per partition and fetch
     request_timeout_ms: int = 30000
+    #: publish per-window counts of what the target acknowledged to its audit topic (broker.audit.counts)
+    audit: bool = False
+    audit_window_ms: int = DEFAULT_WINDOW_MS
 
 
 class Tail(NamedTuple):
@@ -67,6 +73,7 @@ class Pending(NamedTuple):
     data: bytes
     next_offset: int  # the source offset after this batch
     count: int
+    windows: dict[int, int] | None = None  # audited messages per window (with audit on)
 
 
 @dataclass
@@ -113,6 +120,8 @@ class Mirror:
         self._producer: tuple[int, int] | None = None
         self._connecting: set[int] = set()
         self._failure: BaseException | None = None
+        self.audit = WindowCounts(cfg.audit_window_ms) if cfg.audit else None
+        self._audit_producer: AsyncProducer | None = None
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -204,12 +213,16 @@ class Mirror:
                     next_refresh = now + cfg.refresh_s
                     await self._refresh()
                 if now >= next_report:
+                    await self._publish_audit()
                     done = self.mirrored
                     rate = (done - reported[0]) / max(now - reported[1], 1e-9)
                     self.say(f"mirrored {done:,} messages ({rate:,.0f}/s); lag {self.lag():,}")
                     next_report, reported = now + cfg.report_s, (done, now)
             await self._drain(timeout=cfg.request_timeout_ms / 1000)
+            await self._publish_audit(everything=True)
         finally:
+            if self._audit_producer is not None:
+                await self._audit_producer.close()
             for task in list(self._tasks):
                 task.cancel()
             if self.source is not None:
@@ -271,15 +284,32 @@ class Mirror:
                 if h.magic != 2 or not crc_ok(buf, pos, h):
                     raise MirrorError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at "
                                              f"offset {h.base_offset} fails its CRC; nothing after it is mirrored")
-                if not is_control(h):
-                    data = restamp(buf, pos, h, lane.producer_id, lane.producer_epoch, lane.sequence,
-                                   first_offset=lane.position)  # fmt: skip
+                data = None if is_control(h) else restamp(buf, pos, h, lane.producer_id, lane.producer_epoch,
+                                                          lane.sequence, first_offset=lane.position)  # fmt: skip
+                if data is not None:
                     count = decode_header(data).record_count
                     lane.sequence = (lane.sequence + count) % (2**31)
-                    lane.queue.append(Pending(data, h.next_offset, count))
+                    windows: dict[int, int] | None = None
+                    if self.audit is not None:
+                        windows = {}
+                        count_stamped(windows, data, 0, decode_header(data), self.audit.window_ms)
+                    lane.queue.append(Pending(data, h.next_offset, count, windows))
                     self.queued += len(data)
                 lane.position = h.next_offset
             pos += h.size
+
+    async def _publish_audit(self, *, everything: bool = False) -> None:
+        """Publish the counts of what the target acknowledged so far (to the target's audit topic)."""
+        if self.audit is None or self.audit.oldest is None:
+            return
+        if self._audit_producer is None:
+            self._audit_producer = await AsyncProducer(self.cfg.target, acks="all", client_id=CLIENT_ID).start()
+        targets = {lane.source[0]: lane.target[0] for lane in self.lanes.values()}
+        for rec in audit_records("mirrored", self.audit.take(), self.audit.window_ms, client=CLIENT_ID,
+                                 source=self.cfg.source, targets=targets):  # fmt: skip
+            await self._audit_producer.send(AUDIT_TOPIC, rec.encode(), key=rec.topic.encode())
+        if everything:
+            await self._audit_producer.flush()
 
     def _send(self) -> None:
         """One Produce request per target leader with one batch of each lane that has room, as often as they have."""
@@ -339,6 +369,8 @@ class Mirror:
             elif not lane.broken:
                 lane.acked = p.next_offset
                 lane.mirrored += p.count
+                if p.windows and self.audit is not None:
+                    self.audit.add_windows(lane.source[0], p.windows)
         self._wake.set()
 
     async def _connect(self, node: int, lanes: list[Lane]) -> None:

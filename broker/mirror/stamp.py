@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from broker.audit.counts import HOST_HEADER
 from broker.records.batch import (
     BATCH_HEADER_SIZE,
     CODEC_MASK,
@@ -37,11 +38,14 @@ from broker.records.batch import (
     build_batch,
     compute_crc,
     decode_records,
+    first_record_headers,
 )
 from broker.records.compression import compress, decompress
 from broker.records.varint import decode_varint, encode_varint
 
 HEADER_KEY = "kafkactl.mirror"
+#: headers of a batch's first record that speak for the whole batch
+BATCH_STAMPS = (HEADER_KEY, HOST_HEADER)
 _KEY = HEADER_KEY.encode()
 _KEEP_ATTRIBUTES = CODEC_MASK  # timestamp type CreateTime, not transactional, not control
 _CRC = struct.Struct(">I")
@@ -61,9 +65,9 @@ def is_control(header: BatchHeader) -> bool:
 
 
 def restamp(buf: Buffer, pos: int, header: BatchHeader, producer_id: int, producer_epoch: int,
-            base_sequence: int, first_offset: int = 0) -> bytes:  # fmt: skip
+            base_sequence: int, first_offset: int = 0) -> bytes | None:  # fmt: skip
     """The target batch for the source batch at `pos`: the mirror's producer fields and stamp, the same records
-    (those at or after `first_offset`)."""
+    (those at or after `first_offset`; None when there is none, in a compacted batch)."""
     view = memoryview(buf)
     if (header.attributes & TIMESTAMP_TYPE_BIT or header.record_count != header.last_offset_delta + 1
             or header.base_offset < first_offset):  # fmt: skip
@@ -87,12 +91,18 @@ def restamp(buf: Buffer, pos: int, header: BatchHeader, producer_id: int, produc
 
 
 def _rebuilt(view: memoryview, pos: int, header: BatchHeader, producer_id: int, producer_epoch: int,
-             base_sequence: int, first_offset: int) -> bytes:  # fmt: skip
+             base_sequence: int, first_offset: int) -> bytes | None:  # fmt: skip
     log_append = bool(header.attributes & TIMESTAMP_TYPE_BIT)
-    kept = [r for r in decode_records(view, pos, header) if r.offset >= first_offset]
+    decoded = decode_records(view, pos, header)
+    kept = [r for r in decoded if r.offset >= first_offset]
+    if not kept:
+        return None
+    # the batch-wide stamps of its first record (an audited producer's host) stay on the first one kept
+    carried = tuple(h for h in decoded[0].headers if h[0] in BATCH_STAMPS) if kept[0] is not decoded[0] else ()
+    stamp = ((HEADER_KEY, str(header.next_offset).encode()),)
     records = [
         Record(i, header.max_timestamp if log_append else r.timestamp, r.key, r.value,
-               tuple(r.headers) + ((HEADER_KEY, str(header.next_offset).encode()),) if i == 0 else r.headers)
+               (*r.headers, *carried, *stamp) if i == 0 else r.headers)
         for i, r in enumerate(kept)
     ]  # fmt: skip
     return build_batch(records, base_offset=0, codec=header.codec, producer_id=producer_id,
@@ -126,21 +136,8 @@ def read_stamp(buf: Buffer, pos: int, header: BatchHeader) -> Resume | None:
     """Where mirroring resumes after the target batch at `pos`; None when the mirror did not write it."""
     if is_control(header) or header.producer_id < 0:
         return None
-    body = memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + header.size]
-    records = decompress(header.codec, body) if header.codec else body
-    _, end, _, count, p = _first_record(records)
-    stamp = None
-    for _ in range(count):
-        key_length, p = decode_varint(records, p)
-        key = bytes(records[p : p + key_length])
-        p += key_length
-        value_length, p = decode_varint(records, p)
-        if key == _KEY and value_length > 0:
-            stamp = bytes(records[p : p + value_length])
-        p += max(value_length, 0)
-        if p > end:
-            return None
-    if stamp is None or not stamp.isdigit():
+    stamps = [v for k, v in first_record_headers(buf, pos, header) if k == HEADER_KEY and v]
+    if not stamps or not stamps[-1].isdigit():
         return None
     next_sequence = (header.base_sequence + header.last_offset_delta + 1) % (2**31)
-    return Resume(int(stamp), header.producer_id, header.producer_epoch, next_sequence)
+    return Resume(int(stamps[-1]), header.producer_id, header.producer_epoch, next_sequence)

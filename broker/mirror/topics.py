@@ -1,7 +1,8 @@
 """Which topics a mirror copies, what they are called on the target, and making the target topics.
 
 A source topic is mirrored when it matches `--include` (a regular expression matched against the whole
-name), does not match `--exclude`, and is not internal (`__`-prefixed, Kafka's convention). Its target
+name), does not match `--exclude`, and is neither internal (`__`-prefixed, Kafka's convention) nor the
+audit topic (`kafkactl-audit`: each cluster's holds the counts of its own tiers). Its target
 name is its `--rename` entry if it has one, else `--prefix` + its name. A missing target topic is
 created with the source's partition count and the source's topic config overrides; an existing one
 with fewer partitions gains the missing ones; one with more cannot take partition i to partition i and
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from broker.audit.counts import AUDIT_TOPIC
 from broker.client.admin import Admin, AdminError
 from broker.errors import KafkactlError, UsageError
 from broker.topics import topic_name_error
@@ -54,7 +56,7 @@ class Selection:
         return selection
 
     def wants(self, topic: str) -> bool:
-        if topic.startswith("__"):
+        if topic.startswith("__") or topic == AUDIT_TOPIC:  # each cluster's audit topic holds its own tiers' counts
             return False
         if not self.include.fullmatch(topic):
             return False

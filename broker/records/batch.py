@@ -343,6 +343,33 @@ def decode_records(buf: Buffer, pos: int = 0, header: BatchHeader | None = None,
     return out
 
 
+def first_record_headers(buf: Buffer, pos: int = 0,
+                         header: BatchHeader | None = None) -> list[tuple[str, bytes | None]]:  # fmt: skip
+    """The headers of the first record of the batch at `pos`, the rest left undecoded: where a producer that
+    stamps a whole batch (the mirror, the audit) puts its stamp. CorruptRecordError when they do not parse."""
+    if header is None:
+        header = decode_header(buf, pos)
+    data: Any = memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + header.size]
+    if header.codec:
+        data = decompress(header.codec, data)
+    length, p = decode_varint(data, 0)
+    end = p + length
+    p += 1  # attributes
+    _, p = decode_varint(data, p)  # timestamp delta
+    _, p = decode_varint(data, p)  # offset delta
+    _, p = _decode_bytes(data, p)  # key
+    _, p = _decode_bytes(data, p)  # value
+    count, p = decode_varint(data, p)
+    out = []
+    for _ in range(count):
+        key, p = _decode_bytes(data, p)
+        value, p = _decode_bytes(data, p)
+        if key is None or p > end:
+            raise CorruptRecordError("a record header does not parse")
+        out.append((key.decode("utf-8", "replace"), value))
+    return out
+
+
 def check_records(buf: Buffer, pos: int, header: BatchHeader) -> int:
     """Kafka's record-level checks of the batch at `pos` (LogValidator): its records, decompressed, are
     exactly `record_count` records with offset deltas 0, 1, 2, ... and fields within their records;

@@ -93,7 +93,7 @@ def broker(
 
 def _client_bench(kind: str, messages: int, size: int, batch: int, acks: str, compression: str, rate: int,
                   bootstrap: str | None, directory: Path | None, output: Output,
-                  replication_factor: int = 1) -> None:  # fmt: skip
+                  replication_factor: int = 1, audit: bool = False) -> None:  # fmt: skip
     from broker.client.producer import CODECS, parse_acks
 
     if compression not in CODECS:
@@ -102,7 +102,7 @@ def _client_bench(kind: str, messages: int, size: int, batch: int, acks: str, co
     total = messages * (2 if kind == "consume" else 1)
     with progress(f"bench {kind}", total) as advance:
         result = client_bench.run(kind, messages, size, batch, parse_acks(acks), compression, rate, bootstrap,
-                                  directory, advance, replication_factor)  # fmt: skip
+                                  directory, advance, replication_factor, audit)  # fmt: skip
     if output == Output.json:
         json_line(result)
     else:
@@ -119,13 +119,17 @@ Replicas = Annotated[int, typer.Option("-r", "--replication-factor", min=1,
                                        help="Replicas of the bench topic (above 1: a cluster, with -b).")]  # fmt: skip
 
 
+Audit = Annotated[bool, typer.Option("--audit", help="The producer stamps and counts every message "
+                                     "(audit.enabled), to measure what the audit costs.")]  # fmt: skip
+
+
 @app.command("produce")
 def produce(messages: Messages = 10_000_000, size: Size = 200, batch: Batch = 50, acks: Acks = "1",
             compression: Compression = "none", bootstrap: Bootstrap = None, directory: Dir = None,
-            output: Out = Output.text, replication_factor: Replicas = 1) -> None:  # fmt: skip
+            output: Out = Output.text, replication_factor: Replicas = 1, audit: Audit = False) -> None:  # fmt: skip
     """kafkactl's producer: msg/s, MB/s and bytes on disk per message (the paper's producer test)."""
     _client_bench("produce", messages, size, batch, acks, compression, 0, bootstrap, directory, output,
-                  replication_factor)  # fmt: skip
+                  replication_factor, audit)  # fmt: skip
 
 
 @app.command("consume")

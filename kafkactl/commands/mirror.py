@@ -55,6 +55,10 @@ def start(
                                           "on stderr.")] = 10.0,  # fmt: skip
     refresh: Annotated[float, typer.Option("--refresh-interval", min=1, help="Seconds between looks for new "
                                            "source topics and partitions.")] = 30.0,  # fmt: skip
+    audit: Annotated[bool, typer.Option("--audit", help="Publish per-window counts of the audited messages "
+                                        "mirrored to the target's kafkactl-audit topic.")] = False,  # fmt: skip
+    audit_window_ms: Annotated[int, typer.Option("--audit-window-ms", min=1, help="The audit's window (the "
+                                                 "producers' audit.window.ms).")] = 60000,  # fmt: skip
 ) -> None:
     """Copy the selected topics of the source cluster to the target: partition i to partition i, keys, values,
     headers and timestamps kept, target topics made with the source's partitions and configs.
@@ -67,7 +71,7 @@ def start(
         raise UsageError(f"--start {start_at!r}: expected earliest or latest")
     cfg = MirrorConfig(source, contexts.bootstrap(target), _selection(include, exclude, rename, prefix),
                        start=start_at, replication_factor=replication_factor, exit_at_end=exit_at_end,
-                       report_s=report, refresh_s=refresh)  # fmt: skip
+                       report_s=report, refresh_s=refresh, audit=audit, audit_window_ms=audit_window_ms)  # fmt: skip
 
     def say(line: str) -> None:
         print(f"mirror: {line}", file=sys.stderr, flush=True)

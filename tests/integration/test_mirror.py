@@ -24,32 +24,10 @@ from broker.client.consumer import AsyncConsumer
 from broker.client.producer import AsyncProducer
 from broker.mirror.stamp import HEADER_KEY
 from broker.protocol.api import ApiKey
-from tests.integration.cluster import BrokerProcess, new_chroot
 from tests.integration.helpers import cli, cli_env, connect, error_line, json_lines, ok
 
 KILLS = int(os.environ.get("KAFKACTL_MIRROR_KILLS", "6"))
 SEED = int(os.environ.get("KAFKACTL_CHAOS_SEED", "20261126"))
-#: a killed target broker's partitions move within seconds
-OVERRIDES = {"zookeeper.session.timeout.ms": "6000"}
-
-
-@pytest.fixture
-def clusters(zk_server, tmp_path):
-    """A source cluster (broker 1) and a target cluster (brokers 11 and 12), each under its own chroot."""
-    source_zk, target_zk = new_chroot(zk_server.connect_string), new_chroot(zk_server.connect_string)
-    brokers = [BrokerProcess(1, source_zk, tmp_path, overrides=OVERRIDES),
-               BrokerProcess(11, target_zk, tmp_path, overrides=OVERRIDES),
-               BrokerProcess(12, target_zk, tmp_path, overrides=OVERRIDES)]  # fmt: skip
-    try:
-        for b in brokers:
-            b.start()
-        yield brokers[0].bootstrap, f"{brokers[1].bootstrap},{brokers[2].bootstrap}", brokers
-    finally:
-        for b in brokers:
-            try:
-                b.stop(timeout=20)
-            except Exception:
-                b.kill()
 
 
 def read_all(bootstrap: str, topic: str) -> dict[int, list[tuple]]:
@@ -106,8 +84,8 @@ def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, compressi
     asyncio.run(main())
 
 
-def test_mirror_copies_selected_topics_exactly_and_says_where_it_is(clusters):
-    source, target, _ = clusters
+def test_mirror_copies_selected_topics_exactly_and_says_where_it_is(two_clusters):
+    source, target, _ = two_clusters
     ok(cli("topic", "create", "orders", "-p", 3, "--config", "retention.ms=86400000", "-b", source))
     ok(cli("topic", "create", "zipped", "-p", 2, "-b", source))
     ok(cli("topic", "create", "skip.me", "-p", 1, "-b", source))
@@ -153,8 +131,8 @@ def test_mirror_copies_selected_topics_exactly_and_says_where_it_is(clusters):
     error_line(r, "orders partition 0 holds messages the mirror did not write")
 
 
-def test_bad_selections_are_one_line_and_exit_2(clusters):
-    source, target, _ = clusters
+def test_bad_selections_are_one_line_and_exit_2(two_clusters):
+    source, target, _ = two_clusters
     cases = [(["--include", "("], "bad topic expression"), (["--rename", "a"], "SOURCE:TARGET"),
              (["--rename", "a:b/c"], "characters other than"), (["--start", "middle"], "--start")]  # fmt: skip
     for args, words in cases:
@@ -187,8 +165,8 @@ class Writer(threading.Thread):
 
 
 @pytest.mark.chaos
-def test_a_mirror_killed_at_random_moments_loses_and_repeats_nothing(clusters, tmp_path: Path):
-    source, target, brokers = clusters
+def test_a_mirror_killed_at_random_moments_loses_and_repeats_nothing(two_clusters, tmp_path: Path):
+    source, target, brokers = two_clusters
     leader, follower = brokers[1], brokers[2]
     rng = random.Random(SEED)
     ok(cli("topic", "create", "events", "-p", 4, "-b", source))
@@ -242,11 +220,11 @@ def test_a_mirror_killed_at_random_moments_loses_and_repeats_nothing(clusters, t
 
 
 @pytest.mark.chaos
-def test_the_mirror_rides_out_a_target_broker_killed_and_picks_up_new_topics(clusters, tmp_path: Path):
+def test_the_mirror_rides_out_a_target_broker_killed_and_picks_up_new_topics(two_clusters, tmp_path: Path):
     """A target leader killed with kill -9 mid-run: the mirror's produce fails, it recovers each lane from the
     target's tail on the new leader, and the copy is still exact. A topic created at the source meanwhile
     is found and mirrored too."""
-    source, target, brokers = clusters
+    source, target, brokers = two_clusters
     ok(cli("topic", "create", "events", "-p", 4, "-b", source))
     writer = Writer(source, "events")
     writer.start()

@@ -1,0 +1,172 @@
+"""`kafkactl audit`: the tiers' counts set against each other, per topic and window.
+
+The tiers, in the order messages pass them:
+
+    produced       counts the producers published to the source cluster's audit topic
+    stored         messages of the topic the source cluster holds, counted here by reading them
+    mirrored       counts a mirror published to the target cluster's audit topic (with --mirror)
+    mirror-stored  messages of the topic's copy the target holds, counted here (with --mirror)
+    loaded         counts spark-load published after each committed load (to the cluster it read)
+
+A window is settled once it ended more than `grace` ago. A settled window whose tiers disagree is
+a loss (a tier has fewer than the one before it) or a duplication (more), named with the two tiers
+between which it happened. Loads run now and then, so fewer loaded than stored is a load still to
+come, not a loss. Every tier counts only the batches an audited producer stamped (`broker.audit.counts`),
+each in the window of its base timestamp: messages of producers without `audit.enabled` are left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from broker.audit.counts import AUDIT_TOPIC, AuditRecord, count_stamped
+from broker.client.consumer import AsyncConsumer, RawConsumer
+from broker.errors import KafkactlError
+from broker.records.batch import BATCH_HEADER_SIZE, decode_header
+
+TIER_ORDER = ("produced", "stored", "mirrored", "mirror-stored", "loaded")
+
+
+@dataclass
+class WindowRow:
+    topic: str
+    window_start: int
+    window_ms: int
+    counts: dict[str, int | None] = field(default_factory=dict)
+    status: str = "ok"
+    problem: str | None = None  # "lost" or "duplicated" (settled windows only)
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        counts = {t: self.counts.get(t) for t in TIER_ORDER}
+        return {"topic": self.topic, "window_start": self.window_start, "window_ms": self.window_ms, **counts,
+                "status": self.status, "detail": self.detail}
+
+
+async def _audit_records(bootstrap: str) -> list[AuditRecord]:
+    """Every count published to the cluster's audit topic (none when it has no audit topic)."""
+    out: list[AuditRecord] = []
+    async with AsyncConsumer(bootstrap, auto_offset_reset="earliest", client_id="kafkactl-audit") as c:
+        try:
+            parts = await c.partitions_for(AUDIT_TOPIC)
+        except KafkactlError as exc:
+            if "UNKNOWN_TOPIC" in str(exc):
+                return out
+            raise
+        tps = [(AUDIT_TOPIC, p) for p in parts]
+        await c.assign(tps)
+        ends = await c.end_offsets(tps)
+        while any((c.position(tp) or 0) < ends[tp] for tp in tps):
+            for recs in (await c.getmany(timeout_ms=500, max_records=100_000)).values():
+                for r in recs:
+                    rec = AuditRecord.decode(r.value) if r.offset < ends[(r.topic, r.partition)] else None
+                    if rec is not None:
+                        out.append(rec)
+    return out
+
+
+async def _stored(bootstrap: str, topic: str, window_ms: int) -> dict[int, int]:
+    """Stamped messages of `topic` per window, batch by batch (nothing empty when there is no such topic)."""
+    counts: dict[int, int] = {}
+    async with RawConsumer(bootstrap, auto_offset_reset="earliest", client_id="kafkactl-audit",
+                           max_partition_fetch_bytes=4 << 20) as c:  # fmt: skip
+        try:
+            parts = await c.partitions_for(topic)
+        except KafkactlError as exc:
+            if "UNKNOWN_TOPIC" in str(exc):
+                return counts
+            raise
+        tps = [(topic, p) for p in parts]
+        await c.assign(tps)
+        starts, ends = await c.beginning_offsets(tps), await c.end_offsets(tps)
+        done = {tp: starts[tp] for tp in tps}
+        deadline = time.monotonic() + 300
+        while any(done[tp] < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise KafkactlError(f"reading {topic} at {bootstrap} took over 300s without reaching its end")
+            for tp, sets in (await c.getmany(timeout_ms=500)).items():
+                for rs in sets:
+                    buf, pos = rs.data, 0
+                    while len(buf) - pos >= BATCH_HEADER_SIZE:
+                        h = decode_header(buf, pos)
+                        if pos + h.size > len(buf):
+                            break
+                        if h.base_offset < ends[tp] and h.last_offset >= done[tp]:
+                            count_stamped(counts, buf, pos, h, window_ms)
+                            done[tp] = h.next_offset
+                        pos += h.size
+                    done[tp] = max(done[tp], rs.next_offset)
+    return counts
+
+
+async def _reconcile(source: str, mirror: str | None, topics: list[str] | None, grace_ms: int,
+                     now_ms: int) -> list[WindowRow]:  # fmt: skip
+    published = await _audit_records(source)
+    downstream = await _audit_records(mirror) if mirror else []
+    tiers: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    window_ms: dict[str, int] = {}
+    targets: dict[str, str] = {}
+    own = [(rec, False) for rec in published] + [(rec, True) for rec in downstream]
+    for rec, from_mirror in own:
+        if topics is not None and rec.topic not in topics:
+            continue
+        if rec.tier == "mirrored" and not from_mirror:
+            continue  # counts of a mirror out of this cluster into another: not the one asked about
+        if rec.tier == "produced" and from_mirror:
+            continue  # producers writing to the target itself: another pipeline
+        window_ms.setdefault(rec.topic, rec.window_ms)
+        if rec.window_ms != window_ms[rec.topic]:
+            continue  # counted in other windows than the topic's first audit record: not comparable
+        tiers[(rec.topic, rec.window_start)][rec.tier] += rec.count
+        if rec.tier == "mirrored" and rec.target_topic:
+            targets[rec.topic] = rec.target_topic
+    for topic in topics or []:
+        if topic not in window_ms:
+            raise KafkactlError(f"no audit counts of topic {topic!r} in {AUDIT_TOPIC} at {source}")
+    for topic, wms in sorted(window_ms.items()):
+        for w, n in (await _stored(source, topic, wms)).items():
+            tiers[(topic, w)]["stored"] += n
+        if mirror:
+            for w, n in (await _stored(mirror, targets.get(topic, topic), wms)).items():
+                tiers[(topic, w)]["mirror-stored"] += n
+    loaded = {topic for (topic, _), found in tiers.items() if "loaded" in found}
+    rows = []
+    for (topic, w), found in sorted(tiers.items()):
+        counts: dict[str, int | None] = {t: found.get(t, 0) for t in ("produced", "stored")}
+        for t in ("mirrored", "mirror-stored"):
+            counts[t] = found.get(t, 0) if mirror else None
+        counts["loaded"] = found.get("loaded", 0) if topic in loaded else None
+        rows.append(_judge(WindowRow(topic, w, window_ms[topic], counts), now_ms, grace_ms))
+    return rows
+
+
+def _judge(row: WindowRow, now_ms: int, grace_ms: int) -> WindowRow:
+    """Set the row's status: ok, in flight (not settled yet), lost or duplicated (with where)."""
+    chain = [(t, n) for t, n in row.counts.items() if n is not None and t != "loaded"]
+    for (a, na), (b, nb) in zip(chain, chain[1:], strict=False):
+        if nb != na:
+            row.problem = "lost" if nb < na else "duplicated"
+            row.detail = (f"{na - nb} lost between {a} and {b}" if nb < na
+                          else f"{nb - na} more {b} than {a}")  # fmt: skip
+            break
+    loaded = row.counts.get("loaded")
+    last = chain[-1][1] if chain else 0
+    if row.problem is None and loaded is not None and loaded > last:
+        row.problem, row.detail = "duplicated", f"{loaded - last} more loaded than {chain[-1][0]}"
+    if row.problem is None:
+        row.status = "ok" if loaded is None or loaded == last else "ok (partly loaded)"
+    elif row.window_start + row.window_ms + grace_ms > now_ms:
+        row.status, row.problem = "in flight", None
+    else:
+        row.status = row.problem
+    return row
+
+
+def reconcile(source: str, *, mirror: str | None = None, topics: list[str] | None = None,
+              grace_ms: int = 120_000, now_ms: int | None = None) -> list[WindowRow]:  # fmt: skip
+    """One row per audited (topic, window), oldest first."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return asyncio.run(_reconcile(source, mirror, topics, grace_ms, now))
