@@ -22,10 +22,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from broker.audit.counts import AUDIT_TOPIC, AuditRecord, count_stamped
+from broker.audit.counts import AUDIT_TOPIC, AuditRecord
+from broker.audit.scan import count_ranges
 from broker.client.consumer import AsyncConsumer, RawConsumer
 from broker.errors import KafkactlError
-from broker.records.batch import BATCH_HEADER_SIZE, decode_header
 
 TIER_ORDER = ("produced", "stored", "mirrored", "mirror-stored", "loaded")
 
@@ -69,37 +69,18 @@ async def _audit_records(bootstrap: str) -> list[AuditRecord]:
 
 
 async def _stored(bootstrap: str, topic: str, window_ms: int) -> dict[int, int]:
-    """Stamped messages of `topic` per window, batch by batch (nothing empty when there is no such topic)."""
-    counts: dict[int, int] = {}
-    async with RawConsumer(bootstrap, auto_offset_reset="earliest", client_id="kafkactl-audit",
-                           max_partition_fetch_bytes=4 << 20) as c:  # fmt: skip
+    """Stamped messages of `topic` per window (none when the cluster has no such topic)."""
+    async with RawConsumer(bootstrap, client_id="kafkactl-audit") as c:
         try:
             parts = await c.partitions_for(topic)
         except KafkactlError as exc:
             if "UNKNOWN_TOPIC" in str(exc):
-                return counts
+                return {}
             raise
         tps = [(topic, p) for p in parts]
-        await c.assign(tps)
         starts, ends = await c.beginning_offsets(tps), await c.end_offsets(tps)
-        done = {tp: starts[tp] for tp in tps}
-        deadline = time.monotonic() + 300
-        while any(done[tp] < ends[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                raise KafkactlError(f"reading {topic} at {bootstrap} took over 300s without reaching its end")
-            for tp, sets in (await c.getmany(timeout_ms=500)).items():
-                for rs in sets:
-                    buf, pos = rs.data, 0
-                    while len(buf) - pos >= BATCH_HEADER_SIZE:
-                        h = decode_header(buf, pos)
-                        if pos + h.size > len(buf):
-                            break
-                        if h.base_offset < ends[tp] and h.last_offset >= done[tp]:
-                            count_stamped(counts, buf, pos, h, window_ms)
-                            done[tp] = h.next_offset
-                        pos += h.size
-                    done[tp] = max(done[tp], rs.next_offset)
-    return counts
+    counts = await count_ranges(bootstrap, [(t, p, starts[(t, p)], ends[(t, p)]) for t, p in tps], window_ms)
+    return {w: n for (_, w), n in counts.items()}
 
 
 async def _reconcile(source: str, mirror: str | None, topics: list[str] | None, grace_ms: int,

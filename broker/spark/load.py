@@ -120,6 +120,9 @@ class LoadOptions:
     skip_offline: bool = False  # partitions without a leader: skipped with a warning (else the load fails)
     min_partitions: int | None = None
     max_records_per_file: int | None = None
+    #: publish per-window counts of the audited messages each committed load holds (broker.audit)
+    audit: bool = False
+    audit_window_ms: int = 60_000
 
 
 @dataclass
@@ -976,6 +979,8 @@ def run(opts: LoadOptions, *, spark: Any = None, master: str = "local[*]", notif
         recovery = out.recover()
         if recovery is not None:
             say(recovery.describe())
+            if recovery.action == "rolled-forward":
+                _audit(opts, recovery.ranges, say)
         plan = plan_load(out, opts)
         for w in plan.warnings:
             say(f"warning: {w}")
@@ -987,8 +992,25 @@ def run(opts: LoadOptions, *, spark: Any = None, master: str = "local[*]", notif
         else:  # started before the plan is logged: a Spark that cannot start leaves nothing to roll back
             with spark_session(master, out.log_path) as session:
                 ranges = _load(session, out, plan, progress)
+        _audit(opts, ranges, say)
         return LoadResult(plan.load_id, out.path, plan.layout, ranges, len(plan.splits), _files_of(out, plan.load_id),
                           time.monotonic() - began, recovery, plan.warnings)  # fmt: skip
+
+
+def _audit(opts: LoadOptions, ranges: list[RangeResult], say: Notify) -> None:
+    """With `opts.audit`: publish the loaded tier's counts of the committed ranges. Once committed, a load
+    stays committed: a failure here is a warning (the audit then shows the window partly loaded)."""
+    if not opts.audit or not ranges:
+        return
+    from broker.audit.scan import count_and_publish
+
+    try:
+        n = count_and_publish(opts.bootstrap, "loaded", [(r.topic, r.partition, r.start, r.end) for r in ranges],
+                              opts.audit_window_ms, client="kafkactl-spark-load")  # fmt: skip
+    except KafkactlError as exc:
+        say(f"warning: the load committed, but its audit counts were not published: {exc}")
+        return
+    say(f"audit: published the loaded counts of {n} audited message(s)")
 
 
 def committed_ids(path: Path | str) -> set[str]:

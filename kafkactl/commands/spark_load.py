@@ -109,6 +109,13 @@ def spark_load(
         int | None,
         typer.Option("--min-partitions", min=1, help="Split ranges into at least this many files.", show_default=False),
     ] = None,
+    audit: Annotated[
+        bool, typer.Option("--audit", help="Publish per-window counts of the audited messages each committed load "
+                                           "holds to the cluster's kafkactl-audit topic (kafkactl audit reads them).")
+    ] = False,
+    audit_window_ms: Annotated[
+        int, typer.Option("--audit-window-ms", min=1, help="The audit's window (the producers' audit.window.ms).")
+    ] = 60000,
     bootstrap: contexts.Bootstrap = None,
     out_format: Annotated[Output, typer.Option("-o", "--output-format", help="text or json.")] = Output.text,
 ) -> None:
@@ -125,7 +132,7 @@ def spark_load(
         topics=list(topics), output=_destination(to, old_output), bootstrap=contexts.bootstrap(bootstrap), format=fmt,
         value_format=value_format, partition_by=_columns(partition_by), until=_until(until),
         fail_on_data_loss=fail_on_data_loss, skip_offline=skip_offline, min_partitions=min_partitions,
-        max_records_per_file=max_records_per_file,
+        max_records_per_file=max_records_per_file, audit=audit, audit_window_ms=audit_window_ms,
     )  # fmt: skip
     load.resolve_layout(opts, None)  # usage errors before touching anything
 
