@@ -30,6 +30,7 @@ from kafkactl.commands import (
     mirror,
     produce,
     recover,
+    schema_registry,
     spark_load,
     topic,
     zk,
@@ -61,6 +62,7 @@ app.add_typer(config.app, name="config")
 app.command("spark-load")(spark_load.spark_load)
 app.add_typer(mirror.app, name="mirror")
 app.command("audit")(audit.audit)
+app.add_typer(schema_registry.app, name="schema-registry")
 
 _state = {"debug": False}
 

@@ -1,10 +1,11 @@
-"""Where the cluster is: `-b/--bootstrap-server` and `-z/--zookeeper`, from the command, the root
+"""Where the cluster is: `-b/--bootstrap-server`, `-z/--zookeeper` and `--schema-registry`, from the command, the root
 options, `KAFKACTL_*` environment variables or a context of `~/.config/kafkactl/config.toml`.
 
     current-context = "local"
     [contexts.local]
     bootstrap-server = "localhost:9092"
     zookeeper = "localhost:2181"
+    schema-registry = "http://localhost:8081"
 
 The first of these that names a value wins, in that order; then the defaults (localhost).
 """
@@ -21,8 +22,10 @@ import typer
 
 from broker.errors import UsageError
 
-DEFAULTS = {"bootstrap-server": "localhost:9092", "zookeeper": "localhost:2181"}
-ENV = {"bootstrap-server": "KAFKACTL_BOOTSTRAP_SERVER", "zookeeper": "KAFKACTL_ZOOKEEPER"}
+DEFAULTS = {"bootstrap-server": "localhost:9092", "zookeeper": "localhost:2181",
+            "schema-registry": "http://localhost:8081"}  # fmt: skip
+ENV = {"bootstrap-server": "KAFKACTL_BOOTSTRAP_SERVER", "zookeeper": "KAFKACTL_ZOOKEEPER",
+       "schema-registry": "KAFKACTL_SCHEMA_REGISTRY"}  # fmt: skip
 
 root: dict[str, str | None] = {"bootstrap-server": None, "zookeeper": None, "context": None}
 
@@ -32,6 +35,11 @@ Bootstrap = Annotated[
 ]
 ZooKeeper = Annotated[
     str | None, typer.Option("-z", "--zookeeper", help="ZooKeeper (host:port, optionally /chroot).", show_default=False)
+]
+SchemaRegistry = Annotated[
+    str | None,
+    typer.Option("--schema-registry", help="The schema registry's URL (default: KAFKACTL_SCHEMA_REGISTRY, the "
+                 "context's schema-registry, else http://localhost:8081).", show_default=False),
 ]
 
 
@@ -105,3 +113,7 @@ def bootstrap(option: str | None = None) -> str:
 
 def zookeeper(option: str | None = None) -> str:
     return resolve("zookeeper", option)
+
+
+def schema_registry(option: str | None = None) -> str:
+    return resolve("schema-registry", option)

@@ -28,6 +28,17 @@
   "members":[{"member_id","group_instance_id","client_id","client_host","session_timeout_ms",
   "rebalance_timeout_ms","protocols":[{"name","metadata"}],"assignment"}]} (bytes in base64) |
 
+The schema registry (`kafkactl schema-registry`, broker/schema/store.py) keeps its state under one root:
+
+| znode | mode | data |
+|---|---|---|
+| /kafkactl/schema-registry/schema_id | persistent | the last schema id handed out, a decimal (set by version) |
+| /kafkactl/schema-registry/schemas/<id> | persistent | {"schema","schemaType"} |
+| /kafkactl/schema-registry/fingerprints/<sha256> | persistent | the id of the schema with that canonical text |
+| /kafkactl/schema-registry/subjects/<subject>/<version> | persistent | {"id","deleted"} |
+| /kafkactl/schema-registry/config | persistent | {"compatibilityLevel"} |
+| /kafkactl/schema-registry/subject_configs/<subject> | persistent | {"compatibilityLevel"} |
+
 `ids`, `owners` and `offsets` are the paper's consumer, ownership and offset registries. Only kafkactl's
 own (ZooKeeper-coordinated) group consumer writes `ids` and `owners`; both kinds of group commit to
 `offsets`, so a group with an `ids` node is ZooKeeper-coordinated and one without is the broker's.
@@ -62,6 +73,13 @@ REASSIGN = "/admin/reassign_partitions"
 CONSUMERS = "/consumers"
 
 #: the persistent parents a cluster needs (Kafka creates the same set)
+SCHEMA_REGISTRY = "/kafkactl/schema-registry"
+SCHEMA_ID = f"{SCHEMA_REGISTRY}/schema_id"
+SCHEMAS = f"{SCHEMA_REGISTRY}/schemas"
+FINGERPRINTS = f"{SCHEMA_REGISTRY}/fingerprints"
+SUBJECTS = f"{SCHEMA_REGISTRY}/subjects"
+REGISTRY_CONFIG = f"{SCHEMA_REGISTRY}/config"
+SUBJECT_CONFIGS = f"{SCHEMA_REGISTRY}/subject_configs"
 ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE, "/cluster", CONSUMERS)
 
 
@@ -141,6 +159,27 @@ def group_offsets(name: str) -> str:
 
 def group_offset(name: str, topic: str, partition: int) -> str:
     return f"{group(name)}/offsets/{topic}/{partition}"
+
+
+def schema(schema_id: int) -> str:
+    return f"{SCHEMAS}/{schema_id}"
+
+
+def fingerprint(digest: str) -> str:
+    return f"{FINGERPRINTS}/{digest}"
+
+
+def subject(name: str) -> str:
+    """A subject's znode; the name encoded as a group id is (any string)."""
+    return f"{SUBJECTS}/{group_node(name)}"
+
+
+def subject_version(name: str, version: int) -> str:
+    return f"{subject(name)}/{version}"
+
+
+def subject_config(name: str) -> str:
+    return f"{SUBJECT_CONFIGS}/{group_node(name)}"
 
 
 def now_ms() -> str:

@@ -64,7 +64,11 @@ def consume(
                      "(e.g. '%I %p:%o %k=%s\\n')."),
     ] = None,
     key_decoder: Annotated[str, typer.Option("--key-decoder", help="utf8, hex, base64 or json.")] = "utf8",
-    value_decoder: Annotated[str, typer.Option("--value-decoder", help="utf8, hex, base64 or json.")] = "utf8",
+    value_decoder: Annotated[
+        str, typer.Option("--value-decoder", help="utf8, hex, base64, json, or avro (Confluent's framing; each schema "
+                          "fetched once from --schema-registry).")
+    ] = "utf8",
+    schema_registry: contexts.SchemaRegistry = None,
     group: Annotated[
         str | None,
         typer.Option(
@@ -99,9 +103,10 @@ def consume(
     """Consume messages; Ctrl-C ends cleanly with a summary on stderr."""
     if follow and exit_at_end:
         raise UsageError("--follow and --exit exclude each other")
-    for name, value in (("--key-decoder", key_decoder), ("--value-decoder", value_decoder)):
-        if value not in shell.DECODERS:
-            raise UsageError(f"{name} {value!r}: expected one of {', '.join(shell.DECODERS)}")
+    for name, value, allowed in (("--key-decoder", key_decoder, shell.DECODERS),
+                                 ("--value-decoder", value_decoder, (*shell.DECODERS, "avro"))):  # fmt: skip
+        if value not in allowed:
+            raise UsageError(f"{name} {value!r}: expected one of {', '.join(allowed)}")
     if fmt is not None and output == Output.json:
         raise UsageError("--format shapes text output: give -o text (the default) or drop --format")
     told: set[str] = set()
@@ -123,7 +128,17 @@ def consume(
     summary = shell.ConsumeSummary()
     out = sys.stdout
 
+    avro = None
+    if value_decoder == "avro":  # values become their JSON text, then shown as such
+        from broker.schema import wire  # fastavro: only when asked for
+
+        registry = wire.RegistryClient(contexts.schema_registry(schema_registry))
+        avro = wire.AvroDecoder(registry, lambda reason: say_once(reason, reason))
+        value_decoder = "utf8"
+
     def emit(recs: list[ConsumerRecord]) -> None:
+        if avro is not None:
+            recs = [r._replace(value=avro(r.value)) for r in recs]
         if render is None:
             out.write(
                 "".join(
