@@ -58,6 +58,10 @@ class RegistryClient:
         return int(self._call("POST", f"/subjects/{urllib.parse.quote(subject, safe='')}/versions",
                               {"schema": schema})["id"])  # fmt: skip
 
+    def latest(self, subject: str) -> str:
+        """The text of the latest schema registered under `subject`."""
+        return self._call("GET", f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest")["schema"]
+
     def schema(self, schema_id: int) -> Any:
         """The parsed schema of an id, fetched once."""
         parsed = self._schemas.get(schema_id)

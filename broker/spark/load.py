@@ -74,7 +74,7 @@ from broker.home import home_dir
 from broker.log.checkpoint import fsync_dir, write_atomically
 
 FORMATS = ("parquet", "json", "csv", "orc")
-VALUE_FORMATS = ("raw", "utf8", "json")
+VALUE_FORMATS = ("raw", "utf8", "json", "avro")
 #: columns `--partition-by` takes: the source's own plus two derived from the timestamp (UTC)
 PARTITION_COLUMNS = ("topic", "partition", "timestampType", "date", "hour")
 STATE_DIR = "_kafkactl"
@@ -120,6 +120,8 @@ class LoadOptions:
     skip_offline: bool = False  # partitions without a leader: skipped with a warning (else the load fails)
     min_partitions: int | None = None
     max_records_per_file: int | None = None
+    #: with --value-format avro: the registry holding the topics' `<topic>-value` schemas
+    schema_registry: str | None = None
     #: publish per-window counts of the audited messages each committed load holds (broker.audit)
     audit: bool = False
     audit_window_ms: int = 60_000
@@ -177,6 +179,9 @@ class Plan:
     until: int | None = None
     created: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: with --value-format avro: the registry, and the reader schema every value is decoded to
+    schema_registry: str | None = None
+    reader_schema: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -185,6 +190,7 @@ class Plan:
             "min_partitions": self.min_partitions, "max_records_per_file": self.max_records_per_file,
             "until": self.until, "ranges": [[r.topic, r.partition, r.start, r.end] for r in self.ranges],
             "splits": [list(s) for s in self.splits], "staging": f"{STAGING}/{self.load_id}",
+            "schema_registry": self.schema_registry, "reader_schema": self.reader_schema,
         }  # fmt: skip
 
     @classmethod
@@ -193,6 +199,7 @@ class Plan:
             d["id"], Layout.from_json(d["layout"]), [RangeResult(t, p, s, e) for t, p, s, e in d["ranges"]],
             [tuple(s) for s in d["splits"]], d.get("bootstrap", ""), d.get("fail_on_data_loss", True),
             d.get("min_partitions"), d.get("max_records_per_file"), d.get("until"), d.get("created", 0),
+            schema_registry=d.get("schema_registry"), reader_schema=d.get("reader_schema"),
         )  # fmt: skip
 
 
@@ -634,11 +641,32 @@ def plan_load(out: OutputDir, opts: LoadOptions, *, admin: Any = None) -> Plan:
             end = min(end, at_time[tp])
         if end > start:
             ranges.append(RangeResult(tp[0], tp[1], start, end))
+    registry = reader = None
+    if layout.value_format == "avro" and ranges:
+        registry, reader = _reader_schema(opts, sorted({r.topic for r in ranges}))
     return Plan(
         _new_load_id(), layout, ranges, _splits(ranges, opts.min_partitions, opts.max_records_per_file),
         opts.bootstrap, opts.fail_on_data_loss, opts.min_partitions, opts.max_records_per_file, opts.until,
-        int(time.time() * 1000), warnings,
+        int(time.time() * 1000), warnings, registry, reader,
     )  # fmt: skip
+
+
+def _reader_schema(opts: LoadOptions, topics: list[str]) -> tuple[str, str]:
+    """The registry and the latest schema of the topics' `<topic>-value` subjects, which must agree."""
+    from broker.schema.wire import RegistryClient
+
+    if not opts.schema_registry:
+        raise UsageError("--value-format avro needs a schema registry (--schema-registry)")
+    client = RegistryClient(opts.schema_registry)
+    found = {}
+    for topic in topics:
+        try:
+            found[topic] = client.latest(f"{topic}-value")
+        except KafkactlError as exc:
+            raise SparkLoadError(f"--value-format avro: no schema for {topic} (subject {topic}-value): {exc}") from None
+    if len({json.dumps(json.loads(t), sort_keys=True) for t in found.values()}) > 1:
+        raise UsageError("--value-format avro: the topics' latest schemas differ; load them one at a time")
+    return opts.schema_registry, next(iter(found.values()))
 
 
 def check_topics(topics: list[str], known: dict[str, int]) -> None:
@@ -721,17 +749,23 @@ def build_frame(spark: Any, plan: Plan) -> Any:
 
     layout = plan.layout
     key, value, headers = F.col("key"), F.col("value"), F.col("headers")
-    if layout.value_format in ("utf8", "json"):
-        key, value = key.cast("string"), value.cast("string")
+    if layout.value_format in ("utf8", "json", "avro"):
+        key = key.cast("string")
+        if layout.value_format != "avro":
+            value = value.cast("string")
         headers = F.transform(
             "headers", lambda h: F.struct(h["key"].alias("key"), h["value"].cast("string").alias("value"))
         )
     if layout.value_format == "json":
         value = F.from_json(value, _json_schema(spark, df), {"mode": "PERMISSIVE"})
+    if layout.value_format == "avro":
+        from broker.spark import avro
+
+        value = avro.value_column(value, plan.schema_registry, plan.reader_schema)
     if layout.format == "csv":  # flat columns only
         if layout.value_format == "raw":
             key, value = F.base64(key), F.base64(value)
-        elif layout.value_format == "json":
+        elif layout.value_format in ("json", "avro"):
             value = F.to_json(value)
         headers = F.to_json(headers)
     cols = [key.alias("key"), value.alias("value"), F.col("topic"), F.col("partition"), offset.alias("offset"),

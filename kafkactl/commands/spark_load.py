@@ -78,7 +78,8 @@ def spark_load(
         str | None,
         typer.Option(
             "--value-format",
-            help="raw (binary), utf8 (strings) or json (value parsed; default: as earlier loads, else raw).",
+            help="raw (binary), utf8 (strings), json (value parsed) or avro (Confluent-framed Avro into typed "
+            "columns, the latest <topic>-value schema of --schema-registry); default: as earlier loads, else raw.",
             show_default=False,
         ),
     ] = None,
@@ -116,6 +117,7 @@ def spark_load(
     audit_window_ms: Annotated[
         int, typer.Option("--audit-window-ms", min=1, help="The audit's window (the producers' audit.window.ms).")
     ] = 60000,
+    schema_registry: contexts.SchemaRegistry = None,
     bootstrap: contexts.Bootstrap = None,
     out_format: Annotated[Output, typer.Option("-o", "--output-format", help="text or json.")] = Output.text,
 ) -> None:
@@ -133,6 +135,7 @@ def spark_load(
         value_format=value_format, partition_by=_columns(partition_by), until=_until(until),
         fail_on_data_loss=fail_on_data_loss, skip_offline=skip_offline, min_partitions=min_partitions,
         max_records_per_file=max_records_per_file, audit=audit, audit_window_ms=audit_window_ms,
+        schema_registry=contexts.schema_registry(schema_registry),
     )  # fmt: skip
     load.resolve_layout(opts, None)  # usage errors before touching anything
 
