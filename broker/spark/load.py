@@ -909,8 +909,10 @@ def run_job(spark: Any, out: OutputDir, plan: Plan, progress: Progress | None = 
 
 
 @contextlib.contextmanager
-def spark_session(master: str = "local[*]", log_path: Path | None = None) -> Iterator[Any]:
-    """A SparkSession with the `kafkactl` source registered; the JVM's stderr goes to `log_path`."""
+def spark_session(master: str = "local[*]", log_path: Path | None = None,
+                  conf: dict[str, str] | None = None) -> Iterator[Any]:  # fmt: skip
+    """A SparkSession with the `kafkactl` source registered; the JVM's stderr goes to `log_path`; `conf`: Spark
+    settings (spark-submit's --conf), over kafkactl's own."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -934,6 +936,8 @@ def spark_session(master: str = "local[*]", log_path: Path | None = None) -> Ite
         builder = (SparkSession.builder.master(master).appName("kafkactl spark-load")
                    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.session.timeZone", "UTC"))  # fmt: skip
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
         if shadow is not None:  # read once, by the JVM as it starts
             os.environ["SPARK_HOME"] = str(shadow)
         try:
@@ -997,9 +1001,9 @@ def _local_spark_home(master: str) -> Path | None:
 
 
 def run(opts: LoadOptions, *, spark: Any = None, master: str = "local[*]", notify: Notify | None = None,
-        progress: Progress | None = None) -> LoadResult:  # fmt: skip
+        progress: Progress | None = None, conf: dict[str, str] | None = None) -> LoadResult:  # fmt: skip
     """Recover, plan, read and write with Spark, commit. `spark`: a session to use (else one is started
-    for the load and stopped after it, only if there is anything to load)."""
+    for the load, with `conf`, and stopped after it, only if there is anything to load)."""
     from broker.client.admin import Admin
 
     say = notify or (lambda message: None)
@@ -1024,7 +1028,7 @@ def run(opts: LoadOptions, *, spark: Any = None, master: str = "local[*]", notif
         if spark is not None:
             ranges = _load(spark, out, plan, progress)
         else:  # started before the plan is logged: a Spark that cannot start leaves nothing to roll back
-            with spark_session(master, out.log_path) as session:
+            with spark_session(master, out.log_path, conf) as session:
                 ranges = _load(session, out, plan, progress)
         _audit(opts, ranges, say)
         return LoadResult(plan.load_id, out.path, plan.layout, ranges, len(plan.splits), _files_of(out, plan.load_id),

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from typer.exceptions import Exit
 
+from broker.client import properties
 from broker.client.offsets import parse_offset
 from broker.errors import KafkactlError, UsageError
 from kafkactl import completion, contexts
@@ -66,6 +67,11 @@ def spark_load(
             "--master", help="Spark master: local[*], local[N], spark://host:port.", envvar="KAFKACTL_SPARK_MASTER"
         ),
     ] = "local[*]",
+    conf: Annotated[
+        list[str] | None,
+        typer.Option("--conf", metavar="KEY=VALUE", show_default=False,
+                     help="A Spark setting, as spark-submit's --conf (repeatable), e.g. spark.executor.memory=2g."),
+    ] = None,
     until: Annotated[
         str | None,
         typer.Option(
@@ -138,6 +144,7 @@ def spark_load(
         schema_registry=contexts.schema_registry(schema_registry),
     )  # fmt: skip
     load.resolve_layout(opts, None)  # usage errors before touching anything
+    spark_conf = properties.pairs(conf or [], "--conf")
 
     def notify(message: str) -> None:
         print(message, file=sys.stderr)
@@ -146,7 +153,7 @@ def spark_load(
     _quiet_py4j()
     sigint = _SigintSeen()
     try:
-        result = load.run(opts, master=master, notify=notify, progress=progress)
+        result = load.run(opts, master=master, notify=notify, progress=progress, conf=spark_conf)
     except (KeyboardInterrupt, Exception) as exc:
         # Ctrl-C: one line saying where the load stands, not Spark's noise. (It may surface as a Spark error: the
         # terminal's SIGINT reaches Spark's processes too, and the job can fail before Python sees it.)
