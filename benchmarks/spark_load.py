@@ -10,6 +10,11 @@ Arrow, Parquet and JSON code on first use, and whichever path ran first would pa
 timed: `broker.spark.load.run` into Parquet (plan, read through the `kafkactl` data source, write,
 commit) and `spark.read.json(file, schema)` into Parquet. Prints rows/s of both and their ratio, as
 text and as one JSON line. `--warmup 0` times a cold first load.
+
+Then, cold, as a user running either once meets it: each reader in a process of its own, timed from its
+start to its exit, JVM start included: `kafkactl spark-load` into a new output, and a Python process that
+starts a SparkSession with the same settings and runs the same `spark.read.json(...).write.parquet(...)`
+(`--cold-runs` of each, alternating; medians). `--cold-runs 0` skips them.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="kept afterwards when given")
     ap.add_argument("--warmup", type=int, default=200_000,
                     help="messages both paths first run on, untimed, so neither is timed on a cold JVM")
+    ap.add_argument("--cold-runs", type=int, default=3, help="fresh-process runs of each reader (0: none)")
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spark-load-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -105,21 +111,61 @@ def main() -> None:
                 t0 = time.perf_counter()
                 spark.read.schema(schema).json(str(jsonl)).write.mode("overwrite").parquet(str(workdir / "fromjson"))
                 json_s = time.perf_counter() - t0
+            cold = cold_runs(bootstrap, topic, jsonl, schema, args, workdir) if args.cold_runs else {}
         report = {
             "messages": args.messages, "partitions": args.partitions, "master": args.master, "warmup": args.warmup,
             "produce_s": round(produced_s, 2),
             "spark_load_s": round(load_s, 2), "spark_load_rows_per_s": round(args.messages / load_s),
             "json_reader_s": round(json_s, 2), "json_reader_rows_per_s": round(args.messages / json_s),
             "ratio_spark_load_to_json": round(json_s / load_s, 3),
-            "jsonl_bytes": jsonl.stat().st_size, "python": sys.version.split()[0],
+            "jsonl_bytes": jsonl.stat().st_size, "python": sys.version.split()[0], **cold,
         }  # fmt: skip
         print(f"spark-load : {report['spark_load_rows_per_s']:>12,} rows/s ({load_s:.1f} s)")
         print(f"json reader: {report['json_reader_rows_per_s']:>12,} rows/s ({json_s:.1f} s)")
         print(f"spark-load is {report['ratio_spark_load_to_json']:.2f}x the JSON reader's speed")
+        if cold:
+            print(f"cold, each in a fresh process: spark-load {cold['cold_spark_load_s']:.1f} s, json reader "
+                  f"{cold['cold_json_reader_s']:.1f} s: {cold['cold_ratio_spark_load_to_json']:.2f}x")
         print(json.dumps(report))
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+JSON_READER = """
+import sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master(sys.argv[1]).appName("json reader").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+spark.read.schema(sys.argv[2]).json(sys.argv[3]).write.mode("overwrite").parquet(sys.argv[4])
+spark.stop()
+"""
+
+
+def cold_runs(bootstrap: str, topic: str, jsonl: Path, schema: str, args: argparse.Namespace,
+              workdir: Path) -> dict:  # fmt: skip
+    """Each reader in a fresh process, alternating, `args.cold_runs` times: the medians and their ratio."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    loads, reads = [], []
+    for i in range(args.cold_runs):
+        out = workdir / f"cold-load-{i}"
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "kafkactl", "spark-load", topic, "--to", str(out), "-b", bootstrap,
+                        "--master", args.master], check=True, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=3600)  # fmt: skip
+        loads.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", JSON_READER, args.master, schema, str(jsonl),
+                        str(workdir / f"cold-json-{i}")], check=True, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=3600)  # fmt: skip
+        reads.append(time.perf_counter() - t0)
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(workdir / f"cold-json-{i}", ignore_errors=True)
+    load_s, read_s = sorted(loads)[len(loads) // 2], sorted(reads)[len(reads) // 2]
+    return {"cold_runs": args.cold_runs, "cold_spark_load_s": round(load_s, 2),
+            "cold_json_reader_s": round(read_s, 2), "cold_spark_load_all_s": [round(x, 2) for x in loads],
+            "cold_json_reader_all_s": [round(x, 2) for x in reads],
+            "cold_ratio_spark_load_to_json": round(read_s / load_s, 3)}  # fmt: skip
 
 
 if __name__ == "__main__":

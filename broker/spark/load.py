@@ -72,6 +72,7 @@ from typing import Any
 from broker.errors import KafkactlError, UsageError
 from broker.home import home_dir
 from broker.log.checkpoint import fsync_dir, write_atomically
+from broker.spark import arrow_writer
 
 FORMATS = ("parquet", "json", "csv", "orc")
 VALUE_FORMATS = ("raw", "utf8", "json", "avro")
@@ -882,15 +883,20 @@ def run_job(spark: Any, out: OutputDir, plan: Plan, progress: Progress | None = 
     conf_key = "spark.sql.parquet.outputTimestampType"
     before = spark.conf.get(conf_key, None)
     spark.conf.set(conf_key, "TIMESTAMP_MICROS")
+    fast = arrow_writer.applies(plan.layout)
     try:
-        sc.setJobGroup(f"{plan.load_id}-sample", f"kafkactl spark-load {plan.load_id}: JSON schema sample")
-        df = build_frame(spark, plan)
+        if not fast:
+            sc.setJobGroup(f"{plan.load_id}-sample", f"kafkactl spark-load {plan.load_id}: JSON schema sample")
+            df = build_frame(spark, plan)
         sc.setJobGroup(plan.load_id, f"kafkactl spark-load {plan.load_id}")
         bar = progress or (lambda description, total: contextlib.nullcontext(lambda n=1: None))
         rows = sum(r.expected for r in plan.ranges)
         with bar(f"loading {rows} offset(s) in {len(plan.splits)} split(s)", len(plan.splits)) as advance:
             with _ProgressPoller(spark, plan.load_id, advance) as poller:
-                write_frame(df, plan, staging)
+                if fast:  # Parquet of raw values: each task reads and writes its split with Arrow alone
+                    arrow_writer.write_splits(spark, plan, staging)
+                else:
+                    write_frame(df, plan, staging)
             poller._report(len(plan.splits))
     except (PySparkException, Py4JError) as exc:
         raise SparkLoadError(f"the Spark job failed: {spark_error_line(exc)}") from exc

@@ -404,13 +404,14 @@ def test_an_unknown_topic_fails_and_creates_nothing(spark_broker, spark, tmp_pat
 
 
 def test_a_row_outside_its_split_fails_the_job_and_rolls_back(spark_broker, spark, tmp_path: Path) -> None:
-    """The file names rest on input partition i reading split i: the job checks every row."""
+    """The file names rest on input partition i reading split i: the job through the data source checks every
+    row. (The Arrow path, where task i reads split i itself, has no other numbering to get wrong.)"""
     b = spark_broker.bootstrap
     topic = new_topic(b, 2)
     produce(b, topic, 100, 2)
     out = load.OutputDir(tmp_path / "out")
     with out.locked():
-        plan = load.plan_load(out, options(b, out.path, topic))
+        plan = load.plan_load(out, options(b, out.path, topic, value_format="utf8"))
         plan.splits = list(reversed(plan.splits))  # what a source numbering its partitions otherwise would do
         out.write_pending(plan)
         with pytest.raises(
@@ -422,6 +423,31 @@ def test_a_row_outside_its_split_fails_the_job_and_rolls_back(spark_broker, spar
         assert "\n" not in str(exc.value)
     assert not out.pending_path.exists() and not out.staging(plan.load_id).exists()
     assert data_files(out.path) == []
+
+
+def test_the_arrow_path_writes_what_the_data_source_path_writes(spark_broker, spark, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Parquet load of raw values goes through `broker.spark.arrow_writer`; its files hold the same columns,
+    types and rows as the data source path writes, as Spark and pyarrow read them."""
+    import pyarrow.parquet as pq
+
+    from broker.spark import arrow_writer
+
+    b = spark_broker.bootstrap
+    topic = new_topic(b, 3)
+    expected = produce(b, topic, 3_000, 3)
+    fast = load.run(options(b, tmp_path / "fast", topic), spark=spark)
+    monkeypatch.setattr(arrow_writer, "applies", lambda layout: False)
+    slow = load.run(options(b, tmp_path / "slow", topic), spark=spark)
+    assert fast.rows == slow.rows == 3_000
+    assert_exactly_once(tmp_path / "fast", expected)
+    names = [sorted(f.name for f in data_files(tmp_path / d)) for d in ("fast", "slow")]
+    assert names[0] == names[1]
+    fast_df, slow_df = spark.read.parquet(str(tmp_path / "fast")), spark.read.parquet(str(tmp_path / "slow"))
+    assert fast_df.schema.simpleString() == slow_df.schema.simpleString()
+    assert fast_df.exceptAll(slow_df).count() == 0 and slow_df.exceptAll(fast_df).count() == 0
+    one = sorted(data_files(tmp_path / "fast"))[0]
+    assert pq.read_schema(one).remove_metadata() == pq.read_schema(tmp_path / "slow" / one.name).remove_metadata()
 
 
 def test_spark_errors_become_one_line(spark_broker, spark) -> None:

@@ -38,9 +38,10 @@ def standalone(tmp_path: Path):
 
 
 def running_tasks(out: Path) -> bool:
-    """Whether a task of the load is writing (Spark's task attempts write under _temporary)."""
+    """Whether a task of the load is writing: a file in its staging dir (a task's hidden temporary file, or
+    one it finished)."""
     staging = out / "_kafkactl" / "staging"
-    return staging.is_dir() and any(p.name == "_temporary" for p in staging.rglob("_temporary"))
+    return staging.is_dir() and any(p.is_file() for p in staging.rglob("*"))
 
 
 def wait_for(check, timeout: float, what: str, log: Path) -> None:  # noqa: ANN001
