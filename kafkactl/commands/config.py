@@ -55,16 +55,19 @@ def add(
     name: NameArg,
     bootstrap: Annotated[str | None, typer.Option("-b", "--bootstrap-server", help="Brokers (host:port,...).")] = None,
     zookeeper: Annotated[str | None, typer.Option("-z", "--zookeeper", help="ZooKeeper (host:port[/chroot]).")] = None,
+    schema_registry: Annotated[
+        str | None, typer.Option("--schema-registry", help="The schema registry's URL.", show_default=False)
+    ] = None,
     use: Annotated[bool, typer.Option("--use", help="Make it the current context too.")] = False,
 ) -> None:
     """Add a context, or change the values given of an existing one."""
     if not name.strip():
         raise UsageError("a context needs a name")
-    if bootstrap is None and zookeeper is None:
-        raise UsageError("give -b/--bootstrap-server and/or -z/--zookeeper")
+    if bootstrap is None and zookeeper is None and schema_registry is None:
+        raise UsageError("give -b/--bootstrap-server, -z/--zookeeper and/or --schema-registry")
     doc = contexts.load_config()
     entry = doc.setdefault("contexts", {}).setdefault(name, {})
-    for key, value in (("bootstrap-server", bootstrap), ("zookeeper", zookeeper)):
+    for key, value in (("bootstrap-server", bootstrap), ("zookeeper", zookeeper), ("schema-registry", schema_registry)):
         if value is not None:
             entry[key] = value
     if use or not doc.get("current-context"):

@@ -28,7 +28,11 @@ def test_contexts_are_added_used_listed_and_removed(tmp_path: Path) -> None:
                                                                                           ("prod eu", False)]
     assert run(tmp_path, "config", "use", "prod eu").returncode == 0
     current = json.loads(run(tmp_path, "config", "current", "-o", "json").stdout)
-    assert current == {"context": "prod eu", "bootstrap-server": "k1:9092,k2:9092", "zookeeper": "localhost:2181"}
+    assert current == {"context": "prod eu", "bootstrap-server": "k1:9092,k2:9092", "zookeeper": "localhost:2181",
+                       "schema-registry": "http://localhost:8081"}  # fmt: skip
+    assert run(tmp_path, "config", "add", "prod eu", "--schema-registry", "http://sr:8081").returncode == 0
+    current = json.loads(run(tmp_path, "config", "current", "-o", "json").stdout)
+    assert current["schema-registry"] == "http://sr:8081"
     r = run(tmp_path, "-b", "other:1", "config", "current", "-o", "json")  # the root option wins
     assert json.loads(r.stdout)["bootstrap-server"] == "other:1"
     r = run(tmp_path, "config", "use", "nope")

@@ -55,7 +55,9 @@ def test_config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults_without_anything() -> None:
     assert contexts.bootstrap() == "localhost:9092"
     assert contexts.zookeeper() == "localhost:2181"
-    assert contexts.DEFAULTS == {"bootstrap-server": "localhost:9092", "zookeeper": "localhost:2181"}
+    assert contexts.schema_registry() == "http://localhost:8081"
+    assert contexts.DEFAULTS == {"bootstrap-server": "localhost:9092", "zookeeper": "localhost:2181",
+                                 "schema-registry": "http://localhost:8081"}  # fmt: skip
 
 
 def test_full_precedence_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
