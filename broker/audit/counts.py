@@ -61,7 +61,7 @@ def stamped(buf: Buffer, pos: int, header: BatchHeader) -> bool:
 def count_stamped(counts: dict[int, int], buf: Buffer, pos: int, header: BatchHeader, window_ms: int) -> None:
     """Add the batch at `pos` to `counts` (per window start) when it is stamped."""
     if stamped(buf, pos, header):
-        w = header.base_timestamp - header.base_timestamp % window_ms
+        w = window_of(header.base_timestamp, window_ms)
         counts[w] = counts.get(w, 0) + header.record_count
 
 
@@ -78,7 +78,7 @@ class WindowCounts:
         self.oldest: int | None = None  # the earliest window counted and not taken
 
     def add(self, topic: str, timestamp: int, count: int = 1) -> None:
-        w = timestamp - timestamp % self.window_ms
+        w = window_of(timestamp, self.window_ms)
         self.counts[(topic, w)] += count
         if self.oldest is None or w < self.oldest:
             self.oldest = w

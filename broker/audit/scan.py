@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections import defaultdict
 
-from broker.audit.counts import AUDIT_TOPIC, AuditRecord, count_stamped, stamped
+from broker.audit.counts import AUDIT_TOPIC, AuditRecord, count_stamped, stamped, window_of
 from broker.client.consumer import RawConsumer
 from broker.client.producer import AsyncProducer
 from broker.errors import KafkactlError
@@ -54,7 +54,7 @@ async def count_ranges(bootstrap: str, ranges: list[Range], window_ms: int,
                                 count_stamped(per_window, buf, pos, h, window_ms)
                             elif stamped(buf, pos, h):  # cut by the range: count its records inside
                                 inside = sum(1 for r in decode_records(buf, pos, h) if start <= r.offset < end)
-                                w = h.base_timestamp - h.base_timestamp % window_ms
+                                w = window_of(h.base_timestamp, window_ms)
                                 per_window[w] = per_window.get(w, 0) + inside
                             done[tp] = h.next_offset
                         pos += h.size

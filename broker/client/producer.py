@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from broker.audit.counts import AUDIT_TOPIC, DEFAULT_WINDOW_MS, HOST_HEADER, WindowCounts, hostname
+from broker.audit.counts import AUDIT_TOPIC, DEFAULT_WINDOW_MS, HOST_HEADER, WindowCounts, hostname, window_of
 from broker.audit.counts import records as audit_records
 from broker.client.aio import AsyncCluster, AsyncConnection
 from broker.client.connection import ProtocolError, apply_settings
@@ -464,8 +464,7 @@ class AsyncProducer:
         batch = self.open.get(tp)
         if batch is not None and batch.builder.count:
             wms = self.config.audit_window_ms
-            base = batch.builder.base_ts
-            if base - base % wms != ts - ts % wms:
+            if window_of(batch.builder.base_ts, wms) != window_of(ts, wms):
                 self._seal(tp, batch)
                 batch = None
         return batch or self._open_batch(tp)

@@ -25,13 +25,14 @@ from broker.audit.counts import records as audit_records
 from broker.client.admin import Admin
 from broker.client.aio import AsyncCluster
 from broker.client.connection import ProtocolError
-from broker.client.consumer import ConsumerConfig, RawConsumer, RecordSet
+from broker.client.consumer import ConsumeError, ConsumerConfig, RawConsumer, RecordSet
 from broker.client.producer import AsyncProducer
 from broker.errors import KafkactlError, UsageError
 from broker.mirror.stamp import Resume, is_control, read_stamp, restamp
+from broker.mirror.state import ProducerIds
 from broker.mirror.topics import MirrorError, Selection, prepare_targets
 from broker.protocol.api import ApiKey
-from broker.protocol.errors import error_name
+from broker.protocol.errors import ErrorCode, error_name
 from broker.protocol.messages.produce import PartitionResult, encode_produce_request, read_produce_response
 from broker.records.batch import BATCH_HEADER_SIZE, crc_ok, decode_header
 
@@ -39,6 +40,11 @@ TopicPartition = tuple[str, int]
 CLIENT_ID = "kafkactl-mirror"
 #: unanswered batches per lane: a broker remembers the last five batches of a producer per partition
 WINDOW = 5
+#: answers to a batch that resending it cannot change: the mirror stops with them
+FATAL = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                   ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                   ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, ErrorCode.POLICY_VIOLATION,
+                   ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_RECORD})  # fmt: skip
 
 
 @dataclass
@@ -89,6 +95,7 @@ class Lane:
     queue: collections.deque[Pending] = field(default_factory=collections.deque)
     in_flight: collections.deque[Pending] = field(default_factory=collections.deque)
     broken: str | None = None  # why the lane must be recovered from the target's tail
+    node: int = -1  # the broker its unanswered batches went to
     recovering: bool = False
     mirrored: int = 0  # records acknowledged in this run
 
@@ -118,6 +125,7 @@ class Mirror:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._producer: tuple[int, int] | None = None
+        self._ids: ProducerIds | None = None
         self._connecting: set[int] = set()
         self._failure: BaseException | None = None
         self.audit = WindowCounts(cfg.audit_window_ms) if cfg.audit else None
@@ -150,10 +158,17 @@ class Mirror:
         assert self.source is not None
         await self.source.assign([*self.lanes, *new])
         origins: dict[TopicPartition, int] = {}
+        starting: dict[TopicPartition, tuple[int, int]] = {}
         if fresh:
-            origins = await (self.source.beginning_offsets(fresh) if self.cfg.start == "earliest"
-                             else self.source.end_offsets(fresh))  # fmt: skip
-            pid, epoch = await self._producer_id()
+            # --start applies to the partitions there at the start; those found later begin at their beginning
+            latest = self.cfg.start == "latest" and not self.lanes
+            origins = await (self.source.end_offsets(fresh) if latest else self.source.beginning_offsets(fresh))
+            ids = self._ids or ProducerIds(self.target.cluster_id or self.cfg.target)
+            self._ids = ids
+            unknown = [(sel.target(t), p) for t, p in fresh if ids.get((sel.target(t), p)) is None]
+            if unknown:  # written before their first batch goes out (see broker.mirror.state)
+                ids.put(unknown, *await self._producer_id())
+            starting = {(t, p): ids.get((sel.target(t), p)) for t, p in fresh}  # type: ignore[misc]
         for t, p in new:
             tail = tails[(sel.target(t), p)]
             if tail.resume is not None:
@@ -161,6 +176,7 @@ class Mirror:
                 lane = Lane((t, p), (sel.target(t), p), r.producer_id, r.producer_epoch, r.next_sequence,
                             r.source_offset, r.source_offset, r.source_offset)  # fmt: skip
             else:
+                pid, epoch = starting[(t, p)]
                 lane = Lane((t, p), (sel.target(t), p), pid, epoch, 0, origins[(t, p)], origins[(t, p)],
                             origins[(t, p)])  # fmt: skip
             self.lanes[(t, p)] = lane
@@ -191,12 +207,13 @@ class Mirror:
     async def run(self, stop: asyncio.Event) -> Summary:
         cfg = self.cfg
         began = time.monotonic()
-        fetching = ConsumerConfig(client_id=CLIENT_ID, auto_offset_reset="earliest",
+        fetching = ConsumerConfig(client_id=CLIENT_ID, auto_offset_reset="none",
                                   max_partition_fetch_bytes=cfg.fetch_bytes, request_timeout_ms=cfg.request_timeout_ms,
                                   fetch_max_bytes=max(cfg.queued_bytes // 2, cfg.fetch_bytes))  # fmt: skip
         self.source = RawConsumer(cfg.source, fetching)
         try:
             await self.source.start()
+            await self.target.refresh([])  # its cluster id names the producer ids kept (broker.mirror.state)
             await self._add_lanes(await asyncio.to_thread(self._topics))
             self.say(f"mirroring {len({lane.source[0] for lane in self.lanes.values()})} topic(s), "
                      f"{len(self.lanes)} partition(s) from {cfg.source} to {cfg.target}")  # fmt: skip
@@ -248,7 +265,13 @@ class Mirror:
         """Take what was fetched (while there is room), send what is ready, recover broken lanes."""
         assert self.source is not None
         if self.queued < self.cfg.queued_bytes:
-            sets = await self.source.getmany(timeout_ms=100 if self._all_idle() else 0, max_records=64)
+            try:
+                sets = await self.source.getmany(timeout_ms=100 if self._all_idle() else 0, max_records=64)
+            except ConsumeError as exc:
+                if exc.code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise
+                raise MirrorError(f"source {exc}: the offsets the mirror needs next are gone (retention removed "
+                                  "them before they were mirrored, or the topic was made anew)") from None
             for tp, record_sets in sets.items():
                 lane = self.lanes.get(tp)
                 if lane is not None:
@@ -281,9 +304,12 @@ class Mirror:
             if pos + h.size > end:
                 break
             if h.next_offset > lane.position:
-                if h.magic != 2 or not crc_ok(buf, pos, h):
+                if h.magic != 2:
+                    raise MirrorError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at offset "
+                                      f"{h.base_offset} is in message format v{h.magic}; the mirror copies v2 batches")
+                if not crc_ok(buf, pos, h):
                     raise MirrorError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at "
-                                             f"offset {h.base_offset} fails its CRC; nothing after it is mirrored")
+                                      f"offset {h.base_offset} fails its CRC; nothing after it is mirrored")
                 data = None if is_control(h) else restamp(buf, pos, h, lane.producer_id, lane.producer_epoch,
                                                           lane.sequence, first_offset=lane.position)  # fmt: skip
                 if data is not None:
@@ -295,6 +321,8 @@ class Mirror:
                         count_stamped(windows, data, 0, decode_header(data), self.audit.window_ms)
                     lane.queue.append(Pending(data, h.next_offset, count, windows))
                     self.queued += len(data)
+                elif lane.idle:  # nothing to copy (a transaction marker) and nothing before it unanswered
+                    lane.acked = h.next_offset
                 lane.position = h.next_offset
             pos += h.size
 
@@ -302,14 +330,20 @@ class Mirror:
         """Publish the counts of what the target acknowledged so far (to the target's audit topic)."""
         if self.audit is None or self.audit.oldest is None:
             return
-        if self._audit_producer is None:
-            self._audit_producer = await AsyncProducer(self.cfg.target, acks="all", client_id=CLIENT_ID).start()
-        targets = {lane.source[0]: lane.target[0] for lane in self.lanes.values()}
-        for rec in audit_records("mirrored", self.audit.take(), self.audit.window_ms, client=CLIENT_ID,
-                                 source=self.cfg.source, targets=targets):  # fmt: skip
-            await self._audit_producer.send(AUDIT_TOPIC, rec.encode(), key=rec.topic.encode())
-        if everything:
-            await self._audit_producer.flush()
+        counts = self.audit.take()
+        try:
+            if self._audit_producer is None:
+                self._audit_producer = await AsyncProducer(self.cfg.target, acks="all", client_id=CLIENT_ID).start()
+            targets = {lane.source[0]: lane.target[0] for lane in self.lanes.values()}
+            for rec in audit_records("mirrored", counts, self.audit.window_ms, client=CLIENT_ID,
+                                     source=self.cfg.source, targets=targets):  # fmt: skip
+                await self._audit_producer.send(AUDIT_TOPIC, rec.encode(), key=rec.topic.encode())
+            if everything:
+                await self._audit_producer.flush()
+        except (KafkactlError, ProtocolError, OSError) as exc:  # the copy goes on; the counts wait for the next try
+            for (topic, w), n in counts.items():
+                self.audit.add(topic, w, n)
+            self.say(f"audit counts not published yet: {exc}")
 
     def _send(self) -> None:
         """One Produce request per target leader with one batch of each lane that has room, as often as they have."""
@@ -320,6 +354,10 @@ class Mirror:
                 if node < 0:
                     lane.broken = "no leader"
                     continue
+                if lane.in_flight and node != lane.node:  # the leader moved: nothing more until it is recovered
+                    lane.broken = f"leader moved from broker {lane.node} to {node}"
+                    continue
+                lane.node = node
                 by_node[node].append(lane)
         for node, lanes in by_node.items():
             conn = self.target.open_connection(node)
@@ -359,9 +397,15 @@ class Mirror:
                   error: BaseException | None) -> None:  # fmt: skip
         by_tp = {(r.topic, r.partition): r for r in results or ()}
         for lane, p in batch:
-            if lane.in_flight and lane.in_flight[0] is p:
-                lane.in_flight.popleft()
+            with contextlib.suppress(ValueError):  # (answers of one connection come in order; this is cheap then)
+                lane.in_flight.remove(p)
             r = by_tp.get(lane.target)
+            if r is not None and r.error_code in FATAL and self._failure is None:
+                why = error_name(r.error_code) + (f" ({r.error_message})" if r.error_message else "")
+                self._failure = MirrorError(
+                    f"target {lane.target[0]} partition {lane.target[1]} refuses the batch of source offsets before "
+                    f"{p.next_offset}: {why}; waiting cannot change that (a limit such as max.message.bytes differs "
+                    "between the clusters?)")  # fmt: skip
             if r is None or r.error_code:
                 if not lane.broken:
                     lane.broken = (error_name(r.error_code) if r is not None

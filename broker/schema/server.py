@@ -135,6 +135,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [(m, re.compile(p + r"/?"),
 class _Handler(BaseHTTPRequestHandler):
     server_version = "kafkactl-schema-registry"
     protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds a client may stay silent, mid-request or between keep-alive requests
     store: SchemaStore  # set on the class made per server
 
     def _serve(self, method: str) -> None:
@@ -161,8 +162,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(500, {"error_code": 50001, "message": f"{type(exc).__name__}: {exc}"})
 
     def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
+        text = self.headers.get("Content-Length") or "0"
+        if not text.isdigit():
+            self.close_connection = True  # the body's end is unknown: this connection cannot go on
+            raise RegistryError(400, f"Content-Length {text!r} is not a byte count")
+        length = int(text)
         if length > MAX_BODY:
+            self.close_connection = True  # (the body is not read)
             raise RegistryError(413, f"request body of {length} bytes is over {MAX_BODY}")
         if not length:
             return None

@@ -267,7 +267,7 @@ class SchemaStore:
         return self.subject_level(subject) or self.global_level()
 
     def set_level(self, level: str, subject: str | None = None) -> str:
-        level = str(level).upper()
+        level = level.upper() if isinstance(level, str) else ""
         if level not in LEVELS:
             raise RegistryError(42203, f"Invalid compatibility level. Valid values are {', '.join(LEVELS)}")
         path = paths.REGISTRY_CONFIG if subject is None else paths.subject_config(subject)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def write_split(bootstrap: str, index: int, split: tuple[str, int, int, int], st
 
     topic, partition, start, end = split
     final = Path(staging) / f"part-{index:05d}-{load_id}.c000.snappy.parquet"
-    temp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    temp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")  # one per attempt, on any host
     Path(staging).mkdir(parents=True, exist_ok=True)
     writer: pq.ParquetWriter | None = None
     rows = 0

@@ -15,13 +15,14 @@ Avro types map to Spark's as Spark's own Avro source maps them:
     logical date, timestamp-millis/-micros, decimal, uuid    date, timestamp, decimal(p, s), string
     logical time-millis / time-micros                        int / long (since midnight)
 
-A value that is not Avro in Confluent's framing, or does not decode, fails the load naming its offset:
-a load is exactly what the topic holds, never a silent gap.
+A value that is not Avro in Confluent's framing, or does not decode, fails the load (and nothing of it is
+committed): a load is exactly what the topic holds, never a silent gap.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import io
 import json
 import uuid
@@ -101,6 +102,8 @@ def to_row(datum: Any, s: Any) -> Any:
         if len(branches) == 1:
             return to_row(datum, branches[0])
         i = _branch(datum, branches)
+        if isinstance(datum, tuple):
+            datum = datum[1]  # (record name, record)
         return {f"member{j}": (to_row(datum, b) if j == i else None) for j, b in enumerate(branches)}
     if isinstance(s, str):
         return datum
@@ -122,23 +125,52 @@ def to_row(datum: Any, s: Any) -> Any:
 
 
 def _branch(datum: Any, branches: list[Any]) -> int:
-    """Which branch of a union a decoded datum came from, by its Python type."""
+    """Which branch of a union a decoded datum came from: a record by its name (fastavro tells it, see
+    `_decoder`), anything else by its Python type, logical types included. ValueError when none fits."""
+    if isinstance(datum, tuple) and len(datum) == 2 and isinstance(datum[0], str):
+        name = datum[0]
+        for i, b in enumerate(branches):
+            if isinstance(b, dict) and b.get("type") in ("record", "error") and name in (
+                    b.get("name"), b.get("name", "").rsplit(".", 1)[-1], _qualified(b)):  # fmt: skip
+                return i
     for i, b in enumerate(branches):
         t = b if isinstance(b, str) else b.get("type")
-        if (t == "boolean" and isinstance(datum, bool)) or (t in ("int", "long") and isinstance(datum, int)
-                                                            and not isinstance(datum, bool)):  # fmt: skip
+        logical = None if isinstance(b, str) else b.get("logicalType")
+        if isinstance(datum, bool):
+            fits = t == "boolean"
+        elif isinstance(datum, dt.datetime):
+            fits = logical in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+                               "local-timestamp-micros")  # fmt: skip
+        elif isinstance(datum, dt.date):
+            fits = logical == "date"
+        elif isinstance(datum, dt.time):
+            fits = logical in ("time-millis", "time-micros")
+        elif isinstance(datum, decimal.Decimal):
+            fits = logical == "decimal"
+        elif isinstance(datum, uuid.UUID):
+            fits = logical == "uuid"
+        elif isinstance(datum, int):
+            fits = t in ("int", "long") and logical is None
+        elif isinstance(datum, float):
+            fits = t in ("float", "double")
+        elif isinstance(datum, str):
+            fits = (t == "string" and logical is None) or (t == "enum" and datum in b.get("symbols", []))
+        elif isinstance(datum, bytes):
+            fits = t in ("bytes", "fixed") and logical is None
+        elif isinstance(datum, dict):
+            fits = t in ("map", "record", "error")
+        elif isinstance(datum, list):
+            fits = t == "array"
+        else:
+            fits = False
+        if fits:
             return i
-        if (t in ("float", "double") and isinstance(datum, float)) or (t == "string" and isinstance(datum, str)):
-            return i
-        if t in ("bytes", "fixed") and isinstance(datum, bytes):
-            return i
-        if t in ("record", "error", "map") and isinstance(datum, dict):
-            return i
-        if t == "array" and isinstance(datum, list):
-            return i
-        if t == "enum" and isinstance(datum, str):
-            return i
-    return 0
+    raise ValueError(f"kafkactl spark-load: a {type(datum).__name__} value fits no branch of its union")
+
+
+def _qualified(s: dict) -> str:
+    ns = s.get("namespace")
+    return f"{ns}.{s['name']}" if ns and "." not in s.get("name", "") else s.get("name", "")
 
 
 def expanded(text: str) -> Any:
@@ -175,7 +207,8 @@ def _decoder(registry: str, reader_text: str, reader: Any) -> Any:
         parsed_reader = _FAST.get((registry, reader_text))
         if parsed_reader is None:
             parsed_reader = _FAST[(registry, reader_text)] = fastavro.parse_schema(json.loads(reader_text))
-        datum = fastavro.schemaless_reader(io.BytesIO(value[5:]), writer, parsed_reader)
+        datum = fastavro.schemaless_reader(io.BytesIO(value[5:]), writer, parsed_reader, return_record_name=True,
+                                           return_record_name_override=True)  # a union's record comes named
         return to_row(datum, reader)
 
     return decode

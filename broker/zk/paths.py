@@ -72,7 +72,7 @@ ISR_CHANGE = "/isr_change_notification"
 REASSIGN = "/admin/reassign_partitions"
 CONSUMERS = "/consumers"
 
-#: the persistent parents a cluster needs (Kafka creates the same set)
+#: the schema registry's state (broker/schema/store.py)
 SCHEMA_REGISTRY = "/kafkactl/schema-registry"
 SCHEMA_ID = f"{SCHEMA_REGISTRY}/schema_id"
 SCHEMAS = f"{SCHEMA_REGISTRY}/schemas"
@@ -80,6 +80,7 @@ FINGERPRINTS = f"{SCHEMA_REGISTRY}/fingerprints"
 SUBJECTS = f"{SCHEMA_REGISTRY}/subjects"
 REGISTRY_CONFIG = f"{SCHEMA_REGISTRY}/config"
 SUBJECT_CONFIGS = f"{SCHEMA_REGISTRY}/subject_configs"
+#: the persistent parents a cluster needs (Kafka creates the same set)
 ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE, "/cluster", CONSUMERS)
 
 

@@ -7,18 +7,22 @@ broker that finds that server at its address shares it, and the one that stops w
 in it (no ephemeral znode: no broker, no controller, no ZooKeeper-based consumer) and no other client is
 connected stops it too. A server the user started (no marker) is never stopped by a broker. Start and
 stop hold `run/zookeeper-<port>.lock`, so two brokers never both start one, nor adopt one being stopped.
+Each broker using it also holds a lease, `run/zookeeper-<port>.users/<pid>`, from before it connects: a
+broker still starting (not registered, perhaps not connected yet) counts as a user too. When ZooKeeper
+does not say what uses it (`mntr` unanswered), it is left running.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker import home
-from broker.daemon import read_pid_of, remove_pid_file, stop_process, write_pid_file
+from broker.daemon import is_alive, read_pid_of, remove_pid_file, stop_process, write_pid_file
 from broker.zk.client import split_connect
 from broker.zk.server import daemon_name, four_letter, is_serving, start_server_daemon
 
@@ -46,6 +50,31 @@ def _locked(port: int) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _leases(port: int) -> Path:
+    return home.pid_file(daemon_name(port)).with_suffix(".users")
+
+
+def _take_lease(port: int) -> None:
+    leases = _leases(port)
+    leases.mkdir(parents=True, exist_ok=True)
+    (leases / str(os.getpid())).touch()
+
+
+def _other_users(port: int) -> list[int]:
+    """The live processes other than this one holding a lease (stale leases are removed)."""
+    out = []
+    leases = _leases(port)
+    for f in leases.glob("*") if leases.is_dir() else []:
+        pid = int(f.name) if f.name.isdigit() else 0
+        if pid == os.getpid():
+            continue
+        if pid > 0 and is_alive(pid):
+            out.append(pid)
+        else:
+            f.unlink(missing_ok=True)
+    return out
 
 
 def running(port: int) -> int | None:
@@ -76,11 +105,21 @@ class PrivateZooKeeper:
     def release(self, announce: Callable[[str], None]) -> None:
         """Once this broker has left ZooKeeper: stop the server when nothing else uses it, else say what does."""
         with _locked(self.port):
+            (_leases(self.port) / str(os.getpid())).unlink(missing_ok=True)
             if running(self.port) != self.pid:
                 return  # stopped meanwhile (`zookeeper stop`, or another broker)
-            used = usage(self.port)
             where = f"{HOST}:{self.port} (pid {self.pid})"
-            if used is not None and any(used):
+            others = _other_users(self.port)
+            if others:
+                announce(f"left the private ZooKeeper on {where} running: broker process(es) "
+                         f"{', '.join(map(str, others))} use it; the last broker to stop stops it")  # fmt: skip
+                return
+            used = usage(self.port)
+            if used is None:
+                announce(f"left the private ZooKeeper on {where} running: it did not say what uses it "
+                         "(`kafkactl zookeeper stop` stops it)")  # fmt: skip
+                return
+            if any(used):
                 ephemerals, connections = used
                 announce(
                     f"left the private ZooKeeper on {where} running: others use it ({connections} connection(s), "
@@ -102,9 +141,13 @@ def acquire(connect: str, announce: Callable[[str], None]) -> PrivateZooKeeper |
     with _locked(port):
         if is_serving(HOST, port):
             pid = running(port)
-            return PrivateZooKeeper(port, pid) if pid is not None else None
+            if pid is None:
+                return None
+            _take_lease(port)
+            return PrivateZooKeeper(port, pid)
         data_dir = home.default_zookeeper_dir().resolve()
         pid = start_server_daemon(port, HOST, data_dir)
         write_pid_file(marker_file(port), pid)
+        _take_lease(port)
     announce(f"no ZooKeeper answered at {host}:{port}: {STARTED} (pid {pid}, data {data_dir})")
     return PrivateZooKeeper(port, pid)

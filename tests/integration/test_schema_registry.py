@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -165,8 +166,15 @@ def test_compatibility_levels_are_enforced_and_versions_kept(registry):
     assert client.test_compatibility("users-value", Schema(json.dumps(dropped), "AVRO"))
     assert registry.call("GET", "/config/users-value") == (200, {"compatibilityLevel": "NONE"})
     assert registry.call("GET", "/config") == (200, {"compatibilityLevel": "BACKWARD"})
-    status, body = registry.call("PUT", "/config", {"compatibility": "SIDEWAYS"})
-    assert status == 422 and body["error_code"] == 42203
+    for bad in ("SIDEWAYS", None, 3):
+        status, body = registry.call("PUT", "/config", {"compatibility": bad})
+        assert status == 422 and body["error_code"] == 42203
+    assert registry.call("GET", "/config") == (200, {"compatibilityLevel": "BACKWARD"})
+    # a request whose body length cannot be read is answered, and the server serves on
+    with socket.create_connection(("127.0.0.1", registry.port), timeout=10) as s:
+        s.sendall(b"POST /subjects/x-value/versions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 400")
+    assert registry.call("GET", "/subjects/users-value/versions")[0] == 200
 
     # versions, lookups and ids as Confluent's registry answers them
     status, latest = registry.call("GET", "/subjects/users-value/versions/latest")
