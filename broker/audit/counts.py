@@ -15,7 +15,7 @@ by topic:
 
     {"tier": "produced" | "mirrored" | "loaded", "topic": "orders", "window_start": 1790000040000,
      "window_ms": 60000, "count": 1234, "host": "web-7", "client": "kafkactl-producer", "sent_ms": ...,
-     "source": "dc1:9092", "target_topic": "dc1.orders"}  # the mirror's source and target name (mirrored only)
+     "source": "<cluster id>", "target_topic": "dc1.orders"}  # the mirror's source cluster, target name
 
 A window's counts may come in several messages, from several producers; `kafkactl audit` adds them
 up and sets them against what the cluster holds (`broker.audit.reconcile`). Counts are published

@@ -10,9 +10,11 @@ The tiers, in the order messages pass them:
 
 A window is settled once it ended more than `grace` ago. A settled window whose tiers disagree is
 a loss (a tier has fewer than the one before it) or a duplication (more), named with the two tiers
-between which it happened. Loads run now and then, so fewer loaded than stored is a load still to
-come, not a loss. Every tier counts only the batches an audited producer stamped (`broker.audit.counts`),
-each in the window of its base timestamp: messages of producers without `audit.enabled` are left out.
+between which it happened; but where retention has cut a log, a loss at or before the first window the
+log still holds is "expired", since that log no longer holds all of it. Loads run now and then, so
+fewer loaded than stored is a load still to come, not a loss. Every tier counts only the batches an
+audited producer stamped (`broker.audit.counts`), each in the window of its base timestamp: messages of
+producers without `audit.enabled` are left out.
 """
 
 from __future__ import annotations
@@ -46,15 +48,17 @@ class WindowRow:
                 "status": self.status, "detail": self.detail}
 
 
-async def _audit_records(bootstrap: str) -> list[AuditRecord]:
-    """Every count published to the cluster's audit topic (none when it has no audit topic)."""
+async def _audit_records(bootstrap: str) -> tuple[list[AuditRecord], str | None]:
+    """Every count published to the cluster's audit topic (none when it has no audit topic), and the cluster's
+    id."""
     out: list[AuditRecord] = []
     async with AsyncConsumer(bootstrap, auto_offset_reset="earliest", client_id="kafkactl-audit") as c:
+        cluster_id = c.cluster.cluster_id
         try:
             parts = await c.partitions_for(AUDIT_TOPIC)
         except KafkactlError as exc:
             if "UNKNOWN_TOPIC" in str(exc):
-                return out
+                return out, cluster_id
             raise
         tps = [(AUDIT_TOPIC, p) for p in parts]
         await c.assign(tps)
@@ -65,28 +69,29 @@ async def _audit_records(bootstrap: str) -> list[AuditRecord]:
                     rec = AuditRecord.decode(r.value) if r.offset < ends[(r.topic, r.partition)] else None
                     if rec is not None:
                         out.append(rec)
-    return out
+    return out, cluster_id
 
 
-async def _stored(bootstrap: str, topic: str, window_ms: int) -> dict[int, int]:
-    """Stamped messages of `topic` per window (none when the cluster has no such topic)."""
+async def _stored(bootstrap: str, topic: str, window_ms: int) -> tuple[dict[int, int], bool]:
+    """Stamped messages of `topic` per window (none when the cluster has no such topic), and whether retention
+    has removed the start of its log."""
     async with RawConsumer(bootstrap, client_id="kafkactl-audit") as c:
         try:
             parts = await c.partitions_for(topic)
         except KafkactlError as exc:
             if "UNKNOWN_TOPIC" in str(exc):
-                return {}
+                return {}, False
             raise
         tps = [(topic, p) for p in parts]
         starts, ends = await c.beginning_offsets(tps), await c.end_offsets(tps)
     counts = await count_ranges(bootstrap, [(t, p, starts[(t, p)], ends[(t, p)]) for t, p in tps], window_ms)
-    return {w: n for (_, w), n in counts.items()}
+    return {w: n for (_, w), n in counts.items()}, any(starts.values())
 
 
 async def _reconcile(source: str, mirror: str | None, topics: list[str] | None, grace_ms: int,
                      now_ms: int) -> list[WindowRow]:  # fmt: skip
-    published = await _audit_records(source)
-    downstream = await _audit_records(mirror) if mirror else []
+    published, source_id = await _audit_records(source)
+    downstream = (await _audit_records(mirror))[0] if mirror else []
     tiers: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     window_ms: dict[str, int] = {}
     targets: dict[str, str] = {}
@@ -94,8 +99,8 @@ async def _reconcile(source: str, mirror: str | None, topics: list[str] | None, 
     for rec, from_mirror in own:
         if topics is not None and rec.topic not in topics:
             continue
-        if rec.tier == "mirrored" and not from_mirror:
-            continue  # counts of a mirror out of this cluster into another: not the one asked about
+        if rec.tier == "mirrored" and (not from_mirror or rec.source not in (source_id, source)):
+            continue  # a mirror out of this cluster into another, or into the target from another cluster
         if rec.tier == "produced" and from_mirror:
             continue  # producers writing to the target itself: another pipeline
         window_ms.setdefault(rec.topic, rec.window_ms)
@@ -107,12 +112,17 @@ async def _reconcile(source: str, mirror: str | None, topics: list[str] | None, 
     for topic in topics or []:
         if topic not in window_ms:
             raise KafkactlError(f"no audit counts of topic {topic!r} in {AUDIT_TOPIC} at {source}")
+    expired: dict[str, int] = {}  # per topic: windows before this one were partly removed by retention
     for topic, wms in sorted(window_ms.items()):
-        for w, n in (await _stored(source, topic, wms)).items():
+        stored, trimmed = await _stored(source, topic, wms)
+        copy, copy_trimmed = (await _stored(mirror, targets.get(topic, topic), wms)) if mirror else ({}, False)
+        for w, n in stored.items():
             tiers[(topic, w)]["stored"] += n
-        if mirror:
-            for w, n in (await _stored(mirror, targets.get(topic, topic), wms)).items():
-                tiers[(topic, w)]["mirror-stored"] += n
+        for w, n in copy.items():
+            tiers[(topic, w)]["mirror-stored"] += n
+        firsts = [min(c) if c else None for c, t in ((stored, trimmed), (copy, copy_trimmed)) if t]
+        if firsts:
+            expired[topic] = max((f for f in firsts if f is not None), default=now_ms)
     loaded = {topic for (topic, _), found in tiers.items() if "loaded" in found}
     rows = []
     for (topic, w), found in sorted(tiers.items()):
@@ -120,7 +130,11 @@ async def _reconcile(source: str, mirror: str | None, topics: list[str] | None, 
         for t in ("mirrored", "mirror-stored"):
             counts[t] = found.get(t, 0) if mirror else None
         counts["loaded"] = found.get("loaded", 0) if topic in loaded else None
-        rows.append(_judge(WindowRow(topic, w, window_ms[topic], counts), now_ms, grace_ms))
+        row = _judge(WindowRow(topic, w, window_ms[topic], counts), now_ms, grace_ms)
+        if row.problem == "lost" and w <= expired.get(topic, -1):  # the log no longer holds it all: not a loss
+            row.status, row.problem = "expired", None
+            row.detail = "retention removed the start of the log; this window is no longer all there"
+        rows.append(row)
     return rows
 
 

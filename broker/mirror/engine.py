@@ -326,6 +326,10 @@ class Mirror:
                 lane.position = h.next_offset
             pos += h.size
 
+    def _source_id(self) -> str:
+        """The source cluster as the audit names it: its cluster id (else its bootstrap servers)."""
+        return (self.source.cluster.cluster_id if self.source is not None else None) or self.cfg.source
+
     async def _publish_audit(self, *, everything: bool = False) -> None:
         """Publish the counts of what the target acknowledged so far (to the target's audit topic)."""
         if self.audit is None or self.audit.oldest is None:
@@ -336,7 +340,7 @@ class Mirror:
                 self._audit_producer = await AsyncProducer(self.cfg.target, acks="all", client_id=CLIENT_ID).start()
             targets = {lane.source[0]: lane.target[0] for lane in self.lanes.values()}
             for rec in audit_records("mirrored", counts, self.audit.window_ms, client=CLIENT_ID,
-                                     source=self.cfg.source, targets=targets):  # fmt: skip
+                                     source=self._source_id(), targets=targets):  # fmt: skip
                 await self._audit_producer.send(AUDIT_TOPIC, rec.encode(), key=rec.topic.encode())
             if everything:
                 await self._audit_producer.flush()
@@ -410,8 +414,8 @@ class Mirror:
                 if not lane.broken:
                     lane.broken = (error_name(r.error_code) if r is not None
                                    else f"{type(error).__name__}: {error}" if error else "no answer")  # fmt: skip
-            elif not lane.broken:
-                lane.acked = p.next_offset
+            else:  # stored, also when an earlier batch failed: recovery resumes after it
+                lane.acked = max(lane.acked, p.next_offset)
                 lane.mirrored += p.count
                 if p.windows and self.audit is not None:
                     self.audit.add_windows(lane.source[0], p.windows)

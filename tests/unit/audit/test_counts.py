@@ -71,3 +71,30 @@ def test_a_settled_window_is_judged_tier_by_tier(counts, status, detail):
 def test_a_window_within_the_grace_is_in_flight_not_lost():
     r = _judge(row(produced=5, stored=4), now_ms=W + 500, grace_ms=1000)
     assert (r.status, r.problem) == ("in flight", None)
+
+
+def test_a_loss_where_retention_cut_the_log_is_expired_and_other_mirrors_are_left_out(monkeypatch):
+    """`_reconcile`'s rules over fake tiers: windows at or before the first one a cut log still holds are
+    expired, not lost; mirrored counts of another source cluster into the same target are not summed in."""
+    import asyncio
+
+    from broker.audit import reconcile
+
+    recs = [AuditRecord("produced", "t", w, W, 5) for w in (0, W, 2 * W, 3 * W)]
+    mirrored = [AuditRecord("mirrored", "t", w, W, 5, source="dc1-id") for w in (2 * W, 3 * W)]
+    mirrored.append(AuditRecord("mirrored", "t", 2 * W, W, 7, source="dc2-id"))
+
+    async def audit_records(bootstrap):  # noqa: ANN001, ANN202
+        return (recs, "dc1-id") if bootstrap == "dc1" else (mirrored, "agg-id")
+
+    async def stored(bootstrap, topic, wms):  # noqa: ANN001, ANN202
+        if bootstrap == "dc1":
+            return {W: 2, 2 * W: 5, 3 * W: 4}, True  # retention cut the log inside window 1; window 3 lost one
+        return {2 * W: 5, 3 * W: 5}, False
+
+    monkeypatch.setattr(reconcile, "_audit_records", audit_records)
+    monkeypatch.setattr(reconcile, "_stored", stored)
+    rows = {r.window_start // W: r for r in asyncio.run(reconcile._reconcile("dc1", "agg", None, 0, 10**9))}
+    assert rows[0].status == rows[1].status == "expired"
+    assert rows[2].counts["mirrored"] == 5 and rows[2].status == "ok"  # dc2's 7 left out
+    assert (rows[3].status, rows[3].detail) == ("lost", "1 lost between produced and stored")
