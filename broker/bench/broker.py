@@ -52,26 +52,33 @@ def message_file(path: Path, count: int, size: int) -> Path:
 
 
 @contextmanager
-def scratch_broker(workdir: Path) -> Iterator[str]:
-    """A real ZooKeeper and one broker process in `workdir`; yields the bootstrap address."""
-    zk = ZooKeeperServer(workdir / "zookeeper", free_port())
-    zk.start()
+def bench_broker(workdir: Path, zookeeper: str, name: str = "") -> Iterator[str]:
+    """One broker process (id 1) registered in `zookeeper`, its files in `workdir` (suffixed `-name` when
+    given); yields its bootstrap address and stops it at the end."""
+    suffix = f"-{name}" if name else ""
     port = free_port()
-    env = {**os.environ, "KAFKACTL_HOME": str(workdir / "home")}
+    env = {**os.environ, "KAFKACTL_HOME": str(workdir / f"home{suffix}")}
     argv = [sys.executable, "-m", "kafkactl", "broker", "start", "--broker-id", "1", "--port", str(port),
-            "--log-dirs", str(workdir / "logs"), "-z", zk.connect_string, "--no-embedded-zookeeper"]  # fmt: skip
-    with open(workdir / "broker.out", "ab") as out:
+            "--log-dirs", str(workdir / f"logs{suffix}"), "-z", zookeeper, "--no-embedded-zookeeper"]  # fmt: skip
+    out_path = workdir / f"broker{suffix}.out"
+    with open(out_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         if not wait_port("127.0.0.1", port, 30) or proc.poll() is not None:
-            raise KafkactlError(f"the bench broker did not start: {(workdir / 'broker.out').read_text()[-500:]}")
+            raise KafkactlError(f"the bench's {name or 'scratch'} broker did not start: {out_path.read_text()[-500:]}")
         yield f"127.0.0.1:{port}"
     finally:
         stop_process(proc.pid, 30)
-        zk.stop()
 
 
-def _kcat(args: list[str], props: dict[str, str], *, stdout=subprocess.DEVNULL) -> float:
+@contextmanager
+def scratch_broker(workdir: Path) -> Iterator[str]:
+    """A real ZooKeeper and one broker process in `workdir`; yields the bootstrap address."""
+    with ZooKeeperServer(workdir / "zookeeper", free_port()) as zk, bench_broker(workdir, zk.connect_string) as b:
+        yield b
+
+
+def run_kcat(args: list[str], props: dict[str, str], *, stdout=subprocess.DEVNULL) -> float:
     argv = [kcat_path(), *args]
     for k, v in props.items():
         argv += ["-X", f"{k}={v}"]
@@ -97,7 +104,8 @@ def run(messages: int = 5_000_000, size: int = 200, fetch_messages: int = 1_000_
             for i in range(repeat):
                 topic = f"bench-produce-{os.getpid()}-{i}"
                 admin.create_topic(topic, 1, 1)
-                produce_s.append(_kcat(["-P", "-b", servers, "-t", topic, "-p", "0", "-l", str(small)], PRODUCE_PROPS))
+                argv = ["-P", "-b", servers, "-t", topic, "-p", "0", "-l", str(small)]
+                produce_s.append(run_kcat(argv, PRODUCE_PROPS))
                 end = admin.describe_topic(topic)[0].log_end_offset
                 if end != messages:
                     raise KafkactlError(f"produced {messages} messages but the log ends at offset {end}")
@@ -105,12 +113,12 @@ def run(messages: int = 5_000_000, size: int = 200, fetch_messages: int = 1_000_
                 advance(1)
             topic = f"bench-fetch-{os.getpid()}"
             admin.create_topic(topic, 1, 1)
-            _kcat(["-P", "-b", servers, "-t", topic, "-p", "0", "-l", str(big)], PRODUCE_PROPS)
+            run_kcat(["-P", "-b", servers, "-t", topic, "-p", "0", "-l", str(big)], PRODUCE_PROPS)
             part = admin.describe_topic(topic)[0]
             log_bytes = part.size or 0
             fetch_s = []
             for _ in range(repeat):
-                fetch_s.append(_kcat(["-C", "-b", servers, "-t", topic, "-o", "beginning", "-e", "-q"], FETCH_PROPS))
+                fetch_s.append(run_kcat(["-C", "-b", servers, "-t", topic, "-o", "beginning", "-e", "-q"], FETCH_PROPS))
                 advance(1)
             admin.delete_topic(topic)
         p = statistics.median(produce_s)

@@ -11,43 +11,23 @@ target holds as many messages as the source.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from broker.bench.broker import PRODUCE_PROPS, _kcat, kcat_path, message_file
+from broker.bench.broker import PRODUCE_PROPS, bench_broker, kcat_path, message_file, run_kcat
 from broker.client.admin import Admin
-from broker.daemon import free_port, stop_process, wait_port
+from broker.daemon import free_port
 from broker.errors import KafkactlError
 from broker.mirror.engine import Mirror, MirrorConfig
 from broker.mirror.topics import Selection
 from broker.protocol.messages.fetch import LATEST
 from broker.zk import client as zkclient
 from broker.zk.server import ZooKeeperServer
-
-
-@contextmanager
-def _broker(workdir: Path, name: str, zk: str) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "KAFKACTL_HOME": str(workdir / f"home-{name}")}
-    argv = [sys.executable, "-m", "kafkactl", "broker", "start", "--broker-id", "1", "--port", str(port),
-            "--log-dirs", str(workdir / f"logs-{name}"), "-z", zk, "--no-embedded-zookeeper"]  # fmt: skip
-    out_path = workdir / f"broker-{name}.out"
-    with open(out_path, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        if not wait_port("127.0.0.1", port, 30) or proc.poll() is not None:
-            raise KafkactlError(f"the bench's {name} broker did not start: {out_path.read_text()[-500:]}")
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop_process(proc.pid, 30)
 
 
 @contextmanager
@@ -58,8 +38,8 @@ def scratch_clusters(workdir: Path) -> Iterator[tuple[str, str]]:
         with zkclient.session(zk.connect_string) as session:
             session.ensure_path("/source")
             session.ensure_path("/target")
-        source = stack.enter_context(_broker(workdir, "source", zk.connect_string + "/source"))
-        target = stack.enter_context(_broker(workdir, "target", zk.connect_string + "/target"))
+        source = stack.enter_context(bench_broker(workdir, zk.connect_string + "/source", "source"))
+        target = stack.enter_context(bench_broker(workdir, zk.connect_string + "/target", "target"))
         yield source, target
 
 
@@ -76,7 +56,7 @@ def run(messages: int = 2_000_000, size: int = 200, partitions: int = 4, repeat:
                 for p in range(partitions):
                     share = messages // partitions + (p < messages % partitions)
                     lines = message_file(tmp / f"p{p}.txt", share, size)
-                    _kcat(["-P", "-b", source, "-t", topic, "-p", str(p), "-l", str(lines)],
+                    run_kcat(["-P", "-b", source, "-t", topic, "-p", str(p), "-l", str(lines)],
                           {**PRODUCE_PROPS, "batch.size": str(batch_bytes)})
                     lines.unlink()
             seconds = []
