@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import NamedTuple
 
-from broker.protocol.messages import admin, fetch, groups, metadata, produce
+from broker.protocol.messages import admin, fetch, groups, metadata, produce, security
 from broker.protocol.schema import Struct
 
 
@@ -28,14 +28,19 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
 
@@ -87,6 +92,11 @@ APIS: dict[int, Api] = {
         _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 1),
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 1),
         _api(ApiKey.ELECT_LEADERS, admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE, 0, 1),
+        _api(ApiKey.SASL_HANDSHAKE, security.SASL_HANDSHAKE_REQUEST, security.SASL_HANDSHAKE_RESPONSE, 0, 1),
+        _api(ApiKey.SASL_AUTHENTICATE, security.SASL_AUTHENTICATE_REQUEST, security.SASL_AUTHENTICATE_RESPONSE, 0, 1),
+        _api(ApiKey.DESCRIBE_ACLS, security.DESCRIBE_ACLS_REQUEST, security.DESCRIBE_ACLS_RESPONSE, 0, 1),
+        _api(ApiKey.CREATE_ACLS, security.CREATE_ACLS_REQUEST, security.CREATE_ACLS_RESPONSE, 0, 1),
+        _api(ApiKey.DELETE_ACLS, security.DELETE_ACLS_REQUEST, security.DELETE_ACLS_RESPONSE, 0, 1),
     )
 }
 

@@ -1,0 +1,1 @@
+"""Who may talk to the broker: TLS listeners, SASL authentication, ACLs and ZooKeeper credentials."""

@@ -1,0 +1,43 @@
+"""Who is on a connection: the listener it came in on, its principal, and its SASL exchange if one is under way.
+
+The socket server makes one `Session` per connection and sets `current_session` for the task that serves
+it, so request handlers (authentication, the authorizer) read it without it travelling through every call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import Any
+
+ANONYMOUS = "User:ANONYMOUS"
+
+#: Kafka's security protocols: (TLS on the socket, SASL before any other request)
+PROTOCOLS: dict[str, tuple[bool, bool]] = {
+    "PLAINTEXT": (False, False),
+    "SSL": (True, False),
+    "SASL_PLAINTEXT": (False, True),
+    "SASL_SSL": (True, True),
+}
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection's security state."""
+
+    listener: str = "PLAINTEXT"  # the listener's name (`listeners=NAME://host:port`)
+    protocol: str = "PLAINTEXT"  # its security protocol (`listener.security.protocol.map`)
+    host: str = ""  # the client's IP address, as ACLs name hosts
+    principal: str = ANONYMOUS  # "User:<name>" once authenticated; a TLS client certificate's DN on SSL
+    authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
+    mechanism: str | None = None  # the SASL mechanism SaslHandshake chose
+    exchange: Any = None  # the mechanism's server side while its tokens go back and forth
+    raw_tokens: bool = False  # after SaslHandshake v0: the next frames are bare SASL tokens
+
+    @property
+    def sasl(self) -> bool:
+        return PROTOCOLS.get(self.protocol, (False, False))[1]
+
+
+#: the session of the connection whose request is being handled (a plaintext, anonymous one by default)
+current_session: contextvars.ContextVar[Session] = contextvars.ContextVar("current_session", default=Session())
