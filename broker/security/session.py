@@ -39,5 +39,12 @@ class Session:
         return PROTOCOLS.get(self.protocol, (False, False))[1]
 
 
-#: the session of the connection whose request is being handled (a plaintext, anonymous one by default)
-current_session: contextvars.ContextVar[Session] = contextvars.ContextVar("current_session", default=Session())
+#: the session of the connection whose request is being handled (set by the socket server for each connection)
+current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("current_session", default=None)
+
+_PLAIN = Session()  # outside any connection (a handler called directly): plaintext and anonymous
+
+
+def current() -> Session:
+    """The session of the request being handled."""
+    return current_session.get() or _PLAIN
