@@ -33,6 +33,7 @@ class Session:
     mechanism: str | None = None  # the SASL mechanism SaslHandshake chose
     exchange: Any = None  # the mechanism's server side while its tokens go back and forth
     raw_tokens: bool = False  # after SaslHandshake v0: the next frames are bare SASL tokens
+    failed: bool = False  # authentication failed: the connection ends at its next request
 
     @property
     def sasl(self) -> bool:

@@ -14,6 +14,9 @@
 | /config/topics/<t> | persistent | {"version":1,"config":{...}} |
 | /config/brokers/<id> | persistent | {"version":1,"config":{...}}: a broker's dynamic config (the replication
   throttle rates `kafkactl topic reassign --throttle` sets) |
+| /config/users/<user> | persistent | {"version":1,"config":{"SCRAM-SHA-256":"salt=..,stored_key=..,server_key=..,
+  iterations=4096"}}: a user's SCRAM credentials (the name URL-encoded as Kafka's `Sanitizer` does) |
+| /config/changes/config_change_<seq> | persistent sequential | {"version":2,"entity_path":"users/<user>"} |
 | /admin/delete_topics/<t> | persistent | (empty) — deletion in progress |
 | /admin/preferred_replica_election | persistent | {"version":1,"partitions":[{"topic","partition"}]}:
   a request for preferred leaders, which the controller takes (deletes) |
@@ -38,6 +41,17 @@ The schema registry (`kafkactl schema-registry`, broker/schema/store.py) keeps i
 | /kafkactl/schema-registry/subjects/<subject>/<version> | persistent | {"id","deleted"} |
 | /kafkactl/schema-registry/config | persistent | {"compatibilityLevel"} |
 | /kafkactl/schema-registry/subject_configs/<subject> | persistent | {"compatibilityLevel"} |
+
+ACLs (`broker/security/acl_store.py` documents their JSON), where ZooKeeper-mode Kafka keeps them:
+
+| znode | mode | data |
+|---|---|---|
+| /kafka-acl/<ResourceType>/<name> | persistent | {"version":1,"acls":[{"principal","permissionType","operation",
+  "host"}]}: the literal pattern's ACLs (`Topic`, `Group`, `Cluster`, `TransactionalId`, `DelegationToken`) |
+| /kafka-acl-extended/prefixed/<ResourceType>/<name> | persistent | the same, for a prefixed pattern |
+| /kafka-acl-changes/acl_changes_<seq> | persistent sequential | `<ResourceType>:<name>`: a literal pattern changed |
+| /kafka-acl-extended-changes/acl_changes_<seq> | persistent sequential | {"version":1,"resourceType","name",
+  "patternType"}: a prefixed pattern changed |
 
 `ids`, `owners` and `offsets` are the paper's consumer, ownership and offset registries. Only kafkactl's
 own (ZooKeeper-coordinated) group consumer writes `ids` and `owners`; both kinds of group commit to
@@ -64,6 +78,9 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = f"{CONFIG_CHANGES}/config_change_"
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -80,6 +97,12 @@ FINGERPRINTS = f"{SCHEMA_REGISTRY}/fingerprints"
 SUBJECTS = f"{SCHEMA_REGISTRY}/subjects"
 REGISTRY_CONFIG = f"{SCHEMA_REGISTRY}/config"
 SUBJECT_CONFIGS = f"{SCHEMA_REGISTRY}/subject_configs"
+#: ACLs and their change notifications (broker/security/acl_store.py)
+ACL = "/kafka-acl"
+ACL_EXTENDED = "/kafka-acl-extended"
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
 #: the persistent parents a cluster needs (Kafka creates the same set)
 ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE, "/cluster", CONSUMERS)
 
@@ -102,6 +125,15 @@ def topic_config(name: str) -> str:
 
 def broker_config(broker_id: int) -> str:
     return f"{CONFIG_BROKERS}/{broker_id}"
+
+
+def user_config(name: str) -> str:
+    return f"{CONFIG_USERS}/{sanitize_user(name)}"
+
+
+def sanitize_user(name: str) -> str:
+    """A user name as one znode name, as Kafka's `Sanitizer` writes it (URL-encoded, `*` as %2A, space as %20)."""
+    return urllib.parse.quote(name, safe="").replace("~", "%7E")
 
 
 def delete_topic(name: str) -> str:
@@ -160,6 +192,29 @@ def group_offsets(name: str) -> str:
 
 def group_offset(name: str, topic: str, partition: int) -> str:
     return f"{group(name)}/offsets/{topic}/{partition}"
+
+
+def acl_root(prefixed: bool) -> str:
+    """The parent of the resource types' nodes of literal (`/kafka-acl`) or prefixed patterns."""
+    return f"{ACL_EXTENDED}/prefixed" if prefixed else ACL
+
+
+def acl_type(type_name: str, prefixed: bool) -> str:
+    return f"{acl_root(prefixed)}/{type_name}"
+
+
+def acl_resource(type_name: str, name: str, prefixed: bool) -> str:
+    """A pattern's ACL node; `type_name` is Kafka's (`Topic`, `TransactionalId`)."""
+    return f"{acl_root(prefixed)}/{type_name}/{name}"
+
+
+def acl_change_root(prefixed: bool) -> str:
+    return ACL_EXTENDED_CHANGES if prefixed else ACL_CHANGES
+
+
+def acl_change(prefixed: bool) -> str:
+    """The prefix of a new sequential change notification."""
+    return f"{acl_change_root(prefixed)}/{ACL_CHANGE_PREFIX}"
 
 
 def schema(schema_id: int) -> str:

@@ -21,7 +21,8 @@ from broker.protocol.framing import RequestHeader, encode_response, read_request
 from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
 from broker.protocol.messages.produce import encode_produce_response, read_produce_request
 from broker.protocol.primitives import DecodeError, Reader
-from broker.server.handlers import admin, elections, fetch, groups, metadata, produce
+from broker.security.session import current
+from broker.server.handlers import admin, elections, fetch, groups, metadata, produce, sasl
 from broker.server.network import BadRequest, Later
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
     ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
     ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,
+    ApiKey.SASL_HANDSHAKE: sasl.handle_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
 }
 
 #: api key → (read request, encode answer frame): hand-written codecs of the hot APIs, equal to the schemas'
@@ -74,6 +77,9 @@ def dispatcher(broker: Services) -> Callable[[memoryview, str], Answer | Awaitab
     """The server's dispatch function: the answer frame's parts, or a coroutine giving them."""
 
     def dispatch(frame: memoryview, peer: str) -> Answer | Coroutine[Any, Any, Answer]:
+        session = current()
+        if not session.authenticated and session.raw_tokens:
+            return sasl.raw_token(broker, session, frame)
         r = Reader(frame)
         try:
             header = read_request_header(r)
@@ -83,6 +89,8 @@ def dispatcher(broker: Services) -> Callable[[memoryview, str], Answer | Awaitab
         if api is None:
             raise BadRequest(f"unknown API key {header.api_key}")
         v = header.api_version
+        if not session.authenticated:
+            sasl.check_unauthenticated(session, header.api_key)
         if header.api_key == ApiKey.API_VERSIONS and v > api.advertised[1]:
             body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_versions_table()}
             return encode_response(header.correlation_id, API_VERSIONS_RESPONSE, body, 0)
