@@ -17,6 +17,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from broker.errors import KafkactlError
 from broker.security.scram import MECHANISMS, ScramCredential, ScramError
+from broker.zk import client as zkclient
 from broker.zk import paths
 
 
@@ -65,8 +66,9 @@ def _update(zk: KazooClient, name: str, change: dict[str, str | None]) -> bool:
             if version is None:
                 if not new:
                     return False
-                zk.ensure_path(paths.CONFIG_USERS)
-                zk.create(path, paths.config_json(new))
+                secret = zkclient.znode_acl(sensitive=True)  # (None: ZooKeeper's open default)
+                zk.ensure_path(paths.CONFIG_USERS, acl=secret)
+                zk.create(path, paths.config_json(new), acl=secret)
             elif new:
                 zk.set(path, paths.config_json(new), version=version)
             else:

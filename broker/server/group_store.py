@@ -57,6 +57,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from broker.zk import client as zkclient
 from broker.zk import consumers, paths
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class _Generation:
 def connect_client(hosts: str, session_timeout_s: float) -> KazooClient:
     """The store's own kazoo client (not started): its reconnection attempts never pause long."""
     retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S)
-    return KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=retry)
+    return zkclient.new_client(hosts, timeout=session_timeout_s, connection_retry=retry)
 
 
 class GroupStore:

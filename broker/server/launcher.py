@@ -61,9 +61,7 @@ def ensure_chroot(connect: str) -> None:
     hosts, chroot = zkclient.split_connect(connect)
     if not chroot:
         return
-    from kazoo.client import KazooClient
-
-    zk = KazooClient(hosts=",".join(f"{h}:{p}" for h, p in hosts))
+    zk = zkclient.new_client(",".join(f"{h}:{p}" for h, p in hosts))
     try:
         zk.start(timeout=15)
         zk.ensure_path(chroot)
@@ -88,6 +86,7 @@ def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
         raise KafkactlError(f"broker {config.broker_id} is already running here (pid {other}, {pid_path})")
     zookeeper = private.acquire(config.zookeeper_connect, announce) if embedded_zookeeper else None
     try:
+        zkclient.configure_from(config.props)
         ensure_chroot(config.zookeeper_connect)
         write_pid_file(pid_path, os.getpid())
         broker = Broker(config)

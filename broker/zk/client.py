@@ -1,14 +1,23 @@
-"""Opening a kazoo session with one clear error when ZooKeeper does not answer."""
+"""Opening a kazoo session with one clear error when ZooKeeper does not answer, and with the process's
+ZooKeeper credentials.
+
+Credentials are ZooKeeper's `digest` scheme (`user:password`): the broker's `zookeeper.digest.auth`, a
+command's `KAFKACTL_ZOOKEEPER_AUTH` or its context's `zookeeper-auth`. With `zookeeper.set.acl=true` the
+broker creates its znodes readable by anyone and writable only by its own digest identity, as Kafka's
+`zookeeper.set.acl` does; the users' SCRAM credentials (`/config/users`) are not readable by others at all.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Iterator
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, make_acl, make_digest_acl
 
 from broker.errors import KafkactlError
 
@@ -28,13 +37,56 @@ def split_connect(connect: str) -> tuple[list[tuple[str, int]], str]:
     return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
 
 
+#: (digest credentials "user:password" or None, whether znodes this process creates get ACLs)
+_auth: dict[str, object] = {"digest": None, "set_acl": False}
+
+
+def configure(digest: str | None, set_acl: bool = False) -> None:
+    """This process's ZooKeeper credentials (`user:password`) and whether its znodes are protected with them."""
+    if digest is not None and ":" not in digest:
+        raise KafkactlError("ZooKeeper digest credentials must be user:password")
+    if set_acl and not digest:
+        raise KafkactlError("zookeeper.set.acl=true needs ZooKeeper credentials (zookeeper.digest.auth=user:password)")
+    _auth.update(digest=digest or None, set_acl=set_acl)
+
+
+def configure_from(props: dict[str, str]) -> None:
+    """`configure` from a broker's `zookeeper.digest.auth` and `zookeeper.set.acl`."""
+    set_acl = (props.get("zookeeper.set.acl") or "false").strip().lower()
+    if set_acl not in ("true", "false"):
+        raise KafkactlError(f"zookeeper.set.acl: expected true or false, not {set_acl!r}")
+    configure(props.get("zookeeper.digest.auth"), set_acl == "true")
+
+
+def _digest() -> str | None:
+    return _auth["digest"] or os.environ.get("KAFKACTL_ZOOKEEPER_AUTH") or None  # type: ignore[return-value]
+
+
+def znode_acl(sensitive: bool = False) -> list[ACL] | None:
+    """The ACL for a znode this process creates: None (ZooKeeper's open default) unless `set_acl`; then all
+    rights to our digest identity, and read to anyone unless `sensitive` (credentials)."""
+    digest = _digest()
+    if not _auth["set_acl"] or not digest:
+        return None
+    user, _, password = digest.partition(":")
+    own = [make_digest_acl(user, password, all=True)]
+    return own if sensitive else own + [make_acl("world", "anyone", read=True)]
+
+
+def new_client(hosts: str, **kwargs: object) -> KazooClient:
+    """A kazoo client (not started) with this process's credentials and default ACL."""
+    digest = _digest()
+    auth = [("digest", digest)] if digest else None
+    return KazooClient(hosts=hosts, auth_data=auth, default_acl=znode_acl(), **kwargs)  # type: ignore[arg-type]
+
+
 def connect(hosts: str, *, session_timeout_s: float = 18.0, connect_timeout_s: float = 15.0) -> KazooClient:
     """A started client for `host:port[,...][/chroot]`; KafkactlError when nothing answers in time.
 
     A lost connection is retried at most a second apart, forever (kazoo's default backs off towards an
     hour): after an outage the session is back within about a second of ZooKeeper, before it expires."""
     retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
-    zk = KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=retry)
+    zk = new_client(hosts, timeout=session_timeout_s, connection_retry=retry)
     try:
         with warnings.catch_warnings():  # kazoo warns of a missing chroot; callers that need it say so in one line
             warnings.simplefilter("ignore")
