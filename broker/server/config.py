@@ -3,6 +3,10 @@
 The keys and defaults are those of docs/configuration.md, plus Kafka's `connections.max.idle.ms` (default
 600000: a connection idle that long is closed; -1: never). A key that Kafka has but kafkactl does not
 need (JVM thread counts) is accepted and logged once as ignored; any other key is an error naming it.
+
+Listeners are Kafka's: `listeners=NAME://host:port,...`, each NAME mapped to a security protocol by
+`listener.security.protocol.map`; the TLS and SASL keys may be given per listener as
+`listener.name.<lower-case name>.<key>`, which wins over the plain key (docs/security.md).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from broker.errors import KafkactlError, UsageError
 from broker.home import default_log_dir
 from broker.log.config import LogConfig
+from broker.security.session import PROTOCOLS
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,8 @@ DEFAULTS: dict[str, str | None] = {
     "zookeeper.connect": "localhost:2181",
     "zookeeper.session.timeout.ms": "18000",
     "zookeeper.connection.timeout.ms": None,
+    "zookeeper.set.acl": "false",  # znodes the broker creates: writable by its digest identity only
+    "zookeeper.digest.auth": None,  # kafkactl's own: the broker's ZooKeeper digest credentials, user:password
     "num.partitions": "1",
     "default.replication.factor": "1",
     "min.insync.replicas": "1",
@@ -76,7 +83,36 @@ DEFAULTS: dict[str, str | None] = {
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
+    # listeners and security (docs/security.md)
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    "inter.broker.listener.name": None,
+    "security.inter.broker.protocol": None,  # Kafka's default PLAINTEXT, applied when neither key is set
+    "ssl.keystore.type": "PEM",
+    "ssl.keystore.location": None,
+    "ssl.key.password": None,
+    "ssl.truststore.type": "PEM",
+    "ssl.truststore.location": None,
+    "ssl.client.auth": "none",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.cipher.suites": None,
+    "ssl.endpoint.identification.algorithm": "https",  # the broker as a TLS client (its replica fetchers)
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "sasl.mechanism.inter.broker.protocol": "PLAIN",
+    "sasl.jaas.config": None,
 }
+
+#: keys a listener may override as `listener.name.<lower-case name>.<key>`
+PER_LISTENER = frozenset(k for k in DEFAULTS if k.startswith("ssl.")) | {
+    "sasl.enabled.mechanisms", "sasl.jaas.config",
+}  # fmt: skip
+
+#: `listener.name.<name>.<key>`, or `listener.name.<name>.<mechanism lower-case>.sasl.jaas.config`
+_LISTENER_KEY = re.compile(r"listener\.name\.([a-z0-9_-]+)\.(?:([a-z0-9-]+)\.(sasl\.jaas\.config)|(.+))")
+
+#: secrets: never shown as they are (DescribeConfigs marks them sensitive)
+SENSITIVE = ("ssl.key.password", "sasl.jaas.config")
+
+_WILDCARDS = ("", "0.0.0.0", "::")
 
 #: accepted and ignored: one event loop does the work of Kafka's thread pools
 IGNORED = frozenset({
@@ -141,22 +177,93 @@ def _idle_ms(props: dict[str, str], key: str) -> int:
     return -1 if value < 0 else value
 
 
-def parse_listener(text: str) -> tuple[str, int]:
-    """(host, port) of the PLAINTEXT listener in `PLAINTEXT://host:port[,...]` (the only protocol served)."""
-    seen = []
+@dataclass(frozen=True)
+class Listener:
+    """One `NAME://host:port` of `listeners` (or `advertised.listeners`) with its security protocol."""
+
+    name: str
+    protocol: str
+    host: str
+    port: int
+
+    @property
+    def tls(self) -> bool:
+        return PROTOCOLS[self.protocol][0]
+
+    @property
+    def sasl(self) -> bool:
+        return PROTOCOLS[self.protocol][1]
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """A TLS listener's keys (PEM files only), after its `listener.name.<name>.` overrides."""
+
+    keystore: str | None  # PEM: the certificate chain and the private key
+    key_password: str | None
+    truststore: str | None  # PEM CA bundle: what client certificates must chain to
+    client_auth: str  # none | requested | required
+    protocols: tuple[str, ...]  # TLSv1.2, TLSv1.3
+    ciphers: str | None  # OpenSSL cipher names, comma-separated as Kafka lists them
+    endpoint_identification: str  # "https" (check the server's name) or "" (do not), for the broker as a client
+
+
+def parse_protocol_map(text: str) -> dict[str, str]:
+    """`listener.security.protocol.map`: {listener name: security protocol}."""
+    out: dict[str, str] = {}
     for item in text.split(","):
-        proto, sep, rest = item.strip().partition("://")
-        if not sep:
-            raise KafkactlError(f"listener {item.strip()!r}: expected PLAINTEXT://host:port")
-        seen.append(proto)
-        if proto.upper() != "PLAINTEXT":
+        if not item.strip():
             continue
+        name, sep, proto = item.strip().partition(":")
+        name, proto = name.strip().upper(), proto.strip().upper()
+        if not sep or not name or proto not in PROTOCOLS:
+            raise KafkactlError(f"listener.security.protocol.map: {item.strip()!r} is not NAME:PROTOCOL "
+                                f"(protocols: {', '.join(PROTOCOLS)})")  # fmt: skip
+        out[name] = proto
+    return out
+
+
+def parse_listeners(text: str, protocols: dict[str, str], key: str = "listeners") -> list[Listener]:
+    """`NAME://host:port,...`: each a listener whose name `protocols` maps; names must not repeat."""
+    out: list[Listener] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        name, sep, rest = item.partition("://")
+        name = name.upper()
+        if not sep or not name:
+            raise KafkactlError(f"{key}: {item!r} is not NAME://host:port")
+        if name not in protocols:
+            raise KafkactlError(f"{key}: listener {name} has no security protocol: add {name}:<protocol> to "
+                                f"listener.security.protocol.map (protocols: {', '.join(PROTOCOLS)})")  # fmt: skip
+        if any(lst.name == name for lst in out):
+            raise KafkactlError(f"{key}: listener {name} is given twice")
         host, _, port = rest.rpartition(":")
         try:
-            return host.strip("[]") or "127.0.0.1", int(port)
+            number = int(port)
         except ValueError:
-            raise KafkactlError(f"listener {item.strip()!r}: port is not a number") from None
-    raise KafkactlError(f"no PLAINTEXT listener in {text!r} (only PLAINTEXT is served)")
+            raise KafkactlError(f"{key}: listener {item!r}: port is not a number") from None
+        if not 0 <= number < 65536:
+            raise KafkactlError(f"{key}: listener {item!r}: port is not a TCP port")
+        out.append(Listener(name, protocols[name], host.strip("[]") or "127.0.0.1", number))
+    if not out:
+        raise KafkactlError(f"{key}: no listener in {text!r}")
+    return out
+
+
+def with_first_port(listeners: str, port: int) -> str:
+    """`listeners` with the first listener's port replaced (the broker CLI's `--port`)."""
+    items = [i.strip() for i in listeners.split(",") if i.strip()]
+    if not items:
+        return f"PLAINTEXT://127.0.0.1:{port}"
+    head, sep, _ = items[0].rpartition(":")
+    if not sep or "://" not in head:
+        raise KafkactlError(f"listeners: {items[0]!r} is not NAME://host:port")
+    return ",".join([f"{head}:{port}", *items[1:]])
 
 
 @dataclass
@@ -167,8 +274,10 @@ class BrokerConfig:
     broker_id: int = 0
     host: str = "127.0.0.1"
     port: int = 9092
-    advertised_host: str = "127.0.0.1"
-    advertised_port: int = 9092
+    listeners: list[Listener] = field(default_factory=lambda: [Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092)])
+    #: what is registered in ZooKeeper, by listener name (a port 0 there: the port the listener was bound to)
+    advertised: dict[str, Listener] = field(default_factory=dict)
+    inter_broker_listener_name: str = "PLAINTEXT"
     log_dirs: list[Path] = field(default_factory=list)
     zookeeper_connect: str = "localhost:2181"
     zk_session_timeout_ms: int = 18000
@@ -212,7 +321,7 @@ class BrokerConfig:
         for key in given:
             if key in IGNORED:
                 log.info("config key %s is accepted and ignored (one event loop serves everything)", key)
-            elif key not in DEFAULTS:
+            elif key not in DEFAULTS and not _listener_key(key):
                 raise KafkactlError(f"unknown configuration key {key!r}")
         props = {k: v for k, v in DEFAULTS.items() if v is not None}
         props.update(given)
@@ -222,15 +331,7 @@ class BrokerConfig:
     def from_props(cls, props: dict[str, str], explicit: frozenset[str]) -> BrokerConfig:
         c = cls(props=props, explicit=explicit)
         c.broker_id = _int(props, "broker.id")
-        if "listeners" in explicit or "port" not in props:
-            c.host, c.port = parse_listener(props["listeners"])
-        else:
-            c.host, c.port = props.get("host.name") or "127.0.0.1", _int(props, "port")
-        if props.get("advertised.listeners"):
-            c.advertised_host, c.advertised_port = parse_listener(props["advertised.listeners"])
-        else:
-            c.advertised_host = "127.0.0.1" if c.host in ("", "0.0.0.0", "::") else c.host
-            c.advertised_port = c.port
+        c._listeners()
         dirs = props.get("log.dirs") or props.get("log.dir")
         c.log_dirs = [Path(d.strip()).expanduser() for d in dirs.split(",") if d.strip()] if dirs else [
             default_log_dir(c.broker_id)
@@ -269,6 +370,108 @@ class BrokerConfig:
         c.controlled_shutdown = _bool(props, "controlled.shutdown.enable")
         c.log = c._log_config()
         return c
+
+    def _listeners(self) -> None:
+        """`listeners`, `advertised.listeners` and the inter-broker listener, checked as Kafka checks them."""
+        p = self.props
+        protocols = parse_protocol_map(p["listener.security.protocol.map"])
+        if "listeners" in self.explicit or "port" not in p:
+            self.listeners = parse_listeners(p["listeners"], protocols)
+        else:  # legacy `port` / `host.name`
+            host = p.get("host.name") or "127.0.0.1"
+            self.listeners = [Listener("PLAINTEXT", "PLAINTEXT", host, _int(p, "port"))]
+        self.host, self.port = self.listeners[0].host, self.listeners[0].port
+        names = {lst.name: lst for lst in self.listeners}
+        if p.get("advertised.listeners"):
+            given = parse_listeners(p["advertised.listeners"], protocols, "advertised.listeners")
+            for lst in given:
+                if lst.name not in names:
+                    raise KafkactlError(f"advertised.listeners: listener {lst.name} is not one of listeners "
+                                        f"({', '.join(names)})")  # fmt: skip
+            self.advertised = {lst.name: lst for lst in given}
+        else:
+            self.advertised = {
+                x.name: Listener(x.name, x.protocol, "127.0.0.1" if x.host in _WILDCARDS else x.host, x.port)
+                for x in self.listeners
+            }
+        for lst in self.listeners:
+            tls = self.tls(lst.name)
+            if lst.tls and not tls.keystore:
+                raise KafkactlError(f"listener {lst.name} ({lst.protocol}) needs ssl.keystore.location (or "
+                                    f"listener.name.{lst.name.lower()}.ssl.keystore.location): a PEM file with "
+                                    "the broker's certificate chain and private key")  # fmt: skip
+        for key in ("ssl.keystore.type", "ssl.truststore.type"):
+            for lst in self.listeners:
+                value = (self.listener_setting(lst.name, key) or "PEM").upper()
+                if value != "PEM":
+                    raise KafkactlError(f"{key}={value}: only PEM files are supported")
+        by_name, by_protocol = p.get("inter.broker.listener.name"), p.get("security.inter.broker.protocol")
+        if by_name and by_protocol:
+            raise KafkactlError("set only one of inter.broker.listener.name and security.inter.broker.protocol")
+        if by_name:
+            name = by_name.strip().upper()
+            if name not in self.advertised:
+                raise KafkactlError(f"inter.broker.listener.name={by_name}: not an advertised listener "
+                                    f"({', '.join(self.advertised)})")  # fmt: skip
+        else:
+            proto = (by_protocol or "PLAINTEXT").strip().upper()
+            if proto not in PROTOCOLS:
+                raise KafkactlError(f"security.inter.broker.protocol={by_protocol}: expected one of "
+                                    f"{', '.join(PROTOCOLS)}")  # fmt: skip
+            name = proto  # Kafka: the listener named after the protocol
+            if name not in self.advertised:
+                raise KafkactlError(f"no {name} listener for the brokers to talk to each other: add one, or set "
+                                    f"inter.broker.listener.name to one of {', '.join(self.advertised)}")  # fmt: skip
+        self.inter_broker_listener_name = name
+
+    def listener_setting(self, name: str, key: str) -> str | None:
+        """A security key for one listener: `listener.name.<name>.<key>` if given, else the plain key."""
+        return self.props.get(f"listener.name.{name.lower()}.{key}", self.props.get(key))
+
+    def tls(self, name: str) -> TlsSettings:
+        """The TLS settings of the listener `name` (its overrides applied); errors name the bad key."""
+        client_auth = (self.listener_setting(name, "ssl.client.auth") or "none").strip().lower()
+        if client_auth not in ("none", "requested", "required"):
+            raise KafkactlError(f"ssl.client.auth={client_auth}: expected none, requested or required")
+        protocols = tuple(x.strip() for x in (self.listener_setting(name, "ssl.enabled.protocols") or "").split(",")
+                          if x.strip())  # fmt: skip
+        for proto in protocols:
+            if proto not in ("TLSv1.2", "TLSv1.3"):
+                raise KafkactlError(f"ssl.enabled.protocols: {proto!r} is not served (TLSv1.2, TLSv1.3)")
+        return TlsSettings(
+            keystore=self.listener_setting(name, "ssl.keystore.location") or None,
+            key_password=self.listener_setting(name, "ssl.key.password") or None,
+            truststore=self.listener_setting(name, "ssl.truststore.location") or None,
+            client_auth=client_auth, protocols=protocols or ("TLSv1.2", "TLSv1.3"),
+            ciphers=self.listener_setting(name, "ssl.cipher.suites") or None,
+            endpoint_identification=(self.listener_setting(name, "ssl.endpoint.identification.algorithm") or ""),
+        )  # fmt: skip
+
+    def jaas_config(self, name: str, mechanism: str) -> str | None:
+        """`sasl.jaas.config` for a listener and mechanism: `listener.name.<name>.<mechanism>.sasl.jaas.config`,
+        else the plain key (None when neither is set)."""
+        key = f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+        return self.props.get(key, self.props.get("sasl.jaas.config"))
+
+    def sasl_mechanisms(self, name: str) -> list[str]:
+        """`sasl.enabled.mechanisms` of a listener, upper-case."""
+        value = self.listener_setting(name, "sasl.enabled.mechanisms") or ""
+        return [m.strip().upper() for m in value.split(",") if m.strip()]
+
+    @property
+    def inter_broker_listener(self) -> Listener:
+        """The advertised listener the brokers use among themselves (`inter.broker.listener.name`); its TLS
+        client settings are `tls(name)`, its SASL mechanism `sasl.mechanism.inter.broker.protocol`."""
+        return self.advertised[self.inter_broker_listener_name]
+
+    @property
+    def advertised_host(self) -> str:
+        """The first advertised listener's host (what `broker start --daemon` and old readers print)."""
+        return next(iter(self.advertised.values())).host
+
+    @property
+    def advertised_port(self) -> int:
+        return next(iter(self.advertised.values())).port
 
     def _log_config(self) -> LogConfig:
         p = self.props
@@ -324,6 +527,12 @@ class BrokerConfig:
             "unclean.leader.election.enable": str(self.unclean_leader_election).lower(),
             "leader.replication.throttled.replicas": "", "follower.replication.throttled.replicas": "",
         }  # fmt: skip
+
+
+def _listener_key(key: str) -> bool:
+    """Whether `key` is a per-listener security key (`listener.name.<name>.ssl.…`, `…<mech>.sasl.jaas.config`)."""
+    m = _LISTENER_KEY.fullmatch(key)
+    return m is not None and (m.group(3) is not None or m.group(4) in PER_LISTENER)
 
 
 def topic_config_error(config: dict[str, str]) -> str | None:

@@ -16,10 +16,12 @@ from broker.server.config import (
     MAX_LONG,
     BrokerConfig,
     log_config_for,
-    parse_listener,
+    parse_listeners,
     parse_override,
     parse_properties,
+    parse_protocol_map,
     topic_config_error,
+    with_first_port,
 )
 
 HOUR = 3_600_000
@@ -254,20 +256,116 @@ def test_listeners_win_over_port(tmp_path: Path) -> None:
     assert (c.host, c.port) == ("h", 2222)
 
 
-def test_parse_listener() -> None:
-    assert parse_listener("PLAINTEXT://h:1") == ("h", 1)
-    assert parse_listener("plaintext://h:1") == ("h", 1)
-    assert parse_listener(" PLAINTEXT://[::1]:2 , PLAINTEXT://x:3") == ("::1", 2)
-    assert parse_listener("SSL://h:9093,PLAINTEXT://p:9092") == ("p", 9092)  # the PLAINTEXT one of a list
+MAP = parse_protocol_map(DEFAULTS["listener.security.protocol.map"])
+
+
+def test_parse_listeners() -> None:
+    assert [(x.name, x.protocol, x.host, x.port) for x in parse_listeners("PLAINTEXT://h:1", MAP)] == [
+        ("PLAINTEXT", "PLAINTEXT", "h", 1)
+    ]
+    assert parse_listeners("plaintext://h:1", MAP)[0].name == "PLAINTEXT"
+    got = parse_listeners(" PLAINTEXT://[::1]:2 , SSL://x:3,SASL_SSL://:4", MAP)
+    assert [(x.name, x.protocol, x.host, x.port) for x in got] == [
+        ("PLAINTEXT", "PLAINTEXT", "::1", 2), ("SSL", "SSL", "x", 3), ("SASL_SSL", "SASL_SSL", "127.0.0.1", 4),
+    ]  # fmt: skip
+    assert str(got[0]) == "PLAINTEXT://[::1]:2" and got[1].tls and not got[1].sasl and got[2].tls and got[2].sasl
     bad_cases = [
-        ("h:1", "expected PLAINTEXT://host:port"),
-        ("SSL://h:1", "only PLAINTEXT"),
+        ("h:1", "is not NAME://host:port"),
+        ("INTERNAL://h:1", "listener INTERNAL has no security protocol: add INTERNAL:<protocol>"),
         ("PLAINTEXT://h:port", "port is not a number"),
         ("PLAINTEXT://h", "port is not a number"),
+        ("PLAINTEXT://h:70000", "not a TCP port"),
+        ("PLAINTEXT://h:1,plaintext://h:2", "listener PLAINTEXT is given twice"),
+        ("", "no listener"),
     ]
     for bad, match in bad_cases:
         with pytest.raises(KafkactlError, match=match):
-            parse_listener(bad)
+            parse_listeners(bad, MAP)
+
+
+def test_protocol_map() -> None:
+    assert parse_protocol_map("internal:ssl, EXTERNAL:SASL_PLAINTEXT") == {"INTERNAL": "SSL",
+                                                                           "EXTERNAL": "SASL_PLAINTEXT"}  # fmt: skip
+    for bad in ("INTERNAL", "INTERNAL:TLS", ":SSL"):
+        with pytest.raises(KafkactlError, match="is not NAME:PROTOCOL"):
+            parse_protocol_map(bad)
+
+
+def test_custom_listener_names(tmp_path: Path) -> None:
+    c = load(tmp_path, listeners="INTERNAL://0.0.0.0:9094,EXTERNAL://:9095", ssl_keystore_location="/k.pem",
+             listener_security_protocol_map="INTERNAL:SSL,EXTERNAL:SASL_PLAINTEXT",
+             inter_broker_listener_name="internal")  # fmt: skip
+    assert [(x.name, x.protocol) for x in c.listeners] == [("INTERNAL", "SSL"), ("EXTERNAL", "SASL_PLAINTEXT")]
+    assert (c.host, c.port) == ("0.0.0.0", 9094)
+    assert [str(x) for x in c.advertised.values()] == ["INTERNAL://127.0.0.1:9094", "EXTERNAL://127.0.0.1:9095"]
+    assert str(c.inter_broker_listener) == "INTERNAL://127.0.0.1:9094"
+    with pytest.raises(KafkactlError, match="listener INTERNAL has no security protocol"):
+        load(tmp_path, listeners="INTERNAL://:9094")
+
+
+def test_inter_broker_listener(tmp_path: Path) -> None:
+    both = "PLAINTEXT://:9092,SSL://:9093"
+    assert load(tmp_path, listeners=both, ssl_keystore_location="k").inter_broker_listener_name == "PLAINTEXT"
+    c = load(tmp_path, listeners=both, ssl_keystore_location="k", security_inter_broker_protocol="SSL")
+    assert c.inter_broker_listener.name == "SSL"
+    with pytest.raises(KafkactlError, match="no PLAINTEXT listener for the brokers to talk to each other"):
+        load(tmp_path, listeners="SSL://:9093", ssl_keystore_location="k")
+    with pytest.raises(KafkactlError, match=r"inter.broker.listener.name=SASL_SSL: not an advertised listener"):
+        load(tmp_path, listeners=both, ssl_keystore_location="k", inter_broker_listener_name="SASL_SSL")
+    with pytest.raises(KafkactlError, match="set only one of"):
+        load(tmp_path, listeners=both, ssl_keystore_location="k", inter_broker_listener_name="SSL",
+             security_inter_broker_protocol="SSL")  # fmt: skip
+
+
+def test_advertised_listeners_by_name(tmp_path: Path) -> None:
+    c = load(tmp_path, listeners="PLAINTEXT://0.0.0.0:9092,SSL://0.0.0.0:9093", ssl_keystore_location="k",
+             advertised_listeners="SSL://b1.example:19093,PLAINTEXT://b1.example:19092")  # fmt: skip
+    assert str(c.advertised["SSL"]) == "SSL://b1.example:19093"
+    assert (c.advertised_host, c.advertised_port) == ("b1.example", 19093)  # the first one given
+    with pytest.raises(KafkactlError, match="listener SASL_SSL is not one of listeners"):
+        load(tmp_path, advertised_listeners="SASL_SSL://h:1")
+
+
+def test_tls_keys_and_per_listener_overrides(tmp_path: Path) -> None:
+    per_listener = (
+        "listener.name.sasl_ssl.ssl.keystore.location=/sasl.pem\nlistener.name.sasl_ssl.ssl.client.auth=none\n"
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=scram\n"
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms=scram-sha-256\n"
+    )
+    c = load(tmp_path, per_listener, listeners="PLAINTEXT://:9092,SSL://:9093,SASL_SSL://:9094",
+             ssl_keystore_location="/all.pem", ssl_client_auth="requested", ssl_truststore_location="/ca.pem",
+             ssl_key_password="pw", ssl_cipher_suites="ECDHE-RSA-AES128-GCM-SHA256",
+             ssl_enabled_protocols="TLSv1.3")  # fmt: skip
+    ssl = c.tls("SSL")
+    assert (ssl.keystore, ssl.truststore, ssl.client_auth) == ("/all.pem", "/ca.pem", "requested")
+    assert ssl.key_password == "pw"
+    assert ssl.protocols == ("TLSv1.3",) and ssl.ciphers == "ECDHE-RSA-AES128-GCM-SHA256"
+    sasl = c.tls("SASL_SSL")
+    assert (sasl.keystore, sasl.client_auth, sasl.truststore) == ("/sasl.pem", "none", "/ca.pem")
+    assert c.jaas_config("SASL_SSL", "SCRAM-SHA-256") == "scram" and c.jaas_config("SSL", "PLAIN") is None
+    assert c.sasl_mechanisms("SASL_SSL") == ["SCRAM-SHA-256"]
+    assert c.sasl_mechanisms("SSL") == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert c.props["sasl.mechanism.inter.broker.protocol"] == "PLAIN"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"listeners": "SSL://:9093", "inter.broker.listener.name": "SSL"}, "listener SSL .SSL. needs ssl.keystore"),
+        ({"ssl.client.auth": "always"}, "ssl.client.auth=always: expected none, requested or required"),
+        ({"ssl.enabled.protocols": "TLSv1.1"}, "'TLSv1.1' is not served"),
+        ({"ssl.keystore.type": "JKS"}, "ssl.keystore.type=JKS: only PEM"),
+        ({"listener.name.ssl.ssl.bogus": "1"}, "unknown configuration key 'listener.name.ssl.ssl.bogus'"),
+    ],
+)
+def test_security_config_errors(overrides: dict[str, str], match: str) -> None:
+    with pytest.raises(KafkactlError, match=match):
+        BrokerConfig.load(None, overrides)
+
+
+def test_with_first_port() -> None:
+    assert with_first_port("PLAINTEXT://127.0.0.1:9092", 9100) == "PLAINTEXT://127.0.0.1:9100"
+    assert with_first_port("SSL://[::1]:1, PLAINTEXT://h:2", 5) == "SSL://[::1]:5,PLAINTEXT://h:2"
 
 
 @pytest.mark.parametrize("key", ["listeners", "advertised.listeners"])
