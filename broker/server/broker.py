@@ -28,6 +28,7 @@ from broker.log.manager import LogManager
 from broker.protocol.errors import ErrorCode
 from broker.replication.controller import Controller, move_leadership_away
 from broker.replication.manager import ReplicaManager
+from broker.security.acl_authorizer import Authorizer
 from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
 from broker.server.coordinator import GroupCoordinator, coordinator_for
@@ -72,6 +73,7 @@ class Broker:
             store=self.group_store.store_generation, on_drop=self.group_store.forget,
         )  # fmt: skip
         self.zk: KazooClient | None = None
+        self.authorizer = Authorizer.from_props(config.props)
         self.replicas = ReplicaManager(
             self.id, config, self.cache, self.logs, self.producer_states, self.purgatory,
             log_for=self._replica_log, blocking=self.blocking, zk=lambda: self.zk,
@@ -117,6 +119,8 @@ class Broker:
             assert zk is not None
             registry.ensure_roots(zk)
             self.cache.cluster_id = registry.cluster_id(zk)
+            if self.authorizer is not None:  # the ACLs are there before the first request is
+                self.authorizer.start(zk)
             topic_configs = {t: log_config_for(cfg.log, registry.topic_config(zk, t)) for t in registry.topic_names(zk)}
             self.logs.startup(topic_configs, cluster_id=self.cache.cluster_id)
             self._load_producer_states()
@@ -186,6 +190,8 @@ class Broker:
             except TimeoutError:
                 log.warning("controlled shutdown: gave up after 15s; stopping anyway")
         self._closing = True
+        if self.authorizer is not None:
+            self.authorizer.stop()
         for task in self._tasks:
             task.cancel()
         if self.controller is not None:

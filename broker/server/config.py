@@ -83,6 +83,10 @@ DEFAULTS: dict[str, str | None] = {
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
+    # the authorizer (broker/security/acl_authorizer.py): empty is none, everything allowed
+    "authorizer.class.name": "",
+    "super.users": None,
+    "allow.everyone.if.no.acl.found": "false",
     # listeners and security (docs/security.md)
     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
     "inter.broker.listener.name": None,

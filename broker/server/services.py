@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from broker.log.manager import LogManager
     from broker.protocol.errors import ErrorCode
     from broker.replication.manager import ReplicaManager
+    from broker.security.acl_authorizer import Authorizer
     from broker.server.cache import MetadataCache, PartitionInfo
     from broker.server.config import BrokerConfig
     from broker.server.coordinator import GroupCoordinator
@@ -42,6 +43,7 @@ class Services(Protocol):
     coordinator: GroupCoordinator
     group_store: GroupStore
     zk: KazooClient | None
+    authorizer: Authorizer | None  # None: no `authorizer.class.name`, everything allowed
 
     async def blocking(self, fn: Callable, *args: Any) -> Any:
         """Run a blocking call (ZooKeeper) off the event loop."""
