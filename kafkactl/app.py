@@ -17,6 +17,7 @@ from typer.exceptions import Abort, Exit
 from typer.main import get_command
 
 from broker import __version__
+from broker.client import properties
 from broker.errors import KafkactlError
 from kafkactl import contexts
 from kafkactl.commands import (
@@ -89,10 +90,22 @@ def root(
     context: Annotated[
         str | None, typer.Option("--context", help="A context of ~/.config/kafkactl/config.toml.", show_default=False)
     ] = None,
+    security: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-X",
+            "--security",
+            help="A security setting KEY=VALUE by librdkafka's names (repeatable; over the context's): "
+            "security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, ssl.key.password, "
+            "ssl.endpoint.identification.algorithm, sasl.mechanism, sasl.username, sasl.password.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """kafkactl: a Kafka-style distributed commit log and the tools to operate it."""
     _state["debug"] = debug
     contexts.root.update({"bootstrap-server": bootstrap, "zookeeper": zookeeper, "context": context})
+    contexts.set_root_security(properties.pairs(security or [], "-X"))
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -6,8 +6,15 @@ options, `KAFKACTL_*` environment variables or a context of `~/.config/kafkactl/
     bootstrap-server = "localhost:9092"
     zookeeper = "localhost:2181"
     schema-registry = "http://localhost:8081"
+    "security.protocol" = "SASL_SSL"           # and the other keys of broker.client.security, by
+    "sasl.mechanism" = "SCRAM-SHA-256"         # librdkafka's names
+    "sasl.username" = "alice"
+    "sasl.password" = "alice-secret"
+    "ssl.ca.location" = "/etc/kafkactl/ca.pem"
 
-The first of these that names a value wins, in that order; then the defaults (localhost).
+The first of these that names a value wins, in that order; then the defaults (localhost). Security settings
+come from the context, then the root `-X KEY=VALUE`, then a command's own `-X` (produce, consume), the later
+winning key by key; every command that reaches the brokers resolves them with the bootstrap servers.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from typing import Annotated
 
 import typer
 
+from broker.client import security as client_security
+from broker.client.security import ClientSecurity
 from broker.errors import UsageError
 
 DEFAULTS = {"bootstrap-server": "localhost:9092", "zookeeper": "localhost:2181",
@@ -28,6 +37,8 @@ ENV = {"bootstrap-server": "KAFKACTL_BOOTSTRAP_SERVER", "zookeeper": "KAFKACTL_Z
        "schema-registry": "KAFKACTL_SCHEMA_REGISTRY"}  # fmt: skip
 
 root: dict[str, str | None] = {"bootstrap-server": None, "zookeeper": None, "context": None}
+#: the security settings of the root `-X`, and those of the command's own `-X` (produce, consume)
+_security_props: dict[str, dict[str, str]] = {"root": {}, "command": {}}
 
 Bootstrap = Annotated[
     str | None,
@@ -40,7 +51,7 @@ SchemaRegistry = Annotated[
     str | None,
     typer.Option("--schema-registry", help="The schema registry's URL (default: KAFKACTL_SCHEMA_REGISTRY, the "
                  "context's schema-registry, else http://localhost:8081).", show_default=False),
-]
+]  # fmt: skip
 
 
 def config_path() -> Path:
@@ -70,7 +81,11 @@ def save_config(doc: dict) -> Path:
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text("\n".join(lines).lstrip("\n") + "\n")
+    tmp.unlink(missing_ok=True)
+    secret = any(k in client_security.SECRETS for v in (doc.get("contexts") or {}).values() for k in v)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if secret else 0o666)  # a password: owner only
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines).lstrip("\n") + "\n")
     tmp.replace(path)
     return path
 
@@ -108,6 +123,11 @@ def configured(key: str, option: str | None = None) -> str | None:
 
 
 def bootstrap(option: str | None = None) -> str:
+    """The bootstrap servers of this command; its security settings become the connections' default too. A
+    context's security settings go with its cluster: they apply when the context gives the bootstrap servers
+    or is named (`--context`, KAFKACTL_CONTEXT), not to servers named by an option or variable alone."""
+    explicit = option or root.get("bootstrap-server") or os.environ.get(ENV["bootstrap-server"])
+    security(context=not explicit or bool(root.get("context") or os.environ.get("KAFKACTL_CONTEXT")))
     return resolve("bootstrap-server", option)
 
 
@@ -117,3 +137,32 @@ def zookeeper(option: str | None = None) -> str:
 
 def schema_registry(option: str | None = None) -> str:
     return resolve("schema-registry", option)
+
+
+def set_root_security(props: dict[str, str]) -> None:
+    """The root `-X KEY=VALUE` settings (security ones only: a producer's or consumer's go after the command)."""
+    for key in props:
+        if key not in client_security.KEYS:
+            raise UsageError(f"-X {key}: only security settings go before the command (security.protocol, ssl.*, "
+                             "sasl.*); give producer and consumer properties to produce/consume")  # fmt: skip
+    _security_props["root"] = dict(props)
+    _security_props["command"] = {}
+    client_security.set_default(ClientSecurity())
+
+
+def command_security(props: dict[str, str]) -> None:
+    """A command's own `-X` security settings (produce, consume): over the context's and the root's, from the
+    next `bootstrap()` on."""
+    _security_props["command"].update(props)
+
+
+def security(*, context: bool = True) -> ClientSecurity:
+    """This command's security settings (the context's unless not `context`, the root `-X`, then the command's
+    own), made the default of every connection the process opens."""
+    values = _context_values() if context else {}
+    props = {k: v for k, v in values.items() if k in client_security.KEYS}
+    props.update(_security_props["root"])
+    props.update(_security_props["command"])
+    sec = ClientSecurity.from_properties(props)
+    client_security.set_default(sec)
+    return sec

@@ -12,13 +12,16 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import ssl
 import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.client.connection import ProtocolError, common_version, parse_bootstrap
+from broker.client.connection import ProtocolError, TlsLost, common_version, parse_bootstrap
+from broker.client.security import ClientSecurity, SaslExchange, SecurityError, tls_failed
+from broker.client.security import default as default_security
 from broker.errors import KafkactlError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
@@ -70,21 +73,45 @@ class AsyncConnection:
         self.closed = False
 
     @classmethod
-    async def open(cls, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0) -> AsyncConnection:
+    async def open(cls, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0,
+                   security: ClientSecurity | None = None) -> AsyncConnection:  # fmt: skip
+        """Connect (TLS when `security` says so; None: the process default), learn the broker's API versions
+        and authenticate (SASL) before handing the connection out."""
+        sec = security if security is not None else default_security()
         conn = cls(host, port, client_id, timeout)
         loop = asyncio.get_running_loop()
+        where = f"{host}:{port}"
+        tls = {"ssl": sec.ssl_context(), "server_hostname": host, "ssl_handshake_timeout": timeout} if sec.tls else {}
         try:
-            _, conn._wire = await asyncio.wait_for(loop.create_connection(lambda: _Wire(conn), host, port), timeout)
+            _, conn._wire = await asyncio.wait_for(loop.create_connection(lambda: _Wire(conn), host, port, **tls),
+                                                   timeout)  # fmt: skip
+        except ssl.SSLError as exc:
+            raise tls_failed(where, exc) from None
         except (OSError, TimeoutError) as exc:
-            raise KafkactlError(
-                f"cannot connect to broker {host}:{port}: {getattr(exc, 'strerror', None) or exc}"
-            ) from None
-        answer = await conn.request(ApiKey.API_VERSIONS, {}, version=2)
-        if answer["error_code"]:
-            answer = await conn.request(ApiKey.API_VERSIONS, {}, version=0)
-        conn.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
-        conn._chosen.clear()
+            if sec.tls and isinstance(exc, ConnectionResetError | BrokenPipeError):  # hung up on during the handshake
+                raise tls_failed(where, exc) from None
+            raise KafkactlError(f"cannot connect to broker {where}: {getattr(exc, 'strerror', None) or exc}") from None
+        try:
+            answer = await conn.request(ApiKey.API_VERSIONS, {}, version=2)
+            if answer["error_code"]:
+                answer = await conn.request(ApiKey.API_VERSIONS, {}, version=0)
+            conn.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
+            conn._chosen.clear()
+            if sec.sasl:
+                await conn._authenticate(sec)
+        except BaseException:
+            conn._fail(ProtocolError(f"connection to {where} given up"))
+            raise
         return conn
+
+    async def _authenticate(self, sec: ClientSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v1 round trips until the mechanism is done."""
+        exchange = SaslExchange(sec, f"{self.host}:{self.port}")
+        exchange.check_handshake(await self.request(ApiKey.SASL_HANDSHAKE, {"mechanism": sec.mechanism}, version=1))
+        token: bytes | None = exchange.first()
+        while token is not None:
+            answer = await self.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}, version=1)
+            token = exchange.next(exchange.check_authenticate(answer))
 
     def version_for(self, api_key: int) -> int:
         v = self._chosen.get(api_key)
@@ -343,7 +370,10 @@ class _Wire(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         conn = self.conn
-        conn._fail(ProtocolError(f"broker {conn.host}:{conn.port} closed the connection"))
+        if isinstance(exc, ssl.SSLError):  # e.g. TLS 1.3: a client certificate refused after the handshake
+            conn._fail(TlsLost(str(tls_failed(f"{conn.host}:{conn.port}", exc))))
+        else:
+            conn._fail(ProtocolError(f"broker {conn.host}:{conn.port} closed the connection"))
         self.resume_writing()  # nothing left to wait for: the next write finds the connection closed
         if not self.lost.done():
             self.lost.set_result(None)
@@ -392,9 +422,11 @@ class TopicMeta:
 class AsyncCluster:
     """Brokers, topic partitions and leaders, and one connection per broker."""
 
-    def __init__(self, bootstrap: str, *, client_id: str = "kafkactl", timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, *, client_id: str = "kafkactl", timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:  # fmt: skip
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id, self.timeout = client_id, timeout
+        self.security = security if security is not None else default_security()  # (fixed when it is made)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicMeta] = {}
         self.cluster_id: str | None = None
@@ -413,8 +445,11 @@ class AsyncCluster:
         for host, port in self.bootstrap:
             try:
                 self._bootstrap_conn = await AsyncConnection.open(host, port, client_id=self.client_id,
-                                                                  timeout=self.timeout)  # fmt: skip
+                                                                  timeout=self.timeout,
+                                                                  security=self.security)  # fmt: skip
                 return self._bootstrap_conn
+            except SecurityError:
+                raise  # a wrong password or an untrusted certificate is so on every broker: said as it is
             except KafkactlError as exc:
                 errors.append(str(exc))
         raise KafkactlError(f"no bootstrap server answered ({'; '.join(errors)})")
@@ -497,7 +532,8 @@ class AsyncCluster:
             raise KafkactlError(f"broker {node_id} is not in the cluster's metadata")
         host, port = self.brokers[node_id]
         conn = self._conns[node_id] = await AsyncConnection.open(host, port, client_id=self.client_id,
-                                                                 timeout=self.timeout)  # fmt: skip
+                                                                 timeout=self.timeout,
+                                                                 security=self.security)  # fmt: skip
         return conn
 
     async def close(self) -> None:

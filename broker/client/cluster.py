@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from broker.client.connection import Connection, parse_bootstrap
+from broker.client.security import ClientSecurity, SecurityError
+from broker.client.security import default as default_security
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 
 
 class Cluster:
-    def __init__(self, bootstrap: str, *, client_id: str = "kafkactl", timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, *, client_id: str = "kafkactl", timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:  # fmt: skip
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id, self.timeout = client_id, timeout
+        self.security = security if security is not None else default_security()  # (fixed when it is made)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.controller_id = -1
         self.cluster_id: str | None = None
@@ -25,8 +29,11 @@ class Cluster:
         errors = []
         for host, port in self.bootstrap:
             try:
-                self._any = Connection(host, port, client_id=self.client_id, timeout=self.timeout)
+                self._any = Connection(host, port, client_id=self.client_id, timeout=self.timeout,
+                                       security=self.security)  # fmt: skip
                 return self._any
+            except SecurityError:
+                raise  # a wrong password or an untrusted certificate is so on every broker: said as it is
             except KafkactlError as exc:
                 errors.append(str(exc))
         raise KafkactlError(f"no bootstrap server answered ({'; '.join(errors)})")
@@ -39,7 +46,8 @@ class Cluster:
             if node_id not in self.brokers:
                 raise KafkactlError(f"broker {node_id} is not in the cluster's metadata")
             host, port = self.brokers[node_id]
-            conn = self._conns[node_id] = Connection(host, port, client_id=self.client_id, timeout=self.timeout)
+            conn = self._conns[node_id] = Connection(host, port, client_id=self.client_id, timeout=self.timeout,
+                                                     security=self.security)  # fmt: skip
         return conn
 
     def metadata(self, topics: list[str] | None = None, *, allow_create: bool = False) -> dict[str, Any]:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 from typing import Any
 
+from broker.client.security import ClientSecurity, SaslExchange, SecurityError, tls_failed
+from broker.client.security import default as default_security
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.framing import encode_request
@@ -18,6 +21,10 @@ from broker.protocol.primitives import I32, Reader
 
 class ProtocolError(KafkactlError):
     """The broker answered something this client cannot read, or closed the connection."""
+
+
+class TlsLost(ProtocolError, SecurityError):
+    """The broker ended the TLS session with an alert (a client certificate it does not accept, ...)."""
 
 
 def parse_address(text: str, default_port: int = 9092) -> tuple[str, int]:
@@ -63,23 +70,52 @@ def apply_settings(config: Any, overrides: dict[str, Any], what: str) -> Any:
 
 
 class Connection:
-    def __init__(self, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:  # fmt: skip
+        """Connect (TLS when `security` says so; None: the process default), learn the broker's API
+        versions and authenticate (SASL)."""
+        sec = security if security is not None else default_security()
         self.host, self.port = host, port
         self.client_id = client_id
+        where = f"{host}:{port}"
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
-            raise KafkactlError(f"cannot connect to broker {host}:{port}: {exc.strerror or exc}") from None
+            raise KafkactlError(f"cannot connect to broker {where}: {exc.strerror or exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sec.tls:
+            try:
+                self.sock = sec.ssl_context().wrap_socket(self.sock, server_hostname=host)
+            except (ssl.SSLError, ConnectionResetError, BrokenPipeError, TimeoutError) as exc:
+                self.sock.close()
+                raise tls_failed(where, exc) from None
+            except OSError as exc:
+                self.sock.close()
+                raise KafkactlError(f"cannot connect to broker {where}: {exc.strerror or exc}") from None
         self._ids = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
-        self._negotiate()
+        try:
+            self._negotiate()
+            if sec.sasl:
+                self._authenticate(sec)
+        except BaseException:
+            self.sock.close()
+            raise
 
     def _negotiate(self) -> None:
         answer = self.request(ApiKey.API_VERSIONS, {}, version=2)
         if answer["error_code"]:
             answer = self.request(ApiKey.API_VERSIONS, {}, version=0)
         self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
+
+    def _authenticate(self, sec: ClientSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v1 round trips until the mechanism is done."""
+        exchange = SaslExchange(sec, f"{self.host}:{self.port}")
+        exchange.check_handshake(self.request(ApiKey.SASL_HANDSHAKE, {"mechanism": sec.mechanism}, version=1))
+        token: bytes | None = exchange.first()
+        while token is not None:
+            answer = self.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}, version=1)
+            token = exchange.next(exchange.check_authenticate(answer))
 
     def version_for(self, api_key: int) -> int:
         return common_version(api_key, self.versions, f"{self.host}:{self.port}")
@@ -117,6 +153,8 @@ class Connection:
                 k = self.sock.recv_into(view[got:])
             except TimeoutError:
                 raise ProtocolError(f"no answer from {self.host}:{self.port} in time") from None
+            except ssl.SSLError as exc:  # e.g. TLS 1.3: a client certificate refused after the handshake
+                raise TlsLost(str(tls_failed(f"{self.host}:{self.port}", exc))) from None
             except OSError as exc:
                 raise ProtocolError(f"lost the connection to {self.host}:{self.port}: {exc}") from None
             if k == 0:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from broker.client.aio import AsyncCluster
 from broker.client.connection import ProtocolError, apply_settings
+from broker.client.security import ClientSecurity
 from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
@@ -63,6 +64,8 @@ class ConsumerConfig:
     #: topic.metadata.refresh.fast.interval.ms), so its reading resumes soon after its broker is back
     leaderless_refresh_ms: int = 250
     client_id: str = "kafkactl-consumer"
+    #: TLS and SASL (broker.client.security); None: the process default
+    security: ClientSecurity | None = None
 
 
 class AsyncConsumer:
@@ -71,7 +74,7 @@ class AsyncConsumer:
         apply_settings(cfg, overrides, "consumer")
         self.config = cfg
         timeout = (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000
-        self.cluster = AsyncCluster(bootstrap, client_id=cfg.client_id, timeout=timeout)
+        self.cluster = AsyncCluster(bootstrap, client_id=cfg.client_id, timeout=timeout, security=cfg.security)
         self.assignment: list[TopicPartition] = []
         self.positions: dict[TopicPartition, int] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}

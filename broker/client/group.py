@@ -134,7 +134,7 @@ def settings_from_properties(props: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, text in props.items():
         name = key.strip().replace(".", "_")
-        if name in ("group_id", "bootstrap_servers", "zookeeper_connect") or name not in defaults:
+        if name in ("group_id", "bootstrap_servers", "zookeeper_connect", "security") or name not in defaults:
             raise UsageError(f"unknown consumer property {key!r}")
         value: Any
         if name == "isolation_level":

@@ -26,6 +26,7 @@ from broker.client.aio import AsyncCluster, AsyncConnection
 from broker.client.connection import ProtocolError, apply_settings
 from broker.client.partitioner import StickyPartitioner, partition_for_key
 from broker.client.properties import typed
+from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -86,6 +87,8 @@ class ProducerConfig:
     audit_enabled: bool = False
     audit_window_ms: int = DEFAULT_WINDOW_MS
     audit_topic: str = AUDIT_TOPIC
+    #: TLS and SASL (broker.client.security); None: the process default
+    security: ClientSecurity | None = None
 
 
 #: Kafka's producer keys whose names are not their setting's name with '.' → '_'
@@ -99,7 +102,7 @@ def producer_settings(props: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, text in props.items():
         name = _PRODUCER_KEYS.get(key, key.replace(".", "_"))
-        if name not in _PRODUCER_DEFAULTS or name == "max_batch_messages":
+        if name not in _PRODUCER_DEFAULTS or name in ("max_batch_messages", "security"):
             raise UsageError(f"unknown producer property {key!r}")
         if name == "acks":
             out[name] = parse_acks(text)
@@ -274,7 +277,8 @@ class AsyncProducer:
             raise KafkactlError("enable.idempotence needs acks=all")
         self.config = cfg
         self.codec = CODECS[cfg.compression_type]
-        self.cluster = AsyncCluster(bootstrap, client_id=cfg.client_id, timeout=cfg.request_timeout_ms / 1000)
+        self.cluster = AsyncCluster(bootstrap, client_id=cfg.client_id, timeout=cfg.request_timeout_ms / 1000,
+                                    security=cfg.security)  # fmt: skip
         self.sticky = StickyPartitioner()
         self.open: dict[tuple[str, int], _Batch] = {}
         #: sealed batches waiting to go, per partition in order (one per partition per request)

@@ -22,6 +22,7 @@ from broker.client import properties, shell
 from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord, describe_partitions
 from broker.client.group import GroupConsumer, check_group_id, describe_assignment, settings_from_properties
 from broker.client.offsets import BEGINNING, END, parse_offset
+from broker.client.security import pop_security
 from broker.errors import UsageError
 from broker.protocol.errors import ErrorCode
 from kafkactl import completion, contexts
@@ -49,24 +50,39 @@ def consume(
     max_messages: Annotated[int | None, typer.Option("--max-messages", "-c", min=1, help="Stop after N.")] = None,
     until: Annotated[
         str | None,
-        typer.Option("--until", show_default=False, help="Stop each partition before this offset or time "
-                     "(N, @epoch-ms, ISO date-time, a duration ago): with --offset, a window."),
+        typer.Option(
+            "--until",
+            show_default=False,
+            help="Stop each partition before this offset or time "
+            "(N, @epoch-ms, ISO date-time, a duration ago): with --offset, a window.",
+        ),
     ] = None,
     grep: Annotated[
         str | None,
-        typer.Option("--grep", show_default=False, help="Only messages whose key, value or a header value "
-                     "matches this regular expression (counted by -c too)."),
+        typer.Option(
+            "--grep",
+            show_default=False,
+            help="Only messages whose key, value or a header value "
+            "matches this regular expression (counted by -c too).",
+        ),
     ] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json (JSON lines).")] = Output.text,
     fmt: Annotated[
         str | None,
-        typer.Option("--format", help="kcat tokens: %t %p %o %k %s %h %T %K %S, and %I: the time in ISO-8601 UTC "
-                     "(e.g. '%I %p:%o %k=%s\\n')."),
+        typer.Option(
+            "--format",
+            help="kcat tokens: %t %p %o %k %s %h %T %K %S, and %I: the time in ISO-8601 UTC "
+            "(e.g. '%I %p:%o %k=%s\\n').",
+        ),
     ] = None,
     key_decoder: Annotated[str, typer.Option("--key-decoder", help="utf8, hex, base64 or json.")] = "utf8",
     value_decoder: Annotated[
-        str, typer.Option("--value-decoder", help="utf8, hex, base64, json, or avro (Confluent's framing; each schema "
-                          "fetched once from --schema-registry).")
+        str,
+        typer.Option(
+            "--value-decoder",
+            help="utf8, hex, base64, json, or avro (Confluent's framing; each schema "
+            "fetched once from --schema-registry).",
+        ),
     ] = "utf8",
     schema_registry: contexts.SchemaRegistry = None,
     group: Annotated[
@@ -92,8 +108,8 @@ def consume(
         typer.Option(
             "--property",
             "-X",
-            help="With --group: a consumer property KEY=VALUE (repeatable), e.g. "
-            "zookeeper.session.timeout.ms=6000, auto.commit.interval.ms=5000.",
+            help="A security setting KEY=VALUE (repeatable), e.g. security.protocol=SSL; and with --group a "
+            "consumer property, e.g. zookeeper.session.timeout.ms=6000, auto.commit.interval.ms=5000.",
             show_default=False,
         ),
     ] = None,
@@ -151,12 +167,14 @@ def consume(
 
     if group is not None and (until is not None or grep is not None):
         raise UsageError(f"{'--until' if until is not None else '--grep'} cannot be used with --group")
+    props = properties.pairs(prop or [], "--property")
+    contexts.command_security(pop_security(props))  # -X security.protocol=SSL ... over the context's
     if group is not None:
-        _consume_group(topic, group, partition=partition, offset=offset, reset=reset, props=prop or [],
+        _consume_group(topic, group, partition=partition, offset=offset, reset=reset, props=props,
                        follow=not exit_at_end, max_messages=max_messages, emit=emit, summary=summary,
                        bootstrap=bootstrap, zookeeper=zookeeper)  # fmt: skip
         return
-    if reset is not None or prop:
+    if reset is not None or props:
         raise UsageError(f"{'--reset' if reset is not None else '--property'} needs --group")
     spec = parse_offset(offset) if offset is not None else (END if follow else BEGINNING)
     stop_at = parse_offset(until) if until is not None else None
@@ -200,7 +218,7 @@ def consume(
 
 
 def _consume_group(topic: str, group: str, *, partition: list[int] | None, offset: str | None, reset: str | None,
-                   props: list[str], follow: bool, max_messages: int | None,
+                   props: dict[str, str], follow: bool, max_messages: int | None,
                    emit: Callable[[list[ConsumerRecord]], None], summary: shell.ConsumeSummary,
                    bootstrap: str | None, zookeeper: str | None) -> None:  # fmt: skip
     """`consume --group`: a GroupConsumer member until Ctrl-C / SIGTERM (or the ends with --exit, or -c N).
@@ -215,7 +233,7 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
         raise UsageError("--partition cannot be used with --group: the group assigns the partitions")
     if reset is not None and reset not in ("earliest", "latest"):
         raise UsageError(f"--reset {reset!r}: expected earliest or latest")
-    settings = settings_from_properties(properties.pairs(props, "--property"))
+    settings = settings_from_properties(props)
     if reset is not None:
         settings["auto_offset_reset"] = reset
     bs, zk = contexts.bootstrap(bootstrap), contexts.zookeeper(zookeeper)

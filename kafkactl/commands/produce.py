@@ -13,6 +13,7 @@ import typer
 from broker.client import properties, shell
 from broker.client.admin import Admin
 from broker.client.producer import CODECS, AsyncProducer, parse_acks, producer_settings
+from broker.client.security import pop_security
 from broker.errors import KafkactlError, UsageError
 from kafkactl import completion, contexts
 from kafkactl.render import Output, json_line, progress
@@ -46,22 +47,39 @@ def produce(
         int, typer.Option("--delivery-timeout-ms", min=1, help="Give up on a message after this long.")
     ] = 120000,
     max_message_bytes: Annotated[
-        int, typer.Option("--max-message-bytes", min=1, help="The largest request, and so message, to send "
-                          "(max.request.size; the topic's max.message.bytes must allow it too).")
+        int,
+        typer.Option(
+            "--max-message-bytes",
+            min=1,
+            help="The largest request, and so message, to send "
+            "(max.request.size; the topic's max.message.bytes must allow it too).",
+        ),
     ] = 1048576,
     prop: Annotated[
         list[str] | None,
-        typer.Option("--property", "-X", show_default=False, help="A producer property KEY=VALUE (repeatable; "
-                     "Kafka's keys, e.g. enable.idempotence=false, retries=5); over the options above."),
+        typer.Option(
+            "--property",
+            "-X",
+            show_default=False,
+            help="A producer property KEY=VALUE (repeatable; "
+            "Kafka's keys, e.g. enable.idempotence=false, retries=5, or security ones such as "
+            "security.protocol=SSL); over the options above.",
+        ),
     ] = None,
     value_schema: Annotated[
         Path | None,
-        typer.Option("--value-schema", help="An Avro schema (.avsc): each value is a JSON document, sent as Avro in "
-                     "Confluent's framing; the schema is registered under --subject first.", show_default=False),
+        typer.Option(
+            "--value-schema",
+            help="An Avro schema (.avsc): each value is a JSON document, sent as Avro in "
+            "Confluent's framing; the schema is registered under --subject first.",
+            show_default=False,
+        ),
     ] = None,
     subject: Annotated[
-        str | None, typer.Option("--subject", help="With --value-schema: the subject (default TOPIC-value).",
-                                 show_default=False)  # fmt: skip
+        str | None,
+        typer.Option(
+            "--subject", help="With --value-schema: the subject (default TOPIC-value).", show_default=False
+        ),  # fmt: skip
     ] = None,
     schema_registry: contexts.SchemaRegistry = None,
     bootstrap: contexts.Bootstrap = None,
@@ -104,10 +122,12 @@ def produce(
             raise KafkactlError(f"cannot read {value_schema}: {exc.strerror}") from None
         registry = wire.RegistryClient(contexts.schema_registry(schema_registry))
         encoder = wire.AvroEncoder(registry, subject or f"{topic}-value", schema_text)
+    props = properties.pairs(prop or [], "--property")
+    contexts.command_security(pop_security(props))  # -X security.protocol=SSL ... over the context's
     servers = contexts.bootstrap(bootstrap)
     settings = {"acks": ack, "compression_type": compression, "linger_ms": linger_ms, "batch_size": batch_size,
                 "delivery_timeout_ms": delivery_timeout_ms, "max_request_size": max_message_bytes,
-                **producer_settings(properties.pairs(prop or [], "--property"))}  # fmt: skip
+                **producer_settings(props)}  # fmt: skip
     summary = shell.ProduceSummary()
 
     async def run() -> None:
