@@ -34,6 +34,7 @@ from kafkactl.commands import (
     schema_registry,
     spark_load,
     topic,
+    user,
     zk,
     zookeeper,
 )
@@ -64,6 +65,7 @@ app.command("spark-load")(spark_load.spark_load)
 app.add_typer(mirror.app, name="mirror")
 app.command("audit")(audit.audit)
 app.add_typer(schema_registry.app, name="schema-registry")
+app.add_typer(user.app, name="user")
 
 _state = {"debug": False}
 
