@@ -80,8 +80,9 @@ def parse_enum(cls: type[IntEnum], text: str) -> IntEnum:
 
 #: an Allow of any of these operations also allows the key's operation (Kafka's implied operations)
 IMPLIED_BY: dict[Operation, frozenset[Operation]] = {
-    Operation.DESCRIBE: frozenset({Operation.DESCRIBE, Operation.READ, Operation.WRITE, Operation.DELETE,
-                                   Operation.ALTER}),  # fmt: skip
+    Operation.DESCRIBE: frozenset(
+        {Operation.DESCRIBE, Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER}
+    ),  # fmt: skip
     Operation.DESCRIBE_CONFIGS: frozenset({Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS}),
 }
 

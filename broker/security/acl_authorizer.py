@@ -13,6 +13,7 @@ as in Kafka, or the followers' fetches are refused CLUSTER_AUTHORIZATION_FAILED.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from broker.errors import KafkactlError
@@ -72,6 +73,11 @@ class Authorizer:
     def stop(self) -> None:
         if self._watcher is not None:
             self._watcher.stop()
+
+    def reload(self, patterns: Iterable[Pattern]) -> None:
+        """Read these patterns from ZooKeeper again now (blocking): the ACLs this broker just changed."""
+        if self._watcher is not None:
+            self._watcher.reload(patterns)
 
     def set_acls(self, acls: Acls) -> None:
         """Take a new set of ACLs (from any thread): decisions made on the old ones are forgotten."""

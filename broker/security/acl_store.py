@@ -216,6 +216,19 @@ class AclWatcher:
     def stop(self) -> None:
         self._stopped = True
 
+    def reload(self, patterns: Iterable[Pattern]) -> None:
+        """Read these patterns again now (after this broker changed them: its next answer sees the change)."""
+        with self._lock:
+            acls = dict(self.acls)
+            for p in patterns:
+                entries = load(self.zk, p)
+                if entries:
+                    acls[p] = entries
+                else:
+                    acls.pop(p, None)
+            self.acls = acls
+        self.on_change(acls)
+
     def _changed(self, prefixed: bool, children: list[str]) -> bool | None:
         if self._stopped:
             return False

@@ -22,7 +22,7 @@ from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
 from broker.protocol.messages.produce import encode_produce_response, read_produce_request
 from broker.protocol.primitives import DecodeError, Reader
 from broker.security.session import current
-from broker.server.handlers import admin, elections, fetch, groups, metadata, produce, sasl
+from broker.server.handlers import acls, admin, elections, fetch, groups, metadata, produce, sasl
 from broker.server.network import BadRequest, Later
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,
     ApiKey.SASL_HANDSHAKE: sasl.handle_sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
+    ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
+    ApiKey.CREATE_ACLS: acls.handle_create_acls,
+    ApiKey.DELETE_ACLS: acls.handle_delete_acls,
 }
 
 #: api key → (read request, encode answer frame): hand-written codecs of the hot APIs, equal to the schemas'

@@ -8,6 +8,11 @@ Names are checked before they reach ZooKeeper: an illegal one is INVALID_TOPIC_E
 in DeleteTopics (no such topic can exist). Kafka's internal topics (`broker.topics.INTERNAL_TOPICS`)
 are never created nor deleted by a request: INVALID_TOPIC_EXCEPTION, the error Kafka gives a client
 writing to one ("Cannot append to internal topic").
+
+With an authorizer (as Kafka): CreateTopics needs Create on the cluster or the topic, DeleteTopics Delete and
+CreatePartitions Alter on the topic (TOPIC_AUTHORIZATION_FAILED); DescribeConfigs and AlterConfigs need
+DescribeConfigs/AlterConfigs on the topic (TOPIC_) or, for a broker, the cluster (CLUSTER_AUTHORIZATION_FAILED);
+DescribeLogDirs needs Describe on the cluster (an empty answer otherwise).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from broker.protocol.messages.admin import (
     STATIC_BROKER_CONFIG,
     TOPIC_RESOURCE,
 )
+from broker.security.acl import Operation, ResourceType
+from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.server.config import topic_config_error
 from broker.server.handlers.metadata import create_topic
 from broker.topics import MAX_PARTITIONS, assign_replicas, internal_topic_error, topic_name_error
@@ -35,10 +42,19 @@ if TYPE_CHECKING:
 
 async def handle_create_topics(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
+    on_cluster = cluster_allowed(b.authorizer, Operation.CREATE, log_denial=False)
     for t in req["topics"]:
+        if not on_cluster and not _topic_allowed(b, Operation.CREATE, t["name"], "CreateTopics"):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Create on the topic or the cluster is not allowed"
+            out.append({"name": t["name"], "error_code": code, "error_message": message})
+            continue
         code, message = await _create_one(b, t, req.get("validate_only", False))
         out.append({"name": t["name"], "error_code": code, "error_message": message})
     return {"topics": out}
+
+
+def _topic_allowed(b: Services, operation: Operation, topic: str, request: str) -> bool:
+    return allowed(b.authorizer, operation, ResourceType.TOPIC, topic, request)
 
 
 async def _create_one(b: Services, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
@@ -81,6 +97,10 @@ async def _create_one(b: Services, t: dict[str, Any], validate_only: bool) -> tu
 async def handle_create_partitions(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     results = []
     for t in req["topics"]:
+        if not _topic_allowed(b, Operation.ALTER, t["name"], "CreatePartitions"):
+            results.append({"name": t["name"], "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            "error_message": "Alter on the topic is not allowed"})  # fmt: skip
+            continue
         code, message = await _add_partitions(b, t, req["validate_only"])
         results.append({"name": t["name"], "error_code": code, "error_message": message})
     return {"throttle_time_ms": 0, "results": results}
@@ -153,6 +173,9 @@ async def _assignment_error(b: Services, assignment: dict[int, list[int]]) -> st
 async def handle_delete_topics(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
     for name in req["topic_names"]:
+        if not _topic_allowed(b, Operation.DELETE, name, "DeleteTopics"):
+            out.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+            continue
         if not b.config.delete_topic_enable:
             out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
             continue
@@ -181,6 +204,10 @@ async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[
         rtype, rname, keys = res["resource_type"], res["resource_name"], res["configuration_keys"]
         out: dict[str, Any] = {"error_code": 0, "resource_type": rtype, "resource_name": rname, "configs": []}
         results.append(out)
+        refused = _config_refusal(b, Operation.DESCRIBE_CONFIGS, rtype, rname, "DescribeConfigs")
+        if refused:
+            out["error_code"], out["error_message"] = refused
+            continue
         if rtype == TOPIC_RESOURCE:
             why = topic_name_error(rname)
             if why:
@@ -211,12 +238,27 @@ async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[
     return {"results": results}
 
 
+def _config_refusal(b: Services, operation: Operation, rtype: int, rname: str,
+                    request: str) -> tuple[ErrorCode, str] | None:  # fmt: skip
+    """The authorization error of a config resource: a topic's (Describe/AlterConfigs on the topic) or a
+    broker's (on the cluster), or None."""
+    if rtype == TOPIC_RESOURCE and not _topic_allowed(b, operation, rname, request):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{operation.name} on topic {rname!r} is not allowed"
+    if rtype == BROKER_RESOURCE and not cluster_allowed(b.authorizer, operation, request):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{operation.name} on the cluster is not allowed"
+    return None
+
+
 async def handle_alter_configs(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
     for res in req["resources"]:
         rtype, rname = res["resource_type"], res["resource_name"]
         item: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": rname}
         out.append(item)
+        refused = _config_refusal(b, Operation.ALTER_CONFIGS, rtype, rname, "AlterConfigs")
+        if refused:
+            item["error_code"], item["error_message"] = refused
+            continue
         if rtype != TOPIC_RESOURCE:
             item["error_code"], item["error_message"] = ErrorCode.INVALID_REQUEST, "only topic configs can be altered"
             continue
@@ -246,7 +288,9 @@ async def handle_alter_configs(b: Services, header: RequestHeader, req: dict[str
 
 async def handle_describe_log_dirs(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     wanted = None if req["topics"] is None else {(t["topic"], p) for t in req["topics"] for p in t["partitions"]}
-    results = []
+    results: list[dict[str, Any]] = []
+    if not cluster_allowed(b.authorizer, Operation.DESCRIBE, "DescribeLogDirs"):
+        return {"results": results}  # (as Kafka: nothing, the version has no error code to say why)
     for d in b.logs.log_dirs:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in b.logs.partitions_in(d):

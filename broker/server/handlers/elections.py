@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.replication import election
+from broker.security.acl import Operation
+from broker.security.acl_authorizer import cluster_allowed
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -31,6 +33,12 @@ TopicPartition = tuple[str, int]
 
 async def handle_elect_leaders(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     kind = req.get("election_type", PREFERRED)
+    if not cluster_allowed(b.authorizer, Operation.ALTER, "ElectLeaders"):  # (Alter on the cluster, as Kafka)
+        asked = req["topic_partitions"] or []
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "replica_election_results": [{"topic": t["topic"], "partition_result": [
+                    {"partition_id": p, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": None}
+                    for p in t["partitions"]]} for t in asked]}  # fmt: skip
     if kind not in (PREFERRED, UNCLEAN):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST, "replica_election_results": []}
     asked = req["topic_partitions"]

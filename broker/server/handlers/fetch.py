@@ -3,7 +3,9 @@
 A consumer reads below the high watermark; a follower (replica id ≥ 0) reads to the log end, and its
 fetch offset tells the leader how far its copy got (`ReplicaManager.replica_fetched`). A follower that
 names another leader epoch than the leader's is refused: FENCED_LEADER_EPOCH when its epoch is older,
-UNKNOWN_LEADER_EPOCH when newer (this broker has not heard of it yet).
+UNKNOWN_LEADER_EPOCH when newer (this broker has not heard of it yet). With an authorizer a consumer
+needs Read on each topic and a follower ClusterAction on the cluster, else TOPIC_AUTHORIZATION_FAILED and
+no records (as Kafka).
 
 A fetch answers at once when `min_bytes` are there (or it asked for no wait); otherwise it waits in
 the purgatory until an append brings enough or `max_wait_ms` passes. Each partition's records
@@ -21,6 +23,8 @@ from broker.errors import OffsetOutOfRangeError
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.security.acl import Operation, ResourceType
+from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.server.network import FileRegion
 
 if TYPE_CHECKING:
@@ -31,15 +35,27 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
     deadline = time.monotonic() + max(req["max_wait_ms"], 0) / 1000
     min_bytes = req["min_bytes"]
     wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
+    denied = _denied(b, [t["topic"] for t in req["topics"]], req["replica_id"])
     note = True  # a follower's position is noted once, as its fetch arrives (not each time it is read again)
     while True:
-        topics, total, errors = await _read_all(b, wanted, req["max_bytes"], req["replica_id"], note)
+        topics, total, errors = await _read_all(b, wanted, req["max_bytes"], req["replica_id"], note, denied)
         note = False
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0 or not wanted:
             return {"error_code": 0, "session_id": 0, "topics": topics}
         _release(topics)
         await b.purgatory.wait([(t, p["partition"]) for t, p in wanted], remaining)
+
+
+def _denied(b: Services, topics: list[str], replica: int) -> set[str]:
+    """The topics the request may not read (as Kafka: a follower needs ClusterAction on the cluster, a
+    consumer Read on each topic)."""
+    a = b.authorizer
+    if a is None:
+        return set()
+    if replica >= 0:
+        return set() if cluster_allowed(a, Operation.CLUSTER_ACTION, "Fetch") else set(topics)
+    return {t for t in set(topics) if not allowed(a, Operation.READ, ResourceType.TOPIC, t, "Fetch")}
 
 
 def _release(topics: list[dict[str, Any]]) -> None:
@@ -51,7 +67,8 @@ def _release(topics: list[dict[str, Any]]) -> None:
 
 
 async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int, replica: int = -1,
-                    note: bool = True) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
+                    note: bool = True, denied: set[str] | frozenset[str] = frozenset(),
+                    ) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
     topics: list[dict[str, Any]] = []
     by_name: dict[str, list[dict[str, Any]]] = {}
     total = 0
@@ -64,6 +81,10 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
             parts = by_name[topic] = []
             topics.append({"topic": topic, "partitions": parts})
         parts.append(out)
+        if topic in denied:  # no data, and nothing about the topic (not even whether it exists)
+            out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            errors = True
+            continue
         code, plog, info = await b.leader_log(topic, index)
         if plog is None or info is None:
             out["error_code"] = code
@@ -122,12 +143,20 @@ def _first_batch_size(sl: Any) -> int:
 async def handle_offset_for_leader_epoch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     """Where a leader epoch ends in the leader's log: a new follower truncates there (KIP-101), a consumer
     checks its position after a leader change (KIP-320)."""
+    a = b.authorizer  # ClusterAction on the cluster (a follower), else Describe on each topic (KIP-320's consumer)
+    follower = a is None or cluster_allowed(a, Operation.CLUSTER_ACTION, log_denial=False)
     topics = []
     for t in req["topics"]:
         parts = []
+        denied = not follower and not allowed(
+            a, Operation.DESCRIBE, ResourceType.TOPIC, t["topic"], "OffsetForLeaderEpoch"
+        )
         for p in t["partitions"]:
             out: dict[str, Any] = {"partition": p["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1}
             parts.append(out)
+            if denied:
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             code, plog, info = await b.leader_log(t["topic"], p["partition"])
             if plog is None or info is None:
                 out["error_code"] = code
@@ -150,9 +179,13 @@ async def handle_list_offsets(b: Services, header: RequestHeader, req: dict[str,
     topics = []
     for t in req["topics"]:
         parts = []
+        denied = not allowed(b.authorizer, Operation.DESCRIBE, ResourceType.TOPIC, t["name"], "ListOffsets")
         for p in t["partitions"]:
             out: dict[str, Any] = {"partition_index": p["partition_index"], "error_code": 0}
             parts.append(out)
+            if denied:
+                out["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             code, plog, info = await b.leader_log(t["name"], p["partition_index"])
             if plog is None or info is None:
                 out["error_code"] = code

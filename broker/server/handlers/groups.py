@@ -8,6 +8,11 @@ when ZooKeeper is slow or unreachable; OffsetFetch answers what ZooKeeper and me
 that neither can tell during an outage COORDINATOR_LOAD_IN_PROGRESS (retriable: librdkafka retries it in
 place). A request for a group this broker does not coordinate gets NOT_COORDINATOR, and the client asks
 FindCoordinator again.
+
+With an authorizer (as Kafka): JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit need Read on the
+group, FindCoordinator, DescribeGroups and OffsetFetch Describe (GROUP_AUTHORIZATION_FAILED); OffsetCommit
+needs Read on each topic and OffsetFetch Describe (TOPIC_AUTHORIZATION_FAILED); ListGroups lists the groups
+the principal may describe, all of them with Describe on the cluster.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
+from broker.security.acl import Operation, ResourceType
+from broker.security.acl_authorizer import allowed, cluster_allowed
+from broker.security.session import current
 from broker.server.coordinator import GroupState, coordinator_for
 from broker.server.network import current_peer
 
@@ -29,11 +37,22 @@ MAX_METADATA = 4096
 async def handle_find_coordinator(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if req.get("key_type", 0) != 0:
         return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": "transactions are not supported"}
+    if not _group_allowed(b, Operation.DESCRIBE, req["key"], "FindCoordinator"):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "node_id": -1, "host": "", "port": -1}
     node = coordinator_for(req["key"], b.cache.brokers)
     if node < 0 or node not in b.cache.brokers:
         return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": "no live broker"}
     host, port, _ = b.cache.brokers[node]
+    host, port = b.cache.endpoint(node, current().listener) or (host, port)  # (the listener asked on)
     return {"error_code": ErrorCode.NONE, "node_id": node, "host": host, "port": port}
+
+
+def _group_allowed(b: Services, operation: Operation, group_id: str, request: str, log_denial: bool = True) -> bool:
+    return allowed(b.authorizer, operation, ResourceType.GROUP, group_id, request, log_denial=log_denial)
+
+
+def _topic_allowed(b: Services, operation: Operation, topic: str, request: str) -> bool:
+    return allowed(b.authorizer, operation, ResourceType.TOPIC, topic, request)
 
 
 def _not_coordinator(b: Services, group_id: str) -> bool:
@@ -50,6 +69,8 @@ async def _not_coordinating(b: Services, group_id: str) -> bool:
 
 
 async def handle_join_group(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if not _group_allowed(b, Operation.READ, req["group_id"], "JoinGroup"):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "generation_id": -1, "member_id": req["member_id"]}
     if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR, "generation_id": -1, "member_id": req["member_id"]}
     host = current_peer.get().rpartition(":")[0]
@@ -57,18 +78,24 @@ async def handle_join_group(b: Services, header: RequestHeader, req: dict[str, A
 
 
 async def handle_sync_group(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if not _group_allowed(b, Operation.READ, req["group_id"], "SyncGroup"):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     return await b.coordinator.sync(req)
 
 
 async def handle_heartbeat(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if not _group_allowed(b, Operation.READ, req["group_id"], "Heartbeat"):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     return b.coordinator.heartbeat(req)
 
 
 async def handle_leave_group(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if not _group_allowed(b, Operation.READ, req["group_id"], "LeaveGroup"):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     if await _not_coordinating(b, req["group_id"]):
         return {"error_code": ErrorCode.NOT_COORDINATOR}
     return b.coordinator.leave(req, header.api_version)
@@ -76,7 +103,9 @@ async def handle_leave_group(b: Services, header: RequestHeader, req: dict[str, 
 
 async def handle_offset_commit(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     gid = req["group_id"]
-    if not gid:
+    if not _group_allowed(b, Operation.READ, gid, "OffsetCommit"):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif not gid:
         error = ErrorCode.INVALID_GROUP_ID
     elif await _not_coordinating(b, gid) if req.get("member_id") else _not_coordinator(b, gid):
         error = ErrorCode.NOT_COORDINATOR  # (a member's commit: its group may have been taken over just now)
@@ -87,8 +116,9 @@ async def handle_offset_commit(b: Services, header: RequestHeader, req: dict[str
     offsets: dict[tuple[str, int], int] = {}
     for t in req["topics"]:
         parts = []
+        topic_denied = not error and not _topic_allowed(b, Operation.READ, t["name"], "OffsetCommit")
         for p in t["partitions"]:
-            code = error
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if topic_denied else error
             if not code:
                 if b.cache.partition(t["name"], p["partition_index"]) is None:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -105,7 +135,10 @@ async def handle_offset_commit(b: Services, header: RequestHeader, req: dict[str
 
 async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     gid = req["group_id"]
-    error = ErrorCode.NOT_COORDINATOR if _not_coordinator(b, gid) else ErrorCode.NONE
+    if not _group_allowed(b, Operation.DESCRIBE, gid, "OffsetFetch"):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        error = ErrorCode.NOT_COORDINATOR if _not_coordinator(b, gid) else ErrorCode.NONE
     wanted = req["topics"]
     committed: dict[tuple[str, int], int] = {}
     if not error:
@@ -119,18 +152,21 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
             error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         else:
             committed = dict(sorted((tp, o) for tp, o in found.items() if o >= 0))
-    if wanted is None:
+    if wanted is None:  # every committed topic the principal may describe
         by_topic: dict[str, list[int]] = {}
         for t, p in committed:
             by_topic.setdefault(t, []).append(p)
-        wanted = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        wanted = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()
+                  if allowed(b.authorizer, Operation.DESCRIBE, ResourceType.TOPIC, t, log_denial=False)]  # fmt: skip
     topics_out = []
     part_error = error if header.api_version < 2 else ErrorCode.NONE  # v2+ carries it once, at the top
     for t in wanted:
         parts = []
+        denied = not error and not _topic_allowed(b, Operation.DESCRIBE, t["name"], "OffsetFetch")
         for p in t["partition_indexes"]:
-            parts.append({"partition_index": p, "committed_offset": committed.get((t["name"], p), -1),
-                          "metadata": "", "error_code": part_error})  # fmt: skip
+            offset = -1 if denied else committed.get((t["name"], p), -1)
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied else part_error
+            parts.append({"partition_index": p, "committed_offset": offset, "metadata": "", "error_code": code})
         topics_out.append({"name": t["name"], "partitions": parts})
     return {"topics": topics_out, "error_code": error}
 
@@ -138,6 +174,9 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
 async def handle_describe_groups(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
     for gid in req["groups"]:
+        if not _group_allowed(b, Operation.DESCRIBE, gid, "DescribeGroups"):
+            out.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "group_id": gid})
+            continue
         if await _not_coordinating(b, gid):
             out.append({"error_code": ErrorCode.NOT_COORDINATOR, "group_id": gid})
             continue
@@ -154,6 +193,8 @@ async def handle_list_groups(b: Services, header: RequestHeader, req: dict[str, 
     for gid in await _stored_groups(b):
         if gid not in groups and not _not_coordinator(b, gid):
             groups[gid] = "consumer"
+    if not cluster_allowed(b.authorizer, Operation.DESCRIBE, log_denial=False):  # then those it may describe
+        groups = {g: t for g, t in groups.items() if _group_allowed(b, Operation.DESCRIBE, g, "", log_denial=False)}
     return {"error_code": ErrorCode.NONE,
             "groups": [{"group_id": g, "protocol_type": t} for g, t in sorted(groups.items())]}  # fmt: skip
 

@@ -10,6 +10,10 @@ A request naming many topics the broker does not know cannot make it flood ZooKe
 `LOOKUPS_PER_REQUEST` of them are looked up (and auto-created) per request, and at most
 `CREATES_PER_SECOND` topics are auto-created per second (a second's worth may come at once); the others
 are answered UNKNOWN_TOPIC_OR_PARTITION, which a client retries.
+
+With an authorizer (as Kafka): a topic the principal may not Describe is left out of an all-topics answer
+and is TOPIC_AUTHORIZATION_FAILED when named; auto-creation needs Create on the cluster or on the topic,
+else TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 from broker.protocol.api import api_versions_table
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
+from broker.security.session import current
+from broker.security.acl import Operation, ResourceType
+from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.topics import assign_replicas, is_internal, topic_name_error
 from broker.zk import registry
 
@@ -50,8 +57,10 @@ async def handle_api_versions(b: Services, header: RequestHeader, req: dict[str,
 async def handle_metadata(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     version = header.api_version
     requested = req["topics"]
-    if requested is None or (version == 0 and not requested):
-        names = sorted(b.cache.topics)
+    a = b.authorizer
+    if requested is None or (version == 0 and not requested):  # all topics: those it may not describe left out
+        names = [t for t in sorted(b.cache.topics) if allowed(a, Operation.DESCRIBE, ResourceType.TOPIC, t,
+                                                              log_denial=False)]  # fmt: skip
         requested_names: set[str] = set()
     else:
         names = [t["name"] for t in requested]
@@ -60,16 +69,51 @@ async def handle_metadata(b: Services, header: RequestHeader, req: dict[str, Any
     topics = []
     lookups = LOOKUPS_PER_REQUEST
     for name in names:
+        if requested_names and not allowed(a, Operation.DESCRIBE, ResourceType.TOPIC, name, "Metadata"):
+            topics.append(_unauthorized(name))  # (not even whether it exists)
+            continue
         if lookups > 0 and name not in b.cache.topics and name in requested_names and topic_name_error(name) is None:
             lookups -= 1
-            if not await b.refresh_topic(name) and allow_create and not is_internal(name) and _may_create():
-                await auto_create(b, name)
+            if not await b.refresh_topic(name) and allow_create and not is_internal(name):
+                if not _may_create_topic(b, name):
+                    topics.append(_unauthorized(name))
+                    continue
+                if _may_create():
+                    await auto_create(b, name)
         topics.append(_topic(b, name))
-    brokers = [{"node_id": i, "host": h, "port": p, "rack": r} for i, (h, p, r) in sorted(b.cache.brokers.items())]
+    brokers = listener_brokers(b)
     return {
         "brokers": brokers, "cluster_id": b.cache.cluster_id, "controller_id": b.cache.controller_id,
         "topics": topics,
     }  # fmt: skip
+
+
+def _unauthorized(name: str) -> dict[str, Any]:
+    return {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "is_internal": is_internal(name),
+            "partitions": []}  # fmt: skip
+
+
+def _may_create_topic(b: Services, name: str) -> bool:
+    """Create on the cluster or on the topic (Kafka's rule for CreateTopics and auto-creation)."""
+    a = b.authorizer
+    return cluster_allowed(a, Operation.CREATE, log_denial=False) or allowed(
+        a, Operation.CREATE, ResourceType.TOPIC, name, "Metadata"
+    )
+
+
+def listener_brokers(b: Services) -> list[dict[str, Any]]:
+    """The live brokers, each at its endpoint for the listener the request came in on; as Kafka, a broker
+    without that listener is left out (one whose endpoints are unknown is listed at its address)."""
+    listener = current().listener
+    out = []
+    for i, (host, port, rack) in sorted(b.cache.brokers.items()):
+        if i in b.cache.endpoints:
+            found = b.cache.endpoint(i, listener)
+            if found is None:
+                continue
+            host, port = found
+        out.append({"node_id": i, "host": host, "port": port, "rack": rack})
+    return out
 
 
 def _topic(b: Services, name: str) -> dict[str, Any]:

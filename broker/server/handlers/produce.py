@@ -24,6 +24,8 @@ from broker.errors import CorruptRecordError, InvalidRecordError, RecordTooLarge
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.records.batch import HEADER, LOG_OVERHEAD
+from broker.security.acl import Operation, ResourceType
+from broker.security.acl_authorizer import cluster_allowed
 from broker.server.network import BadRequest
 from broker.zk import registry
 
@@ -75,7 +77,7 @@ async def handle_produce(b: Services, header: RequestHeader, req: dict[str, Any]
     """Produce after looking up in ZooKeeper the topics the metadata cache does not know yet."""
     if header.api_version >= 3 and req["acks"] in _ACKS:
         for t in req["topics"]:
-            if t["name"] not in b.cache.topics:
+            if t["name"] not in b.cache.topics and _may_write(b, t["name"], log_denial=False):
                 await b.refresh_topic(t["name"])
     answer = _produce(b, header.api_version, req)
     return await answer if asyncio.iscoroutine(answer) else answer
@@ -89,8 +91,12 @@ def _produce(b: Services, version: int, req: dict[str, Any]) -> dict[str, Any] |
     for t in req["topics"]:
         name = t["name"]
         parts_out = []
+        denied = b.authorizer is not None and not _may_write(b, name)
         for p in t["partitions"]:
-            out = _produce_partition(b, name, p["index"], p["records"], acks, version)
+            if denied:  # (nothing about the topic is told, not even whether it exists)
+                out = {"index": p["index"], "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+            else:
+                out = _produce_partition(b, name, p["index"], p["records"], acks, version)
             last = out.pop("_last_offset", None)
             if last is not None and b.replicas.needs_wait((name, p["index"]), last):
                 waits.append((out, name, last))
@@ -106,6 +112,12 @@ def _produce(b: Services, version: int, req: dict[str, Any]) -> dict[str, Any] |
     if waits:
         return _replicated(b, answer, waits, req["timeout_ms"] / 1000)
     return answer
+
+
+def _may_write(b: Services, topic: str, *, log_denial: bool = True) -> bool:
+    """Whether the request's principal may write to the topic (Write on it; always, without an authorizer)."""
+    a = b.authorizer
+    return a is None or a.allows(Operation.WRITE, ResourceType.TOPIC, topic, "Produce", log_denial=log_denial)
 
 
 async def _replicated(b: Services, answer: dict[str, Any], waits: list[tuple[dict[str, Any], str, int]],
@@ -208,6 +220,10 @@ def _answered_by_sequence(b: Services, tp: tuple[str, int], span: tuple[int, int
 async def handle_init_producer_id(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     if req["transactional_id"] is not None:
         return {"error_code": ErrorCode.INVALID_REQUEST}  # transactions are not supported
+    a = b.authorizer  # an idempotent producer: IdempotentWrite on the cluster, or Write on some topic (as 2.8)
+    if a is not None and not (cluster_allowed(a, Operation.IDEMPOTENT_WRITE, log_denial=False)
+                              or a.allows_any(Operation.WRITE, ResourceType.TOPIC, "InitProducerId")):  # fmt: skip
+        return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
     pid = b.pid_pool.take()
     if pid is None:
         if b.zookeeper_problem():  # a new block of ids comes from ZooKeeper: retriable, not a 30 s wait

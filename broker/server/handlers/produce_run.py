@@ -4,11 +4,11 @@ A producer sending one small batch per request pipelines many requests alike but
 correlation id and batch. The server offers each connection's received bytes here first: the C scanner
 (`broker/protocol/_produce_run.c`, which documents what a request of a run is) cuts the run, and the
 run is appended with one deferred write and answered with one buffer, with no per-request Python.
-Whatever the run cannot answer with "no error" at once (a topic not in the metadata cache, not the
-leader, too small an ISR for acks=all, an offline log dir, LogAppendTime,
-a batch over max.message.bytes, an idempotent first batch that is a duplicate or out of sequence, a
-segment roll due) goes the general way,
-request by request, so the errors and every other case have one implementation (`produce.py`).
+Whatever the run cannot answer with "no error" at once (a topic not in the metadata cache or that the
+authorizer does not let the connection's principal write, not the leader, too small an ISR for acks=all,
+an offline log dir, LogAppendTime, a batch over max.message.bytes, an idempotent first batch that is a
+duplicate or out of sequence, a segment roll due) goes the general way, request by request, so the
+errors and every other case have one implementation (`produce.py`).
 Without the C codec there are no runs: every request goes the general way.
 
 An acks=all run with followers to wait for is appended the same way and answered once the ISR holds
@@ -26,6 +26,7 @@ from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.produce import RUN_CODEC, encode_produce_response
 from broker.records.crc import crc32c
+from broker.security.acl import Operation, ResourceType
 from broker.server.network import Later
 from broker.server.producers import KEEP, ProducerStates
 
@@ -111,6 +112,9 @@ def run_dispatcher(b: Services) -> RunDispatch | None:
             return n
         if topic not in topics:
             return n
+        auth = b.authorizer  # (its decisions are cached until the ACLs change: one dict look-up per run)
+        if auth is not None and not auth.allows(Operation.WRITE, ResourceType.TOPIC, topic, log_denial=False):
+            return n  # the general path answers TOPIC_AUTHORIZATION_FAILED (and logs it)
         code, plog, part = b.leader_log_now(topic, partition)
         if plog is None or part is None or b.logs.is_offline((topic, partition)):
             return n
