@@ -183,6 +183,33 @@ def set_default(sec: ClientSecurity) -> None:
     _default = sec
 
 
+def inter_broker_security(config: Any) -> ClientSecurity:
+    """How a broker (a `BrokerConfig`) connects to the others: its inter-broker listener's protocol, TLS with
+    its truststore as CA and its keystore as client certificate, SASL with
+    `sasl.mechanism.inter.broker.protocol` and the `username`/`password` of that listener's JAAS config."""
+    from broker.security.sasl import jaas_options
+
+    listener = config.inter_broker_listener
+    protocol = listener.protocol
+    values: dict[str, Any] = {"protocol": protocol}
+    if PROTOCOLS[protocol][0]:
+        tls = config.tls(listener.name)
+        values.update(ca_location=tls.truststore, certificate_location=tls.keystore, key_password=tls.key_password,
+                      endpoint_identification=(tls.endpoint_identification or "none").lower())  # fmt: skip
+    if PROTOCOLS[protocol][1]:
+        mechanism = (config.props.get("sasl.mechanism.inter.broker.protocol") or "PLAIN").strip().upper()
+        if mechanism not in MECHANISMS:
+            raise KafkactlError(f"sasl.mechanism.inter.broker.protocol={mechanism}: expected one of "
+                                f"{', '.join(MECHANISMS)}")  # fmt: skip
+        options = jaas_options(config.jaas_config(listener.name, mechanism))
+        if "username" not in options or "password" not in options:
+            raise KafkactlError(f"the inter-broker listener {listener.name} ({protocol}, {mechanism}) needs "
+                                f'username="..." password="..." in listener.name.{listener.name.lower()}.'
+                                f"{mechanism.lower()}.sasl.jaas.config or sasl.jaas.config")  # fmt: skip
+        values.update(mechanism=mechanism, username=options["username"], password=options["password"])
+    return ClientSecurity(**values)
+
+
 # -- SASL -------------------------------------------------------------------------------------------------
 
 

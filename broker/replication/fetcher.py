@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.client.aio import AsyncConnection
+from broker.client.security import inter_broker_security
 from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -104,7 +105,8 @@ class ReplicaFetcher:
                 raise KafkactlError(f"broker {self.source} is not live")
             timeout = self.m.config.replica_fetch_wait_max_ms / 1000 + 10
             self._conn = await AsyncConnection.open(*address, client_id=f"broker-{self.m.broker_id}-fetcher",
-                                                    timeout=timeout)  # fmt: skip
+                                                    timeout=timeout,
+                                                    security=inter_broker_security(self.m.config))  # fmt: skip
         return self._conn
 
     async def _run(self) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from broker.client import security
 from broker.client.security import ClientSecurity, SaslExchange, SecurityError, pop_security
-from broker.errors import UsageError
+from broker.errors import KafkactlError, UsageError
 from broker.security.scram import ScramServer, make_credential
 
 
@@ -154,3 +154,26 @@ def test_a_forged_scram_server_signature_is_refused():
     server.step(final)
     with pytest.raises(SecurityError, match="authentication failed for user 'alice' at h:1 \\(SCRAM: "):
         exchange.next(b"v=" + b"QUFBQQ==")
+
+
+def test_a_broker_connects_to_the_others_as_its_inter_broker_listener_says(pem: dict[str, Path]):
+    from broker.client.security import inter_broker_security
+    from broker.server.config import BrokerConfig
+
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="adm\\"in";'
+    config = BrokerConfig.load(None, {
+        "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+        "inter.broker.listener.name": "INTERNAL", "ssl.keystore.location": str(pem["cert"]),
+        "listener.name.internal.ssl.truststore.location": str(pem["cert"]),
+        "ssl.endpoint.identification.algorithm": "", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas,
+    })  # fmt: skip
+    sec = inter_broker_security(config)
+    assert (sec.protocol, sec.mechanism, sec.username, sec.password) == ("SASL_SSL", "SCRAM-SHA-512", "admin", 'adm"in')
+    assert sec.ca_location == sec.certificate_location == str(pem["cert"]) and sec.endpoint_identification == "none"
+    assert inter_broker_security(BrokerConfig.load(None, {})) == ClientSecurity()
+    no_jaas = BrokerConfig.load(None, {"listeners": "SASL_PLAINTEXT://127.0.0.1:9092",
+                                       "security.inter.broker.protocol": "SASL_PLAINTEXT"})  # fmt: skip
+    with pytest.raises(KafkactlError, match='needs username="..." password="..." in listener.name.sasl_plaintext'):
+        inter_broker_security(no_jaas)
