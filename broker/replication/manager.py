@@ -302,6 +302,10 @@ class ReplicaManager:
     # -- the follower's side ----------------------------------------------------------------------
 
     def address_of(self, broker_id: int) -> tuple[str, int] | None:
+        """Where to fetch from broker `broker_id`: its `inter.broker.listener.name` endpoint (its address when its
+        endpoints are unknown)."""
+        if broker_id in self.cache.endpoints:
+            return self.cache.endpoint(broker_id, self.config.inter_broker_listener_name)
         found = self.cache.brokers.get(broker_id)
         return None if found is None else (found[0], found[1])
 

@@ -1,6 +1,7 @@
 """A broker's lifecycle: load the logs, join ZooKeeper, serve the wire protocol, shut down cleanly.
 
-Start-up order: listen (a busy port fails before anything else is touched), connect to ZooKeeper,
+Start-up order: listen on every listener (a busy port or a bad TLS file fails before anything else is
+touched), connect to ZooKeeper,
 read topic configs, load and recover the logs, accept connections, register `/brokers/ids/<id>`,
 try for `/controller`, watch brokers and topics. Shutdown reverses it: deregister, stop serving,
 flush, write the checkpoints and the clean-shutdown marker, close the ZooKeeper session.
@@ -37,6 +38,7 @@ from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.producers import ProducerIdPool, ProducerStates, load_states
 from broker.server.purgatory import Purgatory
+from broker.server.tls import server_context
 from broker.topics import topic_name_error
 from broker.zk import client as zkclient
 from broker.zk import paths, registry
@@ -81,7 +83,8 @@ class Broker:
         self.controller: Controller | None = None
         self._state_watched: set[tuple[str, int]] = set()
         self._assignment_watched: set[str] = set()
-        self.server: Server | None = None
+        self.servers: dict[str, Server] = {}  # by listener name, in `listeners` order
+        self.server: Server | None = None  # the first listener's (its port is the one `--port` sets)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
@@ -103,16 +106,26 @@ class Broker:
         self.stopping = asyncio.Event()
         cfg = self.config
         files = file_limit()
-        self.server = Server(
-            cfg.host, cfg.port, dispatcher(self), max_request_bytes=cfg.socket_request_max_bytes,
-            send_buffer=cfg.socket_send_buffer_bytes, receive_buffer=cfg.socket_receive_buffer_bytes,
-            settle=self.write_deferred, run=run_dispatcher(self), max_idle_ms=cfg.connections_max_idle_ms,
-            max_connections=cfg.max_connections if cfg.max_connections > 0 else default_max_connections(files),
-            max_connections_per_ip=cfg.max_connections_per_ip,
-            max_queued_bytes=(cfg.queued_max_request_bytes if cfg.queued_max_request_bytes > 0
-                              else 2 * cfg.socket_request_max_bytes),
-        )  # fmt: skip
-        self.server.bind()
+        dispatch, run = dispatcher(self), run_dispatcher(self)
+        contexts = {x.name: server_context(x.name, cfg.tls(x.name)) for x in cfg.listeners if x.tls}
+        for x in cfg.listeners:
+            self.servers[x.name] = Server(
+                x.host, x.port, dispatch, max_request_bytes=cfg.socket_request_max_bytes,
+                listener=(x.name, x.protocol), context=contexts.get(x.name),
+                send_buffer=cfg.socket_send_buffer_bytes, receive_buffer=cfg.socket_receive_buffer_bytes,
+                settle=self.write_deferred, run=run, max_idle_ms=cfg.connections_max_idle_ms,
+                max_connections=cfg.max_connections if cfg.max_connections > 0 else default_max_connections(files),
+                max_connections_per_ip=cfg.max_connections_per_ip,
+                max_queued_bytes=(cfg.queued_max_request_bytes if cfg.queued_max_request_bytes > 0
+                                  else 2 * cfg.socket_request_max_bytes),
+            )  # fmt: skip
+        self.server = self.servers[cfg.listeners[0].name]
+        try:
+            for server in self.servers.values():
+                server.bind()
+        except BaseException:
+            await self._abort_start()
+            raise
         try:
             self._connect_zookeeper()
             zk = self.zk
@@ -124,10 +137,10 @@ class Broker:
             topic_configs = {t: log_config_for(cfg.log, registry.topic_config(zk, t)) for t in registry.topic_names(zk)}
             self.logs.startup(topic_configs, cluster_id=self.cache.cluster_id)
             self._load_producer_states()
-            self.server.start()
+            for server in self.servers.values():
+                server.start()
             # a registration of this broker's own killed run goes when its session does: wait for that
-            registry.register_broker(zk, self.id, cfg.advertised_host, cfg.advertised_port,
-                                     wait_s=cfg.zk_session_timeout_ms / 1000 + 5)  # fmt: skip
+            registry.register_broker(zk, self.id, self.endpoints(), wait_s=cfg.zk_session_timeout_ms / 1000 + 5)
             self._registered = True
             zk.add_listener(self._on_zk_state)
             self.replicas.start()
@@ -152,9 +165,24 @@ class Broker:
         if stray:
             log.warning("logs of topics unknown to ZooKeeper are kept but not served: %s", ", ".join(stray))
 
+    def endpoints(self) -> list[registry.Endpoint]:
+        """What this broker registers: each advertised listener, a port 0 there being the port it was bound to."""
+        out = []
+        for x in self.config.advertised.values():
+            server = self.servers.get(x.name)
+            port = server.port if x.port == 0 and server is not None else x.port
+            out.append(registry.Endpoint(x.name, x.protocol, x.host, port))
+        return out
+
+    def inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """(host, port) where this broker reaches broker `broker_id` (its `inter.broker.listener.name`
+        endpoint; the TLS/SASL settings for it: `config.inter_broker_listener`), or None when that broker is
+        not live or has no such listener."""
+        return self.cache.endpoint(broker_id, self.config.inter_broker_listener_name)
+
     async def _abort_start(self) -> None:
-        if self.server is not None:
-            await self.server.close()
+        for server in self.servers.values():
+            await server.close()
         if self.logs._locks:
             self.logs.shutdown()
         if self.zk is not None:
@@ -203,8 +231,8 @@ class Broker:
         if zk is not None and self._registered:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.blocking(registry.deregister_broker, zk, self.id), 5)
-        if self.server is not None:
-            await self.server.close()
+        for server in self.servers.values():
+            await server.close()
         self._record_high_watermarks()
         self._save_producer_states()
         problems = self.logs.shutdown()
@@ -297,7 +325,7 @@ class Broker:
             if self._closing:
                 return
             try:
-                registry.register_broker(zk, self.id, self.config.advertised_host, self.config.advertised_port)
+                registry.register_broker(zk, self.id, self.endpoints())
                 controller = registry.elect_controller(zk, self.id)
             except (KazooException, KafkactlError) as exc:
                 if attempt == 0:
@@ -319,7 +347,7 @@ class Broker:
     def _watch(self) -> None:
         zk = self.zk
         assert zk is not None
-        self.cache.brokers = registry.live_brokers(zk)
+        self.cache.set_brokers(registry.registered_brokers(zk))
         for topic in registry.topic_names(zk):  # first fill, synchronously, so the first request sees it all
             self._load_topic(topic, now=True)
         ChildrenWatch(zk, paths.BROKER_IDS, self._guarded(self._on_brokers))
@@ -347,13 +375,14 @@ class Broker:
         return callback
 
     def _on_brokers(self, children: list[str]) -> None:
-        brokers = registry.live_brokers(self.zk)  # type: ignore[arg-type]
+        brokers = registry.registered_brokers(self.zk)  # type: ignore[arg-type]
         self._call(self._set_brokers, brokers)
 
-    def _set_brokers(self, brokers: dict[int, tuple[str, int, str | None]]) -> None:
+    def _set_brokers(self, registered: dict[int, registry.Registration]) -> None:
         """A new live set: groups whose coordinator is now another broker are handed over (forgotten); the
         controller elects leaders for what the lost brokers led."""
-        self.cache.brokers = brokers
+        self.cache.set_brokers(registered)
+        brokers = self.cache.brokers
         if self.controller is not None and self.cache.controller_id == self.id:
             self.controller.poke()
         for gid in [g for g in self.coordinator.groups if coordinator_for(g, brokers) != self.id]:

@@ -7,6 +7,7 @@ request handlers on the loop; a miss can be filled on demand with `refresh_topic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -27,6 +28,17 @@ class MetadataCache:
     topic_ids: dict[str, int] = field(default_factory=dict)  # creation zxid: tells a re-created topic apart
     controller_id: int = -1
     cluster_id: str | None = None
+    #: {broker id: {listener name: (host, port)}}: where each live broker serves each of its listeners
+    endpoints: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
+
+    def set_brokers(self, registered: dict[int, Any]) -> None:
+        """The live brokers, from `broker.zk.registry.registered_brokers`."""
+        self.endpoints = {i: {name: (e.host, e.port) for name, e in r.endpoints.items()} for i, r in registered.items()}
+        self.brokers = {i: (r.host, r.port, r.rack) for i, r in registered.items()}
+
+    def endpoint(self, broker_id: int, listener: str) -> tuple[str, int] | None:
+        """(host, port) of a live broker's listener, or None (not live, or no such listener)."""
+        return self.endpoints.get(broker_id, {}).get(listener)
 
     def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         parts = self.topics.get(topic)

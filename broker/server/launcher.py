@@ -93,8 +93,9 @@ def run_broker(config: BrokerConfig, *, embedded_zookeeper: bool = True,
 
         def ready(b: Broker) -> None:
             dirs = ",".join(str(d) for d in config.log_dirs)
+            listeners = ", ".join(f"{s.host}:{s.port} ({name})" for name, s in b.servers.items())
             announce(
-                f"broker {config.broker_id} serving on {config.host}:{b.server.port if b.server else config.port} "
+                f"broker {config.broker_id} serving on {listeners} "
                 f"(ZooKeeper {config.zookeeper_connect}, log dirs {dirs}, pid {os.getpid()})"
             )
             sys.stdout.flush()

@@ -16,6 +16,14 @@ Idle connections are closed, as Kafka's `connections.max.idle.ms` closes them: o
 received or sent for that long (a silent client, or one that sent part of a frame and then nothing, or
 one that stopped reading its answers), unless a request of it is being handled (a fetch waiting in
 purgatory is not idle). A task checks every connection's last activity a few times per period.
+
+A `Server` serves one listener. Each connection gets a `broker.security.session.Session` (the listener,
+its protocol, the client's address), set as `current_session` in the connection's task, so handlers read
+it without it travelling through every call. On a TLS listener a `TlsConnection` runs the bytes through
+an `ssl.SSLObject` over memory buffers (asyncio's socket calls refuse an `SSLSocket`), after a handshake
+bounded by `HANDSHAKE_TIMEOUT_S` and by the idle check; its answers are encrypted copies (file regions
+read with `pread`: `sendfile` cannot encrypt). A connection whose session must still authenticate (SASL)
+is never offered to the fast produce path: its requests go through the dispatcher until it has.
 """
 
 from __future__ import annotations
@@ -25,9 +33,11 @@ import collections
 import contextlib
 import contextvars
 import errno
+import functools
 import logging
 import os
 import socket
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
@@ -35,6 +45,8 @@ from typing import Any, NamedTuple
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.primitives import I32
+from broker.security.session import Session, current_session
+from broker.server import tls as tlsmod
 from broker.server.broker_logging import describe_exception
 from broker.server.limits import BytePool, ConnectionLimits
 
@@ -45,6 +57,8 @@ _REUSE = 4 << 20
 _CHUNK = 64 * 1024
 _HOLD = 32  # answers held back at most while more pipelined requests wait
 _HEADER = struct.Struct(">hhi")  # a request header's api key, version and correlation id
+HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that has not finished its handshake by then is closed
+_TLS_CHUNK = 256 * 1024  # plaintext encrypted (and file bytes read) at a time on a TLS connection
 
 
 def _nothing() -> None:
@@ -104,6 +118,8 @@ class Connection:
         self.active = self.loop.time()  # when bytes last came or went (or a request was answered)
         self.busy = False  # a request of this connection is being handled (it is not idle meanwhile)
         self.expired: float | None = None  # set (idle seconds) when the idle check ends this connection
+        #: receive into a buffer: the socket's own call here (no extra coroutine), TLS's in `TlsConnection`
+        self._recv_into: Callable[[memoryview], Awaitable[int]] = functools.partial(self.loop.sock_recv_into, sock)
 
     def partial(self) -> tuple[int, int]:
         """(bytes received, size) of a request frame begun but not whole yet; (0, 0) when none is."""
@@ -157,7 +173,7 @@ class Connection:
             left = self._end - self._start
             self._buf[:left] = self._view[self._start : self._end]
             self._start, self._end = 0, left
-        n = await self.loop.sock_recv_into(self.sock, self._view[self._end :])
+        n = await self._recv_into(self._view[self._end :])
         self._end += n
         self.active = self.loop.time()
         return n > 0
@@ -206,7 +222,7 @@ class Connection:
         got = have
         while got < size:
             self._big = (4 + got, 4 + size)  # for the idle check's log line (left as it is if the wait ends it)
-            n = await self.loop.sock_recv_into(self.sock, view[got:])
+            n = await self._recv_into(view[got:])
             self.active = self.loop.time()
             if n == 0:
                 raise BadRequest(f"connection closed inside a frame ({got} of {size} bytes)")
@@ -299,6 +315,100 @@ class Connection:
             left -= n
 
 
+class TlsConnection(Connection):
+    """A client of a TLS listener: its bytes go through an `ssl.SSLObject` over two memory BIOs; every answer
+    goes out through `send`, encrypted, file regions read with `pread` (no `sendfile` under TLS)."""
+
+    def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int, pool: BytePool | None,
+                 context: ssl.SSLContext) -> None:  # fmt: skip
+        super().__init__(sock, peer, max_request_bytes, pool)
+        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self._in, self._out, server_side=True)
+        self._recv_into = self._tls_recv_into
+
+    async def handshake(self) -> str | None:
+        """Run the TLS handshake; the client certificate's principal (None without one). A failure (an
+        untrusted certificate, bytes that are not TLS) raises BadRequest, after the alert went out."""
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await self._flush()
+                if not await self._fill():
+                    raise BadRequest("TLS handshake failed: the client closed the connection") from None
+            except ssl.SSLError as exc:
+                with contextlib.suppress(OSError):
+                    await self._flush()  # the alert, so the client learns why
+                raise BadRequest(f"TLS handshake failed: {exc.reason or exc}") from None
+        await self._flush()
+        return tlsmod.principal(self.tls.getpeercert())
+
+    async def _fill(self) -> bool:
+        """Move what the socket has into the TLS input; False at end of stream."""
+        data = await self.loop.sock_recv(self.sock, _CHUNK)
+        if not data:
+            self._in.write_eof()
+            return False
+        self._in.write(data)
+        self.active = self.loop.time()
+        return True
+
+    async def _flush(self) -> None:
+        if self._out.pending:
+            await self.loop.sock_sendall(self.sock, self._out.read())
+            self.active = self.loop.time()
+
+    async def _tls_recv_into(self, view: memoryview) -> int:
+        """Decrypted bytes into `view`: how many (0 at the end of the stream, a close_notify or not)."""
+        while True:
+            try:
+                n = self.tls.read(len(view), view)
+            except ssl.SSLWantReadError:
+                if not await self._fill():
+                    return 0
+                continue
+            except ssl.SSLZeroReturnError:
+                return 0
+            except ssl.SSLError as exc:
+                raise BadRequest(f"TLS error: {exc.reason or exc}") from None
+            if self._out.pending:  # (TLS's own messages, a key update's answer)
+                await self._flush()
+            return n
+
+    def send_now(self, parts: list[Any]) -> list[Any]:
+        return parts  # everything is encrypted by `send`
+
+    async def send(self, parts: list[Any]) -> None:
+        """Encrypt an answer a chunk at a time and write it; file regions are read into memory first."""
+        try:
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    await self._send_region(part)
+                    continue
+                view = memoryview(part).cast("B") if part.__class__ is not bytes else memoryview(part)
+                for at in range(0, len(view), _TLS_CHUNK):
+                    self.tls.write(view[at : at + _TLS_CHUNK])
+                    if self._out.pending >= _TLS_CHUNK:
+                        await self._flush()
+            await self._flush()
+        finally:
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    os.close(part.fd)
+
+    async def _send_region(self, region: FileRegion) -> None:
+        pos, left = region.position, region.length
+        while left > 0:
+            data = os.pread(region.fd, min(left, _TLS_CHUNK), pos)
+            if not data:  # the file is shorter than promised (truncated under us)
+                raise BadRequest(f"segment file ended {left} bytes early while sending a fetch answer")
+            self.tls.write(data)
+            await self._flush()
+            pos += len(data)
+            left -= len(data)
+
+
 def _log_idle(conn: Connection, max_idle_ms: int) -> None:
     idle = int((conn.expired or 0) * 1000)
     got, size = conn.partial()
@@ -328,14 +438,20 @@ def describe_request(frame: memoryview | None) -> str:
 
 
 class Server:
-    """Accepts connections and serves each on its own task until it closes or misbehaves."""
+    """Accepts the connections of one listener and serves each on its own task until it closes or misbehaves.
+
+    `listener`: its name and security protocol (a `Session` of each connection says them); `context`: the
+    TLS server context of a TLS listener, else None."""
 
     def __init__(self, host: str, port: int, dispatch: Dispatch, *, max_request_bytes: int,
+                 listener: tuple[str, str] = ("PLAINTEXT", "PLAINTEXT"), context: ssl.SSLContext | None = None,
                  send_buffer: int = -1, receive_buffer: int = -1,
                  settle: Callable[[], None] | None = None, run: RunDispatch | None = None,
                  max_idle_ms: int = -1, max_connections: int = 1 << 62, max_connections_per_ip: int = -1,
                  max_queued_bytes: int = -1) -> None:  # fmt: skip
         self.host, self.port = host, port
+        self.listener, self.protocol = listener
+        self.context = context
         self.dispatch = dispatch
         self.run = run
         self.settle = settle or _nothing
@@ -419,18 +535,26 @@ class Server:
                 client.close()
                 continue
             peer = f"{addr[0]}:{addr[1]}"
-            task = loop.create_task(self._serve(client, peer))
+            task = loop.create_task(self._serve(client, peer, ip))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
             task.add_done_callback(lambda _t, ip=ip: self.limits.release(ip))
 
-    async def _serve(self, sock: socket.socket, peer: str) -> None:
-        conn = Connection(sock, peer, self.max_request_bytes, self.pool)
+    async def _serve(self, sock: socket.socket, peer: str, ip: str = "") -> None:
+        session = Session(listener=self.listener, protocol=self.protocol, host=ip)
+        session.authenticated = not session.sasl
+        if self.context is None:
+            conn = Connection(sock, peer, self.max_request_bytes, self.pool)
+        else:
+            conn = TlsConnection(sock, peer, self.max_request_bytes, self.pool, self.context)
         current_peer.set(peer)
+        current_session.set(session)
         task = asyncio.current_task()
         assert task is not None
         self.connections[conn] = task
-        dispatch, settle, run = self.dispatch, self.settle, self.run
+        dispatch, settle = self.dispatch, self.settle
+        run = self.run if session.authenticated else None  # a SASL client: not before it has authenticated
+        authenticating = not session.authenticated
         out: list[Any] = []
         held = 0
         # while a `Later` answer waits, every answer goes through `queue` (a task or parts, in request order)
@@ -465,6 +589,8 @@ class Server:
         singles = 0  # requests the run dispatch declined: they go to `dispatch` one by one
         frame: memoryview | None = None  # the request being handled (its first bytes name it in a log line)
         try:
+            if conn.__class__ is TlsConnection:
+                await self._handshake(conn, session)  # type: ignore[arg-type]
             while True:
                 got: Any = conn.take_run(run) if run is not None and not singles else 0
                 if got.__class__ is not int:  # a run of requests, appended; their answers in one buffer
@@ -485,6 +611,8 @@ class Server:
                         if frame is None:
                             return
                     answer = dispatch(frame, peer)
+                    if authenticating and session.authenticated:  # (SaslAuthenticate succeeded: the fast path)
+                        run, authenticating = self.run, False
                     if answer.__class__ is Later:
                         writer = wait_in_turn(answer, out, writer)
                         out, held = [], 0
@@ -551,6 +679,16 @@ class Server:
             self.connections.pop(conn, None)
             conn.release_memory()
             sock.close()
+
+    async def _handshake(self, conn: TlsConnection, session: Session) -> None:
+        """The TLS handshake, within HANDSHAKE_TIMEOUT_S; a client certificate names the session's principal."""
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                found = await conn.handshake()
+        except TimeoutError:
+            raise BadRequest(f"TLS handshake not finished within {HANDSHAKE_TIMEOUT_S:g} s") from None
+        if found is not None:
+            session.principal = found
 
     async def close(self) -> None:
         """Stop accepting and end every connection."""

@@ -250,12 +250,35 @@ def loads(data: bytes | None) -> Any:
     return json.loads(data) if data else None
 
 
-def broker_json(host: str, port: int, rack: str | None = None) -> bytes:
+def broker_json(host: str, port: int, rack: str | None = None,
+                endpoints: list[tuple[str, str, str, int]] | None = None) -> bytes:  # fmt: skip
+    """Kafka's v5 registration. `endpoints`: (listener name, security protocol, host, port) of each advertised
+    listener (without it: one PLAINTEXT listener at `host`:`port`); the JSON's `host`/`port` are the PLAINTEXT
+    listener's, null/-1 without one, as Kafka writes them."""
+    eps = endpoints if endpoints is not None else [("PLAINTEXT", "PLAINTEXT", host, port)]
+    plain = next(((h, p) for name, _, h, p in eps if name == "PLAINTEXT"), (None, -1))
     return dumps({
-        "version": 5, "host": host, "port": port, "jmx_port": -1, "timestamp": now_ms(),
-        "endpoints": [f"PLAINTEXT://{host}:{port}"], "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "version": 5, "host": plain[0], "port": plain[1], "jmx_port": -1, "timestamp": now_ms(),
+        "endpoints": [f"{name}://{f'[{h}]' if ':' in h else h}:{p}" for name, _, h, p in eps],
+        "listener_security_protocol_map": {name: proto for name, proto, _, _ in eps},
         "rack": rack, "features": {},
     })  # fmt: skip
+
+
+def parse_endpoints(data: bytes) -> list[tuple[str, str, str, int]]:
+    """(listener name, security protocol, host, port) of each endpoint of a broker registration; a name the
+    registration's protocol map does not name is its own protocol (registrations before v4 have no map)."""
+    obj = loads(data) or {}
+    protocols = obj.get("listener_security_protocol_map") or {}
+    out = []
+    for ep in obj.get("endpoints") or []:
+        name, _, rest = str(ep).partition("://")
+        host, _, port = rest.rpartition(":")
+        try:
+            out.append((name, protocols.get(name, name), host.strip("[]") or "127.0.0.1", int(port)))
+        except ValueError:
+            continue
+    return out
 
 
 def parse_broker(data: bytes) -> tuple[str, int, str | None]:

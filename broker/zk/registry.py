@@ -10,6 +10,7 @@ import contextlib
 import logging
 import threading
 import time
+from typing import NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -32,6 +33,28 @@ class UnknownTopicError(KafkactlError):
     pass
 
 
+class Endpoint(NamedTuple):
+    """One advertised listener of a broker, as `/brokers/ids/<id>` lists it."""
+
+    listener: str
+    protocol: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.listener}://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}"
+
+
+class Registration(NamedTuple):
+    """A live broker: (host, port) of its PLAINTEXT listener (else of its first one), rack, and every endpoint
+    by listener name."""
+
+    host: str
+    port: int
+    rack: str | None
+    endpoints: dict[str, Endpoint]
+
+
 def ensure_roots(zk: KazooClient) -> None:
     for path in paths.ROOTS:
         zk.ensure_path(path)
@@ -47,20 +70,23 @@ def cluster_id(zk: KazooClient) -> str:
     return paths.loads(data)["id"]
 
 
-def register_broker(zk: KazooClient, broker_id: int, host: str, port: int, rack: str | None = None, *,
+def register_broker(zk: KazooClient, broker_id: int, endpoints: list[Endpoint], rack: str | None = None, *,
                     wait_s: float = 0.0) -> None:  # fmt: skip
-    """Create the ephemeral `/brokers/ids/<id>`; refuse an id another live broker holds.
+    """Create the ephemeral `/brokers/ids/<id>` with an endpoint per advertised listener; refuse an id another
+    live broker holds.
 
-    A registration left at our own host:port by another session is an earlier incarnation of this broker,
-    killed without a clean stop (we hold that port now): ZooKeeper removes it when its session expires, so
+    A registration left at our own endpoints by another session is an earlier incarnation of this broker,
+    killed without a clean stop (we hold those ports now): ZooKeeper removes it when its session expires, so
     wait for that, up to `wait_s` (about the session timeout), saying so once, then register.
     """
     path = paths.broker(broker_id)
+    data = paths.broker_json("", -1, rack, endpoints=[tuple(e) for e in endpoints])  # type: ignore[misc]
+    ours = sorted(str(e) for e in endpoints)
     deadline = time.monotonic() + wait_s
     announced = False
     while True:
         try:
-            zk.create(path, paths.broker_json(host, port, rack), ephemeral=True, makepath=True)
+            zk.create(path, data, ephemeral=True, makepath=True)
             return
         except NodeExistsError:
             pass
@@ -70,17 +96,17 @@ def register_broker(zk: KazooClient, broker_id: int, host: str, port: int, rack:
             continue
         if stat.ephemeralOwner == zk.client_id[0]:
             return  # ours already (a re-registration after a reconnect)
-        other_host, other_port, _ = paths.parse_broker(data)
+        theirs = sorted(str(Endpoint(*e)) for e in paths.parse_endpoints(data))
         session = f"ZooKeeper session {stat.ephemeralOwner:#x}"
-        if (other_host, other_port) != (host, port):
+        if theirs != ours:
             raise BrokerIdTakenError(
-                f"broker id {broker_id} is held by a live broker at {other_host}:{other_port} ({session}): pick "
+                f"broker id {broker_id} is held by a live broker at {','.join(theirs)} ({session}): pick "
                 "another --broker-id (if that broker was killed, its registration goes when its session times out)"
             ) from None
         left = deadline - time.monotonic()
         if left <= 0:
             raise BrokerIdTakenError(
-                f"broker id {broker_id} is still registered at {host}:{port} by an earlier run of this broker "
+                f"broker id {broker_id} is still registered at {','.join(ours)} by an earlier run of this broker "
                 f"({session}, not stopped cleanly) and ZooKeeper has not expired it within {wait_s:g}s; try "
                 "again once that session's timeout has passed"
             ) from None
@@ -102,7 +128,12 @@ def deregister_broker(zk: KazooClient, broker_id: int) -> None:
 
 
 def live_brokers(zk: KazooClient) -> dict[int, tuple[str, int, str | None]]:
-    """{id: (host, port, rack)} of the registered brokers."""
+    """{id: (host, port, rack)} of the registered brokers (the PLAINTEXT endpoint, else the first one)."""
+    return {i: (r.host, r.port, r.rack) for i, r in registered_brokers(zk).items()}
+
+
+def registered_brokers(zk: KazooClient) -> dict[int, Registration]:
+    """{id: registration} of the registered brokers, with every endpoint by listener name."""
     out = {}
     try:
         children = zk.get_children(paths.BROKER_IDS)
@@ -113,8 +144,18 @@ def live_brokers(zk: KazooClient) -> dict[int, tuple[str, int, str | None]]:
             data, _ = zk.get(paths.broker(int(child)))
         except (NoNodeError, ValueError):
             continue
-        out[int(child)] = paths.parse_broker(data)
+        out[int(child)] = parse_registration(data)
     return dict(sorted(out.items()))
+
+
+def parse_registration(data: bytes) -> Registration:
+    """A `/brokers/ids/<id>` registration, its address the PLAINTEXT endpoint's, else the first endpoint's."""
+    host, port, rack = paths.parse_broker(data)
+    endpoints = {e[0]: Endpoint(*e) for e in paths.parse_endpoints(data)}
+    if "PLAINTEXT" not in endpoints and endpoints:
+        first = next(iter(endpoints.values()))
+        host, port = first.host, first.port
+    return Registration(host, port, rack, endpoints)
 
 
 def topic_names(zk: KazooClient) -> list[str]:

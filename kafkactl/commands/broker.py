@@ -10,7 +10,7 @@ import typer
 from broker.errors import KafkactlError, UsageError
 from broker.home import log_file as launcher_log_file
 from broker.server import launcher
-from broker.server.config import BrokerConfig, parse_override
+from broker.server.config import BrokerConfig, parse_override, with_first_port
 from broker.zk import client as zkclient
 from broker.zk import registry
 from kafkactl import contexts
@@ -26,7 +26,12 @@ def start(
         list[str] | None, typer.Option("--override", help="key=value over the file (repeatable).")
     ] = None,
     broker_id: Annotated[int | None, typer.Option("--broker-id", help="broker.id")] = None,
-    port: Annotated[int | None, typer.Option("--port", "-p", help="Listen on 127.0.0.1:PORT.")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", "-p", help="The port of the first listener (default listeners: PLAINTEXT://127.0.0.1:PORT)."
+        ),
+    ] = None,
     log_dirs: Annotated[str | None, typer.Option("--log-dirs", help="Comma-separated log directories.")] = None,
     zookeeper: contexts.ZooKeeper = None,
     daemon: Annotated[
@@ -44,7 +49,7 @@ def start(
     if port is not None:
         if not 0 < port < 65536:
             raise UsageError(f"--port {port}: not a TCP port")
-        overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+        overrides["listeners"] = with_first_port(BrokerConfig.load(config, overrides).props["listeners"], port)
     if log_dirs is not None:
         overrides["log.dirs"] = log_dirs
     zk = zookeeper or contexts.root.get("zookeeper")

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from broker.protocol.api import api_versions_table
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
-from broker.security.session import current
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
+from broker.security.session import current
 from broker.topics import assign_replicas, is_internal, topic_name_error
 from broker.zk import registry
 

@@ -239,8 +239,8 @@ def test_tree_depth_and_ephemerals(fake: FakeZk) -> None:
 def test_registries_over_the_registry_functions(fake: FakeZk) -> None:
     z: Any = fake
     registry.ensure_roots(z)
-    registry.register_broker(z, 2, "h2", 9093)
-    registry.register_broker(z, 10, "h10", 9094, rack="r1")
+    registry.register_broker(z, 2, [registry.Endpoint("PLAINTEXT", "PLAINTEXT", "h2", 9093)])
+    registry.register_broker(z, 10, [registry.Endpoint("PLAINTEXT", "PLAINTEXT", "h10", 9094)], rack="r1")
     fake.create(paths.CONTROLLER, paths.controller_json(10))
     fake.create(paths.CONTROLLER_EPOCH, b"7")
     fake.create(paths.topic("t"), paths.assignment_json({0: [2, 10], 1: [10, 2]}))
