@@ -7,6 +7,9 @@ from typing import Annotated
 
 import typer
 
+from broker.client import properties
+from broker.client import security as client_security
+from broker.client.security import ClientSecurity
 from broker.errors import UsageError
 from kafkactl import contexts
 from kafkactl.render import Output, json_line, table
@@ -40,6 +43,7 @@ def list_(output: OutputOpt = Output.text) -> None:
 def current(output: OutputOpt = Output.text) -> None:
     """The cluster commands use now, and where each value comes from (option, environment, context, default)."""
     values = {key: contexts.resolve(key, None) for key in contexts.DEFAULTS}
+    values.update(contexts.security().to_properties(secrets=False))  # (a password is never shown)
     doc = contexts.load_config()
     name = contexts.root.get("context") or os.environ.get("KAFKACTL_CONTEXT") or doc.get("current-context")
     if output == Output.json:
@@ -58,18 +62,39 @@ def add(
     schema_registry: Annotated[
         str | None, typer.Option("--schema-registry", help="The schema registry's URL.", show_default=False)
     ] = None,
+    security: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-X",
+            "--security",
+            help="A security setting KEY=VALUE (repeatable), by librdkafka's names: "
+            "security.protocol, ssl.ca.location, sasl.mechanism, sasl.username, sasl.password, ...; an "
+            "empty VALUE removes the key.",
+            show_default=False,
+        ),
+    ] = None,
     use: Annotated[bool, typer.Option("--use", help="Make it the current context too.")] = False,
 ) -> None:
     """Add a context, or change the values given of an existing one."""
     if not name.strip():
         raise UsageError("a context needs a name")
-    if bootstrap is None and zookeeper is None and schema_registry is None:
-        raise UsageError("give -b/--bootstrap-server, -z/--zookeeper and/or --schema-registry")
+    settings = properties.pairs(security or [], "-X")
+    for key in settings:
+        if key not in client_security.KEYS:
+            raise UsageError(f"-X {key}: not a security setting ({', '.join(client_security.KEYS)})")
+    if bootstrap is None and zookeeper is None and schema_registry is None and not settings:
+        raise UsageError("give -b/--bootstrap-server, -z/--zookeeper, --schema-registry and/or -X")
     doc = contexts.load_config()
     entry = doc.setdefault("contexts", {}).setdefault(name, {})
     for key, value in (("bootstrap-server", bootstrap), ("zookeeper", zookeeper), ("schema-registry", schema_registry)):
         if value is not None:
             entry[key] = value
+    for key, value in settings.items():
+        if value:
+            entry[key] = value
+        else:
+            entry.pop(key, None)
+    ClientSecurity.from_properties({k: str(v) for k, v in entry.items() if k in client_security.KEYS})  # checked
     if use or not doc.get("current-context"):
         doc["current-context"] = name
     path = contexts.save_config(doc)

@@ -24,8 +24,8 @@ def test_contexts_are_added_used_listed_and_removed(tmp_path: Path) -> None:
     assert doc == {"current-context": "local", "contexts": {"local": {"bootstrap-server": "127.0.0.1:9092",
                    "zookeeper": "127.0.0.1:2181"}, "prod eu": {"bootstrap-server": "k1:9092,k2:9092"}}}  # fmt: skip
     r = run(tmp_path, "config", "list", "-o", "json")
-    assert [(d["name"], d["current"]) for d in map(json.loads, r.stdout.splitlines())] == [("local", True),
-                                                                                          ("prod eu", False)]
+    listed = [(d["name"], d["current"]) for d in map(json.loads, r.stdout.splitlines())]
+    assert listed == [("local", True), ("prod eu", False)]
     assert run(tmp_path, "config", "use", "prod eu").returncode == 0
     current = json.loads(run(tmp_path, "config", "current", "-o", "json").stdout)
     assert current == {"context": "prod eu", "bootstrap-server": "k1:9092,k2:9092", "zookeeper": "localhost:2181",
@@ -43,3 +43,32 @@ def test_contexts_are_added_used_listed_and_removed(tmp_path: Path) -> None:
     assert doc == {"contexts": {"local": {"bootstrap-server": "127.0.0.1:9092", "zookeeper": "127.0.0.1:2181"}}}
     r = run(tmp_path, "config", "add", "empty")
     assert r.returncode == 2 and "give -b/--bootstrap-server" in r.stderr
+
+
+def test_a_context_holds_security_settings_and_never_shows_a_password(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("(a CA bundle)\n")
+    r = run(tmp_path, "config", "add", "secure", "-b", "k1:9093", "-X", "security.protocol=sasl_ssl",
+            "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=alice-secret",
+            "-X", f"ssl.ca.location={ca}")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    path = tmp_path / "kafkactl" / "config.toml"
+    assert path.stat().st_mode & 0o777 == 0o600  # a password inside: the owner's only
+    entry = tomllib.loads(path.read_text())["contexts"]["secure"]
+    assert entry["sasl.password"] == "alice-secret" and entry["security.protocol"] == "sasl_ssl"
+    current = json.loads(run(tmp_path, "config", "current", "-o", "json").stdout)
+    assert current["security.protocol"] == "SASL_SSL" and current["sasl.username"] == "alice"
+    assert "sasl.password" not in current and "alice-secret" not in json.dumps(current)
+    r = run(tmp_path, "-X", "sasl.username=bob", "config", "current", "-o", "json")  # the root -X wins
+    assert json.loads(r.stdout)["sasl.username"] == "bob"
+    assert run(tmp_path, "config", "add", "secure", "-X", "sasl.password=").returncode == 2  # SASL needs one
+    r = run(tmp_path, "config", "add", "secure", "-X", "linger.ms=5")
+    assert r.returncode == 2 and r.stderr.startswith("kafkactl: error: -X linger.ms: not a security setting")
+    r = run(tmp_path, "config", "add", "secure", "-X", "security.protocol=TLS")
+    assert r.returncode == 2 and "security.protocol='TLS': expected one of PLAINTEXT, SSL" in r.stderr
+    r = run(tmp_path, "-X", "linger.ms=5", "topic", "list")
+    assert r.returncode == 2 and "-X linger.ms: only security settings go before the command" in r.stderr
+    r = run(tmp_path, "-X", "ssl.ca.location=/nonexistent/ca.pem", "topic", "list")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "kafkactl: error: ssl.ca.location: cannot read /nonexistent/ca.pem: No such file or directory"
+    )
