@@ -340,7 +340,8 @@ class TlsConnection(Connection):
             except ssl.SSLError as exc:
                 with contextlib.suppress(OSError):
                     await self._flush()  # the alert, so the client learns why
-                raise BadRequest(f"TLS handshake failed: {exc.reason or exc}") from None
+                why = getattr(exc, "verify_message", None)  # (the client certificate's fault: expired, unknown CA)
+                raise BadRequest(f"TLS handshake failed: {exc.reason or exc}{f' ({why})' if why else ''}") from None
         await self._flush()
         return tlsmod.principal(self.tls.getpeercert())
 
