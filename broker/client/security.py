@@ -262,4 +262,4 @@ class SaslExchange:
         if answer["error_code"]:
             message = answer.get("error_message") or "no reason given"
             raise self.failed(f"{error_name(answer['error_code'])}: {message}")
-        return answer.get("auth_bytes") or b""
+        return bytes(answer.get("auth_bytes") or b"")  # (a decoded answer's bytes may be a memoryview)
