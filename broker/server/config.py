@@ -533,6 +533,11 @@ class BrokerConfig:
         }  # fmt: skip
 
 
+def is_sensitive(key: str) -> bool:
+    """Whether a key holds a secret (a key password, a JAAS configuration), plain or per listener."""
+    return key.endswith(SENSITIVE)
+
+
 def _listener_key(key: str) -> bool:
     """Whether `key` is a per-listener security key (`listener.name.<name>.ssl.…`, `…<mech>.sasl.jaas.config`)."""
     m = _LISTENER_KEY.fullmatch(key)

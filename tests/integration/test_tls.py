@@ -63,6 +63,7 @@ def tls_broker(zk_server, pki: Pki, tmp_path_factory: pytest.TempPathFactory) ->
         "ssl.keystore.location": str(pki.keystore("broker")),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.mtls.ssl.truststore.location": str(pki.ca),
+        "listener.name.mtls.ssl.key.password": "not-shown",  # (the key is not encrypted: unused, but secret)
         "connections.max.idle.ms": "4000",
         "num.partitions": "1",
     }
@@ -231,3 +232,15 @@ def test_kcat_over_ssl_produces_and_consumes(tls_broker: TlsBroker, pki: Pki, tm
     out = subprocess.run([*mtls, "-C", "-o", "beginning", "-e", "-q"], capture_output=True, text=True,
                          check=True, timeout=60)  # fmt: skip
     assert out.stdout.splitlines() == lines
+
+
+def test_describe_configs_never_shows_a_password(tls_broker: TlsBroker) -> None:
+    body = {"resources": [{"resource_type": 4, "resource_name": "1", "configuration_keys": None}],
+            "include_synonyms": False}  # fmt: skip
+    with socket.create_connection(("127.0.0.1", tls_broker.port), timeout=15) as s:
+        [res] = ask(s, ApiKey.DESCRIBE_CONFIGS, 1, body)["results"]
+    configs = {c["name"]: c for c in res["configs"]}
+    secret = configs["listener.name.mtls.ssl.key.password"]
+    assert (secret["value"], secret["is_sensitive"]) == (None, True)
+    assert configs["listener.name.mtls.ssl.client.auth"]["value"] == "required"
+    assert "not-shown" not in json.dumps(res)

@@ -31,7 +31,7 @@ from broker.protocol.messages.admin import (
 )
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
-from broker.server.config import topic_config_error
+from broker.server.config import is_sensitive, topic_config_error
 from broker.server.handlers.metadata import create_topic
 from broker.topics import MAX_PARTITIONS, assign_replicas, internal_topic_error, topic_name_error
 from broker.zk import registry
@@ -230,10 +230,11 @@ async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[
         for key in sorted(values):
             if keys is not None and key not in keys:
                 continue
+            secret = is_sensitive(key)  # (as Kafka: a password's value is never shown)
             out["configs"].append({
-                "name": key, "value": values[key], "read_only": rtype == BROKER_RESOURCE,
+                "name": key, "value": None if secret else values[key], "read_only": rtype == BROKER_RESOURCE,
                 "is_default": sources[key] == DEFAULT_CONFIG, "config_source": sources[key],
-                "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None,
+                "is_sensitive": secret, "synonyms": [], "config_type": 0, "documentation": None,
             })  # fmt: skip
     return {"results": results}
 
