@@ -146,3 +146,45 @@ def test_an_untrusted_broker_and_an_expired_client_certificate_are_refused(secur
                  "-b", address)  # fmt: skip
     error_line(r, f"TLS handshake with {address} failed: ")  # no client certificate at all
     assert json.loads(json.dumps(r.stdout)) == ""
+
+
+def test_brokers_replicate_over_their_sasl_ssl_listener(zk_server, tmp_path: Path):
+    """Two brokers whose inter-broker listener is SASL_SSL (SCRAM-SHA-512, the JAAS config's admin): every
+    follower catches up, so a replicated topic takes acks=all writes and lists both brokers in sync."""
+    from tests.integration.cluster import BrokerProcess, new_chroot
+    from tests.integration.helpers import wait_until
+
+    pki = make_pki(tmp_path / "pki")
+    chroot = new_chroot(zk_server.connect_string)
+    ok(kafkactl(tmp_path, "user", "add", "admin", "--password-stdin", "-z", chroot, input_text="admin-secret\n"))
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="admin-secret";'
+    brokers = []
+    try:
+        for broker_id in (1, 2):
+            port, internal = free_port(), free_port()
+            overrides = {
+                "listeners": f"PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+                "inter.broker.listener.name": "INTERNAL", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas,
+                "ssl.keystore.location": str(pki.keystore("broker")), "ssl.truststore.location": str(pki.ca),
+            }  # fmt: skip
+            brokers.append(BrokerProcess(broker_id, chroot, tmp_path / f"b{broker_id}", port=port,
+                                         overrides=overrides).start())  # fmt: skip
+        bootstrap = brokers[0].bootstrap
+        ok(kafkactl(tmp_path, "topic", "create", "replicated", "-p", "2", "-r", "2", "-b", bootstrap))
+        values = [f"m{i}" for i in range(100)]
+        ok(kafkactl(tmp_path, "produce", "replicated", "-b", bootstrap, "--acks", "all", input_text="\n".join(values)))
+
+        def in_sync() -> bool:
+            r = kafkactl(tmp_path, "topic", "describe", "replicated", "-b", bootstrap, "-o", "json")
+            (doc,) = json_lines(ok(r))
+            return all(sorted(p["isr"]) == [1, 2] for p in doc["partitions"])
+
+        wait_until(in_sync, 30, "both brokers in sync over SASL_SSL")
+        got = json_lines(ok(kafkactl(tmp_path, "consume", "replicated", "-b", bootstrap, "-o", "json", "--exit")))
+        assert sorted(m["value"] for m in got) == sorted(values)
+        assert "replica fetcher" not in brokers[1].log_text() + brokers[0].log_text()  # never refused, no retries
+    finally:
+        for b in brokers:
+            b.stop()
