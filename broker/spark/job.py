@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from broker.client import security as client_security
 from broker.home import home_dir
 from broker.spark.commit import SUCCESS, OutputDir, _rmtree
 from broker.spark.errors import SparkLoadError
@@ -60,6 +61,8 @@ def source_options(plan: Plan) -> dict[str, str]:
         "endingOffsets": _offsets_json(plan, "end"),
         "failOnDataLoss": "true" if plan.fail_on_data_loss else "false",
     }
+    for key, value in client_security.default().to_properties().items():  # executors connect as the driver does
+        opts[f"kafka.{key}"] = value
     if plan.min_partitions:
         opts["minPartitions"] = str(plan.min_partitions)
     if plan.max_records_per_file:

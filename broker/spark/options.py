@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from broker.client.security import KEYS as SECURITY_KEYS
+from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 
@@ -120,10 +122,18 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise SourceError(f"startingOffsetsByTimestampStrategy: expected error or latest, got {strategy!r}")
 
     consumer: dict[str, Any] = {}
+    secured: dict[str, str] = {}
     for key, value in opts.items():
         if key.startswith("kafka.") and key[6:] in CONSUMER_OPTIONS:
             name, kind = CONSUMER_OPTIONS[key[6:]]
             consumer[name] = _positive_int(value, key) if kind is int else value
+        elif key.startswith("kafka.") and key[6:] in SECURITY_KEYS:
+            secured[key[6:]] = value
+    if secured:  # kafka.security.protocol=SASL_SSL, ...: the driver's planning and every executor connect so
+        try:
+            consumer["security"] = ClientSecurity.from_properties(secured)
+        except KafkactlError as exc:
+            raise SourceError(f"kafka.{exc}") from None
     return SourceOptions(
         bootstrap=bootstrap.strip() if bootstrap else None,
         subscribe=subscribe,

@@ -37,6 +37,9 @@ Options (names case-insensitive, as in Spark's Kafka source; an unknown name is 
 - ``kafkaConsumer.pollTimeoutMs``: a task fails after this long without progress (120000).
 - ``kafka.max.partition.fetch.bytes``, ``kafka.fetch.max.bytes``, ``kafka.fetch.min.bytes``,
   ``kafka.fetch.max.wait.ms``, ``kafka.request.timeout.ms``, ``kafka.client.id``: consumer settings.
+- ``kafka.security.protocol``, ``kafka.ssl.ca.location``, ``kafka.sasl.mechanism``, ``kafka.sasl.username``,
+  ``kafka.sasl.password`` (and the other keys of ``broker.client.security``): TLS and SASL for the planning
+  and every task (the files named must exist where the tasks run). `kafkactl spark-load` passes its own.
   Other ``kafka.*`` keys and Spark's streaming-only options are accepted and ignored.
 
 Rows have Spark's Kafka schema: ``key binary, value binary, topic string, partition int, offset long,
@@ -62,6 +65,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from broker.client import security as client_security
 from broker.spark.options import OffsetBound, SourceError, SourceOptions, parse_options
 from broker.spark.ranges import DataLossError, OffsetRange, plan_ranges, split_ranges
 from broker.spark.read import (
@@ -129,6 +133,7 @@ class KafkactlReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        _use_security(options)
         planned = plan_ranges(options.bootstrap, options)
         self.ranges = split_ranges(planned, options.min_partitions, options.max_records_per_partition)
 
@@ -140,9 +145,18 @@ class KafkactlReader(DataSourceReader):
         if rng is None:  # Spark runs one empty partition when there is nothing to read
             return
         o = self.options
+        _use_security(o)
         yield from read_range(o.bootstrap, OffsetRange(*rng), fail_on_data_loss=o.fail_on_data_loss,
                               include_headers=o.include_headers, poll_timeout_ms=o.poll_timeout_ms,
                               consumer=o.consumer)  # fmt: skip
+
+
+def _use_security(options: SourceOptions) -> None:
+    """The options' TLS/SASL settings (`kafka.security.protocol`, ...) for every connection of this Python
+    worker: the consumers and the admin lookups alike."""
+    sec = options.consumer.get("security")
+    if sec is not None:
+        client_security.set_default(sec)
 
 
 def register(spark: Any) -> None:

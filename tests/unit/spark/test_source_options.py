@@ -111,7 +111,7 @@ def test_bad_values_name_their_option(option, value):
 
 def test_unknown_options_are_refused_known_spark_ones_ignored():
     refused({**BASE, "startingOffset": "earliest"}, "unknown option 'startingoffset'", "startingOffsets")
-    o = parse(maxOffsetsPerTrigger="10", groupIdPrefix="x", **{"kafka.group.id": "g", "kafka.security.protocol": "x"})
+    o = parse(maxOffsetsPerTrigger="10", groupIdPrefix="x", **{"kafka.group.id": "g", "kafka.session.timeout.ms": "x"})
     assert o.consumer == {}
 
 
@@ -119,3 +119,35 @@ def test_kafka_consumer_settings_are_passed_on():
     o = parse(**{"kafka.max.partition.fetch.bytes": "2097152", "kafka.client.id": "spark",
                  "kafka.fetch.max.wait.ms": "50"})  # fmt: skip
     assert o.consumer == {"max_partition_fetch_bytes": 2097152, "client_id": "spark", "fetch_max_wait_ms": 50}
+
+
+def test_security_settings_reach_the_consumers():
+    from broker.client.security import ClientSecurity
+
+    o = parse(**{"kafka.security.protocol": "sasl_plaintext", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                 "kafka.sasl.username": "alice", "kafka.sasl.password": "pw"})  # fmt: skip
+    assert o.consumer["security"] == ClientSecurity(protocol="SASL_PLAINTEXT", mechanism="SCRAM-SHA-512",
+                                                    username="alice", password="pw")  # fmt: skip
+    assert "security" not in parse().consumer
+    refused({**BASE, "kafka.security.protocol": "TLS"}, "kafka.security.protocol='TLS': expected one of")
+    refused({**BASE, "kafka.ssl.ca.location": "/nonexistent/ca.pem"}, "kafka.ssl.ca.location: cannot read")
+
+
+def test_spark_load_passes_the_drivers_security_to_its_executors():
+    from broker.client import security
+    from broker.spark.job import source_options
+    from broker.spark.plan import Plan, RangeResult
+
+    sec = security.ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.username": "alice",
+                                                   "sasl.password": "pw"})  # fmt: skip
+    before = security.default()
+    security.set_default(sec)
+    try:
+        plan = Plan("load", None, [RangeResult("t", 0, 0, 10)], [("t", 0, 0, 10)], "h:1")  # type: ignore[arg-type]
+        opts = source_options(plan)
+    finally:
+        security.set_default(before)
+    assert {k: v for k, v in opts.items() if k.startswith("kafka.")} == {
+        "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.username": "alice", "kafka.sasl.password": "pw"
+    }  # fmt: skip
+    assert parse_options(opts).consumer["security"] == sec
