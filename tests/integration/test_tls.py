@@ -244,3 +244,67 @@ def test_describe_configs_never_shows_a_password(tls_broker: TlsBroker) -> None:
     assert (secret["value"], secret["is_sensitive"]) == (None, True)
     assert configs["listener.name.mtls.ssl.client.auth"]["value"] == "required"
     assert "not-shown" not in json.dumps(res)
+
+
+def test_two_brokers_replicate_over_mutual_tls(zk_server, pki: Pki, tmp_path: Path) -> None:
+    """`inter.broker.listener.name=SSL` with client certificates required: each follower fetches over TLS with
+    the broker's own certificate, so a replicated topic takes acks=all writes and both stay in sync. Broker 2
+    also has a listener broker 1 lacks: a Metadata asked there lists broker 2 only (as Kafka)."""
+    from broker.client.connection import Connection
+    from tests.integration.helpers import wait_until
+
+    chroot = new_chroot(zk_server.connect_string)
+    brokers, ssl_ports = [], {}
+    try:
+        for broker_id in (1, 2):
+            port, ssl_ports[broker_id], extra = free_port(), free_port(), free_port()
+            listeners = f"PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl_ports[broker_id]}"
+            overrides = {
+                "listeners": listeners + (f",EXTRA://127.0.0.1:{extra}" if broker_id == 2 else ""),
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,EXTRA:PLAINTEXT",
+                "inter.broker.listener.name": "SSL", "ssl.client.auth": "required",
+                "ssl.keystore.location": str(pki.keystore("broker")), "ssl.truststore.location": str(pki.ca),
+            }  # fmt: skip
+            brokers.append(BrokerProcess(broker_id, chroot, tmp_path / f"b{broker_id}", port=port,
+                                         overrides=overrides).start())  # fmt: skip
+        topic = "over-tls"
+        with Connection("127.0.0.1", brokers[0].port, timeout=15) as conn:
+            body = {"topics": [{"name": topic, "num_partitions": 2, "replication_factor": 2, "assignments": [],
+                                "configs": []}], "timeout_ms": 10000, "validate_only": False}  # fmt: skip
+            [t] = conn.request(ApiKey.CREATE_TOPICS, body)["topics"]
+            assert t["error_code"] == 0, t
+
+            def leaders() -> dict[int, int] | None:
+                [t] = conn.request(ApiKey.METADATA, metadata_body([topic]))["topics"]
+                got = {p["partition_index"]: p["leader_id"] for p in t["partitions"]}
+                return got if len(got) == 2 and all(x in (1, 2) for x in got.values()) else None
+
+            lead = wait_until(leaders, 15, "leaders of both partitions")
+        values = {p: [f"p{p}-{i}".encode() for i in range(50)] for p in (0, 1)}
+        for p, leader in lead.items():
+            with Connection("127.0.0.1", brokers[leader - 1].port, timeout=15) as conn:
+
+                def stored(p: int = p, conn: Connection = conn) -> bool:  # (until the follower has joined)
+                    answer = conn.request(ApiKey.PRODUCE, produce_body(topic, {p: make_batch(values[p])}, acks=-1))
+                    return answer["topics"][0]["partitions"][0]["error_code"] == 0
+
+                wait_until(stored, 20, f"an acks=all produce to {topic}-{p}")
+        with Connection("127.0.0.1", brokers[0].port, timeout=15) as conn:
+
+            def in_sync() -> bool:
+                [t] = conn.request(ApiKey.METADATA, metadata_body([topic]))["topics"]
+                return all(sorted(p["isr_nodes"]) == [1, 2] for p in t["partitions"])
+
+            wait_until(in_sync, 30, "both brokers in sync over TLS")  # (a follower joins once it has it all)
+        with socket.create_connection(("127.0.0.1", brokers[1].port), timeout=15) as s:
+            assert [b[0] for b in brokers_seen(s)] == [1, 2]
+        extra_port = int(brokers[1].overrides["listeners"].rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", extra_port), timeout=15) as s:
+            assert brokers_seen(s) == [(2, "127.0.0.1", extra_port)]  # broker 1 has no EXTRA listener
+        with tls_socket(ssl_ports[1], pki, cert="client") as s:
+            assert brokers_seen(s) == [(1, "127.0.0.1", ssl_ports[1]), (2, "127.0.0.1", ssl_ports[2])]
+        for b in brokers:
+            assert "TLS handshake failed" not in b.log_text() and "Traceback" not in b.log_text()
+    finally:
+        for b in brokers:
+            b.stop()
