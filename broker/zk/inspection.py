@@ -432,7 +432,7 @@ def brokers(zk: KazooClient) -> list[BrokerEntry]:
             data, stat = zk.get(paths.broker(broker_id))
         except NoNodeError:
             continue
-        host, port, rack = paths.parse_broker(data)
+        host, port, rack, _ = registry.parse_registration(data)  # (a broker without PLAINTEXT: its first)
         obj = _json_object(data)
         out.append(BrokerEntry(broker_id, host, port, rack, [str(e) for e in obj.get("endpoints") or []],
                                session_hex(stat.ephemeralOwner), iso_ms(obj.get("timestamp"))))  # fmt: skip
