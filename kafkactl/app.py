@@ -21,6 +21,7 @@ from broker.client import properties
 from broker.errors import KafkactlError
 from kafkactl import contexts
 from kafkactl.commands import (
+    acl,
     audit,
     bench,
     cluster,
@@ -66,6 +67,7 @@ app.add_typer(mirror.app, name="mirror")
 app.command("audit")(audit.audit)
 app.add_typer(schema_registry.app, name="schema-registry")
 app.add_typer(user.app, name="user")
+app.add_typer(acl.app, name="acl")
 
 _state = {"debug": False}
 

@@ -12,6 +12,17 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
 from broker.protocol.messages.admin import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.security.acl import (
+    Binding,
+    Entry,
+    Filter,
+    Operation,
+    Pattern,
+    PatternType,
+    Permission,
+    ResourceType,
+    camel,
+)
 
 
 class AdminError(KafkactlError):
@@ -244,6 +255,54 @@ class Admin:
         g = desc["groups"][0]
         _check(g["error_code"], None, f"cannot describe group {group!r}")
         return g
+
+    # -- ACLs -------------------------------------------------------------------------------------
+
+    def create_acls(self, bindings: list[Binding]) -> None:
+        """CreateAcls; AdminError naming the first binding refused."""
+        body = {"creations": [{
+            "resource_type": b.pattern.resource_type, "resource_name": b.pattern.name,
+            "resource_pattern_type": b.pattern.pattern_type, "principal": b.entry.principal, "host": b.entry.host,
+            "operation": b.entry.operation, "permission_type": b.entry.permission,
+        } for b in bindings]}  # fmt: skip
+        answer = self._any(ApiKey.CREATE_ACLS, body)
+        for b, r in zip(bindings, answer["results"], strict=True):
+            _check(r["error_code"], r.get("error_message"), f"cannot create the ACL {describe_binding(b)}")
+
+    def describe_acls(self, f: Filter) -> list[Binding]:
+        """DescribeAcls: the bindings the filter matches."""
+        answer = self._any(ApiKey.DESCRIBE_ACLS, _filter_body(f))
+        _check(answer["error_code"], answer.get("error_message"), "cannot list ACLs")
+        return [_binding(r, a) for r in answer["resources"] for a in r["acls"]]
+
+    def delete_acls(self, filters: list[Filter]) -> list[Binding]:
+        """DeleteAcls: the bindings removed."""
+        answer = self._any(ApiKey.DELETE_ACLS, {"filters": [_filter_body(f) for f in filters]})
+        out = []
+        for r in answer["filter_results"]:
+            _check(r["error_code"], r.get("error_message"), "cannot remove ACLs")
+            out += [_binding(m, m) for m in r["matching_acls"]]
+        return out
+
+
+def _binding(res: dict[str, Any], acl: dict[str, Any]) -> Binding:
+    """A binding from an answer's resource fields and ACL fields (one dict in DeleteAcls, two in DescribeAcls)."""
+    pattern = Pattern(ResourceType(res["resource_type"]), res["resource_name"], PatternType(res["pattern_type"]))
+    return Binding(pattern, Entry(acl["principal"], acl["host"], Operation(acl["operation"]),
+                                  Permission(acl["permission_type"])))  # fmt: skip
+
+
+def _filter_body(f: Filter) -> dict[str, Any]:
+    return {"resource_type_filter": f.resource_type, "resource_name_filter": f.name,
+            "pattern_type_filter": f.pattern_type, "principal_filter": f.principal, "host_filter": f.host,
+            "operation": f.operation, "permission_type": f.permission}  # fmt: skip
+
+
+def describe_binding(b: Binding) -> str:
+    """An ACL in words, as kafka-acls.sh prints it."""
+    e = b.entry
+    return (f"{e.principal} has {camel(e.permission)} permission for operations: {camel(e.operation)} "
+            f"from hosts: {e.host} on {b.pattern}")  # fmt: skip
 
 
 __all__ = ["Admin", "AdminError", "PartitionDescription", "ErrorCode"]

@@ -4,7 +4,8 @@
 `kafka.security.auth.SimpleAclAuthorizer`); empty, there is none and everything is allowed. The ACLs are
 cached in memory (`acl_store.AclWatcher` keeps them current), and so are the decisions, per principal,
 host, operation and resource, until the next ACL change: the produce hot path asks once per run.
-Each denial is logged as Kafka logs it, one line per refused resource.
+Each denial is logged as Kafka logs it, one line per refused resource, at INFO on the `broker.authorizer`
+logger, which logs INFO even when the broker's log level is higher.
 
 Brokers talk to each other as a principal too (the inter-broker listener's): it must be in `super.users`,
 as in Kafka, or the followers' fetches are refused CLUSTER_AUTHORIZATION_FAILED.
@@ -64,6 +65,7 @@ class Authorizer:
         flag = (props.get("allow.everyone.if.no.acl.found") or "false").strip().lower()
         if flag not in ("true", "false"):
             raise KafkactlError(f"allow.everyone.if.no.acl.found={flag!r}: expected true or false")
+        log.setLevel(logging.INFO)  # denials are logged even when the rest logs WARNING (Kafka's authorizer log)
         return cls(parse_super_users(props.get("super.users")), flag == "true")
 
     def start(self, zk: KazooClient) -> None:
