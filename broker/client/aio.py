@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.client.connection import ProtocolError, TlsLost, common_version, parse_bootstrap
-from broker.client.security import ClientSecurity, SaslExchange, SecurityError, tls_failed
+from broker.client.security import ClientSecurity, SaslExchange, SecurityError, closed_hint, tls_failed
 from broker.client.security import default as default_security
 from broker.errors import KafkactlError
 from broker.protocol.api import APIS, ApiKey
@@ -71,6 +71,8 @@ class AsyncConnection:
         cid_bytes = client_id.encode()
         self.client_id_field = struct.pack(">h", len(cid_bytes)) + cid_bytes  # as a request header holds it
         self.closed = False
+        self.security: ClientSecurity = default_security()
+        self._opened_cid = 0  # the last correlation id `open` used (ApiVersions, SASL)
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str = "kafkactl", timeout: float = 30.0,
@@ -79,6 +81,7 @@ class AsyncConnection:
         and authenticate (SASL) before handing the connection out."""
         sec = security if security is not None else default_security()
         conn = cls(host, port, client_id, timeout)
+        conn.security = sec
         loop = asyncio.get_running_loop()
         where = f"{host}:{port}"
         tls = {"ssl": sec.ssl_context(), "server_hostname": host, "ssl_handshake_timeout": timeout} if sec.tls else {}
@@ -99,6 +102,7 @@ class AsyncConnection:
             conn._chosen.clear()
             if sec.sasl:
                 await conn._authenticate(sec)
+            conn._opened_cid = next(conn._ids)  # (an id skipped: the next request's is this one + 1)
         except BaseException:
             conn._fail(ProtocolError(f"connection to {where} given up"))
             raise
@@ -373,7 +377,12 @@ class _Wire(asyncio.BufferedProtocol):
         if isinstance(exc, ssl.SSLError):  # e.g. TLS 1.3: a client certificate refused after the handshake
             conn._fail(TlsLost(str(tls_failed(f"{conn.host}:{conn.port}", exc))))
         else:
-            conn._fail(ProtocolError(f"broker {conn.host}:{conn.port} closed the connection"))
+            early = False  # while connecting or at the first request after: maybe a listener that wants TLS or SASL
+            if conn._pending:
+                head = conn._pending[0]
+                early = (head.cid if head.__class__ is PendingRun else head[0]) <= conn._opened_cid + 1
+            hint = closed_hint(conn.security, early)
+            conn._fail(ProtocolError(f"broker {conn.host}:{conn.port} closed the connection{hint}"))
         self.resume_writing()  # nothing left to wait for: the next write finds the connection closed
         if not self.lost.done():
             self.lost.set_result(None)

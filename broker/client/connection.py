@@ -11,7 +11,7 @@ import socket
 import ssl
 from typing import Any
 
-from broker.client.security import ClientSecurity, SaslExchange, SecurityError, tls_failed
+from broker.client.security import ClientSecurity, SaslExchange, SecurityError, closed_hint, tls_failed
 from broker.client.security import default as default_security
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import APIS, ApiKey
@@ -94,10 +94,12 @@ class Connection:
                 raise KafkactlError(f"cannot connect to broker {where}: {exc.strerror or exc}") from None
         self._ids = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
+        self.security, self._sent, self._opened = sec, 0, 0  # requests sent in all, and while connecting
         try:
             self._negotiate()
             if sec.sasl:
                 self._authenticate(sec)
+            self._opened = self._sent
         except BaseException:
             self.sock.close()
             raise
@@ -124,6 +126,7 @@ class Connection:
         """Send a request; returns (correlation id, version) for `receive`."""
         v = self.version_for(api_key) if version is None else version
         cid = next(self._ids)
+        self._sent += 1
         parts = encode_request(api_key, v, cid, self.client_id, APIS[api_key].request, body)
         try:
             self.sock.sendall(b"".join(bytes(p) for p in parts))
@@ -158,7 +161,8 @@ class Connection:
             except OSError as exc:
                 raise ProtocolError(f"lost the connection to {self.host}:{self.port}: {exc}") from None
             if k == 0:
-                raise ProtocolError(f"broker {self.host}:{self.port} closed the connection")
+                hint = closed_hint(self.security, self._sent <= self._opened + 1)
+                raise ProtocolError(f"broker {self.host}:{self.port} closed the connection{hint}")
             got += k
         return bytes(buf)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import KafkactlError, UsageError
-from broker.protocol.errors import error_name
+from broker.protocol.errors import ErrorCode, error_name
 from broker.security.session import PROTOCOLS
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -151,6 +151,10 @@ def _reason(exc: BaseException) -> str:
     """An ssl error's own words (`certificate verify failed: self-signed certificate`), not its repr."""
     if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
         return f"certificate verify failed: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLEOFError | ConnectionResetError | BrokenPipeError) or "UNEXPECTED_EOF" in str(
+        getattr(exc, "reason", "")
+    ):
+        return "the broker hung up during the handshake (not a TLS listener?)"
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return str(exc.reason).replace("_", " ").lower()
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
@@ -163,6 +167,14 @@ class SecurityError(KafkactlError):
 def tls_failed(where: str, exc: BaseException) -> SecurityError:
     """The one error of a TLS handshake that failed (an untrusted, expired or misnamed certificate, ...)."""
     return SecurityError(f"TLS handshake with {where} failed: {_reason(exc)}")
+
+
+def closed_hint(sec: ClientSecurity, early: bool) -> str:
+    """What to add to "the broker closed the connection" when it did so `early` (while connecting, or at
+    the first request after) to a client without TLS or SASL: likely a listener that expects them."""
+    if early and sec.protocol == "PLAINTEXT":
+        return " (an SSL or SASL listener? this client's security.protocol is PLAINTEXT)"
+    return ""
 
 
 def pop_security(props: dict[str, str]) -> dict[str, str]:
@@ -252,10 +264,12 @@ class SaslExchange:
 
     def check_handshake(self, answer: dict[str, Any]) -> None:
         """A SaslHandshake answer: the broker must offer the mechanism asked for."""
-        if answer["error_code"]:
+        code = answer["error_code"]
+        if code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
             offered = ", ".join(answer.get("mechanisms") or []) or "none"
-            raise self.failed(f"{error_name(answer['error_code'])}: the broker offers {offered}, "
-                              f"not {self.sec.mechanism}")  # fmt: skip
+            raise self.failed(f"{error_name(code)}: the broker offers {offered}, not {self.sec.mechanism}")
+        if code:
+            raise self.failed(f"{error_name(code)}: this listener does not take SASL (a PLAINTEXT or SSL one?)")
 
     def check_authenticate(self, answer: dict[str, Any]) -> bytes:
         """A SaslAuthenticate answer's token, or the error that it refused."""
