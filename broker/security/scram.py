@@ -140,8 +140,8 @@ class ScramClient:
     def first_message(self) -> bytes:
         return f"n,,{self._first_bare}".encode()
 
-    def final_message(self, server_first: bytes) -> bytes:
-        text = server_first.decode("utf-8", "replace")
+    def final_message(self, server_first: bytes | memoryview) -> bytes:
+        text = bytes(server_first).decode("utf-8", "replace")
         if text.startswith("e="):
             raise ScramError(f"the server refused: {text[2:]}")
         attrs = dict(_attributes(text, "server-first"))
@@ -159,8 +159,8 @@ class ScramClient:
         self._server_signature = _hmac(self._name, _hmac(self._name, salted, b"Server Key"), auth)
         return f"{without_proof},p={_b64(proof)}".encode()
 
-    def verify_server_final(self, server_final: bytes) -> None:
-        text = server_final.decode("utf-8", "replace")
+    def verify_server_final(self, server_final: bytes | memoryview) -> None:
+        text = bytes(server_final).decode("utf-8", "replace")
         if text.startswith("e="):
             raise ScramError(f"the server refused: {text[2:]}")
         if not text.startswith("v=") or not hmac.compare_digest(_unb64(text[2:], "v"), self._server_signature):

@@ -190,6 +190,7 @@ class Broker:
 
     def _connect_zookeeper(self) -> None:
         cfg = self.config
+        zkclient.configure_from(cfg.props)
         self.zk = zkclient.connect(cfg.zookeeper_connect, session_timeout_s=cfg.zk_session_timeout_ms / 1000,
                                    connect_timeout_s=cfg.zk_connection_timeout_ms / 1000)  # fmt: skip
 
