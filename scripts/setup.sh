@@ -15,7 +15,8 @@ command -v gcc >/dev/null || need+=(gcc python3-dev)   # crcmod's C extension
 test -f /usr/share/java/zookeeper.jar || need+=(zookeeper)   # no service is started by it
 command -v java >/dev/null || need+=(default-jre-headless)
 command -v kcat >/dev/null || need+=(kcat)   # the load generator of `bench broker`, a client in the quick start and tests
-if [ "$testing" = 1 ]; then   # the completion scripts are tested in each shell they serve
+if [ "$testing" = 1 ]; then
+  command -v openssl >/dev/null || need+=(openssl)   # the certificates of the TLS tests and `bench tls`   # the completion scripts are tested in each shell they serve
   command -v zsh >/dev/null || need+=(zsh)
   command -v fish >/dev/null || need+=(fish)
 fi

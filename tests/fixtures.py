@@ -3,6 +3,7 @@
 - `zk_server`: one real ZooKeeper server for the whole test session (a child JVM on a free port).
 - `zk_chroot`: a connect string with a fresh, existing chroot per test, so tests never see each other's znodes.
 - `kafkactl_home`: `KAFKACTL_HOME` pointed at a temporary dir (pid files, logs, default data dirs).
+- `pki`: a CA and certificates signed by it (broker, client, expired, untrusted), for the TLS tests.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker.daemon import free_port
+from broker.security.certs import Pki, make_pki
 from broker.zk.server import ZooKeeperServer
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA, a broker certificate for 127.0.0.1/localhost, a client certificate, the same expired, and a
+    client certificate from another CA (made with the openssl command, which scripts/setup.sh installs)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
 
 # --- ZooKeeper -------------------------------------------------------------------------------------
 

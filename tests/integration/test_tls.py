@@ -18,7 +18,7 @@ import pytest
 
 from broker.daemon import free_port
 from broker.protocol.api import ApiKey
-from broker.security.certs import Pki, make_pki
+from broker.security.certs import Pki
 from tests.integration.cluster import BrokerProcess, new_chroot
 from tests.integration.helpers import zk_session
 from tests.integration.wire import (
@@ -32,15 +32,6 @@ from tests.integration.wire import (
     read_frame,
     values_of,
 )
-
-
-@pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    """A CA, a broker certificate for 127.0.0.1/localhost, a client certificate, the same expired, and a
-    client certificate from another CA (made with the openssl command)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is not installed")
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 class TlsBroker:
