@@ -181,7 +181,7 @@ class ScramServer:
         self.done = False
         self._state = 0
         self._credential: ScramCredential | None = None
-        self._first_bare = self._server_first = ""
+        self._first_bare = self._server_first = self._channel = ""
 
     def step(self, message: bytes) -> bytes:
         try:
@@ -210,6 +210,7 @@ class ScramServer:
             raise ScramError(f"unknown user {user!r} for {self.mechanism}")
         self.username, self._credential = user, credential
         self._first_bare = bare
+        self._channel = _b64(f"{gs2},{authzid},".encode())  # what client-final's c= must carry
         nonce = attrs[1][1] + self._nonce
         self._server_first = f"r={nonce},s={_b64(credential.salt)},i={credential.iterations}"
         self._state = 1
@@ -218,7 +219,9 @@ class ScramServer:
     def _final(self, text: str) -> bytes:
         without_proof, sep, proof_text = text.rpartition(",p=")
         attrs = dict(_attributes(without_proof, "client-final")) if sep else {}
-        if not sep or attrs.get("c") not in ("biws", "eSws") or attrs.get("r") != self._server_first[2:].split(",")[0]:
+        # the nonce must end with the one we sent, as Kafka checks it (librdkafka repeats its own part before it)
+        ours = self._server_first[2:].split(",")[0]
+        if not sep or attrs.get("c") != self._channel or not attrs.get("r", "").endswith(ours):
             raise ScramError("malformed client-final message, or not our nonce")
         assert self._credential is not None
         auth = f"{self._first_bare},{self._server_first},{without_proof}".encode()

@@ -71,7 +71,7 @@ async def _step(b: Services, session: Session, token: bytes) -> bytes:
         answer = await b.blocking(exchange.step, token)  # ZooKeeper reads and PBKDF2: off the event loop
     except AuthenticationFailed as exc:
         session.failed, session.exchange = True, None
-        log.info("failed authentication with %s (%s: %s)", session.host, session.mechanism, exc)
+        log.warning("failed authentication with %s (%s: %s)", session.host, session.mechanism, exc)
         raise
     except Exception as exc:  # ZooKeeper gone, a bug: the login fails, the broker stays up
         session.failed, session.exchange = True, None
