@@ -24,6 +24,7 @@ import kafka.protocol.admin as kp_admin
 import kafka.protocol.consumer as kp_consumer
 import kafka.protocol.metadata as kp_metadata
 import kafka.protocol.producer as kp_producer
+import kafka.protocol.sasl as kp_sasl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -63,6 +64,11 @@ KP = {
     ApiKey.SYNC_GROUP: (kp_consumer.SyncGroupRequest, kp_consumer.SyncGroupResponse),
     ApiKey.DESCRIBE_GROUPS: (kp_admin.DescribeGroupsRequest, kp_admin.DescribeGroupsResponse),
     ApiKey.LIST_GROUPS: (kp_admin.ListGroupsRequest, kp_admin.ListGroupsResponse),
+    ApiKey.SASL_HANDSHAKE: (kp_sasl.SaslHandshakeRequest, kp_sasl.SaslHandshakeResponse),
+    ApiKey.SASL_AUTHENTICATE: (kp_sasl.SaslAuthenticateRequest, kp_sasl.SaslAuthenticateResponse),
+    ApiKey.DESCRIBE_ACLS: (kp_admin.DescribeAclsRequest, kp_admin.DescribeAclsResponse),
+    ApiKey.CREATE_ACLS: (kp_admin.CreateAclsRequest, kp_admin.CreateAclsResponse),
+    ApiKey.DELETE_ACLS: (kp_admin.DeleteAclsRequest, kp_admin.DeleteAclsResponse),
 }
 
 OLD = {
@@ -91,6 +97,11 @@ OLD = {
     ApiKey.SYNC_GROUP: ("group", "SyncGroupRequest", "SyncGroupResponse"),
     ApiKey.DESCRIBE_GROUPS: ("admin", "DescribeGroupsRequest", "DescribeGroupsResponse"),
     ApiKey.LIST_GROUPS: ("admin", "ListGroupsRequest", "ListGroupsResponse"),
+    ApiKey.SASL_HANDSHAKE: ("sasl_handshake", "SaslHandshakeRequest", "SaslHandshakeResponse"),
+    ApiKey.SASL_AUTHENTICATE: ("sasl_authenticate", "SaslAuthenticateRequest", "SaslAuthenticateResponse"),
+    ApiKey.DESCRIBE_ACLS: ("admin", "DescribeAclsRequest", "DescribeAclsResponse"),
+    ApiKey.CREATE_ACLS: ("admin", "CreateAclsRequest", "CreateAclsResponse"),
+    ApiKey.DELETE_ACLS: ("admin", "DeleteAclsRequest", "DeleteAclsResponse"),
 }
 
 #: hand-written kafka-python classes that are themselves wrong (checked against Kafka's JSON): left out.
@@ -312,8 +323,9 @@ def test_every_api_has_a_reference() -> None:
 def test_api_keys_and_non_flexible_versions(api: Api) -> None:
     for cls in KP[api.key]:
         assert cls.API_KEY == int(api.key)
-        # every version we advertise is below the API's first flexible (tagged-field) version
-        assert api.advertised[1] < cls._flexible_versions[0], cls.__name__
+        # every version we advertise is below the API's first flexible (tagged-field) version (-1: it has none)
+        first_flexible = cls._flexible_versions[0]
+        assert first_flexible < 0 or api.advertised[1] < first_flexible, cls.__name__
         assert cls.max_version >= api.advertised[1]
 
 
