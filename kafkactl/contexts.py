@@ -10,6 +10,7 @@ options, `KAFKACTL_*` environment variables or a context of `~/.config/kafkactl/
     "sasl.mechanism" = "SCRAM-SHA-256"         # librdkafka's names
     "sasl.username" = "alice"
     "sasl.password" = "alice-secret"
+    zookeeper-auth = "kafka:zk-secret"         # ZooKeeper digest credentials (or KAFKACTL_ZOOKEEPER_AUTH)
     "ssl.ca.location" = "/etc/kafkactl/ca.pem"
 
 The first of these that names a value wins, in that order; then the defaults (localhost). Security settings
@@ -30,6 +31,7 @@ import typer
 from broker.client import security as client_security
 from broker.client.security import ClientSecurity
 from broker.errors import UsageError
+from broker.zk import client as zkclient
 
 DEFAULTS = {"bootstrap-server": "localhost:9092", "zookeeper": "localhost:2181",
             "schema-registry": "http://localhost:8081"}  # fmt: skip
@@ -82,7 +84,8 @@ def save_config(doc: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".toml.tmp")
     tmp.unlink(missing_ok=True)
-    secret = any(k in client_security.SECRETS for v in (doc.get("contexts") or {}).values() for k in v)
+    secret = any(k in client_security.SECRETS or k == "zookeeper-auth" for v in (doc.get("contexts") or {}).values()
+                 for k in v)  # fmt: skip
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if secret else 0o666)  # a password: owner only
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(lines).lstrip("\n") + "\n")
@@ -132,6 +135,11 @@ def bootstrap(option: str | None = None) -> str:
 
 
 def zookeeper(option: str | None = None) -> str:
+    """ZooKeeper's address for this command; its digest credentials (KAFKACTL_ZOOKEEPER_AUTH, else the context's
+    `zookeeper-auth`, `user:password`) go with every session the command opens."""
+    auth = os.environ.get("KAFKACTL_ZOOKEEPER_AUTH") or _context_values().get("zookeeper-auth")
+    if auth:
+        zkclient.use_credentials(auth)
     return resolve("zookeeper", option)
 
 

@@ -37,8 +37,9 @@ def split_connect(connect: str) -> tuple[list[tuple[str, int]], str]:
     return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
 
 
-#: (digest credentials "user:password" or None, whether znodes this process creates get ACLs)
-_auth: dict[str, object] = {"digest": None, "set_acl": False}
+#: digest credentials "user:password" or None; whether znodes this process creates get ACLs (None, as for
+#: commands: when it has credentials, as Kafka's tools secure what they create once they authenticate)
+_auth: dict[str, object] = {"digest": None, "set_acl": None}
 
 
 def configure(digest: str | None, set_acl: bool = False) -> None:
@@ -48,6 +49,13 @@ def configure(digest: str | None, set_acl: bool = False) -> None:
     if set_acl and not digest:
         raise KafkactlError("zookeeper.set.acl=true needs ZooKeeper credentials (zookeeper.digest.auth=user:password)")
     _auth.update(digest=digest or None, set_acl=set_acl)
+
+
+def use_credentials(digest: str) -> None:
+    """A command's ZooKeeper credentials (`user:password`); what it creates is then protected with them."""
+    if ":" not in digest:
+        raise KafkactlError("ZooKeeper digest credentials must be user:password")
+    _auth["digest"] = digest
 
 
 def configure_from(props: dict[str, str]) -> None:
@@ -66,7 +74,8 @@ def znode_acl(sensitive: bool = False) -> list[ACL] | None:
     """The ACL for a znode this process creates: None (ZooKeeper's open default) unless `set_acl`; then all
     rights to our digest identity, and read to anyone unless `sensitive` (credentials)."""
     digest = _digest()
-    if not _auth["set_acl"] or not digest:
+    set_acl = _auth["set_acl"]
+    if not digest or set_acl is False:
         return None
     user, _, password = digest.partition(":")
     own = [make_digest_acl(user, password, all=True)]
