@@ -52,14 +52,18 @@ def message_file(path: Path, count: int, size: int) -> Path:
 
 
 @contextmanager
-def bench_broker(workdir: Path, zookeeper: str, name: str = "") -> Iterator[str]:
+def bench_broker(workdir: Path, zookeeper: str, name: str = "", *, port: int | None = None,
+                 overrides: dict[str, str] | None = None) -> Iterator[str]:  # fmt: skip
     """One broker process (id 1) registered in `zookeeper`, its files in `workdir` (suffixed `-name` when
-    given); yields its bootstrap address and stops it at the end."""
+    given), its first listener on `port` (else a free one), with config `overrides`; yields its bootstrap
+    address and stops it at the end."""
     suffix = f"-{name}" if name else ""
-    port = free_port()
+    port = port or free_port()
     env = {**os.environ, "KAFKACTL_HOME": str(workdir / f"home{suffix}")}
     argv = [sys.executable, "-m", "kafkactl", "broker", "start", "--broker-id", "1", "--port", str(port),
             "--log-dirs", str(workdir / f"logs{suffix}"), "-z", zookeeper, "--no-embedded-zookeeper"]  # fmt: skip
+    for key, value in (overrides or {}).items():
+        argv += ["--override", f"{key}={value}"]
     out_path = workdir / f"broker{suffix}.out"
     with open(out_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)

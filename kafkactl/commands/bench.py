@@ -11,6 +11,7 @@ from broker.bench import broker as broker_bench
 from broker.bench import client as client_bench
 from broker.bench import log as log_bench
 from broker.bench import mirror as mirror_bench
+from broker.bench import tls as tls_bench
 from broker.errors import UsageError
 from kafkactl import contexts
 from kafkactl.render import Output, json_line, progress, table
@@ -166,3 +167,20 @@ def mirror(
         json_line(result)
     else:
         table(["metric", "value"], result.items(), title="kafkactl bench mirror")
+
+
+@app.command("tls")
+def tls(
+    messages: Annotated[int, typer.Option("--messages", min=1, help="Messages per produce run.")] = 1_000_000,
+    size: Size = 200,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs of each; the median is reported.")] = 3,
+    directory: Dir = None,
+    output: Out = Output.text,
+) -> None:
+    """What TLS and SASL cost: kcat's produce and fetch msg/s over PLAINTEXT, SSL and SASL_SSL in one run."""
+    with progress("kcat runs", 3 * repeat) as advance:
+        result = tls_bench.run(messages, size, repeat, directory, advance)
+    if output == Output.json:
+        json_line(result)
+    else:
+        table(["metric", "value"], result.items(), title="kafkactl bench tls")

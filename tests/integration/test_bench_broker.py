@@ -64,3 +64,22 @@ def test_bench_honours_the_root_bootstrap_and_the_environment(tmp_path):
         assert r.returncode == 1 and "Traceback" not in r.stderr, (argv, r.stderr)
         assert "127.0.0.1:1" in r.stderr.strip().splitlines()[-1], (argv, r.stderr)
         assert list(tmp_path.iterdir()) == []  # no scratch broker
+
+
+def test_bench_tls_reports_each_listener(tmp_path, kafkactl_home):
+    """One scratch broker, three listeners: every produce run stored every message (the bench checks the log
+    end), and each figure and ratio is there; nothing is left behind."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = ok(cli("bench", "tls", "--messages", 20_000, "--repeat", 1, "--dir", scratch, "-o", "json",
+                 home=kafkactl_home, timeout=240))  # fmt: skip
+    [line] = out.splitlines()
+    r = json.loads(line)
+    assert (r["bench"], r["messages"], r["acks"]) == ("tls", 20_000, 1)
+    for listener in ("plaintext", "ssl", "sasl_ssl"):
+        assert r[f"{listener}_produce_msgs_per_s"] > 0 and r[f"{listener}_fetch_msgs_per_s"] > 0
+    for listener in ("ssl", "sasl_ssl"):
+        for what in ("produce", "fetch"):
+            got = r[f"{listener}_{what}_msgs_per_s"] / r[f"plaintext_{what}_msgs_per_s"]
+            assert abs(r[f"{listener}_{what}_vs_plaintext"] - got) < 0.01
+    assert list(scratch.iterdir()) == []
