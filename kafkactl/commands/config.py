@@ -58,7 +58,7 @@ def current(output: OutputOpt = Output.text) -> None:
 def add(
     name: NameArg,
     bootstrap: Annotated[str | None, typer.Option("-b", "--bootstrap-server", help="Brokers (host:port,...).")] = None,
-    zookeeper: Annotated[str | None, typer.Option("-z", "--zookeeper", help="ZooKeeper (host:port[/chroot]).")] = None,
+    zookeeper: Annotated[str | None, typer.Option("-z", "--zookeeper", help="ZooKeeper (host:port/chroot).")] = None,
     schema_registry: Annotated[
         str | None, typer.Option("--schema-registry", help="The schema registry's URL.", show_default=False)
     ] = None,

@@ -65,8 +65,8 @@ def add(
 ) -> None:
     """Add a user, or set a new password for one (its other mechanisms are kept). Brokers check it at the
     user's next login."""
-    if not name or "/" in name:
-        raise UsageError(f"user name {name!r}: must not be empty nor hold '/'")
+    if not name:
+        raise UsageError("a user name must not be empty")
     mechanisms = _mechanisms(mechanism)
     secret = _password(password, password_stdin)
     try:

@@ -48,3 +48,15 @@ def test_user_error_is_one_line_and_debug_shows_traceback(tmp_path) -> None:
     )
     r = kafkactl("--debug", "recover", tmp_path / "missing")
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_every_command_s_help_renders(capsys) -> None:
+    """Help text goes through rich markup: a stray `[/...]` in one option's help made `--help` fail."""
+    from kafkactl.app import command, run
+    from kafkactl.docs import _walk
+
+    for path, _cmd in _walk(command(), []):
+        code = run([*path, "--help"])
+        out = capsys.readouterr()
+        assert code == 0, f"kafkactl {' '.join(path)} --help: {out.err[-300:]}"
+        assert "Usage" in out.out, path
