@@ -114,7 +114,7 @@ PER_LISTENER = frozenset(k for k in DEFAULTS if k.startswith("ssl.")) | {
 _LISTENER_KEY = re.compile(r"listener\.name\.([a-z0-9_-]+)\.(?:([a-z0-9-]+)\.(sasl\.jaas\.config)|(.+))")
 
 #: secrets: never shown as they are (DescribeConfigs marks them sensitive)
-SENSITIVE = ("ssl.key.password", "sasl.jaas.config")
+SENSITIVE = ("password", "sasl.jaas.config", "zookeeper.digest.auth")  # (by the key's end)
 
 _WILDCARDS = ("", "0.0.0.0", "::")
 

@@ -14,8 +14,10 @@ from typing import NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.security import Permissions
 
 from broker.errors import KafkactlError
+from broker.zk import client as zkclient
 from broker.zk import paths
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,22 @@ class Registration(NamedTuple):
 
 
 def ensure_roots(zk: KazooClient) -> None:
-    for path in paths.ROOTS:
+    """Create the cluster's persistent parents, as Kafka does at start-up: the registries, the ACL trees
+    (every resource type, literal and prefixed, and their change roots) and the users' credentials (readable
+    by the broker's identity only). Made by a broker with `zookeeper.set.acl`, none of them is writable by
+    others, so nobody without credentials can plant an ACL or a user; one made before is named in a warning."""
+    acl_paths = [paths.acl_type(t, prefixed) for t in paths.ACL_RESOURCE_TYPES for prefixed in (False, True)]
+    acl_paths += [paths.acl_change_root(False), paths.acl_change_root(True)]
+    for path in (*paths.ROOTS, *acl_paths):
         zk.ensure_path(path)
+    zk.ensure_path(paths.CONFIG_USERS, acl=zkclient.znode_acl(sensitive=True))
+    if zkclient.znode_acl() is None:
+        return
+    for path in (paths.CONFIG_USERS, *acl_paths, paths.acl_root(False), paths.acl_root(True)):
+        acls, _ = zk.get_acls(path)
+        if any(a.id.scheme == "world" and a.perms & (Permissions.WRITE | Permissions.CREATE | Permissions.DELETE)
+               for a in acls):  # fmt: skip
+            log.warning("%s is writable by anyone (made before zookeeper.set.acl was on): set its ACL by hand", path)
 
 
 def cluster_id(zk: KazooClient) -> str:

@@ -45,6 +45,21 @@ def test_set_acl_protects_the_registries(start_broker, zk_chroot: str, tmp_path)
         # and the credentials are not readable at all
         with pytest.raises(NoAuthError):
             anyone.get(paths.user_config("alice"))
+        # nobody without credentials plants an ACL (the trees exist from the broker's start), a user, or a
+        # change notification
+        for path in ("/kafka-acl/Cluster/kafka-cluster", "/kafka-acl-extended/prefixed/Cluster/kafka",
+                     "/kafka-acl/Topic/guarded", "/kafka-acl-changes/acl_changes_0000000099",
+                     paths.user_config("mallory")):  # fmt: skip
+            with pytest.raises(NoAuthError):
+                anyone.create(path, b'{"version":1,"acls":[{"principal":"User:*","permissionType":"Allow",'
+                                    b'"operation":"All","host":"*"}]}')  # fmt: skip
+
+    # DescribeConfigs never shows the ZooKeeper password
+    with connect(b.bootstrap) as conn:
+        described = conn.request(ApiKey.DESCRIBE_CONFIGS, {"resources": [
+            {"resource_type": 4, "resource_name": "1", "configuration_keys": ["zookeeper.digest.auth"]}]})  # fmt: skip
+    [entry] = described["results"][0]["configs"]
+    assert entry["value"] is None and entry["is_sensitive"], entry
 
     # the broker's own writes still work: a second topic, and data through it
     ok(kafkactl("topic", "create", "guarded2", "-b", b.bootstrap))
