@@ -53,7 +53,7 @@ class FakeZk:
         self._fire(self.data_watches, path)
         self._fire(self.child_watches, parent)
 
-    def ensure_path(self, path: str) -> None:
+    def ensure_path(self, path: str, acl: object = None) -> None:
         if path not in self.nodes:
             self.create(path, makepath=True)
 

@@ -23,7 +23,7 @@ def test_paths() -> None:
     assert paths.PRODUCER_ID_BLOCK == "/latest_producer_id_block"
     assert paths.ISR_CHANGE == "/isr_change_notification"
     assert set(paths.ROOTS) == {"/brokers/ids", "/brokers/topics", "/config/topics", "/admin/delete_topics",
-                                "/isr_change_notification", "/cluster", "/consumers"}  # fmt: skip
+                                "/isr_change_notification", "/cluster", "/consumers", "/config/changes"}  # fmt: skip
 
 
 def test_dumps_is_compact_json() -> None:
