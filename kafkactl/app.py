@@ -12,6 +12,7 @@ import sys
 from typing import Annotated
 
 import typer
+from kazoo.exceptions import NoAuthError
 from typer.completion import completion_init
 from typer.exceptions import Abort, Exit
 from typer.main import get_command
@@ -151,6 +152,12 @@ def run(argv: list[str]) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return 0
+    except NoAuthError:  # ZooKeeper's ACLs (zookeeper.set.acl) refused a change or a read
+        if _state["debug"]:
+            raise
+        error_line("ZooKeeper refused: this session lacks the permission (give the cluster's ZooKeeper credentials "
+                   "with KAFKACTL_ZOOKEEPER_AUTH=user:password or the context's zookeeper-auth)")  # fmt: skip
+        return 1
     except Exception as exc:  # a bug: still one line unless --debug
         if _state["debug"]:
             raise

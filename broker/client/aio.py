@@ -115,7 +115,8 @@ class AsyncConnection:
         token: bytes | None = exchange.first()
         while token is not None:
             answer = await self.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}, version=1)
-            token = exchange.next(exchange.check_authenticate(answer))
+            # (SCRAM's PBKDF2 takes milliseconds at the iterations the broker picks: off this event loop)
+            token = await asyncio.to_thread(exchange.next, exchange.check_authenticate(answer))
 
     def version_for(self, api_key: int) -> int:
         v = self._chosen.get(api_key)

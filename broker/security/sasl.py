@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import hmac
 import re
+import secrets
 from collections.abc import Callable
 from typing import Any
 
-from broker.security.scram import MECHANISMS, ScramCredential, ScramError, ScramServer
+from broker.security.scram import MECHANISMS, ScramCredential, ScramError, ScramServer, make_credential
 
 DEFAULT_MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
 SUPPORTED = ("PLAIN", *MECHANISMS)
 
 #: user name → that user's SCRAM credentials by mechanism (a blocking ZooKeeper read)
 CredentialLookup = Callable[[str], dict[str, ScramCredential]]
+
+#: checked against for an unknown user, so that refusing one takes as long as refusing a wrong password
+_DUMMY = {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", secrets.token_hex(16))}
 
 _JAAS_OPTION = re.compile(r'([A-Za-z0-9_.\-]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
@@ -72,7 +76,9 @@ class PlainExchange:
             expected = self.jaas_users.get(user)
             ok = expected is not None and hmac.compare_digest(expected.encode(), password.encode())
         else:
-            ok = any(c.check_password(m, password) for m, c in self.lookup(user).items())
+            known = self.lookup(user)
+            # an unknown user costs the same PBKDF2 as a known one: the time taken does not say who exists
+            ok = any(c.check_password(m, password) for m, c in (known or _DUMMY).items()) and bool(known)
         if not ok:
             raise AuthenticationFailed(f"invalid credentials for user {user!r}")
         self.username, self.done = user, True

@@ -9,7 +9,9 @@ is not offered: `session_lifetime_ms` is 0.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol.api import ApiKey
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from broker.server.services import Services
 
 log = logging.getLogger(__name__)
+
+_LOGINS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sasl-login")
 
 #: what a connection may ask before it has authenticated
 BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -68,7 +72,9 @@ async def _step(b: Services, session: Session, token: bytes) -> bytes:
     """One token of the exchange; raises AuthenticationFailed (then the session has failed)."""
     exchange = session.exchange
     try:
-        answer = await b.blocking(exchange.step, token)  # ZooKeeper reads and PBKDF2: off the event loop
+        # ZooKeeper reads and PBKDF2, off the event loop and on threads of their own: logins (a flood of
+        # them included) never hold up the broker's other blocking work
+        answer = await asyncio.get_running_loop().run_in_executor(_LOGINS, exchange.step, token)
     except AuthenticationFailed as exc:
         session.failed, session.exchange = True, None
         log.warning("failed authentication with %s (%s: %s)", session.host, session.mechanism, exc)
