@@ -236,8 +236,9 @@ def decide_any(acls: Iterable[Binding], principal: str, host: str, operation: Op
         if b.entry.permission != Permission.ALLOW or b.entry.operation not in (operation, Operation.ALL):
             continue
         p = b.pattern
-        covered = any(d.name == p.name if d.pattern_type == PatternType.LITERAL else p.name.startswith(d.name)
-                      for d in denied)  # fmt: skip
+        # as Kafka's authorizeByResourceType: a literal Deny cancels only the literal Allow of its own name
+        covered = any(p.name.startswith(d.name) if d.pattern_type == PatternType.PREFIXED
+                      else d.name == p.name and p.pattern_type == PatternType.LITERAL for d in denied)  # fmt: skip
         if not covered:
             return True
     return False

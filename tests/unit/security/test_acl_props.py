@@ -134,3 +134,23 @@ def test_a_match_filter_finds_the_patterns_an_authorization_would_use(p, name):
 def test_a_specific_filter_matches_only_its_own_pattern(p, q):
     f = Filter(p.resource_type, p.name, p.pattern_type)
     assert f.matches_pattern(q) == (p == q)
+
+
+def test_decide_any_as_kafka_authorize_by_resource_type() -> None:
+    """A literal Deny cancels only the literal Allow of its own name; a prefixed Deny cancels every Allow under it."""
+    from broker.security.acl import decide_any
+
+    def b(name: str, ptype: PatternType, perm: Permission) -> Binding:
+        return Binding(Pattern(ResourceType.TOPIC, name, ptype), Entry("User:a", WILDCARD, Operation.WRITE, perm))
+
+    def ok(*acls: Binding) -> bool:
+        return decide_any(acls, "User:a", "10.0.0.1", Operation.WRITE, ResourceType.TOPIC)
+
+    assert ok(b("pay", PatternType.PREFIXED, Permission.ALLOW), b("pay", PatternType.LITERAL, Permission.DENY))
+    assert not ok(b("pay", PatternType.LITERAL, Permission.ALLOW), b("pay", PatternType.LITERAL, Permission.DENY))
+    assert not ok(
+        b("payments", PatternType.PREFIXED, Permission.ALLOW), b("pay", PatternType.PREFIXED, Permission.DENY)
+    )
+    assert not ok(b("payments", PatternType.LITERAL, Permission.ALLOW), b("pay", PatternType.PREFIXED, Permission.DENY))
+    assert ok(b("pay", PatternType.PREFIXED, Permission.ALLOW), b("payments", PatternType.PREFIXED, Permission.DENY))
+    assert not ok(b("x", PatternType.LITERAL, Permission.ALLOW), b(WILDCARD, PatternType.LITERAL, Permission.DENY))
