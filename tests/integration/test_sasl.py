@@ -132,6 +132,8 @@ def test_nothing_but_the_handshake_before_authenticating(sasl_broker) -> None:
         answer = _ask(s, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"})
         assert answer["error_code"] == ErrorCode.UNSUPPORTED_SASL_MECHANISM
         assert answer["mechanisms"] == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        s.sendall(frame(ApiKey.SASL_HANDSHAKE, 1, 3, {"mechanism": "PLAIN"}))  # and the connection is over
+        assert closed_by_broker(s)
     with _connect(port) as s:  # SaslAuthenticate before a handshake
         answer = _ask(s, ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": b"\0a\0b"})
         assert answer["error_code"] == ErrorCode.ILLEGAL_SASL_STATE

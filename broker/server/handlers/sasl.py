@@ -54,6 +54,7 @@ async def handle_sasl_handshake(b: Services, header: RequestHeader, req: dict[st
     mechanism = req["mechanism"]
     if mechanism not in offered:
         log.info("client at %s asked for SASL mechanism %r; offered: %s", session.host, mechanism, ",".join(offered))
+        session.failed = True  # as Kafka, the connection ends after this answer (at its next request here)
         return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": offered}
     zk = b.zk
 
