@@ -18,7 +18,6 @@ from typing import Any
 
 from broker.security.scram import MECHANISMS, ScramCredential, ScramError, ScramServer, make_credential
 
-DEFAULT_MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
 SUPPORTED = ("PLAIN", *MECHANISMS)
 
 #: user name → that user's SCRAM credentials by mechanism (a blocking ZooKeeper read)
@@ -37,21 +36,6 @@ class AuthenticationFailed(Exception):
 def jaas_options(text: str | None) -> dict[str, str]:
     """The `key="value"` options of a JAAS login module line (`... required username="a" password="b";`)."""
     return {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _JAAS_OPTION.findall(text or "")}
-
-
-def listener_jaas(props: dict[str, str], listener: str, mechanism: str) -> str | None:
-    """The JAAS config that applies to `mechanism` on `listener`, as Kafka looks it up."""
-    return props.get(f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config") or props.get(
-        "sasl.jaas.config"
-    )
-
-
-def enabled_mechanisms(props: dict[str, str], listener: str) -> list[str]:
-    """`sasl.enabled.mechanisms` (per listener first), upper-cased, in the order given."""
-    text = props.get(f"listener.name.{listener.lower()}.sasl.enabled.mechanisms") or props.get(
-        "sasl.enabled.mechanisms", DEFAULT_MECHANISMS
-    )
-    return [m.strip().upper() for m in text.split(",") if m.strip()]
 
 
 class PlainExchange:
@@ -106,10 +90,10 @@ class ScramExchange:
             raise AuthenticationFailed(str(exc)) from None
 
 
-def new_exchange(mechanism: str, props: dict[str, str], listener: str, lookup: CredentialLookup) -> Any:
-    """The server side of `mechanism` for one connection on `listener`."""
+def new_exchange(mechanism: str, jaas: str | None, lookup: CredentialLookup) -> Any:
+    """The server side of `mechanism` for one connection, given the listener's JAAS config for it."""
     if mechanism == "PLAIN":
-        options = jaas_options(listener_jaas(props, listener, "PLAIN"))
+        options = jaas_options(jaas)
         users = {k[5:]: v for k, v in options.items() if k.startswith("user_")}
         return PlainExchange(users, lookup)
     return ScramExchange(mechanism, lookup)

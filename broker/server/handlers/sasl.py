@@ -19,7 +19,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.protocol.primitives import I32
 from broker.security import credentials
-from broker.security.sasl import SUPPORTED, AuthenticationFailed, enabled_mechanisms, new_exchange
+from broker.security.sasl import SUPPORTED, AuthenticationFailed, new_exchange
 from broker.security.session import Session, current
 from broker.server.network import BadRequest
 
@@ -48,7 +48,7 @@ def check_unauthenticated(session: Session, api_key: int) -> None:
 
 async def handle_sasl_handshake(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     session = current()
-    offered = [m for m in enabled_mechanisms(b.config.props, session.listener) if m in SUPPORTED]
+    offered = [m for m in b.config.sasl_mechanisms(session.listener) if m in SUPPORTED]
     if not session.sasl or session.authenticated or session.mechanism is not None:
         return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": offered}
     mechanism = req["mechanism"]
@@ -64,7 +64,7 @@ async def handle_sasl_handshake(b: Services, header: RequestHeader, req: dict[st
         return credentials.read_user(zk, user)
 
     session.mechanism = mechanism
-    session.exchange = new_exchange(mechanism, b.config.props, session.listener, lookup)
+    session.exchange = new_exchange(mechanism, b.config.jaas_config(session.listener, mechanism), lookup)
     session.raw_tokens = header.api_version == 0
     return {"error_code": ErrorCode.NONE, "mechanisms": offered}
 
