@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.client.cluster import Cluster
+from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
@@ -58,8 +59,9 @@ class PartitionDescription:
 
 
 class Admin:
-    def __init__(self, bootstrap: str, *, timeout: float = 30.0) -> None:
-        self.cluster = Cluster(bootstrap, client_id="kafkactl-admin", timeout=timeout)
+    def __init__(self, bootstrap: str, *, timeout: float = 30.0, security: ClientSecurity | None = None) -> None:
+        """`security` None: the process default (broker.client.security)."""
+        self.cluster = Cluster(bootstrap, client_id="kafkactl-admin", timeout=timeout, security=security)
 
     def close(self) -> None:
         self.cluster.close()

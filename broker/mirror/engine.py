@@ -27,6 +27,7 @@ from broker.client.aio import AsyncCluster
 from broker.client.connection import ProtocolError
 from broker.client.consumer import ConsumeError, ConsumerConfig, RawConsumer, RecordSet
 from broker.client.producer import AsyncProducer
+from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError, UsageError
 from broker.mirror.stamp import Resume, is_control, read_stamp, restamp
 from broker.mirror.state import ProducerIds
@@ -65,6 +66,9 @@ class MirrorConfig:
     #: publish per-window counts of what the target acknowledged to its audit topic (broker.audit.counts)
     audit: bool = False
     audit_window_ms: int = DEFAULT_WINDOW_MS
+    #: each cluster's TLS/SASL settings (None: the process default), for clusters secured differently
+    source_security: ClientSecurity | None = None
+    target_security: ClientSecurity | None = None
 
 
 class Tail(NamedTuple):
@@ -120,7 +124,8 @@ class Mirror:
         self.say = say
         self.lanes: dict[TopicPartition, Lane] = {}
         self.source: RawConsumer | None = None
-        self.target = AsyncCluster(cfg.target, client_id=CLIENT_ID, timeout=cfg.request_timeout_ms / 1000 + 5)
+        self.target = AsyncCluster(cfg.target, client_id=CLIENT_ID, timeout=cfg.request_timeout_ms / 1000 + 5,
+                                   security=cfg.target_security)  # fmt: skip
         self.queued = 0
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -135,7 +140,9 @@ class Mirror:
 
     def _topics(self) -> dict[str, int]:
         """Pick the source topics and make their targets (blocking: run in a thread)."""
-        with Admin(self.cfg.source) as source, Admin(self.cfg.target) as target:
+        cfg = self.cfg
+        with Admin(cfg.source, security=cfg.source_security) as source, \
+                Admin(cfg.target, security=cfg.target_security) as target:  # fmt: skip
             topics = self.cfg.selection.pick(source.list_topics())
             for line in prepare_targets(source, target, topics, self.cfg.selection,
                                         replication_factor=self.cfg.replication_factor):  # fmt: skip
@@ -147,7 +154,7 @@ class Mirror:
         if not new:
             return
         sel = self.cfg.selection
-        tails = await read_tails(self.cfg.target, [(sel.target(t), p) for t, p in new])
+        tails = await read_tails(self.cfg.target, [(sel.target(t), p) for t, p in new], self.cfg.target_security)
         fresh = [tp for tp in new if tails[(sel.target(tp[0]), tp[1])].resume is None]
         for t, p in new:
             tail = tails[(sel.target(t), p)]
@@ -209,7 +216,8 @@ class Mirror:
         began = time.monotonic()
         fetching = ConsumerConfig(client_id=CLIENT_ID, auto_offset_reset="none",
                                   max_partition_fetch_bytes=cfg.fetch_bytes, request_timeout_ms=cfg.request_timeout_ms,
-                                  fetch_max_bytes=max(cfg.queued_bytes // 2, cfg.fetch_bytes))  # fmt: skip
+                                  fetch_max_bytes=max(cfg.queued_bytes // 2, cfg.fetch_bytes),
+                                  security=cfg.source_security)  # fmt: skip
         self.source = RawConsumer(cfg.source, fetching)
         try:
             await self.source.start()
@@ -337,7 +345,8 @@ class Mirror:
         counts = self.audit.take()
         try:
             if self._audit_producer is None:
-                self._audit_producer = await AsyncProducer(self.cfg.target, acks="all", client_id=CLIENT_ID).start()
+                self._audit_producer = await AsyncProducer(self.cfg.target, acks="all", client_id=CLIENT_ID,
+                                                           security=self.cfg.target_security).start()  # fmt: skip
             targets = {lane.source[0]: lane.target[0] for lane in self.lanes.values()}
             for rec in audit_records("mirrored", counts, self.audit.window_ms, client=CLIENT_ID,
                                      source=self._source_id(), targets=targets):  # fmt: skip
@@ -439,7 +448,7 @@ class Mirror:
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
                 try:
                     await self.target.refresh([lane.target[0]])
-                    tail = (await read_tails(self.cfg.target, [lane.target]))[lane.target]
+                    tail = (await read_tails(self.cfg.target, [lane.target], self.cfg.target_security))[lane.target]
                     break
                 except (KafkactlError, ProtocolError, OSError) as exc:
                     reason = str(exc)
@@ -481,10 +490,11 @@ class Mirror:
         task.add_done_callback(self._tasks.discard)
 
 
-async def read_tails(bootstrap: str, tps: list[TopicPartition], timeout_s: float = 30.0) -> dict[TopicPartition, Tail]:
+async def read_tails(bootstrap: str, tps: list[TopicPartition], security: ClientSecurity | None = None,
+                     timeout_s: float = 30.0) -> dict[TopicPartition, Tail]:  # fmt: skip
     """Each partition's log start and high watermark, and the stamp of its last committed batch."""
     consumer = RawConsumer(bootstrap, ConsumerConfig(client_id=CLIENT_ID, auto_offset_reset="earliest",
-                                                     fetch_max_wait_ms=50))  # fmt: skip
+                                                     fetch_max_wait_ms=50, security=security))  # fmt: skip
     out: dict[TopicPartition, Tail] = {}
     try:
         await consumer.start()

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 
 from broker.client.admin import Admin
+from broker.client.security import ClientSecurity
 from broker.mirror.engine import read_tails
 from broker.mirror.topics import Selection
 from broker.protocol.messages.fetch import EARLIEST, LATEST
@@ -26,17 +27,18 @@ class PartitionStatus:
     foreign: bool = False
 
 
-def mirror_status(source: str, target: str, selection: Selection) -> list[PartitionStatus]:
-    """One row per selected source partition."""
-    with Admin(source) as src:
+def mirror_status(source: str, target: str, selection: Selection, source_security: ClientSecurity | None = None,
+                  target_security: ClientSecurity | None = None) -> list[PartitionStatus]:  # fmt: skip
+    """One row per selected source partition (each cluster's security settings: None, the process default)."""
+    with Admin(source, security=source_security) as src:
         topics = selection.pick(src.list_topics())
         tps = [(t, p) for t, n in topics.items() for p in range(n)]
         starts = src.list_offsets(tps, EARLIEST) if tps else {}
         ends = src.list_offsets(tps, LATEST) if tps else {}
-    with Admin(target) as dst:
+    with Admin(target, security=target_security) as dst:
         existing = dst.list_topics()
     present = [(selection.target(t), p) for t, p in tps if p < existing.get(selection.target(t), 0)]
-    tails = asyncio.run(read_tails(target, present)) if present else {}
+    tails = asyncio.run(read_tails(target, present, target_security)) if present else {}
     rows = []
     for t, p in tps:
         tail = tails.get((selection.target(t), p))

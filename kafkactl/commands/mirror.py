@@ -12,6 +12,9 @@ from typing import Annotated
 import typer
 from typer.exceptions import Exit
 
+from broker.client import security as client_security
+from broker.client.properties import pairs
+from broker.client.security import ClientSecurity
 from broker.errors import UsageError
 from broker.mirror.engine import Mirror, MirrorConfig
 from broker.mirror.status import mirror_status
@@ -33,8 +36,28 @@ Rename = Annotated[list[str] | None, typer.Option("--rename", metavar="SOURCE:TA
 Prefix = Annotated[str, typer.Option("--prefix", help="Prefix the names of the target topics with this.")]
 
 
+SourceSecurity = Annotated[list[str] | None, typer.Option(
+    "--source-property", metavar="KEY=VALUE", show_default=False,
+    help="A security setting of the source cluster (security.protocol, ssl.*, sasl.*; repeatable). Without any, "
+         "both clusters take the root -X and the context's settings.")]  # fmt: skip
+TargetSecurity = Annotated[list[str] | None, typer.Option(
+    "--target-property", metavar="KEY=VALUE", show_default=False,
+    help="A security setting of the target cluster, as --source-property.")]  # fmt: skip
+
+
 def _selection(include: str, exclude: str | None, rename: list[str] | None, prefix: str) -> Selection:
     return Selection.parse(include, exclude, rename or [], prefix)
+
+
+def _security(items: list[str] | None, option: str) -> ClientSecurity | None:
+    """One cluster's own settings, or None (the process default) when none are given."""
+    if not items:
+        return None
+    props = pairs(items, option)
+    for key in props:
+        if key not in client_security.KEYS:
+            raise UsageError(f"{option} {key}: only security settings (security.protocol, ssl.*, sasl.*)")
+    return ClientSecurity.from_properties(props)
 
 
 @app.command("start")
@@ -59,6 +82,8 @@ def start(
                                         "mirrored to the target's kafkactl-audit topic.")] = False,  # fmt: skip
     audit_window_ms: Annotated[int, typer.Option("--audit-window-ms", min=1, help="The audit's window (the "
                                                  "producers' audit.window.ms).")] = 60000,  # fmt: skip
+    source_property: SourceSecurity = None,
+    target_property: TargetSecurity = None,
 ) -> None:
     """Copy the selected topics of the source cluster to the target: partition i to partition i, keys, values,
     headers and timestamps kept, target topics made with the source's partitions and configs.
@@ -71,7 +96,9 @@ def start(
         raise UsageError(f"--start {start_at!r}: expected earliest or latest")
     cfg = MirrorConfig(source, contexts.bootstrap(target), _selection(include, exclude, rename, prefix),
                        start=start_at, replication_factor=replication_factor, exit_at_end=exit_at_end,
-                       report_s=report, refresh_s=refresh, audit=audit, audit_window_ms=audit_window_ms)  # fmt: skip
+                       report_s=report, refresh_s=refresh, audit=audit, audit_window_ms=audit_window_ms,
+                       source_security=_security(source_property, "--source-property"),
+                       target_security=_security(target_property, "--target-property"))  # fmt: skip
 
     def say(line: str) -> None:
         print(f"mirror: {line}", file=sys.stderr, flush=True)
@@ -99,10 +126,14 @@ def status(
     rename: Rename = None,
     prefix: Prefix = "",
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
+    source_property: SourceSecurity = None,
+    target_property: TargetSecurity = None,
 ) -> None:
     """Per partition: the source's end, the source offset the target holds up to, and the lag (from the two
     clusters alone; the mirror need not run). Exit code 1 when a target partition holds foreign messages."""
-    rows = mirror_status(source, contexts.bootstrap(target), _selection(include, exclude, rename, prefix))
+    rows = mirror_status(source, contexts.bootstrap(target), _selection(include, exclude, rename, prefix),
+                         _security(source_property, "--source-property"),
+                         _security(target_property, "--target-property"))  # fmt: skip
     if output == Output.json:
         for row in rows:
             json_line(asdict(row))
