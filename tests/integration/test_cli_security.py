@@ -22,8 +22,8 @@ USERS = {"alice": "alice-secret"}
 class Secured:
     """The module's broker: one port per security protocol."""
 
-    def __init__(self, pki: Pki, ports: dict[str, int], root: Path) -> None:
-        self.pki, self.ports, self.root = pki, ports, root
+    def __init__(self, pki: Pki, ports: dict[str, int], root: Path, chroot: str) -> None:
+        self.pki, self.ports, self.root, self.chroot = pki, ports, root, chroot
 
     def address(self, protocol: str) -> str:
         return f"127.0.0.1:{self.ports[protocol]}"
@@ -47,7 +47,7 @@ def secured(zk_server, tmp_path_factory) -> Secured:
         "listener.name.ssl.ssl.client.auth": "required",
     }  # fmt: skip
     with BrokerProcess(1, chroot, root, port=ports["PLAINTEXT"], overrides=overrides):
-        yield Secured(pki, ports, root)
+        yield Secured(pki, ports, root, chroot)
 
 
 def kafkactl(xdg: Path, *args: object, input_text: str | None = None) -> subprocess.CompletedProcess:
@@ -189,3 +189,21 @@ def test_brokers_replicate_over_their_sasl_ssl_listener(zk_server, tmp_path: Pat
     finally:
         for b in brokers:
             b.stop()
+
+
+def test_a_group_consumer_and_group_commands_over_sasl_ssl(secured: Secured, tmp_path: Path):
+    """`consume --group` (the group coordinator's join, sync, heartbeat and commits) and `group describe`
+    over SASL_SSL: every message once, and the group's committed offsets seen through the same settings."""
+    s, topic = secured, "t-group-sasl"
+    pairs = settings(s, "SASL_SSL", "SCRAM-SHA-512")
+    bootstrap = s.address("SASL_SSL")
+    messages = [f"group message {i}" for i in range(150)]
+    ok(kafkactl(tmp_path, "produce", topic, "--create", "-b", bootstrap, *xs(pairs), input_text="\n".join(messages)))
+    got = json_lines(ok(kafkactl(tmp_path, "consume", topic, "--group", "g-sasl", "--reset", "earliest", "-o", "json",
+                                 "--exit", "-b", bootstrap, "-z", s.chroot, *xs(pairs))))  # fmt: skip
+    assert sorted(m["value"] for m in got) == sorted(messages)
+    described = ok(kafkactl(tmp_path, *xs(pairs), "group", "describe", "g-sasl", "-b", bootstrap, "-z", s.chroot,
+                            "-o", "json"))  # fmt: skip
+    [group] = json_lines(described)
+    parts = [p for p in group["partitions"] if p["topic"] == topic]
+    assert parts and sum(p["committed"] for p in parts) == len(messages), group
