@@ -22,8 +22,11 @@ its protocol, the client's address), set as `current_session` in the connection'
 it without it travelling through every call. On a TLS listener a `TlsConnection` runs the bytes through
 an `ssl.SSLObject` over memory buffers (asyncio's socket calls refuse an `SSLSocket`), after a handshake
 bounded by `HANDSHAKE_TIMEOUT_S` and by the idle check; its answers are encrypted copies (file regions
-read with `pread`: `sendfile` cannot encrypt). A connection whose session must still authenticate (SASL)
-is never offered to the fast produce path: its requests go through the dispatcher until it has.
+read with `pread`: `sendfile` cannot encrypt), its flushes one at a time, and an orderly end sends close_notify.
+A connection whose session must still authenticate (SASL) is never offered to the fast produce path: its
+requests go through the dispatcher until it has, and its frames may not exceed `UNAUTHENTICATED_MAX_BYTES`
+(a bigger size is refused before any memory is taken for it). The session's host is the client's address, an
+IPv4 client of a dual-stack listener's by its IPv4 address (`client_host`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import contextlib
 import contextvars
 import errno
 import functools
+import ipaddress
 import logging
 import os
 import socket
@@ -59,10 +63,25 @@ _HOLD = 32  # answers held back at most while more pipelined requests wait
 _HEADER = struct.Struct(">hhi")  # a request header's api key, version and correlation id
 HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that has not finished its handshake by then is closed
 _TLS_CHUNK = 256 * 1024  # plaintext encrypted (and file bytes read) at a time on a TLS connection
+#: the largest frame a connection may send before it has authenticated (SASL), as Kafka's 512 KiB: a client that
+#: never logs in cannot make the broker hold socket.request.max.bytes for it
+UNAUTHENTICATED_MAX_BYTES = 512 * 1024
 
 
 def _nothing() -> None:
     pass
+
+
+def client_host(ip: str) -> str:
+    """A client's address as sessions (ACLs' hosts) and the per-IP connection limit name it: an IPv4 client of a
+    dual-stack (`::`) listener comes as `::ffff:10.0.0.5`, which is `10.0.0.5`; any other address as given."""
+    if ":" not in ip:
+        return ip
+    try:
+        mapped = ipaddress.ip_address(ip).ipv4_mapped  # type: ignore[union-attr]
+    except (ValueError, AttributeError):  # (not an address, or an IPv4 one)
+        return ip
+    return str(mapped) if mapped is not None else ip
 
 
 class FileRegion(NamedTuple):
@@ -106,7 +125,8 @@ class Connection:
     def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int, pool: BytePool | None = None) -> None:
         self.sock = sock
         self.peer = peer
-        self.max_request_bytes = max_request_bytes
+        self.max_request_bytes = max_request_bytes  # UNAUTHENTICATED_MAX_BYTES at most until SASL authentication
+        self.before_authentication = False  # (the frame size limit is then the pre-authentication one)
         self.loop = asyncio.get_running_loop()
         self._buf = bytearray(_CHUNK)  # received bytes not yet framed: pipelined small requests arrive together
         self._view = memoryview(self._buf)
@@ -195,6 +215,9 @@ class Connection:
         pos = self._start
         size = I32.unpack_from(self._buf, pos)[0]
         if size < 8 or size > self.max_request_bytes:  # 8: the smallest request header
+            if size >= 8 and self.before_authentication:  # (refused before any memory is taken for it)
+                raise BadRequest(f"frame size {size} before SASL authentication: over the {self.max_request_bytes} "
+                                 "bytes a client may send until it has authenticated")  # fmt: skip
             raise BadRequest(f"frame size {size} is outside [8, socket.request.max.bytes={self.max_request_bytes}]")
         have = self._end - pos - 4
         if have >= size:
@@ -317,7 +340,11 @@ class Connection:
 
 class TlsConnection(Connection):
     """A client of a TLS listener: its bytes go through an `ssl.SSLObject` over two memory BIOs; every answer
-    goes out through `send`, encrypted, file regions read with `pread` (no `sendfile` under TLS)."""
+    goes out through `send`, encrypted, file regions read with `pread` (no `sendfile` under TLS).
+
+    The reader (TLS's own answers: session tickets, a key update's) and the writer task of a waiting (`Later`)
+    answer both write the TLS output: `_flush` sends it under a lock, so records leave whole and in order. An
+    orderly end sends close_notify (`close_notify`), best-effort and without waiting."""
 
     def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int, pool: BytePool | None,
                  context: ssl.SSLContext) -> None:  # fmt: skip
@@ -325,6 +352,9 @@ class TlsConnection(Connection):
         self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.tls = context.wrap_bio(self._in, self._out, server_side=True)
         self._recv_into = self._tls_recv_into
+        self._sending = asyncio.Lock()  # one flush at a time: two `sock_sendall`s would interleave their records
+        self._torn = False  # a flush was interrupted: part of a record may be on the wire (no close_notify then)
+        self._secure = False  # the handshake is over
 
     async def handshake(self) -> str | None:
         """Run the TLS handshake; the client certificate's principal (None without one). A failure (an
@@ -343,6 +373,7 @@ class TlsConnection(Connection):
                 why = getattr(exc, "verify_message", None)  # (the client certificate's fault: expired, unknown CA)
                 raise BadRequest(f"TLS handshake failed: {exc.reason or exc}{f' ({why})' if why else ''}") from None
         await self._flush()
+        self._secure = True
         return tlsmod.principal(self.tls.getpeercert())
 
     async def _fill(self) -> bool:
@@ -356,9 +387,33 @@ class TlsConnection(Connection):
         return True
 
     async def _flush(self) -> None:
+        """Send the TLS output there is, and what is written meanwhile, until none is left; one flush at a time."""
+        if not self._out.pending:
+            return
+        async with self._sending:
+            while self._out.pending:  # (read under the lock: what an earlier flush took has gone first)
+                data = self._out.read()
+                self._torn = True
+                await self.loop.sock_sendall(self.sock, data)
+                self._torn = False
+                self.active = self.loop.time()
+
+    async def _flush_own(self) -> None:
+        """The reader's flush of what a read wrote: left to a flush under way (it sends it before it ends), so
+        the reader never waits behind a writer waiting for a client that is busy sending to us."""
+        if not self._sending.locked():
+            await self._flush()
+
+    def close_notify(self) -> None:
+        """Say goodbye the TLS way before the socket closes: close_notify, sent if the socket takes it at once;
+        never waits for the client's, never raises. Not before the handshake ended, nor after a torn flush."""
+        if not self._secure or self._torn or self._sending.locked():
+            return
+        with contextlib.suppress(ssl.SSLError, ValueError, OSError):  # (SSLWantReadError: the client's not come)
+            self.tls.unwrap()
         if self._out.pending:
-            await self.loop.sock_sendall(self.sock, self._out.read())
-            self.active = self.loop.time()
+            with contextlib.suppress(OSError):
+                self.sock.send(self._out.read())
 
     async def _tls_recv_into(self, view: memoryview) -> int:
         """Decrypted bytes into `view`: how many (0 at the end of the stream, a close_notify or not)."""
@@ -366,6 +421,8 @@ class TlsConnection(Connection):
             try:
                 n = self.tls.read(len(view), view)
             except ssl.SSLWantReadError:
+                if self._out.pending:  # what the read wrote (a session ticket, a key update's answer) goes first
+                    await self._flush_own()
                 if not await self._fill():
                     return 0
                 continue
@@ -374,7 +431,7 @@ class TlsConnection(Connection):
             except ssl.SSLError as exc:
                 raise BadRequest(f"TLS error: {exc.reason or exc}") from None
             if self._out.pending:  # (TLS's own messages, a key update's answer)
-                await self._flush()
+                await self._flush_own()
             return n
 
     def send_now(self, parts: list[Any]) -> list[Any]:
@@ -520,7 +577,7 @@ class Server:
                     await asyncio.sleep(0.1)
                     continue
                 raise
-            ip = addr[0]
+            ip = client_host(addr[0])
             if not self.limits.admit(ip):  # over max.connections (per ip): the newest goes, at once
                 client.close()
                 continue
@@ -535,7 +592,7 @@ class Server:
                 self.limits.release(ip)
                 client.close()
                 continue
-            peer = f"{addr[0]}:{addr[1]}"
+            peer = f"{ip}:{addr[1]}"
             task = loop.create_task(self._serve(client, peer, ip))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -556,6 +613,9 @@ class Server:
         dispatch, settle = self.dispatch, self.settle
         run = self.run if session.authenticated else None  # a SASL client: not before it has authenticated
         authenticating = not session.authenticated
+        if authenticating:  # small frames only until then, refused before any memory is taken for them
+            conn.max_request_bytes = min(self.max_request_bytes, UNAUTHENTICATED_MAX_BYTES)
+            conn.before_authentication = True
         out: list[Any] = []
         held = 0
         # while a `Later` answer waits, every answer goes through `queue` (a task or parts, in request order)
@@ -612,8 +672,6 @@ class Server:
                         if frame is None:
                             return
                     answer = dispatch(frame, peer)
-                    if authenticating and session.authenticated:  # (SaslAuthenticate succeeded: the fast path)
-                        run, authenticating = self.run, False
                     if answer.__class__ is Later:
                         writer = wait_in_turn(answer, out, writer)
                         out, held = [], 0
@@ -626,6 +684,9 @@ class Server:
                         finally:
                             conn.busy = False
                             conn.active = conn.loop.time()
+                    if authenticating and session.authenticated:  # (SaslAuthenticate succeeded: the fast path)
+                        run, authenticating = self.run, False
+                        conn.max_request_bytes, conn.before_authentication = self.max_request_bytes, False
                     if answer is not None:
                         out += answer
                         held += 1
@@ -679,6 +740,8 @@ class Server:
                     os.close(part.fd)
             self.connections.pop(conn, None)
             conn.release_memory()
+            if conn.__class__ is TlsConnection:
+                conn.close_notify()  # type: ignore[attr-defined]
             sock.close()
 
     async def _handshake(self, conn: TlsConnection, session: Session) -> None:

@@ -30,6 +30,7 @@ _OIDS = {"emailAddress": ("1.2.840.113549.1.9.1", 0x16)}  # (OID, the DER tag of
 def server_context(listener: str, tls: TlsSettings) -> ssl.SSLContext:
     """The server context of a TLS listener; a missing or bad file is one clear error naming the key."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)  # (TLS 1.2: a client's renegotiation is refused)
     versions = sorted(_VERSIONS[p] for p in tls.protocols)
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
     where = f"listener {listener}: ssl.keystore.location={tls.keystore}"

@@ -5,6 +5,7 @@ never falls over, and serves an honest client afterwards)."""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +18,18 @@ from broker.protocol.primitives import I32
 from broker.security import credentials
 from broker.security.scram import ScramClient, make_credential
 from tests.integration.helpers import zk_session
-from tests.integration.wire import closed_by_broker, decode_answer, frame, metadata_body, read_frame, recv_exact
+from tests.integration.wire import (
+    closed_by_broker,
+    decode_answer,
+    frame,
+    local_port,
+    make_batch,
+    metadata_body,
+    produce_body,
+    read_frame,
+    recv_exact,
+    wait_for_closing_lines,
+)
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 
@@ -199,3 +211,39 @@ def test_after_the_fuzz_an_honest_client_still_gets_in(sasl_broker) -> None:
         assert _scram_v1(s, "SCRAM-SHA-512", "bob", USERS["bob"])["error_code"] == 0
         assert _authenticated(s)
     assert "Traceback" not in b.log_text()
+
+
+def test_a_big_frame_before_authenticating_is_refused_at_once(start_broker) -> None:
+    """A client that has not logged in may not announce more than 512 KiB: the broker would otherwise keep a
+    slot of queued.max.request.bytes and a buffer of that size for a client that only sent a size. (A broker of
+    its own: the module's has logged so many closings that its repeat limiter may hold this one back.)"""
+    plain, port = free_port(), free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{port}"
+    b = start_broker(1, {"listeners": listeners}, port=plain)
+    with _connect(port) as s:
+        me = local_port(s)
+        s.sendall(I32.pack(100 * 1024 * 1024))  # socket.request.max.bytes, and nothing after it
+        started = time.monotonic()
+        assert closed_by_broker(s, timeout=5)
+        assert time.monotonic() - started < 3
+    [line] = wait_for_closing_lines(b, me)
+    assert "frame size 104857600 before SASL authentication" in line and "524288" in line
+    with _connect(port) as s:  # just over the limit, after a handshake: refused as well
+        me = local_port(s)
+        assert _ask(s, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})["error_code"] == 0
+        s.sendall(I32.pack(512 * 1024 + 1))
+        assert closed_by_broker(s, timeout=5)
+    assert wait_for_closing_lines(b, me)
+
+
+def test_after_authenticating_a_big_frame_is_served(sasl_broker) -> None:
+    b, port = sasl_broker
+    with _connect(port) as s:
+        assert _scram_v1(s, "SCRAM-SHA-256", "alice", USERS["alice"])["error_code"] == 0
+        body = produce_body("sasl-big-frame", {0: make_batch([b"x" * (700 * 1024)])})
+        request = frame(ApiKey.PRODUCE, 7, 11, body)
+        assert len(request) > 600 * 1024
+        s.sendall(request)
+        data = read_frame(s)
+        assert data is not None, "the broker closed an authenticated client's big request"
+        assert decode_answer(data, ApiKey.PRODUCE, 7)[0] == 11

@@ -196,6 +196,15 @@ def test_plaintext_bytes_on_the_tls_port_close_only_that_connection(tls_broker: 
     assert lines and "Traceback" not in tls_broker.proc.log_text()
 
 
+def test_a_client_that_closes_gets_close_notify_back(tls_broker: TlsBroker, pki: Pki) -> None:
+    """An orderly end of a TLS connection is a TLS one: the client's close_notify is answered by the broker's
+    (`unwrap` raises when the socket closes without it)."""
+    with tls_socket(tls_broker.ssl_port, pki) as s:
+        assert brokers_seen(s) == [(1, "127.0.0.1", tls_broker.ssl_port)]
+        s.unwrap().close()
+    assert "Traceback" not in tls_broker.proc.log_text()
+
+
 def test_a_client_that_never_finishes_its_handshake_is_closed(tls_broker: TlsBroker) -> None:
     with socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=15) as s:
         s.sendall(b"\x16\x03\x01\x00\x50")  # the start of a ClientHello, and then nothing
