@@ -469,6 +469,20 @@ class PartitionLog:
             self.log_start_offset = max(self.log_start_offset, self.bases[0])
         return deleted
 
+    def advance_log_start(self, offset: int) -> list[int]:
+        """Move the log start offset up to `offset` (DeleteRecords on a leader, or a follower taking its leader's
+        start), never past the log end nor back: readers see nothing below it. Whole segments below it are
+        deleted, the one holding it is kept (its earlier records stay on disk, unread); returns the deleted
+        segments' bases. The caller checkpoints the new start (`log-start-offset-checkpoint`)."""
+        offset = min(offset, self.log_end_offset)
+        if offset <= self.log_start_offset:
+            return []
+        self.log_start_offset = offset
+        deleted: list[int] = []
+        while len(self.bases) > 1 and self.bases[1] <= offset:  # the next segment starts at or below it
+            deleted.append(self._delete_segment(self.bases[0]))
+        return deleted
+
     def _delete_segment(self, base: int) -> int:
         self.segments.pop(base).delete()
         self.bases.remove(base)

@@ -11,6 +11,7 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from broker.protocol.messages import admin, fetch, groups, metadata, produce, security
+from broker.protocol.messages import records as records_msgs
 from broker.protocol.schema import Struct
 
 
@@ -32,6 +33,7 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_ACLS = 29
@@ -79,6 +81,7 @@ APIS: dict[int, Api] = {
         _api(ApiKey.API_VERSIONS, metadata.API_VERSIONS_REQUEST, metadata.API_VERSIONS_RESPONSE, 0, 2),
         _api(ApiKey.CREATE_TOPICS, admin.CREATE_TOPICS_REQUEST, admin.CREATE_TOPICS_RESPONSE, 0, 4),
         _api(ApiKey.DELETE_TOPICS, admin.DELETE_TOPICS_REQUEST, admin.DELETE_TOPICS_RESPONSE, 0, 3),
+        _api(ApiKey.DELETE_RECORDS, records_msgs.DELETE_RECORDS_REQUEST, records_msgs.DELETE_RECORDS_RESPONSE, 0, 1),
         _api(ApiKey.INIT_PRODUCER_ID, produce.INIT_PRODUCER_ID_REQUEST, produce.INIT_PRODUCER_ID_RESPONSE, 0, 1),
         _api(
             ApiKey.OFFSET_FOR_LEADER_EPOCH,

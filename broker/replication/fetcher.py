@@ -3,8 +3,9 @@
 One Fetch at a time carries all of them (replica id = this broker's id, `current_leader_epoch` = the
 epoch this broker knows, so a leader of another epoch refuses it); the answer's batches are appended
 byte for byte (offsets and leader epochs as the leader stamped them, CRCs checked) and the leader's
-high watermark is taken, capped at the copy's end. The next fetch tells the leader how far the copy
-got, which is what moves its high watermark. A trailing batch the leader's size limit cut is left for
+high watermark is taken, capped at the copy's end, and its log start offset (DeleteRecords moves it).
+The next fetch tells the leader how far the copy got, which is what moves its high watermark, and where
+the copy starts. A trailing batch the leader's size limit cut is left for
 the next fetch.
 
 A partition newly followed is first truncated: OffsetsForLeaderEpoch asks the leader where the copy's
@@ -241,6 +242,7 @@ class ReplicaFetcher:
                     self.partitions[tp].paused_until = time.monotonic() + 1.0
                     return
         self.m.follower_high_watermark(tp, plog, p["high_watermark"])
+        self.m.follower_log_start(tp, plog, p.get("log_start_offset", -1))
 
     async def _out_of_range(self, conn: AsyncConnection, tp: TopicPartition, f: Followed) -> None:
         """Our end is outside the leader's log: past its end (we hold what it never had: cut back to its

@@ -18,6 +18,7 @@ class Follower:
     caught_up_ms: int = 0  # when it last fetched from the leader's log end offset (or from where it was before)
     last_fetch_leo: int = -1  # the leader's log end offset at that follower's previous fetch
     last_fetch_ms: int = 0
+    log_start: int = -1  # its log start offset as its last fetch told (-1: not told yet)
 
 
 @dataclass
@@ -40,8 +41,9 @@ class LeaderPartition:
         lp.followers = {r: Follower(caught_up_ms=now_ms, last_fetch_ms=now_ms) for r in replicas if r != leader}
         return lp
 
-    def fetched(self, replica: int, offset: int, leader_leo: int, now_ms: int) -> None:
-        """A follower fetched from `offset` (so its log ends there) while the leader's log ended at `leader_leo`."""
+    def fetched(self, replica: int, offset: int, leader_leo: int, now_ms: int, log_start: int = -1) -> None:
+        """A follower fetched from `offset` (so its log ends there) while the leader's log ended at `leader_leo`;
+        its copy starts at `log_start` (-1: its fetch did not say)."""
         f = self.followers.get(replica)
         if f is None:
             f = self.followers[replica] = Follower(caught_up_ms=now_ms)
@@ -50,6 +52,8 @@ class LeaderPartition:
         elif f.last_fetch_leo >= 0 and offset >= f.last_fetch_leo:
             f.caught_up_ms = max(f.caught_up_ms, f.last_fetch_ms)
         f.leo, f.last_fetch_leo, f.last_fetch_ms = offset, leader_leo, now_ms
+        if log_start >= 0:
+            f.log_start = log_start
 
     def high_watermark(self, leader_leo: int) -> int:
         """The smallest log end offset over the ISR, never below what it was (recomputed and kept)."""
@@ -63,6 +67,12 @@ class LeaderPartition:
         if low > self.hw:
             self.hw = low
         return self.hw
+
+    def low_watermark(self, leader_start: int, live: set[int] | dict[int, object]) -> int:
+        """The smallest log start offset over the leader and its followers on live brokers (Kafka's
+        `lowWatermarkIfLeader`): what DeleteRecords answers, once it reached the offset asked for."""
+        starts = [self.followers.get(r, Follower()).log_start for r in self.replicas if r != self.leader and r in live]
+        return min([leader_start, *starts])
 
     def lagging(self, now_ms: int, lag_ms: int) -> list[int]:
         """The ISR's followers not caught up within `lag_ms`."""

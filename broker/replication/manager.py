@@ -6,7 +6,9 @@ copies it, after the copy is cut back to where its latest leader epoch ends in t
 neither. As leader it answers the followers' fetches (`replica_fetched`: their log end offsets move the
 high watermark), shrinks and grows the ISR (written to the state znode conditional on its version, with
 an `/isr_change_notification`), and holds `acks=all` produce answers until the ISR has their batches
-(`wait_replicated`).
+(`wait_replicated`) and DeleteRecords answers until the followers' log starts reached the new start
+(`wait_log_start`: a follower takes its leader's log start from each fetch answer and tells its own in the
+next fetch, as Kafka's).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class ReplicaManager:
         self.epochs: dict[TopicPartition, LeaderEpochCache] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._waiters: dict[TopicPartition, list[tuple[int, asyncio.Future]]] = {}
+        self._start_waiters: dict[TopicPartition, list[tuple[int, asyncio.Future]]] = {}  # DeleteRecords
         self._isr_writes: set[TopicPartition] = set()
         self._task: asyncio.Task | None = None
         self.closed = False
@@ -90,7 +93,7 @@ class ReplicaManager:
         if self._task is not None:
             self._task.cancel()
         await self.stop_fetching()
-        for tp in list(self._waiters):
+        for tp in {*self._waiters, *self._start_waiters}:
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     # -- leadership -------------------------------------------------------------------------------
@@ -182,15 +185,19 @@ class ReplicaManager:
         lp = self.leaders.get(tp)
         return lp is None or lp.high_watermark(plog.log_end_offset) >= lp.epoch_start
 
-    def replica_fetched(self, tp: TopicPartition, replica: int, offset: int, plog: PartitionLog) -> ErrorCode:
-        """A follower's fetch from `offset`: note how far its copy got, and move the high watermark."""
+    def replica_fetched(self, tp: TopicPartition, replica: int, offset: int, plog: PartitionLog,
+                        log_start: int = -1) -> ErrorCode:  # fmt: skip
+        """A follower's fetch from `offset`: note how far its copy got (and where it starts), and move the high
+        watermark."""
         lp = self.leaders.get(tp)
         if lp is None:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if replica not in lp.replicas:
             return ErrorCode.REPLICA_NOT_AVAILABLE
         before = lp.hw
-        lp.fetched(replica, offset, plog.log_end_offset, _now_ms())
+        lp.fetched(replica, offset, plog.log_end_offset, _now_ms(), log_start)
+        if tp in self._start_waiters:
+            self._start_moved(tp, plog)
         info = self.cache.partition(*tp)
         if (replica not in lp.isr and replica in self.cache.brokers and replica in lp.rejoining(plog.log_end_offset)
                 and (info is None or replica not in info.removing)):  # fmt: skip
@@ -247,9 +254,43 @@ class ReplicaManager:
         return code
 
     def _fail_waiters(self, tp: TopicPartition, code: ErrorCode) -> None:
-        for _, fut in self._waiters.pop(tp, []):
+        for _, fut in self._waiters.pop(tp, []) + self._start_waiters.pop(tp, []):
             if not fut.done():
                 fut.set_result(code)
+
+    def low_watermark(self, tp: TopicPartition, plog: PartitionLog) -> int:
+        """The smallest log start offset over this leader's replicas on live brokers (its own alone when it does
+        not lead `tp`)."""
+        lp = self.leaders.get(tp)
+        return plog.log_start_offset if lp is None else lp.low_watermark(plog.log_start_offset, self.cache.brokers)
+
+    async def wait_log_start(self, tp: TopicPartition, offset: int, timeout_s: float) -> ErrorCode:
+        """Until every replica on a live broker starts at `offset` or later (DeleteRecords' purgatory): NONE,
+        REQUEST_TIMED_OUT, or NOT_LEADER_OR_FOLLOWER (leader no more)."""
+        plog = self.logs.get(*tp)
+        if tp not in self.leaders or plog is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self.low_watermark(tp, plog) >= offset:
+            return ErrorCode.NONE
+        fut = asyncio.get_running_loop().create_future()
+        self._start_waiters.setdefault(tp, []).append((offset, fut))
+        try:
+            return await asyncio.wait_for(fut, max(timeout_s, 0.001))
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            waiting = [w for w in self._start_waiters.get(tp, []) if w[1] is not fut]
+            if waiting:
+                self._start_waiters[tp] = waiting
+            else:
+                self._start_waiters.pop(tp, None)
+
+    def _start_moved(self, tp: TopicPartition, plog: PartitionLog) -> None:
+        """Answer the DeleteRecords requests whose offset the replicas' log starts now reach."""
+        low = self.low_watermark(tp, plog)
+        for offset, fut in self._start_waiters.get(tp, []):
+            if offset <= low and not fut.done():
+                fut.set_result(ErrorCode.NONE)
 
     async def _check_isr_loop(self) -> None:
         lag = self.config.replica_lag_time_max_ms
@@ -369,6 +410,14 @@ class ReplicaManager:
 
     def follower_high_watermark(self, tp: TopicPartition, plog: PartitionLog, leader_hw: int) -> None:
         self.follower_hw[tp] = max(min(leader_hw, plog.log_end_offset), 0)
+
+    def follower_log_start(self, tp: TopicPartition, plog: PartitionLog, leader_start: int) -> None:
+        """Take the leader's log start offset (moved by DeleteRecords or its retention), up to the copy's end:
+        whole segments below it go, and the next fetch tells the leader (Kafka's `LeaderOffsetIncremented`)."""
+        if leader_start > plog.log_start_offset:
+            deleted = plog.advance_log_start(leader_start)
+            log.info("%s-%d: log start offset moved to %d as the leader's (%d segment(s) deleted)",
+                     *tp, plog.log_start_offset, len(deleted))  # fmt: skip
 
     def truncate_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int, why: str) -> None:
         """Cut the copy back to `offset` (what it holds past there may differ from the leader's log)."""

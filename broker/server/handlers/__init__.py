@@ -23,6 +23,7 @@ from broker.protocol.messages.produce import encode_produce_response, read_produ
 from broker.protocol.primitives import DecodeError, Reader
 from broker.security.session import current
 from broker.server.handlers import acls, admin, elections, fetch, groups, metadata, produce, sasl
+from broker.server.handlers import records as records_handlers
 from broker.server.network import BadRequest, Later
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_GROUPS: groups.handle_list_groups,
     ApiKey.CREATE_TOPICS: admin.handle_create_topics,
     ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+    ApiKey.DELETE_RECORDS: records_handlers.handle_delete_records,
     ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
     ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,

@@ -132,7 +132,8 @@ def _replica_fetch(b: Services, plog: Any, leader_epoch: int, replica: int, p: d
         return ErrorCode.OFFSET_OUT_OF_RANGE  # its copy holds what this log does not: it must truncate first
     if not note:
         return ErrorCode.NONE
-    return b.replicas.replica_fetched((plog.topic, plog.partition), replica, offset, plog)
+    tp = (plog.topic, plog.partition)
+    return b.replicas.replica_fetched(tp, replica, offset, plog, p.get("log_start_offset", -1))
 
 
 def _first_batch_size(sl: Any) -> int:

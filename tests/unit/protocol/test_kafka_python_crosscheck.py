@@ -47,6 +47,7 @@ KP = {
     ApiKey.API_VERSIONS: (kp_metadata.ApiVersionsRequest, kp_metadata.ApiVersionsResponse),
     ApiKey.CREATE_TOPICS: (kp_admin.CreateTopicsRequest, kp_admin.CreateTopicsResponse),
     ApiKey.DELETE_TOPICS: (kp_admin.DeleteTopicsRequest, kp_admin.DeleteTopicsResponse),
+    ApiKey.DELETE_RECORDS: (kp_admin.DeleteRecordsRequest, kp_admin.DeleteRecordsResponse),
     ApiKey.INIT_PRODUCER_ID: (kp_producer.InitProducerIdRequest, kp_producer.InitProducerIdResponse),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (kp_consumer.OffsetForLeaderEpochRequest, kp_consumer.OffsetForLeaderEpochResponse),
     ApiKey.DESCRIBE_CONFIGS: (kp_admin.DescribeConfigsRequest, kp_admin.DescribeConfigsResponse),
@@ -79,6 +80,7 @@ OLD = {
     ApiKey.API_VERSIONS: ("api_versions", "ApiVersionsRequest", "ApiVersionsResponse"),
     ApiKey.CREATE_TOPICS: ("admin", "CreateTopicsRequest", "CreateTopicsResponse"),
     ApiKey.DELETE_TOPICS: ("admin", "DeleteTopicsRequest", "DeleteTopicsResponse"),
+    ApiKey.DELETE_RECORDS: ("admin", "DeleteRecordsRequest", "DeleteRecordsResponse"),
     ApiKey.INIT_PRODUCER_ID: ("init_producer_id", "InitProducerIdRequest", "InitProducerIdResponse"),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (
         "offset_for_leader_epoch", "OffsetForLeaderEpochRequest", "OffsetForLeaderEpochResponse",

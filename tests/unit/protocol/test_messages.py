@@ -378,7 +378,7 @@ def test_api_table_keys() -> None:
                      "LEAVE_GROUP": 13, "SYNC_GROUP": 14, "DESCRIBE_GROUPS": 15, "LIST_GROUPS": 16,
                      "SASL_HANDSHAKE": 17, "API_VERSIONS": 18, "DESCRIBE_ACLS": 29, "CREATE_ACLS": 30,
                      "DELETE_ACLS": 31, "SASL_AUTHENTICATE": 36, "CREATE_TOPICS": 19,
-                     "DELETE_TOPICS": 20, "INIT_PRODUCER_ID": 22, "OFFSET_FOR_LEADER_EPOCH": 23,
+                     "DELETE_TOPICS": 20, "DELETE_RECORDS": 21, "INIT_PRODUCER_ID": 22, "OFFSET_FOR_LEADER_EPOCH": 23,
                      "DESCRIBE_CONFIGS": 32, "ALTER_CONFIGS": 33, "CREATE_PARTITIONS": 37, "ELECT_LEADERS": 43,
                      "DESCRIBE_LOG_DIRS": 35}  # fmt: skip
     assert {k.name: int(k) for k in ApiKey} == expected_keys
