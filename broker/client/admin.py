@@ -102,6 +102,39 @@ class Admin:
         r = answer["responses"][0]
         _check(r["error_code"], None, f"cannot delete topic {name!r}")
 
+    def delete_records(self, name: str, before: int, partitions: list[int] | None = None, *,
+                       timeout_ms: int = 20000) -> tuple[dict[int, int], dict[int, str]]:  # fmt: skip
+        """DeleteRecords to each partition's leader: the records below `before` (-1: the high watermark) go.
+        Returns ({partition: new low watermark}, {partition: why it failed}); AdminError for an unknown topic
+        or partition."""
+        t = self.cluster.metadata([name])["topics"][0]
+        _check(t["error_code"], None, f"topic {name!r}")
+        leaders = {p["partition_index"]: p["leader_id"] for p in t["partitions"]}
+        wanted = sorted(leaders) if partitions is None else list(dict.fromkeys(partitions))
+        unknown = [p for p in wanted if p not in leaders]
+        if unknown:
+            raise AdminError(f"topic {name!r} has no partition {unknown[0]} (it has {len(leaders)})")
+        done: dict[int, int] = {}
+        failed = {p: "no leader (its replicas' brokers are down)" for p in wanted if leaders[p] < 0}
+        by_leader: dict[int, list[int]] = defaultdict(list)
+        for p in wanted:
+            if leaders[p] >= 0:
+                by_leader[leaders[p]].append(p)
+        for leader, ps in by_leader.items():
+            body = {"topics": [{"name": name, "partitions": [{"partition_index": p, "offset": before} for p in ps]}],
+                    "timeout_ms": timeout_ms}  # fmt: skip
+            try:
+                answer = self.cluster.connection(leader).request(ApiKey.DELETE_RECORDS, body)
+            except KafkactlError as exc:
+                failed.update({p: str(exc) for p in ps})
+                continue
+            for x in answer["topics"][0]["partitions"]:
+                if x["error_code"]:
+                    failed[x["partition_index"]] = error_name(x["error_code"])
+                else:
+                    done[x["partition_index"]] = x["low_watermark"]
+        return done, failed
+
     def describe_config(self, name: str) -> dict[str, tuple[str | None, bool]]:
         """{key: (value, is_override)} of a topic."""
         body = {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name, "configuration_keys": None}]}

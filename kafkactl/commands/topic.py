@@ -244,6 +244,40 @@ def delete(
     _say(output, f"deleted topic {name}", topic=name, deleted=True)
 
 
+@app.command("delete-records")
+def delete_records(
+    name: Annotated[str, typer.Argument(autocompletion=completion.topics, help="Topic name.")],
+    before: Annotated[
+        int, typer.Option("--before", help="Delete every record below this offset; -1: up to the high watermark.",
+                          show_default=False),
+    ],
+    partition: Annotated[
+        list[int] | None,
+        typer.Option("--partition", "-P", help="Only this partition (repeatable; default: every partition).",
+                     show_default=False),
+    ] = None,
+    bootstrap: contexts.Bootstrap = None,
+    output: OutputOpt = Output.text,
+) -> None:
+    """Delete a topic's records below an offset (DeleteRecords): each partition's log start offset (its low
+    watermark) moves up there, whole segments below it are deleted, and consumers from the earliest offset
+    start there. One line per partition with its new low watermark.
+
+    An offset past a partition's high watermark is refused (OFFSET_OUT_OF_RANGE): exit code 1."""
+    if before < -1:
+        raise UsageError(f"--before must be an offset (0 or more) or -1 for the high watermark, not {before}")
+    bad = [p for p in partition or [] if p < 0]
+    if bad:
+        raise UsageError(f"--partition must be 0 or more, not {bad[0]}")
+    with Admin(contexts.bootstrap(bootstrap)) as admin:
+        done, failed = admin.delete_records(name, before, partition)
+    for p, low in sorted(done.items()):
+        _say(output, f"topic {name} partition {p}: low watermark {low}", topic=name, partition=p, low_watermark=low)
+    if failed:
+        raise KafkactlError(f"cannot delete records of topic {name!r}: "
+                            + ", ".join(f"partition {p}: {why}" for p, why in sorted(failed.items())))  # fmt: skip
+
+
 @app.command("elect-leaders")
 def elect_leaders(
     names: Annotated[
