@@ -225,3 +225,44 @@ def test_followers_log_starts_follow_and_a_new_leader_keeps_it(start_broker):
         answer = wait_until(lambda: (lambda a: a if a["topics"][0]["partitions"][0]["error_code"] == 0 else None)(
             conn.request(ApiKey.DELETE_RECORDS, body)), 30, "DeleteRecords answered by every replica")  # fmt: skip
     assert answer["topics"][0]["partitions"][0]["low_watermark"] == 300
+
+
+def test_delete_records_needs_delete_on_the_topic(zk_chroot, tmp_path):
+    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from broker.security import credentials
+    from broker.security.acl import Operation, ResourceType
+    from broker.security.scram import make_credential
+    from tests.integration.helpers import zk_session
+    from tests.integration.test_acls import USERS, _acl, _grant, _sasl, _start
+
+    with zk_session(zk_chroot) as zk:
+        credentials.write_user(zk, "alice", {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", USERS["alice"])})
+    b, sasl_port = _start(1, zk_chroot, tmp_path)
+    try:
+        create(b.bootstrap, "dr-acl")  # (the PLAINTEXT listener's anonymous principal is a super user)
+        fill(b.bootstrap, "dr-acl", 0, 20)
+        _grant(b, _acl(ResourceType.TOPIC, "dr-acl", "User:alice", Operation.DESCRIBE))
+        alice = AdminClient(_sasl(sasl_port, "alice"))
+
+        def delete(offset: int):
+            (f,) = alice.delete_records([TopicPartition("dr-acl", 0, offset)], request_timeout=30).values()
+            return f.result(30)
+
+        with pytest.raises(Exception) as refused:
+            delete(5)
+        assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert earliest(b.bootstrap, "dr-acl") == {0: 0}
+        _grant(b, _acl(ResourceType.TOPIC, "dr-acl", "User:alice", Operation.DELETE))
+        assert wait_until(lambda: _try(delete, 5), 20, "the grant to reach the authorizer") == 5
+        assert earliest(b.bootstrap, "dr-acl") == {0: 5}
+    finally:
+        b.stop(timeout=20)
+
+
+def _try(delete, offset: int) -> int | None:
+    try:
+        return delete(offset).low_watermark
+    except Exception:
+        return None
