@@ -34,6 +34,8 @@ from enum import StrEnum
 from typing import Any
 
 from broker.protocol.errors import ErrorCode
+from broker.protocol.messages.groups import CONSUMER_SUBSCRIPTION
+from broker.protocol.primitives import DecodeError, Reader
 
 log = logging.getLogger(__name__)
 
@@ -512,6 +514,31 @@ class GroupCoordinator:
         if group.state == GroupState.COMPLETING:
             return ErrorCode.REBALANCE_IN_PROGRESS  # (in PreparingRebalance, members commit before revoking)
         return ErrorCode.NONE
+
+    def has_members(self, gid: str) -> bool:
+        """Whether the group has members here (it is not Empty, nor Dead: DeleteGroups refuses it)."""
+        group = self.groups.get(gid)
+        return group is not None and bool(group.members)
+
+    def subscribed_topics(self, gid: str) -> set[str] | None:
+        """The topics the group's members subscribe to, read from their consumer-protocol metadata (as Kafka's
+        `GroupMetadata.subscribedTopics`); None when not known: a group of another protocol type, with no
+        protocol chosen yet, or metadata that does not parse (OffsetDelete then takes every topic as
+        subscribed). An empty set for a group without members."""
+        group = self.groups.get(gid)
+        if group is None or not group.members:
+            return set()
+        if group.protocol_type != "consumer" or not group.protocol:
+            return None
+        topics: set[str] = set()
+        for m in group.members.values():
+            try:
+                r = Reader(memoryview(m.metadata(group.protocol)))
+                r.int16()  # (its version: every version starts with the topics)
+                topics.update(CONSUMER_SUBSCRIPTION.read(r, 0)["topics"])
+            except (DecodeError, ValueError):
+                return None
+        return topics
 
     # -- persistence ------------------------------------------------------------------------------
 

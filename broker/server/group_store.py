@@ -11,6 +11,10 @@ ZooKeeper's return, and not tied to the broker's registration session).
   at once. Always with error 0: a commit is never refused for ZooKeeper's sake, and a member's heartbeats,
   queued behind its commit on the same connection, are never held back for long.
 - Stable generations, and their deletion when a group empties, are queued in order for the same thread.
+- DeleteGroups and OffsetDelete (`delete`): queued for the same thread in the order of commits and
+  generations, so a commit accepted before the deletion is written and then deleted with it, and one accepted
+  after it stays. The request waits for it; with ZooKeeper unreachable, or slower than `DELETE_WAIT_S` to let
+  it begin, it is withdrawn and answered as not done (nothing is deleted behind the client's back: it retries).
 - While ZooKeeper is unreachable the writer waits; when it is back it writes what it holds, in order. A
   commit held through an outage is not written over one that someone else (the group's next coordinator)
   wrote to the same znode after it was accepted: the newer commit stays.
@@ -70,6 +74,8 @@ READ_WAIT_S = 2.0
 RECONNECT_MAX_DELAY_S = 1.0
 #: the pause after a failed write before the writer tries again while the session looks connected
 RETRY_PAUSE_S = 0.5
+#: how long a DeleteGroups or OffsetDelete waits for its deletion to begin (then it is withdrawn)
+DELETE_WAIT_S = 5.0
 
 TopicPartition = tuple[str, int]
 OffsetKey = tuple[str, str, int]  # (group, topic, partition)
@@ -91,6 +97,18 @@ class _Generation:
     group: str
     generation: int
     state: dict[str, Any] | None
+    seq: int = 0  # its place in the order of commits, generations and deletions
+
+
+@dataclass(eq=False)
+class _Deletion:
+    """A DeleteGroups (`partitions` None: the whole group) or OffsetDelete, for the writer."""
+
+    group: str
+    partitions: list[TopicPartition] | None
+    seq: int
+    done: asyncio.Future  # (the event loop's) True once deleted, False if it failed
+    begun: bool = False
 
 
 def connect_client(hosts: str, session_timeout_s: float) -> KazooClient:
@@ -121,6 +139,7 @@ class GroupStore:
         # -- under _cond --
         self._held: collections.OrderedDict[OffsetKey, _Commit] = collections.OrderedDict()  # in commit order
         self._generations: collections.deque[_Generation] = collections.deque()
+        self._deletions: collections.deque[_Deletion] = collections.deque()
         self._seq = 0
         self._reachable = False  # the session is connected and the last write went through
         self._retry_at = 0.0  # (monotonic) the writer's next attempt after a failed write
@@ -164,6 +183,7 @@ class GroupStore:
             await asyncio.to_thread(self._writer.join, timeout)
         with self._cond:
             lost, generations = len(self._held), len(self._generations)
+            self._withdraw_deletions()
         if lost or generations:
             log.warning("ZooKeeper unreachable at shutdown: %d held commits and %d group generations are lost "
                         "(their groups resume from the last commits ZooKeeper has)", lost, generations)  # fmt: skip
@@ -255,13 +275,44 @@ class GroupStore:
                 out[key] = int((data or b"").decode())
         return out
 
+    # -- deletions --------------------------------------------------------------------------------
+
+    async def delete(self, group: str, partitions: list[TopicPartition] | None = None) -> bool:
+        """Delete the group's committed offsets of `partitions` (OffsetDelete), or its offsets and stored
+        generation (None: DeleteGroups), after the commits and generations accepted before; True once done,
+        False when it was not done (ZooKeeper unreachable or slow to begin it, or it refused)."""
+        assert self.loop is not None
+        fut = self.loop.create_future()
+        with self._cond:
+            if not self._reachable or self._stopping:
+                return False
+            self._seq += 1
+            d = _Deletion(group, None if partitions is None else list(partitions), self._seq, fut)
+            self._deletions.append(d)
+            self._cond.notify_all()
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(fut), DELETE_WAIT_S)
+        except TimeoutError:
+            with self._cond:
+                if not d.begun and d in self._deletions:
+                    self._deletions.remove(d)
+                    return False
+            ok = await fut  # begun: ZooKeeper answers (or fails) within its own timeouts
+        if ok:
+            if partitions is None:
+                self._known.pop(group, None)
+            elif group in self._known:
+                self._known[group].update(dict.fromkeys(partitions, -1))  # (known: none)
+        return ok
+
     # -- generations ------------------------------------------------------------------------------
 
     def store_generation(self, group: str, generation: int, state: dict[str, Any] | None) -> None:
         """(The coordinator's `store` hook.) Queue a stable generation (None: the group emptied) for the
         writer, which writes them in order."""
         with self._cond:
-            self._generations.append(_Generation(group, generation, state))
+            self._seq += 1
+            self._generations.append(_Generation(group, generation, state, self._seq))
             self._cond.notify_all()
 
     async def load_generation(self, group: str) -> dict[str, Any] | None:
@@ -289,6 +340,21 @@ class GroupStore:
             return out | await asyncio.wait_for(self._broker_groups(), READ_WAIT_S)
         except (TimeoutError, KazooException):  # (unreachable, or refused: not known now)
             return out
+
+    async def has_group(self, group: str) -> bool | None:
+        """Whether a broker-coordinated group is stored: commits held for it, or a `/consumers/<g>` node that
+        kafkactl's own consumer never joined (no `ids`); None when ZooKeeper cannot say within `READ_WAIT_S`."""
+        if self.held_commits(group):
+            return True
+        if not self._reachable:
+            return None
+        try:
+            node, ids = await asyncio.wait_for(
+                asyncio.gather(self._exists(paths.group(group)), self._exists(paths.group_ids(group))), READ_WAIT_S
+            )
+        except (TimeoutError, KazooException):  # (unreachable, or refused: not known now)
+            return None
+        return node is not None and ids is None
 
     async def _broker_groups(self) -> set[str]:
         groups = [paths.group_name(n) for n in await self._children(paths.CONSUMERS)]
@@ -351,6 +417,7 @@ class GroupStore:
             if self._stopping:
                 return
             self._reachable = False
+            self._withdraw_deletions()
             for c in self._held.values():
                 c.held = True
             if self._outage is None:
@@ -378,7 +445,8 @@ class GroupStore:
         zk = self.zk
         if zk is None or not zk.connected or time.monotonic() < self._retry_at:
             return False
-        return bool(self._held or self._generations or (self._outage is not None and self._reachable))
+        return bool(self._held or self._generations or self._deletions
+                    or (self._outage is not None and self._reachable))  # fmt: skip
 
     def _write_loop(self) -> None:
         while True:
@@ -386,13 +454,19 @@ class GroupStore:
                 while not self._ready():
                     if self._stopping:
                         return  # (with ZooKeeper unreachable, what is held stays unwritten: see close)
-                    if self._held or self._generations or self._outage is not None:
+                    if self._held or self._generations or self._deletions or self._outage is not None:
                         self._cond.wait(max(0.05, min(1.0, self._retry_at - time.monotonic())))
                     else:
                         self._cond.wait()
-                generations, commits = list(self._generations), list(self._held.items())
+                # what came before the first deletion is written first, then the deletion (see `delete`)
+                deletion = self._deletions[0] if self._deletions else None
+                cut = deletion.seq if deletion is not None else self._seq + 1
+                generations = [g for g in self._generations if g.seq < cut]
+                commits = [(k, c) for k, c in self._held.items() if c.seq < cut]
             try:
                 ok = self._write_generations(generations) and self._write_commits(commits)
+                if ok and deletion is not None:
+                    ok = self._delete(deletion)
             except Exception:  # a bug, not ZooKeeper (or the session closed under it at shutdown)
                 if not self._stopping:
                     log.exception("writing group state to ZooKeeper failed")
@@ -404,6 +478,47 @@ class GroupStore:
                     self._retry_at = time.monotonic() + RETRY_PAUSE_S
             if ok:
                 self._back()
+
+    def _delete(self, d: _Deletion) -> bool:
+        """Carry out the first queued deletion (unless withdrawn meanwhile); False when ZooKeeper did not answer
+        (it is answered as not done either way, and not tried again: the client retries)."""
+        with self._cond:
+            if not self._deletions or self._deletions[0] is not d:
+                return True
+            d.begun = True
+        ok = reachable = True
+        try:
+            if d.partitions is None:
+                consumers.delete_group_state(self.zk, d.group)
+            else:
+                consumers.delete_partition_offsets(self.zk, d.group, d.partitions)
+        except UNREACHABLE as exc:
+            self._unreachable(_reason(exc))
+            ok = reachable = False
+        except KazooException as exc:
+            log.warning("deleting group %s's %s failed: %s", d.group,
+                        "state" if d.partitions is None else "offsets", _reason(exc))  # fmt: skip
+            ok = False
+        if ok:
+            gone = paths.group(d.group) + "/"
+            self._versions = {k: v for k, v in self._versions.items() if not k.startswith(gone)}
+        with self._cond:
+            with contextlib.suppress(ValueError):
+                self._deletions.remove(d)
+        self._answer(d, ok)
+        return reachable
+
+    def _withdraw_deletions(self) -> None:
+        """(Under _cond.) Answer the deletions not begun as not done, and drop them."""
+        for d in [d for d in self._deletions if not d.begun]:
+            self._deletions.remove(d)
+            self._answer(d, False)
+
+    def _answer(self, d: _Deletion, ok: bool) -> None:
+        loop = self.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
+                loop.call_soon_threadsafe(_settle, d.done, ok, None)
 
     def _write_generations(self, generations: list[_Generation]) -> bool:
         for g in generations:

@@ -235,3 +235,31 @@ def _children(zk: KazooClient, path: str) -> list[str]:
         return sorted(zk.get_children(path))
     except NoNodeError:
         return []
+
+
+def delete_group_state(zk: KazooClient, group: str) -> None:
+    """DeleteGroups: remove a broker-coordinated group's committed offsets and stored generation, then its node
+    if nothing else is under it (a ZooKeeper-coordinated group's `ids` and `owners` are left alone)."""
+    with contextlib.suppress(NoNodeError):
+        zk.delete(paths.group_generation(group))
+    topics = _children(zk, paths.group_offsets(group))
+    tps = [(t, int(p)) for t in topics for p in _children(zk, paths.group_topic_offsets(group, t)) if p.isdigit()]
+    delete_partition_offsets(zk, group, tps)
+    _prune(zk, group, topics)
+
+
+def delete_partition_offsets(zk: KazooClient, group: str, tps: list[TopicPartition]) -> None:
+    """OffsetDelete: forget a group's committed offsets of these partitions; the topic, `offsets` and group nodes
+    left empty go too (as Kafka drops an empty group whose last offsets were deleted)."""
+    for topic, p in tps:
+        with contextlib.suppress(NoNodeError):
+            zk.delete(paths.group_offset(group, topic, p))
+    _prune(zk, group, sorted({t for t, _ in tps}))
+
+
+def _prune(zk: KazooClient, group: str, topics: list[str]) -> None:
+    """Delete whichever of these topics' offset nodes, the `offsets` node and the group's node are empty."""
+    nodes = [paths.group_topic_offsets(group, t) for t in topics] + [paths.group_offsets(group), paths.group(group)]
+    for path in nodes:
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            zk.delete(path)

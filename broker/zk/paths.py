@@ -192,6 +192,10 @@ def group_offsets(name: str) -> str:
     return f"{group(name)}/offsets"
 
 
+def group_topic_offsets(name: str, topic: str) -> str:
+    return f"{group(name)}/offsets/{topic}"
+
+
 def group_offset(name: str, topic: str, partition: int) -> str:
     return f"{group(name)}/offsets/{topic}/{partition}"
 

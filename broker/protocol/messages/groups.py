@@ -1,5 +1,6 @@
 """The group coordinator's APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
-SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15) and ListGroups (16).
+SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16), DeleteGroups (42)
+and OffsetDelete (47).
 
 Every version here is below the API's first flexible (tagged-field) version. Member metadata and
 assignments are opaque bytes to the broker: the consumer protocol inside them is the clients' own.
@@ -178,6 +179,29 @@ LIST_GROUPS_RESPONSE = Struct(
     F("error_code", INT16),
     F("groups", Array(Struct(F("group_id", STRING), F("protocol_type", STRING)))),
 )
+
+DELETE_GROUPS_REQUEST = Struct(
+    F("groups_names", Array(STRING)),
+)
+
+DELETE_GROUPS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct(F("group_id", STRING), F("error_code", INT16)))),
+)
+
+OFFSET_DELETE_REQUEST = Struct(
+    F("group_id", STRING),
+    F("topics", Array(Struct(F("name", STRING), F("partitions", Array(Struct(F("partition_index", INT32))))))),
+)
+
+OFFSET_DELETE_RESPONSE = Struct(
+    F("error_code", INT16),
+    F("throttle_time_ms", INT32),
+    F("topics", Array(Struct(
+        F("name", STRING),
+        F("partitions", Array(Struct(F("partition_index", INT32), F("error_code", INT16)))),
+    ))),
+)  # fmt: skip
 
 # The consumer protocol ("consumer" protocol type): what standard clients put in JoinGroup metadata and
 # SyncGroup assignments. Each starts with an int16 version; kafkactl reads them only to show members.

@@ -51,6 +51,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
     ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
     ApiKey.LIST_GROUPS: groups.handle_list_groups,
+    ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+    ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
     ApiKey.CREATE_TOPICS: admin.handle_create_topics,
     ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
     ApiKey.DELETE_RECORDS: records_handlers.handle_delete_records,

@@ -1,5 +1,5 @@
 """The group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, DescribeGroups and ListGroups.
+OffsetFetch, DescribeGroups, ListGroups, DeleteGroups and OffsetDelete.
 
 Membership is `broker.server.coordinator`'s; committed offsets live in ZooKeeper's offset registry
 (`/consumers/<g>/offsets/<t>/<p>`), through the broker's `broker.server.group_store`, so no group request
@@ -12,11 +12,20 @@ FindCoordinator again.
 With an authorizer (as Kafka): JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit need Read on the
 group, FindCoordinator, DescribeGroups and OffsetFetch Describe (GROUP_AUTHORIZATION_FAILED); OffsetCommit
 needs Read on each topic and OffsetFetch Describe (TOPIC_AUTHORIZATION_FAILED); ListGroups lists the groups
-the principal may describe, all of them with Describe on the cluster.
+the principal may describe, all of them with Describe on the cluster; DeleteGroups needs Delete on each group,
+OffsetDelete Delete on the group and Read on each topic.
+
+DeleteGroups deletes an Empty group (committed offsets but no members here: its offsets and stored generation
+go), NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when nothing of it is stored. OffsetDelete
+deletes committed offsets of an Empty group, and of a consumer group with members those of the topics no
+member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others; a group of another protocol type with members:
+NON_EMPTY_GROUP). Both wait for ZooKeeper (`GroupStore.delete`): unreachable, the answer is
+COORDINATOR_NOT_AVAILABLE and the client retries.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
@@ -29,6 +38,8 @@ from broker.server.network import current_peer
 
 if TYPE_CHECKING:
     from broker.server.services import Services
+
+log = logging.getLogger(__name__)
 
 #: Kafka's offsets.metadata.max.bytes default: longer commit metadata is refused
 MAX_METADATA = 4096
@@ -203,3 +214,80 @@ async def _stored_groups(b: Services) -> set[str]:
     """Broker-coordinated groups with committed offsets in ZooKeeper (not kafkactl's own ZooKeeper groups), or
     held to be written there; within a short bound."""
     return await b.group_store.stored_groups()
+
+
+async def handle_delete_groups(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    for gid in dict.fromkeys(req["groups_names"]):  # (each once, as Kafka)
+        if not _group_allowed(b, Operation.DELETE, gid, "DeleteGroups"):
+            error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif not gid:
+            error = ErrorCode.GROUP_ID_NOT_FOUND  # (no group has the empty id here)
+        elif await _not_coordinating(b, gid):
+            error = ErrorCode.NOT_COORDINATOR
+        elif b.coordinator.has_members(gid):
+            error = ErrorCode.NON_EMPTY_GROUP
+        else:
+            error = await _delete_stored(b, gid, None)
+        results.append({"group_id": gid, "error_code": error})
+    return {"results": results}
+
+
+async def _delete_stored(b: Services, gid: str, partitions: list[tuple[str, int]] | None) -> ErrorCode:
+    """Delete what is stored of a group without members here: GROUP_ID_NOT_FOUND when nothing is,
+    COORDINATOR_NOT_AVAILABLE when ZooKeeper cannot say or did not delete."""
+    exists = await b.group_store.has_group(gid)
+    if exists is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if not exists:
+        return ErrorCode.GROUP_ID_NOT_FOUND
+    if partitions is not None and not partitions:
+        return ErrorCode.NONE
+    if not await b.group_store.delete(gid, partitions):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if partitions is None:
+        log.info("group %s deleted (its committed offsets and stored generation)", gid)
+    return ErrorCode.NONE
+
+
+async def handle_offset_delete(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    gid = req["group_id"]
+    if not _group_allowed(b, Operation.DELETE, gid, "OffsetDelete"):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []}
+    errors: dict[tuple[str, int], int] = {}
+    for t in req["topics"]:
+        denied = not _topic_allowed(b, Operation.READ, t["name"], "OffsetDelete")
+        for p in t["partitions"]:
+            tp = (t["name"], p["partition_index"])
+            if denied:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif b.cache.partition(*tp) is None:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                errors[tp] = ErrorCode.NONE  # (eligible, so far)
+    eligible = [tp for tp, e in errors.items() if e == ErrorCode.NONE]
+    if not gid:
+        group_error = ErrorCode.INVALID_GROUP_ID
+    elif await _not_coordinating(b, gid):
+        group_error = ErrorCode.NOT_COORDINATOR
+    elif b.coordinator.has_members(gid):
+        group = b.coordinator.groups[gid]
+        if group.protocol_type != "consumer":
+            group_error = ErrorCode.NON_EMPTY_GROUP
+        else:
+            subscribed = b.coordinator.subscribed_topics(gid)
+            for tp in eligible:
+                if subscribed is None or tp[0] in subscribed:
+                    errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            eligible = [tp for tp in eligible if errors[tp] == ErrorCode.NONE]
+            group_error = ErrorCode.NONE
+            if eligible and not await b.group_store.delete(gid, eligible):
+                group_error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    else:
+        group_error = await _delete_stored(b, gid, eligible)
+    if group_error:  # (as Kafka: then the answer names no partitions)
+        return {"error_code": group_error, "topics": []}
+    by_topic: dict[str, list[dict[str, int]]] = {}
+    for (topic, p), error in errors.items():
+        by_topic.setdefault(topic, []).append({"partition_index": p, "error_code": error})
+    return {"error_code": ErrorCode.NONE, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}

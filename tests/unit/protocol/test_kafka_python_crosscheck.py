@@ -65,6 +65,8 @@ KP = {
     ApiKey.SYNC_GROUP: (kp_consumer.SyncGroupRequest, kp_consumer.SyncGroupResponse),
     ApiKey.DESCRIBE_GROUPS: (kp_admin.DescribeGroupsRequest, kp_admin.DescribeGroupsResponse),
     ApiKey.LIST_GROUPS: (kp_admin.ListGroupsRequest, kp_admin.ListGroupsResponse),
+    ApiKey.DELETE_GROUPS: (kp_admin.DeleteGroupsRequest, kp_admin.DeleteGroupsResponse),
+    ApiKey.OFFSET_DELETE: (kp_consumer.OffsetDeleteRequest, kp_consumer.OffsetDeleteResponse),
     ApiKey.SASL_HANDSHAKE: (kp_sasl.SaslHandshakeRequest, kp_sasl.SaslHandshakeResponse),
     ApiKey.SASL_AUTHENTICATE: (kp_sasl.SaslAuthenticateRequest, kp_sasl.SaslAuthenticateResponse),
     ApiKey.DESCRIBE_ACLS: (kp_admin.DescribeAclsRequest, kp_admin.DescribeAclsResponse),
@@ -99,6 +101,7 @@ OLD = {
     ApiKey.SYNC_GROUP: ("group", "SyncGroupRequest", "SyncGroupResponse"),
     ApiKey.DESCRIBE_GROUPS: ("admin", "DescribeGroupsRequest", "DescribeGroupsResponse"),
     ApiKey.LIST_GROUPS: ("admin", "ListGroupsRequest", "ListGroupsResponse"),
+    ApiKey.DELETE_GROUPS: ("admin", "DeleteGroupsRequest", "DeleteGroupsResponse"),  # (OffsetDelete: none)
     ApiKey.SASL_HANDSHAKE: ("sasl_handshake", "SaslHandshakeRequest", "SaslHandshakeResponse"),
     ApiKey.SASL_AUTHENTICATE: ("sasl_authenticate", "SaslAuthenticateRequest", "SaslAuthenticateResponse"),
     ApiKey.DESCRIBE_ACLS: ("admin", "DescribeAclsRequest", "DescribeAclsResponse"),

@@ -1063,3 +1063,37 @@ def test_on_drop_is_told_when_a_group_empties_or_moves_away() -> None:
         assert dropped == [GID, GID]
 
     run(main())
+
+
+# --- what DeleteGroups and OffsetDelete ask ----------------------------------------------------------------------
+
+
+def subscription(*topics: str, version: int = 1) -> bytes:
+    """A consumer-protocol subscription as clients write it (v1: with owned partitions)."""
+    out = version.to_bytes(2, "big") + len(topics).to_bytes(4, "big")
+    for t in topics:
+        out += len(t).to_bytes(2, "big") + t.encode()
+    out += (-1).to_bytes(4, "big", signed=True)  # no user data
+    return out + (0).to_bytes(4, "big") if version >= 1 else out
+
+
+def test_members_and_their_subscribed_topics() -> None:
+    async def main() -> None:
+        c = coord()
+        assert not c.has_members(GID) and c.subscribed_topics(GID) == set()
+        first = [("range", subscription("orders", "audit"))]
+        a = (await join_task(c, join_req(protocols=first)))["member_id"]
+        assert c.has_members(GID) and c.subscribed_topics(GID) == {"orders", "audit"}
+        b = join_task(c, join_req(protocols=[("range", subscription("payments", version=0))]))
+        await settle()
+        await asyncio.gather(join_task(c, join_req(a, protocols=first)), b)  # (a rejoins the rebalance)
+        assert c.subscribed_topics(GID) == {"orders", "audit", "payments"}
+        c.groups[GID].members[a].protocols = [("range", b"\x00")]  # unreadable
+        assert c.subscribed_topics(GID) is None
+        other = join_task(c, join_req(gid="connect", protocol_type="connect",
+                                      protocols=[("v1", subscription("orders"))]))  # fmt: skip
+        await other
+        assert c.subscribed_topics("connect") is None  # not the consumer protocol
+        c.close()
+
+    run(main())

@@ -448,3 +448,83 @@ def test_close_writes_what_is_held_or_says_what_it_lost(caplog: pytest.LogCaptur
                    for r in caplog.records)  # fmt: skip
 
     run(main())
+
+
+# --- deletions (DeleteGroups, OffsetDelete) ----------------------------------------------------------------------
+
+
+def test_deleting_a_group_removes_its_offsets_generation_and_node() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): 5, (T, 1): 7, ("other", 0): 1})
+        store.store_generation(G, 2, state(2))
+        store.store_generation(G, 2, None)  # (it emptied)
+        await store.commit("h", {(T, 0): 3})
+        assert await store.has_group(G) is True
+        assert await store.delete(G) is True
+        assert not [p for p in zk.nodes if p == f"/consumers/{G}" or p.startswith(f"/consumers/{G}/")]
+        assert await store.fetch(G, None) == {} and await store.has_group(G) is False
+        assert zk.offset(T, 0, group="h") == 3  # another group's are left alone
+        assert await store.delete(G) is True  # (nothing left: nothing to do)
+        await store.close(1)
+
+    run(main())
+
+
+def test_offset_delete_removes_those_partitions_and_prunes_what_it_empties() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): 5, (T, 1): 7, ("other", 0): 1})
+        assert await store.delete(G, [(T, 0)]) is True
+        assert await store.fetch(G, None) == {(T, 1): 7, ("other", 0): 1}
+        assert await store.delete(G, [(T, 1), ("other", 0), ("never", 3)]) is True
+        assert not [p for p in zk.nodes if p.startswith(f"/consumers/{G}")]  # (an empty group goes, as Kafka)
+        await store.close(1)
+
+    run(main())
+
+
+def test_a_deletion_takes_the_commits_made_before_it_and_none_made_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        with zk.lock:  # the writer is stuck in its write of the first commit
+            await store.commit(G, {(T, 0): 5})  # (answered after COMMIT_WAIT_S, still held)
+            deleting = asyncio.create_task(store.delete(G))
+            await asyncio.sleep(0.05)
+            await store.commit(G, {(T, 1): 7})  # after the deletion
+        assert await deleting is True
+        await until("the later commit written", lambda: not store.held_commits())
+        assert (zk.offset(T, 0), zk.offset(T, 1)) == (None, 7)
+        assert await store.fetch(G, None) == {(T, 1): 7}
+        await store.close(1)
+
+    run(main())
+
+
+def test_a_deletion_zookeeper_cannot_take_is_answered_not_done_and_never_done_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(group_store, "DELETE_WAIT_S", 0.3)
+
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): 5})
+        zk.down()
+        assert await store.delete(G) is False  # unreachable: at once
+        zk.up()
+        await until("reachable again", lambda: store._reachable)
+        with zk.lock:  # too slow to begin it: withdrawn
+            await store.commit(G, {(T, 1): 6})
+            began = time.monotonic()
+            assert await store.delete(G) is False
+            assert time.monotonic() - began < 1.0
+        await until("the commit written", lambda: not store.held_commits())
+        await asyncio.sleep(0.2)
+        assert (zk.offset(T, 0), zk.offset(T, 1)) == (5, 6)
+        await store.close(1)
+
+    run(main())
