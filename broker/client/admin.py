@@ -291,6 +291,30 @@ class Admin:
         _check(g["error_code"], None, f"cannot describe group {group!r}")
         return g
 
+    def _coordinator_request(self, group: str, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
+        """A request to the group's coordinator (found with FindCoordinator)."""
+        answer = self._any(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0})
+        _check(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}")
+        self.cluster.metadata([])
+        return self.cluster.connection(answer["node_id"]).request(api, body)
+
+    def delete_group(self, group: str) -> None:
+        """DeleteGroups of one broker-coordinated group: its committed offsets and stored generation go;
+        AdminError (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...) when refused."""
+        answer = self._coordinator_request(group, ApiKey.DELETE_GROUPS, {"groups_names": [group]})
+        _check(answer["results"][0]["error_code"], None, f"cannot delete group {group!r}")
+
+    def delete_offsets(self, group: str, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """OffsetDelete: forget the group's committed offsets of these partitions; {partition: error code}
+        (GROUP_SUBSCRIBED_TO_TOPIC for a topic a member consumes); AdminError for a group-level refusal."""
+        topics: dict[str, list[dict[str, int]]] = defaultdict(list)
+        for t, p in tps:
+            topics[t].append({"partition_index": p})
+        body = {"group_id": group, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        answer = self._coordinator_request(group, ApiKey.OFFSET_DELETE, body)
+        _check(answer["error_code"], None, f"cannot delete offsets of group {group!r}")
+        return {(t["name"], p["partition_index"]): p["error_code"] for t in answer["topics"] for p in t["partitions"]}
+
     # -- ACLs -------------------------------------------------------------------------------------
 
     def create_acls(self, bindings: list[Binding]) -> None:

@@ -1,4 +1,5 @@
-"""Consumer groups of both kinds, seen the same way: list, describe with lag, plan and apply rewinds, delete.
+"""Consumer groups of both kinds, seen the same way: list, describe with lag, plan and apply rewinds, delete
+groups or their offsets of some partitions.
 
 A group is ZooKeeper-coordinated (kafkactl's own group consumer, the paper's way) when it has a
 `/consumers/<g>/ids` node, else broker-coordinated (standard clients). Members come from the
@@ -15,8 +16,9 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from broker.client.admin import Admin
+from broker.client.admin import Admin, AdminError
 from broker.errors import KafkactlError, UsageError
+from broker.protocol.errors import error_name
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.protocol.messages.groups import CONSUMER_ASSIGNMENT
 from broker.protocol.primitives import DecodeError, Reader
@@ -214,10 +216,52 @@ def apply_rewind(zk: KazooClient, admin: Admin, group: str, rows: list[RewindRow
 
 
 def delete(zk: KazooClient, admin: Admin, group: str) -> None:
-    """Remove a group's registries and committed offsets; refused while it has live members."""
+    """Remove a group's registries and committed offsets; refused while it has live members. A broker-coordinated
+    group is deleted by its coordinator (DeleteGroups), which refuses it while it has members; a ZooKeeper-
+    coordinated one here, in ZooKeeper."""
     _refuse_if_live(zk, admin, group, "deleting")
-    if not consumers.delete_group(zk, group):
-        raise KafkactlError(f"no consumer group {group!r} in ZooKeeper")
+    if kind_of(zk, group) == ZOOKEEPER:
+        if not consumers.delete_group(zk, group):
+            raise KafkactlError(f"no consumer group {group!r} in ZooKeeper")
+        return
+    try:
+        admin.delete_group(group)
+    except AdminError as exc:
+        raise _group_error(group, exc, "deleting") from None
+
+
+def _group_error(group: str, exc: AdminError, doing: str) -> KafkactlError:
+    """A coordinator's refusal in kafkactl's words where it has them."""
+    if "GROUP_ID_NOT_FOUND" in str(exc):
+        return KafkactlError(f"no consumer group {group!r}")
+    if "NON_EMPTY_GROUP" in str(exc):
+        return KafkactlError(f"group {group!r} has live members; stop them before {doing} it")
+    return exc
+
+
+def delete_offsets(zk: KazooClient, admin: Admin, group: str, topic: str,
+                   partitions: list[int] | None) -> dict[TopicPartition, str | None]:  # fmt: skip
+    """Forget a group's committed offsets of a topic's partitions (None: all of them): {partition: None when
+    deleted, else why not}. A broker-coordinated group's coordinator does it (OffsetDelete), refusing the
+    partitions of a topic a live member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC); a ZooKeeper-coordinated
+    group's offsets are deleted here, refused while it has live members."""
+    known = admin.list_topics()
+    if topic not in known:
+        raise KafkactlError(f"unknown topic {topic!r}")
+    chosen = sorted(set(partitions)) if partitions else list(range(known[topic]))
+    for p in chosen:
+        if not 0 <= p < known[topic]:
+            raise UsageError(f"topic {topic!r} has no partition {p} (it has {known[topic]})")
+    tps = [(topic, p) for p in chosen]
+    if kind_of(zk, group) == ZOOKEEPER:
+        _refuse_if_live(zk, admin, group, "deleting offsets of")
+        consumers.delete_partition_offsets(zk, group, tps)
+        return dict.fromkeys(tps)
+    try:
+        errors = admin.delete_offsets(group, tps)
+    except AdminError as exc:
+        raise _group_error(group, exc, "deleting offsets of") from None
+    return {tp: error_name(errors[tp]) if errors.get(tp) else None for tp in tps}
 
 
 def now_ms() -> int:

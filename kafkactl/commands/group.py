@@ -17,12 +17,14 @@ from broker.client import group_admin
 from broker.client.admin import Admin
 from broker.client.group_admin import RewindTarget
 from broker.client.offsets import parse_duration_ms, parse_offset
-from broker.errors import UsageError
+from broker.errors import KafkactlError, UsageError
 from broker.zk import client as zkclient
 from kafkactl import completion, contexts
 from kafkactl.render import Output, json_line, table
 
-app = typer.Typer(help="Consumer groups: list, describe, rewind committed offsets, delete.", no_args_is_help=True)
+app = typer.Typer(
+    help="Consumer groups: list, describe, rewind committed offsets, delete groups or offsets.", no_args_is_help=True
+)
 
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
 GroupArg = Annotated[str, typer.Argument(help="Consumer group id.", autocompletion=completion.groups)]
@@ -180,7 +182,37 @@ def delete(
     bootstrap: contexts.Bootstrap = None,
     zookeeper: contexts.ZooKeeper = None,
 ) -> None:
-    """Delete a group's registries and committed offsets; refused while it has live members."""
+    """Delete a group's registries and committed offsets; refused while it has live members (a broker-coordinated
+    group through its coordinator: DeleteGroups)."""
     with _session(bootstrap, zookeeper) as (zk, admin):
         group_admin.delete(zk, admin, group)
     print(f"deleted group {group}")
+
+
+@app.command("delete-offsets")
+def delete_offsets(
+    group: GroupArg,
+    topic: Annotated[str, typer.Option("--topic", "-t", help="The topic whose committed offsets go.",
+                                       autocompletion=completion.topics)],
+    partition: Annotated[list[int] | None, typer.Option("--partition", "-p",
+                                                        help="A partition (repeatable; default: all).")] = None,
+    bootstrap: contexts.Bootstrap = None,
+    zookeeper: contexts.ZooKeeper = None,
+    output: OutputOpt = Output.text,
+) -> None:  # fmt: skip
+    """Delete a group's committed offsets of a topic's partitions (a broker-coordinated group's through its
+    coordinator: OffsetDelete), so it starts them by auto.offset.reset. Refused for a topic a live member
+    subscribes to."""
+    with _session(bootstrap, zookeeper) as (zk, admin):
+        result = group_admin.delete_offsets(zk, admin, group, topic, partition)
+    if output == Output.json:
+        for (t, p), error in result.items():
+            json_line({"group": group, "topic": t, "partition": p, "deleted": error is None, "error": error})
+    else:
+        table(["TOPIC", "PARTITION", "STATUS"], ([t, p, error or "deleted"] for (t, p), error in result.items()))
+    failed = {tp: e for tp, e in result.items() if e is not None}
+    if failed:
+        names = ", ".join(f"{t}-{p}" for t, p in failed)
+        why = sorted(set(failed.values()))
+        hint = " (a live member subscribes to the topic)" if why == ["GROUP_SUBSCRIBED_TO_TOPIC"] else ""
+        raise KafkactlError(f"group {group!r} kept its offsets of {names}: {', '.join(why)}{hint}")
