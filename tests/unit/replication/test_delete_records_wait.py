@@ -67,3 +67,15 @@ def test_a_dead_follower_is_not_waited_for_and_a_lost_lead_fails_the_wait(tmp_pa
         await m.close()
 
     asyncio.run(run())
+
+
+def test_a_follower_takes_its_leaders_start_up_to_its_own_end(tmp_path):
+    m, plog = _manager(tmp_path)
+    for i in range(10):
+        plog.append(build_batch([Record(0, 0, None, b"v%d" % i)]))
+    m.follower_log_start(TP, plog, 4)
+    assert plog.log_start_offset == 4
+    m.follower_log_start(TP, plog, 2)  # never back
+    assert plog.log_start_offset == 4
+    m.follower_log_start(TP, plog, 50)  # (a leader's start past the copy's end: the next fetch resets the copy)
+    assert plog.log_start_offset == plog.log_end_offset == 10
