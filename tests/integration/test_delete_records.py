@@ -107,7 +107,6 @@ def test_bad_input_is_one_error_line(broker):
     error_line(cli("topic", "delete-records", "nope", "--before", 5, "-b", b), "UNKNOWN_TOPIC_OR_PARTITION")
     error_line(cli("topic", "delete-records", "dr-bad", "--before", -2, "-b", b), "--before")
     error_line(cli("topic", "delete-records", "dr-bad", "-b", b), "--before")
-    error_line(cli("topic", "delete-records", "__consumer_offsets", "--before", 0, "-b", b), "INVALID_TOPIC")
     assert earliest(b, "dr-bad") == {0: 0}
 
 
