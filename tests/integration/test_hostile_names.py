@@ -46,6 +46,8 @@ def requests_for(name: str) -> list[tuple[ApiKey, dict]]:
         (ApiKey.ELECT_LEADERS, {"election_type": 0, "topic_partitions": [{"topic": name, "partitions": [0]}],
                                 "timeout_ms": 1000}),
         (ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 5000}),
+        (ApiKey.DELETE_RECORDS, {"topics": [{"name": name, "partitions": [{"partition_index": 0, "offset": -1}]}],
+                                 "timeout_ms": 1000}),
         (ApiKey.FIND_COORDINATOR, {"key": name, "key_type": 0}),
         (ApiKey.OFFSET_FETCH, {"group_id": name, "topics": None, "require_stable": False}),
         (ApiKey.OFFSET_COMMIT, {"group_id": name, "generation_id": -1, "member_id": "", "group_instance_id": None,
