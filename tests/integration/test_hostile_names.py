@@ -95,6 +95,8 @@ def test_arbitrary_names_at_every_api_are_answered_and_create_nothing_outside(st
         top = set(zk.get_children("/"))
         allowed = {r.strip("/").split("/")[0] for r in paths.ROOTS} | {"controller", "controller_epoch", "admin",
                                                                       "latest_producer_id_block", "config"}
+        acl_roots = (paths.ACL, paths.ACL_EXTENDED, paths.ACL_CHANGES, paths.ACL_EXTENDED_CHANGES)
+        allowed |= {a.strip("/") for a in acl_roots}  # (made at start, as Kafka does)
         assert top <= allowed, top - allowed
         assert all(topic_name_error(t) is None for t in zk.get_children(paths.TOPICS))
     assert b.proc is not None and b.proc.poll() is None  # still up
