@@ -403,3 +403,59 @@ def test_without_an_authorizer_the_acl_apis_answer_security_disabled(broker):
         with pytest.raises(AdminError, match="SECURITY_DISABLED"):
             admin.create_acls([_acl(ResourceType.TOPIC, "t", "User:x", Operation.READ)])
     assert ErrorCode.SECURITY_DISABLED == 54
+
+
+def test_deleting_a_group_or_its_offsets_needs_delete_on_the_group_and_read_on_the_topic(secured):
+    """As Kafka's KafkaApis: DeleteGroups needs Delete on each group, OffsetDelete Delete on the group and Read
+    on each topic (a topic without it: TOPIC_AUTHORIZATION_FAILED for its partitions, nothing deleted)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import GroupAuthorizationFailedError, NoError, TopicAuthorizationFailedError
+    from kafka.structs import OffsetAndMetadata
+
+    b, port = secured[0][0]
+    topic = _topic(secured, partitions=2)
+    group = f"del-{uuid.uuid4().hex[:6]}"
+    admin_consumer = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group, enable_auto_commit=False)
+    try:  # (the administrator commits: the group is Empty, with offsets)
+        admin_consumer.commit({TopicPartition(topic, p): OffsetAndMetadata(2, "", -1) for p in (0, 1)})
+    finally:
+        admin_consumer.close(autocommit=False)
+
+    def committed() -> dict[int, int]:
+        """The group's committed offsets, as the administrator sees them."""
+        su = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=20_000)
+        try:
+            return {tp.partition: o.offset for tp, o in su.list_group_offsets({group: None})[group].items()}
+        finally:
+            su.close()
+
+    kp = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SASL_PLAINTEXT",
+                          sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="alice",
+                          sasl_plain_password=USERS["alice"], request_timeout_ms=20_000)  # fmt: skip
+    try:
+        with pytest.raises(GroupAuthorizationFailedError):
+            kp.delete_group_offsets(group, [TopicPartition(topic, 0)])
+        _grant(b, _acl(ResourceType.GROUP, group, "User:alice", Operation.DELETE))
+        assert list(kp.delete_group_offsets(group, [TopicPartition(topic, 0)]).values()) == [
+            TopicAuthorizationFailedError
+        ]
+        assert committed() == {0: 2, 1: 2}
+        _grant(b, _acl(ResourceType.TOPIC, topic, "User:alice", Operation.READ))
+        assert list(kp.delete_group_offsets(group, [TopicPartition(topic, 0)]).values()) == [NoError]
+        assert committed() == {1: 2}
+    finally:
+        kp.close()
+
+    cf = AdminClient(_sasl(port, "bob"))
+    (f,) = cf.delete_consumer_groups([group], request_timeout=30).values()
+    with pytest.raises(KafkaException) as info:
+        f.result(30)
+    assert info.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert committed() == {1: 2}
+    _grant(b, _acl(ResourceType.GROUP, group, "User:bob", Operation.DELETE))
+    (f,) = cf.delete_consumer_groups([group], request_timeout=30).values()
+    assert f.result(30) is None
+    assert committed() == {}
