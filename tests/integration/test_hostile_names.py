@@ -55,6 +55,8 @@ def requests_for(name: str) -> list[tuple[ApiKey, dict]]:
                                     {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
                                      "committed_metadata": None}]}]}),
         (ApiKey.DESCRIBE_GROUPS, {"groups": [name], "include_authorized_operations": False}),
+        (ApiKey.OFFSET_DELETE, {"group_id": name, "topics": [{"name": name, "partitions": [{"partition_index": 0}]}]}),
+        (ApiKey.DELETE_GROUPS, {"groups_names": [name]}),
         (ApiKey.JOIN_GROUP, {"group_id": name, "session_timeout_ms": 6000, "rebalance_timeout_ms": 1000,
                              "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
                              "protocols": [{"name": "range", "metadata": b""}]}),
