@@ -78,8 +78,25 @@ def _topic(secured, partitions: int = 1) -> str:
 
 
 def _grant(b: BrokerProcess, *bindings: Binding) -> None:
+    """Create the ACLs through `b` and wait until every broker of its cluster holds them (the others learn
+    them from ZooKeeper's change notifications a moment later: a request to them in between is refused)."""
     with Admin(b.bootstrap) as admin:
         admin.create_acls(list(bindings))
+        admin.cluster.metadata([])
+        addresses = [f"{host}:{port}" for host, port in admin.cluster.brokers.values()]
+
+    def everywhere() -> bool:
+        for address in addresses:
+            with Admin(address) as one:
+                for bd in bindings:
+                    e, pt = bd.entry, bd.pattern
+                    f = Filter(pt.resource_type, pt.name, pt.pattern_type, e.principal, e.host, e.operation,
+                               e.permission)  # fmt: skip
+                    if bd not in one.describe_acls(f):
+                        return False
+        return True
+
+    wait_until(everywhere, 10, "the ACLs on every broker")
 
 
 def _acl(rtype: ResourceType, name: str, principal: str, op: Operation, perm: Permission = Permission.ALLOW,
