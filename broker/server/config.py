@@ -83,6 +83,7 @@ DEFAULTS: dict[str, str | None] = {
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
+    "offset.metadata.max.bytes": "4096",  # longer commit metadata: OFFSET_METADATA_TOO_LARGE
     # the authorizer (broker/security/acl_authorizer.py): empty is none, everything allowed
     "authorizer.class.name": "",
     "super.users": None,
@@ -305,6 +306,7 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
+    offset_metadata_max_bytes: int = 4096
     replica_lag_time_max_ms: int = 30000
     replica_fetch_max_bytes: int = 1048576
     replica_fetch_wait_max_ms: int = 500
@@ -367,6 +369,7 @@ class BrokerConfig:
         c.group_initial_rebalance_delay_ms = _int(props, "group.initial.rebalance.delay.ms")
         c.group_min_session_timeout_ms = _int(props, "group.min.session.timeout.ms")
         c.group_max_session_timeout_ms = _int(props, "group.max.session.timeout.ms")
+        c.offset_metadata_max_bytes = _int(props, "offset.metadata.max.bytes")
         c.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms")
         c.replica_fetch_max_bytes = _int(props, "replica.fetch.max.bytes")
         c.replica_fetch_wait_max_ms = _int(props, "replica.fetch.wait.max.ms")

@@ -5,8 +5,9 @@ Committed offsets (`/consumers/<g>/offsets/<t>/<p>`) and each group's stable gen
 (reconnecting at most `RECONNECT_MAX_DELAY_S` apart, so what it holds is written within about a second of
 ZooKeeper's return, and not tied to the broker's registration session).
 
-- OffsetCommit: the offsets are held in memory and one writer thread writes them in the order they were
-  committed (a partition committed again before its write keeps only the newer offset). While ZooKeeper
+- OffsetCommit: the offsets (each with its metadata string and leader epoch: `paths.offset_data`) are held
+  in memory and one writer thread writes them in the order they were committed (a partition committed again
+  before its write keeps only the newer commit). While ZooKeeper
   answers, the commit is answered once written, or after `COMMIT_WAIT_S` still held; while it does not,
   at once. Always with error 0: a commit is never refused for ZooKeeper's sake, and a member's heartbeats,
   queued behind its commit on the same connection, are never held back for long.
@@ -63,6 +64,7 @@ from kazoo.retry import KazooRetry
 
 from broker.zk import client as zkclient
 from broker.zk import consumers, paths
+from broker.zk.paths import StoredOffset
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,8 @@ DELETE_WAIT_S = 5.0
 
 TopicPartition = tuple[str, int]
 OffsetKey = tuple[str, str, int]  # (group, topic, partition)
+#: a partition the group has not committed to (OffsetFetch answers offset -1, metadata "", epoch -1)
+NO_OFFSET = StoredOffset(-1)
 
 #: errors that mean ZooKeeper did not answer (the request may be retried), not that it refused
 UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
@@ -86,7 +90,7 @@ UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, Opera
 
 @dataclass
 class _Commit:
-    offset: int
+    stored: StoredOffset  # the offset, its leader epoch and metadata
     at_ms: int  # (wall clock) when it was accepted
     seq: int  # its OffsetCommit's place in the order of commits
     held: bool  # accepted while ZooKeeper was unreachable, or its write failed: written with care
@@ -150,7 +154,7 @@ class GroupStore:
         self._wrote_generations = 0
         # -- the event loop's --
         self._waiters: list[tuple[int, asyncio.Future]] = []  # OffsetCommits waiting for their write
-        self._known: dict[str, dict[TopicPartition, int]] = {}  # group → partition → offset (-1: none)
+        self._known: dict[str, dict[TopicPartition, StoredOffset]] = {}  # group → partition → commit (-1: none)
         # -- the writer thread's --
         self._versions: dict[str, int] = {}  # offset znode → its version after this broker's last write
         self._writer: threading.Thread | None = None
@@ -196,20 +200,21 @@ class GroupStore:
 
     # -- commits ----------------------------------------------------------------------------------
 
-    async def commit(self, group: str, offsets: dict[TopicPartition, int]) -> None:
-        """Hold the offsets for the writer; return once written, after `COMMIT_WAIT_S`, or at once while
-        ZooKeeper is unreachable. Never raises for ZooKeeper's sake."""
+    async def commit(self, group: str, offsets: dict[TopicPartition, StoredOffset | int]) -> None:
+        """Hold the offsets (a bare int: no metadata, epoch -1) for the writer; return once written, after
+        `COMMIT_WAIT_S`, or at once while ZooKeeper is unreachable. Never raises for ZooKeeper's sake."""
         now_ms = int(time.time() * 1000)
+        commits = {tp: o if isinstance(o, StoredOffset) else StoredOffset(int(o)) for tp, o in offsets.items()}
         with self._cond:
             self._seq += 1
             seq, reachable = self._seq, self._reachable and not self._stopping
-            for (topic, p), offset in offsets.items():
+            for (topic, p), stored in commits.items():
                 key = (group, topic, p)
-                self._held[key] = _Commit(int(offset), now_ms, seq, held=not reachable)
+                self._held[key] = _Commit(stored, now_ms, seq, held=not reachable)
                 self._held.move_to_end(key)
             self._cond.notify_all()
         if self.live(group):
-            self._known.setdefault(group, {}).update(offsets)
+            self._known.setdefault(group, {}).update(commits)
         if not reachable:
             return
         assert self.loop is not None
@@ -221,14 +226,17 @@ class GroupStore:
             self._waiters = [(s, f) for s, f in self._waiters if not f.done()]
 
     def held_commits(self, group: str | None = None) -> dict[OffsetKey, int]:
-        """The commits not written to ZooKeeper yet (of one group, or all)."""
-        with self._cond:
-            return {k: c.offset for k, c in self._held.items() if group is None or k[0] == group}
+        """The offsets of the commits not written to ZooKeeper yet (of one group, or all)."""
+        return {k: stored.offset for k, stored in self._held_stored(group).items()}
 
-    async def fetch(self, group: str, wanted: dict[str, list[int]] | None) -> dict[TopicPartition, int] | None:
-        """The group's committed offsets (-1: none) of the `wanted` partitions (None: every partition it
-        committed), or None when they cannot be known now: ZooKeeper is unreachable, or slower than
-        `READ_WAIT_S`, and memory does not have them all.
+    def _held_stored(self, group: str | None) -> dict[OffsetKey, StoredOffset]:
+        with self._cond:
+            return {k: c.stored for k, c in self._held.items() if group is None or k[0] == group}
+
+    async def fetch(self, group: str, wanted: dict[str, list[int]] | None) -> dict[TopicPartition, StoredOffset] | None:
+        """The group's commits (offset, leader epoch, metadata; `NO_OFFSET`: none) of the `wanted` partitions
+        (None: every partition it committed), or None when they cannot be known now: ZooKeeper is unreachable,
+        or slower than `READ_WAIT_S`, and memory does not have them all.
 
         The handler answers None with COORDINATOR_LOAD_IN_PROGRESS, a retriable error: librdkafka retries an
         OffsetFetch that gets it in place, with its retry backoff and no retry limit while its assignment
@@ -236,7 +244,7 @@ class GroupStore:
         is known. COORDINATOR_NOT_AVAILABLE would only make it look the coordinator up again and drop the
         answer, leaving those partitions unstarted until the next rebalance; -1 would send them to
         auto.offset.reset. The Java client, kafka-python and aiokafka retry it too."""
-        held = {(t, p): o for (g, t, p), o in self.held_commits(group).items() if g == group}
+        held = {(t, p): o for (g, t, p), o in self._held_stored(group).items() if g == group}
         if self._reachable:
             topics = None if wanted is None else list(wanted)
             try:
@@ -246,7 +254,7 @@ class GroupStore:
             else:
                 found = {**stored, **held}
                 if wanted is not None:
-                    found = {(t, p): found.get((t, p), -1) for t, ps in wanted.items() for p in ps}
+                    found = {(t, p): found.get((t, p), NO_OFFSET) for t, ps in wanted.items() for p in ps}
                 if self.live(group):
                     self._known.setdefault(group, {}).update(found)
                 return found
@@ -263,7 +271,7 @@ class GroupStore:
         memory during an outage (someone else may change them meanwhile)."""
         self._known.pop(group, None)
 
-    async def _read_offsets(self, group: str, topics: list[str] | None) -> dict[TopicPartition, int]:
+    async def _read_offsets(self, group: str, topics: list[str] | None) -> dict[TopicPartition, StoredOffset]:
         base = paths.group_offsets(group)
         names = await self._children(base) if topics is None else topics
         parts = await asyncio.gather(*(self._children(f"{base}/{t}") for t in names))
@@ -271,8 +279,9 @@ class GroupStore:
         datas = await asyncio.gather(*(self._get(paths.group_offset(group, t, p)) for t, p in keys))
         out = {}
         for key, data in zip(keys, datas, strict=True):
-            with contextlib.suppress(ValueError, TypeError):
-                out[key] = int((data or b"").decode())
+            stored = paths.parse_offset(data)  # (None: gone meanwhile, or unreadable: as never committed)
+            if stored is not None:
+                out[key] = stored
         return out
 
     # -- deletions --------------------------------------------------------------------------------
@@ -571,7 +580,7 @@ class GroupStore:
         (one written as it comes is the newest there is: as in Kafka, the last commit wins)."""
         zk = self.zk
         path = paths.group_offset(*key)
-        data = str(c.offset).encode()
+        data = paths.offset_data(c.stored)
         if not c.held:
             try:
                 stat = zk.set(path, data)

@@ -25,6 +25,8 @@ TopicPartition = tuple[str, int]
 class Committed(NamedTuple):
     offset: int
     mtime_ms: int  # when it was last committed (the znode's modification time)
+    leader_epoch: int = -1  # the committed position's leader epoch (-1: none given)
+    metadata: str = ""  # the client's commit metadata
 
 
 def groups(zk: KazooClient) -> list[str]:
@@ -121,16 +123,18 @@ def committed(zk: KazooClient, group: str, topics: list[str] | None = None) -> d
         for p in _children(zk, f"{paths.group_offsets(group)}/{topic}"):
             try:
                 data, stat = zk.get(paths.group_offset(group, topic, int(p)))
-                out[(topic, int(p))] = Committed(int(data.decode()), stat.mtime)
             except (NoNodeError, ValueError):
                 continue
+            stored = paths.parse_offset(data)
+            if stored is not None:
+                out[(topic, int(p))] = Committed(stored.offset, stat.mtime, stored.leader_epoch, stored.metadata)
     return dict(sorted(out.items()))
 
 
-def commit(zk: KazooClient, group: str, offsets: dict[TopicPartition, int]) -> None:
-    """Write committed offsets (the next offset to consume, as Kafka commits them)."""
+def commit(zk: KazooClient, group: str, offsets: dict[TopicPartition, int], metadata: str = "") -> None:
+    """Write committed offsets (the next offset to consume, as Kafka commits them), each with `metadata`."""
     for (topic, p), offset in offsets.items():
-        _put(zk, paths.group_offset(group, topic, p), str(int(offset)).encode())
+        _put(zk, paths.group_offset(group, topic, p), paths.offset_data(paths.StoredOffset(int(offset), -1, metadata)))
 
 
 def store_generation(zk: KazooClient, group: str, generation: int, state: dict[str, Any] | None) -> bool:

@@ -26,7 +26,8 @@
 | /latest_producer_id_block | persistent | {"version":1,"broker","block_start","block_end"} |
 | /consumers/<g>/ids/<c> | ephemeral | {"version":1,"subscription":{"<t>":1},"pattern":"static","timestamp"} |
 | /consumers/<g>/owners/<t>/<p> | ephemeral | the owning consumer id (utf-8) |
-| /consumers/<g>/offsets/<t>/<p> | persistent | the committed offset, a decimal string |
+| /consumers/<g>/offsets/<t>/<p> | persistent | the committed offset, a decimal string; or, when the commit
+  carries metadata or a leader epoch, {"version":1,"offset","leader_epoch","metadata"} (see `offset_data`) |
 | /consumers/<g>/generation | persistent | {"version":1,"generation","protocol_type","protocol","leader",
   "members":[{"member_id","group_instance_id","client_id","client_host","session_timeout_ms",
   "rebalance_timeout_ms","protocols":[{"name","metadata"}],"assignment"}]} (bytes in base64) |
@@ -70,7 +71,7 @@ import json
 import time
 import urllib.parse
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -372,6 +373,45 @@ def cluster_id_json(cluster_id: str) -> bytes:
 
 def producer_block_json(broker_id: int, start: int, end: int) -> bytes:
     return dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
+
+
+class StoredOffset(NamedTuple):
+    """A committed offset with what Kafka keeps beside it: the leader epoch of the committed position (-1:
+    none given, OffsetCommit before v6) and the client's metadata string ("": none)."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+def offset_data(stored: StoredOffset) -> bytes:
+    """An offset znode's data. A commit with neither metadata nor an epoch is the bare decimal, byte for byte
+    what Kafka's ZooKeeper offset storage and earlier kafkactl versions write and read; any other is JSON
+    (which those earlier versions skip as unreadable)."""
+    if not stored.metadata and stored.leader_epoch < 0:
+        return str(int(stored.offset)).encode()
+    return dumps({"version": 1, "offset": int(stored.offset), "leader_epoch": int(stored.leader_epoch),
+                  "metadata": stored.metadata})  # fmt: skip
+
+
+def parse_offset(data: bytes | None) -> StoredOffset | None:
+    """What `offset_data` wrote (a bare decimal: no metadata, epoch -1), or None when it is neither."""
+    text = (data or b"").decode("utf-8", "replace").strip()
+    if text[:1] != "{":
+        try:
+            return StoredOffset(int(text))
+        except ValueError:
+            return None
+    try:
+        obj = json.loads(text)
+        if not isinstance(obj, dict) or obj.get("version") != 1:
+            return None
+        offset, epoch, metadata = obj["offset"], obj.get("leader_epoch", -1), obj.get("metadata") or ""
+        if type(offset) is not int or type(epoch) is not int or not isinstance(metadata, str):
+            return None
+    except (ValueError, KeyError):
+        return None
+    return StoredOffset(offset, epoch, metadata)
 
 
 def consumer_json(topics: list[str]) -> bytes:

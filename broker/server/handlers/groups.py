@@ -34,15 +34,17 @@ from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.security.session import current
 from broker.server.coordinator import GroupState, coordinator_for
+from broker.server.group_store import NO_OFFSET
 from broker.server.network import current_peer
+from broker.zk.paths import StoredOffset, offset_data
 
 if TYPE_CHECKING:
     from broker.server.services import Services
 
 log = logging.getLogger(__name__)
 
-#: Kafka's offsets.metadata.max.bytes default: longer commit metadata is refused
-MAX_METADATA = 4096
+#: ZooKeeper's default jute.maxbuffer less room for the request around it: a larger offset znode is refused
+MAX_OFFSET_ZNODE = 1_000_000
 
 
 async def handle_find_coordinator(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +126,8 @@ async def handle_offset_commit(b: Services, header: RequestHeader, req: dict[str
         error = b.coordinator.commit_error(gid, req.get("member_id", ""), req.get("generation_id", -1),
                                            req.get("group_instance_id"))  # fmt: skip
     answer: list[dict[str, Any]] = []
-    offsets: dict[tuple[str, int], int] = {}
+    offsets: dict[tuple[str, int], StoredOffset] = {}
+    max_metadata = b.config.offset_metadata_max_bytes
     for t in req["topics"]:
         parts = []
         topic_denied = not error and not _topic_allowed(b, Operation.READ, t["name"], "OffsetCommit")
@@ -133,15 +136,27 @@ async def handle_offset_commit(b: Services, header: RequestHeader, req: dict[str
             if not code:
                 if b.cache.partition(t["name"], p["partition_index"]) is None:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                elif len(p.get("committed_metadata") or "") > MAX_METADATA:
+                elif (stored := _stored(header.api_version, p, max_metadata)) is None:
                     code = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 else:
-                    offsets[(t["name"], p["partition_index"])] = p["committed_offset"]
+                    offsets[(t["name"], p["partition_index"])] = stored
             parts.append({"partition_index": p["partition_index"], "error_code": code})
         answer.append({"name": t["name"], "partitions": parts})
     if offsets:  # written, or held in memory until ZooKeeper takes it: accepted either way
         await b.group_store.commit(gid, offsets)
     return {"topics": answer}
+
+
+def _stored(version: int, p: dict[str, Any], max_metadata: int) -> StoredOffset | None:
+    """What an OffsetCommit partition stores, as Kafka: null metadata is "", epoch -1 is none (v6+ carry one);
+    v0 keeps no metadata (Kafka writes v0 commits to ZooKeeper's offset registry, offset only). None: the
+    metadata is longer than `offset.metadata.max.bytes` (Java's length, UTF-16 code units) or would not fit a
+    znode."""
+    metadata = p.get("committed_metadata") or ""
+    if len(metadata.encode("utf-16-le")) // 2 > max_metadata:
+        return None
+    stored = StoredOffset(p["committed_offset"], p.get("committed_leader_epoch", -1), metadata if version else "")
+    return stored if len(offset_data(stored)) <= MAX_OFFSET_ZNODE else None
 
 
 async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +166,7 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
     else:
         error = ErrorCode.NOT_COORDINATOR if _not_coordinator(b, gid) else ErrorCode.NONE
     wanted = req["topics"]
-    committed: dict[tuple[str, int], int] = {}
+    committed: dict[tuple[str, int], StoredOffset] = {}
     if not error:
         asked: dict[str, list[int]] | None = None
         if wanted is not None:
@@ -162,7 +177,7 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
         if found is None:  # ZooKeeper unreachable and not all in memory: the client retries (see fetch)
             error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         else:
-            committed = dict(sorted((tp, o) for tp, o in found.items() if o >= 0))
+            committed = dict(sorted((tp, o) for tp, o in found.items() if o.offset >= 0))
     if wanted is None:  # every committed topic the principal may describe
         by_topic: dict[str, list[int]] = {}
         for t, p in committed:
@@ -175,9 +190,10 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
         parts = []
         denied = not error and not _topic_allowed(b, Operation.DESCRIBE, t["name"], "OffsetFetch")
         for p in t["partition_indexes"]:
-            offset = -1 if denied else committed.get((t["name"], p), -1)
+            stored = NO_OFFSET if denied else committed.get((t["name"], p), NO_OFFSET)
             code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied else part_error
-            parts.append({"partition_index": p, "committed_offset": offset, "metadata": "", "error_code": code})
+            parts.append({"partition_index": p, "committed_offset": stored.offset, "error_code": code,
+                          "committed_leader_epoch": stored.leader_epoch, "metadata": stored.metadata})  # fmt: skip
         topics_out.append({"name": t["name"], "partitions": parts})
     return {"topics": topics_out, "error_code": error}
 

@@ -1,0 +1,173 @@
+"""Commit metadata and leader epochs (issue 18): their encoding in the offset znodes (broker/zk/paths.py), the
+group store holding, writing and reading them back, and the OffsetCommit/OffsetFetch handlers storing and
+answering them as Kafka does (null metadata is "", v0 keeps none, the epoch from v6 in and v5 out,
+`offset.metadata.max.bytes` per partition). The handlers run over a real coordinator and group store on
+test_group_store's in-memory ZooKeeper; the same through Kafka's clients: tests/integration/test_offset_metadata.py.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from broker.protocol.errors import ErrorCode
+from broker.server.handlers import groups
+from broker.zk import consumers, paths
+from broker.zk.paths import StoredOffset
+from tests.unit.server.test_group_deletion import services
+from tests.unit.server.test_group_store import FakeZk, run, short_bounds, started, until  # noqa: F401 - the fixture
+
+G = "g"
+T = "orders"
+NODE = f"/consumers/{G}/offsets/{T}/0"
+
+
+# --- the znode's data ---------------------------------------------------------------------------------------------
+
+
+def test_a_commit_without_metadata_or_epoch_is_the_bare_decimal_as_before() -> None:
+    assert paths.offset_data(StoredOffset(42)) == b"42"
+    assert paths.offset_data(StoredOffset(0, -1, "")) == b"0"
+    assert paths.parse_offset(b"42") == StoredOffset(42, -1, "")  # what earlier versions (and Kafka) wrote
+
+
+@pytest.mark.parametrize("stored", [
+    StoredOffset(7, 3, ""), StoredOffset(7, -1, "m"), StoredOffset(2**62, 2**31 - 1, 'quote " \\ \n {} ,:'),
+    StoredOffset(5, 0, "ünïcödé ✓ 🎉 \u0000"), StoredOffset(1, 1, "x" * 4096),
+])  # fmt: skip
+def test_metadata_and_epoch_round_trip(stored: StoredOffset) -> None:
+    data = paths.offset_data(stored)
+    assert json.loads(data) == {"version": 1, "offset": stored.offset, "leader_epoch": stored.leader_epoch,
+                                "metadata": stored.metadata}  # fmt: skip
+    assert paths.parse_offset(data) == stored
+
+
+@pytest.mark.parametrize("data", [
+    None, b"", b"abc", b"{", b"[]", b'{"version":2,"offset":1}', b'{"version":1}', b'{"version":1,"offset":"1"}',
+    b'{"version":1,"offset":1,"leader_epoch":1.5}', b'{"version":1,"offset":1,"metadata":3}', b"\xff\xfe",
+])  # fmt: skip
+def test_unreadable_data_is_none(data: bytes | None) -> None:
+    assert paths.parse_offset(data) is None
+
+
+def test_json_without_the_optional_fields_has_their_defaults() -> None:
+    assert paths.parse_offset(b'{"version":1,"offset":9}') == StoredOffset(9, -1, "")
+    assert paths.parse_offset(b'{"version":1,"offset":9,"metadata":null}') == StoredOffset(9, -1, "")
+
+
+def test_kafkactl_reads_both_forms_and_writes_metadata() -> None:
+    zk = FakeZk()
+    zk.put(NODE, b"11")
+    zk.put(f"/consumers/{G}/offsets/{T}/1", paths.offset_data(StoredOffset(12, 4, "meta")))
+    zk.put(f"/consumers/{G}/offsets/{T}/2", b"not an offset")
+    got = consumers.committed(zk, G)  # type: ignore[arg-type]
+    assert {tp: (c.offset, c.leader_epoch, c.metadata) for tp, c in got.items()} == {
+        (T, 0): (11, -1, ""), (T, 1): (12, 4, "meta")}  # fmt: skip
+    consumers.commit(zk, G, {(T, 0): 13}, metadata="from kafkactl")  # type: ignore[arg-type]
+    assert paths.parse_offset(zk.nodes[NODE][0]) == StoredOffset(13, -1, "from kafkactl")
+    consumers.commit(zk, G, {(T, 0): 14})  # type: ignore[arg-type]
+    assert zk.nodes[NODE][0] == b"14"
+
+
+# --- the group store ------------------------------------------------------------------------------------------------
+
+
+def test_the_store_writes_and_reads_metadata_and_epochs() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): StoredOffset(5, 2, "five"), (T, 1): 6})
+        assert paths.parse_offset(zk.nodes[NODE][0]) == StoredOffset(5, 2, "five")
+        assert zk.nodes[f"/consumers/{G}/offsets/{T}/1"][0] == b"6"
+        zk.put(f"/consumers/{G}/offsets/{T}/2", b"9")  # stored before this version: no metadata, epoch -1
+        assert await store.fetch(G, {T: [0, 1, 2, 3]}) == {
+            (T, 0): StoredOffset(5, 2, "five"), (T, 1): StoredOffset(6), (T, 2): StoredOffset(9),
+            (T, 3): StoredOffset(-1, -1, "")}  # fmt: skip
+        assert (await store.fetch(G, None))[(T, 0)] == StoredOffset(5, 2, "five")
+        await store.commit(G, {(T, 0): StoredOffset(8)})  # a later commit without metadata clears it, as Kafka
+        assert zk.nodes[NODE][0] == b"8"
+        await store.close(1)
+
+    run(main())
+
+
+def test_metadata_held_through_an_outage_is_served_and_written_after() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk, live=lambda g: True)
+        await store.commit(G, {(T, 0): StoredOffset(1, 1, "one")})
+        zk.down()
+        await store.commit(G, {(T, 0): StoredOffset(2, 3, "two")})
+        assert await store.fetch(G, {T: [0]}) == {(T, 0): StoredOffset(2, 3, "two")}  # from memory
+        zk.up()
+        await until("the held commit written", lambda: not store.held_commits())
+        assert paths.parse_offset(zk.nodes[NODE][0]) == StoredOffset(2, 3, "two")
+        await store.close(1)
+
+    run(main())
+
+
+# --- the handlers ----------------------------------------------------------------------------------------------------
+
+
+def _services(zk: FakeZk, store: Any, max_bytes: int = 4096) -> SimpleNamespace:
+    b = services(zk, store)
+    b.config = SimpleNamespace(offset_metadata_max_bytes=max_bytes)
+    return b
+
+
+async def _commit(b: SimpleNamespace, version: int, parts: list[dict[str, Any]]) -> dict[int, int]:
+    req = {"group_id": G, "generation_id": -1, "member_id": "",
+           "topics": [{"name": T, "partitions": parts}]}  # fmt: skip
+    answer = await groups.handle_offset_commit(b, SimpleNamespace(api_version=version), req)  # type: ignore[arg-type]
+    return {p["partition_index"]: p["error_code"] for p in answer["topics"][0]["partitions"]}
+
+
+async def _fetch(b: SimpleNamespace, version: int, partitions: list[int]) -> dict[int, tuple[int, int, str]]:
+    req = {"group_id": G, "topics": [{"name": T, "partition_indexes": partitions}]}
+    answer = await groups.handle_offset_fetch(b, SimpleNamespace(api_version=version), req)  # type: ignore[arg-type]
+    assert answer["error_code"] == 0
+    return {p["partition_index"]: (p["committed_offset"], p["committed_leader_epoch"], p["metadata"])
+            for p in answer["topics"][0]["partitions"]}  # fmt: skip
+
+
+def _part(p: int, offset: int, metadata: str | None, epoch: int = -1) -> dict[str, Any]:
+    return {"partition_index": p, "committed_offset": offset, "committed_leader_epoch": epoch,
+            "committed_metadata": metadata}  # fmt: skip
+
+
+def test_offset_commit_stores_what_offset_fetch_answers() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        b = _services(zk, store)
+        assert await _commit(b, 7, [_part(0, 10, "ten", 4), _part(1, 11, None, 5)]) == {0: 0, 1: 0}
+        assert await _fetch(b, 5, [0, 1]) == {0: (10, 4, "ten"), 1: (11, 5, "")}  # null metadata: ""
+        assert await _commit(b, 2, [_part(0, 12, "twelve")]) == {0: 0}  # before v6: no epoch
+        assert (await _fetch(b, 5, [0]))[0] == (12, -1, "twelve")
+        assert await _commit(b, 0, [_part(0, 13, "dropped")]) == {0: 0}  # v0: the offset alone, as Kafka's ZK
+        assert (await _fetch(b, 1, [0]))[0] == (13, -1, "")
+        assert await _fetch(b, 5, [7]) == {7: (-1, -1, "")}  # never committed
+        await store.close(1)
+
+    run(main())
+
+
+def test_too_large_metadata_is_refused_for_its_partition_only() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        b = _services(zk, store, max_bytes=10)
+        await _commit(b, 7, [_part(0, 1, "old", 1), _part(1, 1, "old", 1)])
+        # 10 UTF-16 code units fit (Java's String.length, what Kafka compares): an emoji counts two
+        errors = await _commit(b, 7, [_part(0, 2, "x" * 11, 2), _part(1, 2, "🎉" * 5, 2)])
+        assert errors == {0: ErrorCode.OFFSET_METADATA_TOO_LARGE, 1: 0}
+        assert await _fetch(b, 5, [0, 1]) == {0: (1, 1, "old"), 1: (2, 2, "🎉" * 5)}  # the refused one unchanged
+        errors = await _commit(b, 7, [_part(0, 3, "🎉" * 5 + "x", 3)])
+        assert errors == {0: ErrorCode.OFFSET_METADATA_TOO_LARGE}
+        await store.close(1)
+
+    run(main())
