@@ -17,6 +17,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from broker.client.connection import ProtocolError, TlsLost, common_version, parse_bootstrap
@@ -25,7 +26,7 @@ from broker.client.security import default as default_security
 from broker.errors import KafkactlError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.framing import encode_request
+from broker.protocol.framing import encode_request, read_response_body
 from broker.protocol.messages.produce import RUN_CODEC, read_produce_response
 from broker.protocol.primitives import I32, DecodeError, Reader
 
@@ -132,7 +133,8 @@ class AsyncConnection:
         v = self.version_for(api_key) if version is None else version
         cid = next(self._ids) & 0x7FFFFFFF
         parts = encode_request(api_key, v, cid, self.client_id, APIS[api_key].request, body)
-        return self._enqueue(parts, api_key, cid, APIS[api_key].response.read, v, expect_response)
+        decode = partial(read_response_body, APIS[api_key].response)
+        return self._enqueue(parts, api_key, cid, decode, v, expect_response)
 
     def send_encoded(self, api_key: int, version: int, body: list[Any], decode: Callable[[Reader, int], Any], *,
                      expect_response: bool = True,

@@ -15,7 +15,7 @@ from broker.client.security import ClientSecurity, SaslExchange, SecurityError, 
 from broker.client.security import default as default_security
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import APIS, ApiKey
-from broker.protocol.framing import encode_request
+from broker.protocol.framing import encode_request, read_response_body
 from broker.protocol.primitives import I32, Reader
 
 
@@ -141,7 +141,7 @@ class Connection:
         got = r.int32()
         if got != cid:
             raise ProtocolError(f"answer for request {got} while waiting for {cid}")
-        return APIS[api_key].response.read(r, version)
+        return read_response_body(APIS[api_key].response, r, version)
 
     def request(self, api_key: int, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
         cid, v = self.send(api_key, body, version)

@@ -2,7 +2,11 @@
 
 All integers are big-endian. `STRING` is an int16 length then UTF-8 (-1: null, nullable only);
 `BYTES` is an int32 length then the bytes (-1: null); `ARRAY` is an int32 count then the items
-(-1: null). Only the non-flexible (pre-tagged-field) encodings are spoken here.
+(-1: null). The flexible versions of KIP-482 use compact forms instead: COMPACT_STRING, COMPACT_BYTES
+and COMPACT_ARRAY carry an unsigned varint of the length plus one (0: null), and every struct ends
+with a tagged-field section: an unsigned varint count, then per field its tag, its size (both
+unsigned varints) and its bytes. A Reader or Writer's `flex` says which forms the message in hand
+uses; `broker.protocol.schema` sets it from the message's first flexible version.
 
 Decoding never copies payloads: byte fields come back as memoryview slices of the request frame.
 Encoding collects small fields in a bytearray and keeps record sets (bytes or a `FetchSlice` of a
@@ -21,6 +25,9 @@ I64 = struct.Struct(">q")
 U32 = struct.Struct(">I")
 
 
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
 class DecodeError(ValueError):
     """A frame that does not parse: too short, a negative length where none may be, bad UTF-8."""
 
@@ -28,12 +35,13 @@ class DecodeError(ValueError):
 class Reader:
     """A cursor over one frame."""
 
-    __slots__ = ("buf", "pos", "end")
+    __slots__ = ("buf", "pos", "end", "flex")
 
     def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0) -> None:
         self.buf = memoryview(buf)
         self.pos = pos
         self.end = len(self.buf)
+        self.flex = False
 
     def _take(self, n: int) -> int:
         pos = self.pos
@@ -56,6 +64,11 @@ class Reader:
 
     def boolean(self) -> bool:
         return self.int8() != 0
+
+    def uuid(self) -> bytes:
+        """A UUID as its 16 bytes (all zero: none)."""
+        pos = self._take(16)
+        return bytes(self.buf[pos : pos + 16])
 
     def nullable_string(self) -> str | None:
         n = self.int16()
@@ -81,7 +94,10 @@ class Reader:
         return self.buf[pos : pos + n]
 
     def array_length(self, nullable: bool) -> int:
-        n = self.int32()
+        if self.flex:
+            n = self.uvarint() - 1
+        else:
+            n = self.int32()
         if n < 0:
             if nullable:
                 return -1
@@ -90,6 +106,58 @@ class Reader:
             raise DecodeError(f"array of {n} items in {self.end - self.pos} bytes")
         return n
 
+    def uvarint(self) -> int:
+        """An unsigned varint of at most 32 bits (Kafka's lengths, counts and tags)."""
+        value = shift = 0
+        buf, pos, end = self.buf, self.pos, self.end
+        while True:
+            if pos >= end:
+                raise DecodeError(f"frame too short: varint at {self.pos} runs past the end")
+            b = buf[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift > 28:
+                raise DecodeError(f"varint at {self.pos} is longer than 5 bytes")
+        self.pos = pos
+        return value
+
+    def compact_nullable_string(self) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        pos = self._take(n)
+        try:
+            return str(self.buf[pos : pos + n], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"string at {pos} is not UTF-8") from exc
+
+    def compact_string(self) -> str:
+        s = self.compact_nullable_string()
+        if s is None:
+            raise DecodeError(f"null where a string must be, at {self.pos - 1}")
+        return s
+
+    def compact_nullable_bytes(self) -> memoryview | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        pos = self._take(n)
+        return self.buf[pos : pos + n]
+
+    def compact_bytes(self) -> memoryview:
+        b = self.compact_nullable_bytes()
+        if b is None:
+            raise DecodeError(f"null where bytes must be, at {self.pos - 1}")
+        return b
+
+    def skip(self, n: int) -> memoryview:
+        """The next `n` bytes (an unknown tagged field's), passed over."""
+        pos = self._take(n)
+        return self.buf[pos : pos + n]
+
     def remaining(self) -> int:
         return self.end - self.pos
 
@@ -97,12 +165,13 @@ class Reader:
 class Writer:
     """Builds a frame as a list of parts: bytes, and record sets kept by reference."""
 
-    __slots__ = ("buf", "parts", "size")
+    __slots__ = ("buf", "parts", "size", "flex")
 
     def __init__(self) -> None:
         self.buf = bytearray()
         self.parts: list[Any] = []
         self.size = 0  # bytes in finished parts
+        self.flex = False
 
     def int8(self, v: int) -> None:
         self.buf += I8.pack(v)
@@ -119,6 +188,11 @@ class Writer:
     def boolean(self, v: bool) -> None:
         self.buf.append(1 if v else 0)
 
+    def uuid(self, v: bytes) -> None:
+        if len(v) != 16:
+            raise ValueError(f"a UUID is 16 bytes, not {len(v)}")
+        self.buf += v
+
     def nullable_string(self, v: str | None) -> None:
         if v is None:
             self.buf += I16.pack(-1)
@@ -133,8 +207,12 @@ class Writer:
         """Bytes-like values are copied in; anything else with a `length` (a FetchSlice) stays a part."""
         if v is None:
             self.buf += I32.pack(-1)
-        elif isinstance(v, bytes | bytearray | memoryview):
-            self.buf += I32.pack(len(v))
+            return
+        self.buf += I32.pack(v.length if not isinstance(v, _BYTES_LIKE) else len(v))
+        self._payload(v)
+
+    def _payload(self, v: Any) -> None:
+        if isinstance(v, _BYTES_LIKE):
             if len(v) > 4096:  # big payloads are not copied: they become a part of their own
                 self._cut()
                 self.parts.append(v)
@@ -142,13 +220,44 @@ class Writer:
             else:
                 self.buf += v
         else:
-            self.buf += I32.pack(v.length)
             self._cut()
             self.parts.append(v)
             self.size += v.length
 
     def array_length(self, n: int) -> None:
-        self.buf += I32.pack(n)
+        if self.flex:
+            self.uvarint(n + 1)
+        else:
+            self.buf += I32.pack(n)
+
+    def uvarint(self, v: int) -> None:
+        while v > 0x7F:
+            self.buf.append((v & 0x7F) | 0x80)
+            v >>= 7
+        self.buf.append(v)
+
+    def compact_nullable_string(self, v: str | None) -> None:
+        if v is None:
+            self.buf.append(0)
+            return
+        data = v.encode()
+        self.uvarint(len(data) + 1)
+        self.buf += data
+
+    compact_string = compact_nullable_string
+
+    def compact_nullable_bytes(self, v: Any) -> None:
+        if v is None:
+            self.buf.append(0)
+            return
+        self.uvarint((v.length if not isinstance(v, _BYTES_LIKE) else len(v)) + 1)
+        self._payload(v)
+
+    compact_bytes = compact_nullable_bytes
+
+    def raw(self, data: bytes | bytearray | memoryview) -> None:
+        """Bytes written as they are (an encoded tagged field)."""
+        self.buf += data
 
     def _cut(self) -> None:
         if self.buf:

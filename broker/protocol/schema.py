@@ -4,6 +4,11 @@ A `Struct` lists `Field`s the way Kafka's message JSON files do (name, type, the
 it, a default). `struct.read(reader, version)` returns a dict; `struct.write(writer, dict, version)`
 writes one, filling absent fields with their defaults, so handlers name only what they know. The
 per-version field lists are computed once and cached.
+
+Flexible versions (KIP-482): a message struct built with `flexible_from=N` is written, from version N,
+with compact strings, bytes and arrays and a tagged-field section closing every struct (the forms
+are in `broker.protocol.primitives`). Tagged fields are declared with `F(..., tag=T)`: they are read
+when present (others are skipped) and written only when their value differs from the default.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ class Type:
 
 
 class _Prim(Type):
-    def __init__(self, name: str, default: Any) -> None:
+    def __init__(self, name: str, default: Any, compact: str | None = None) -> None:
         self.name, self.default = name, default
         self._read = getattr(Reader, name)
         self._write = getattr(Writer, name)
+        #: the type flexible versions write instead (compact strings and bytes; integers are unchanged)
+        self.flexible: _Prim = self if compact is None else _Prim(compact, default)
 
     def read(self, r: Reader, v: int) -> Any:
         return self._read(r)
@@ -48,11 +55,12 @@ INT16 = _Prim("int16", 0)
 INT32 = _Prim("int32", 0)
 INT64 = _Prim("int64", 0)
 BOOLEAN = _Prim("boolean", False)
-STRING = _Prim("string", "")
-NULLABLE_STRING = _Prim("nullable_string", None)
-BYTES = _Prim("nullable_bytes", b"")
-NULLABLE_BYTES = _Prim("nullable_bytes", None)
-RECORDS = _Prim("nullable_bytes", None)  # a record set: bytes in, bytes or a FetchSlice out
+STRING = _Prim("string", "", "compact_string")
+NULLABLE_STRING = _Prim("nullable_string", None, "compact_nullable_string")
+BYTES = _Prim("nullable_bytes", b"", "compact_nullable_bytes")
+NULLABLE_BYTES = _Prim("nullable_bytes", None, "compact_nullable_bytes")
+RECORDS = _Prim("nullable_bytes", None, "compact_nullable_bytes")  # a record set: bytes in, bytes or a FetchSlice out
+UUID = _Prim("uuid", b"\0" * 16)
 
 
 class Field(NamedTuple):
@@ -61,10 +69,11 @@ class Field(NamedTuple):
     lo: int = 0
     hi: int = ANY
     default: Any = None
+    tag: int | None = None  # a tagged field's tag (flexible versions only)
 
 
-def F(name: str, type_: Any, versions: str = "0+", default: Any = None) -> Field:
-    """A field carried by `versions` ("0+", "3+", "0-2", "4")."""
+def F(name: str, type_: Any, versions: str = "0+", default: Any = None, *, tag: int | None = None) -> Field:
+    """A field carried by `versions` ("0+", "3+", "0-2", "4"); with `tag`, a tagged field of those versions."""
     if versions.endswith("+"):
         lo, hi = int(versions[:-1]), ANY
     elif "-" in versions:
@@ -72,11 +81,15 @@ def F(name: str, type_: Any, versions: str = "0+", default: Any = None) -> Field
         lo, hi = int(lo_s), int(hi_s)
     else:
         lo = hi = int(versions)
-    return Field(name, type_, lo, hi, default)
+    return Field(name, type_, lo, hi, default, tag)
+
+
+def _default(f: Field) -> Any:
+    return f.default if f.default is not None else f.type.default
 
 
 class Array(Type):
-    """An int32 count then items; null allowed from version `nullable_from`."""
+    """A count then items (int32, or a compact length in flexible versions); null allowed from `nullable_from`."""
 
     def __init__(self, item: Any, nullable_from: int = ANY) -> None:
         self.item = item
@@ -101,41 +114,100 @@ class Array(Type):
 
 
 class Struct(Type):
-    """A sequence of fields; the message bodies and the items of arrays of structs."""
+    """A sequence of fields; the message bodies and the items of arrays of structs.
 
-    def __init__(self, *fields: Field) -> None:
+    `flexible_from` (message bodies only) is the message's first flexible version; `header_flexible`
+    False keeps the response header at v0 in those versions too (ApiVersions' rule, so a client
+    can read the answer whatever version it asked in).
+    """
+
+    def __init__(self, *fields: Field, flexible_from: int = ANY, header_flexible: bool = True) -> None:
         self.fields = fields
+        self.flexible_from = flexible_from
+        self.header_flexible = header_flexible
         self._at: dict[int, tuple[tuple[str, Any, Any], ...]] = {}
+        self._tagged: dict[int, dict[int, tuple[str, Any, Any]]] = {}
         self.default = {}
 
-    def at(self, v: int) -> tuple[tuple[str, Any, Any], ...]:
-        """(name, type, default) of the fields present at version `v`."""
-        got = self._at.get(v)
+    def flexible(self, v: int) -> bool:
+        """Whether version `v` of this message is written in the flexible forms."""
+        return v >= self.flexible_from
+
+    def at(self, v: int, flex: bool = False) -> tuple[tuple[str, Any, Any], ...]:
+        """(name, type, default) of the untagged fields present at version `v`, in the forms `flex` says."""
+        key = v + v + flex
+        got = self._at.get(key)
         if got is None:
             got = tuple(
-                (f.name, f.type, f.default if f.default is not None else f.type.default)
+                (f.name, f.type.flexible if flex and isinstance(f.type, _Prim) else f.type, _default(f))
                 for f in self.fields
-                if f.lo <= v <= f.hi
+                if f.lo <= v <= f.hi and f.tag is None
             )
-            self._at[v] = got
+            self._at[key] = got
+        return got
+
+    def tagged(self, v: int) -> dict[int, tuple[str, Any, Any]]:
+        """tag → (name, type, default) of the tagged fields present at version `v`."""
+        got = self._tagged.get(v)
+        if got is None:
+            got = {
+                f.tag: (f.name, f.type.flexible if isinstance(f.type, _Prim) else f.type, _default(f))
+                for f in self.fields
+                if f.lo <= v <= f.hi and f.tag is not None
+            }
+            self._tagged[v] = got
         return got
 
     def read(self, r: Reader, v: int) -> dict[str, Any]:
-        return {name: t.read(r, v) for name, t, _ in self.at(v)}
+        if not r.flex:
+            return {name: t.read(r, v) for name, t, _ in self.at(v)}
+        got = {name: t.read(r, v) for name, t, _ in self.at(v, True)}
+        tagged = self.tagged(v)
+        for name, _, default in tagged.values():
+            got[name] = default
+        for _ in range(r.uvarint()):
+            tag = r.uvarint()
+            data = r.skip(r.uvarint())
+            field = tagged.get(tag)
+            if field is not None:
+                sub = Reader(data)
+                sub.flex = True
+                got[field[0]] = field[1].read(sub, v)
+        return got
 
     def write(self, w: Writer, value: dict[str, Any], v: int) -> None:
-        for name, t, default in self.at(v):
+        if not w.flex:
+            for name, t, default in self.at(v):
+                t.write(w, value[name] if name in value else default, v)
+            return
+        for name, t, default in self.at(v, True):
             t.write(w, value[name] if name in value else default, v)
+        present = [
+            (tag, t, value[name])
+            for tag, (name, t, default) in sorted(self.tagged(v).items())
+            if value.get(name, default) != default
+        ]
+        w.uvarint(len(present))
+        for tag, t, field_value in present:
+            sub = Writer()
+            sub.flex = True
+            t.write(sub, field_value, v)
+            data = b"".join(bytes(p) for p in sub.finish())
+            w.uvarint(tag)
+            w.uvarint(len(data))
+            w.raw(data)
 
     def encode(self, value: dict[str, Any], v: int) -> bytes:
         """The body as one bytes object (record sets included)."""
         w = Writer()
+        w.flex = self.flexible(v)
         self.write(w, value, v)
         return b"".join(bytes(p) for p in w.finish())
 
     def decode(self, data: bytes | bytearray | memoryview, v: int) -> dict[str, Any]:
         """A whole body; bytes left over are a DecodeError."""
         r = Reader(data)
+        r.flex = self.flexible(v)
         got = self.read(r, v)
         if r.remaining():
             raise DecodeError(f"{r.remaining()} bytes left after the body")

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from broker.protocol.api import APIS, ApiKey, api_versions_table
-from broker.protocol.framing import read_request_header
+from broker.protocol.framing import read_header_tags, read_request_header
 from broker.protocol.primitives import I16, I32, DecodeError, Reader
 from tests.integration.cluster import BrokerProcess, new_chroot
 from tests.integration.wire import (
@@ -762,6 +762,8 @@ def predict(data: bytes, max_bytes: int) -> Expect:
             if not api.advertised[0] <= version <= api.advertised[1]:
                 return Expect(answers, "bad", f"{api.key.name} v{version}")
             try:
+                if api.request.flexible(version):
+                    read_header_tags(r)
                 body = api.request.read(r, version)
             except DecodeError:
                 return Expect(answers, "bad", f"{api.key.name} v{version} body")

@@ -14,7 +14,7 @@ from typing import Any
 
 from broker.client.connection import Connection
 from broker.protocol.api import APIS, ApiKey
-from broker.protocol.framing import encode_request
+from broker.protocol.framing import encode_request, read_response_body
 from broker.protocol.messages.fetch import LATEST
 from broker.protocol.primitives import I32, Reader
 from broker.records.batch import BATCH_HEADER_SIZE, Record, build_batch, crc_ok, decode_header, iter_records
@@ -42,7 +42,7 @@ def decode_answer(data: bytes, api_key: int, version: int) -> tuple[int, dict[st
     """(correlation id, body) of one response frame (without its size); every byte must be read."""
     r = Reader(data)
     cid = r.int32()
-    body = APIS[api_key].response.read(r, version)
+    body = read_response_body(APIS[api_key].response, r, version)
     assert r.remaining() == 0, f"{ApiKey(api_key).name} v{version} answer has {r.remaining()} bytes left over"
     return cid, body
 

@@ -4,6 +4,7 @@ from broker.protocol.schema import (
     BOOLEAN,
     INT16,
     INT32,
+    INT64,
     NULLABLE_STRING,
     STRING,
     Array,
@@ -11,12 +12,23 @@ from broker.protocol.schema import (
     Struct,
 )  # fmt: skip
 
-API_VERSIONS_REQUEST = Struct()  # v0-v2 carry no fields
+API_VERSIONS_REQUEST = Struct(  # v0-v2 carry no fields
+    F("client_software_name", STRING, "3+"),
+    F("client_software_version", STRING, "3+"),
+    flexible_from=3,
+)
 
-API_VERSIONS_RESPONSE = Struct(
+_FEATURE_RANGE = Struct(F("name", STRING), F("min_version", INT16), F("max_version", INT16))
+
+API_VERSIONS_RESPONSE = Struct(  # its header stays v0 in every version, so any client can read an error
     F("error_code", INT16),
     F("api_keys", Array(Struct(F("api_key", INT16), F("min_version", INT16), F("max_version", INT16)))),
     F("throttle_time_ms", INT32, "1+"),
+    F("supported_features", Array(_FEATURE_RANGE), "3+", tag=0),
+    F("finalized_features_epoch", INT64, "3+", default=-1, tag=1),
+    F("finalized_features", Array(_FEATURE_RANGE), "3+", tag=2),
+    flexible_from=3,
+    header_flexible=False,
 )
 
 METADATA_REQUEST = Struct(

@@ -1,7 +1,7 @@
 """Request dispatch: parse the header, check the API and version, decode the body, run its handler.
 
 A frame whose header or body does not parse, an unknown API key or a version outside the advertised
-range ends the connection (`BadRequest`, one log line). ApiVersions above v2 gets the v0-format
+range ends the connection (`BadRequest`, one log line). ApiVersions above v3 gets the v0-format
 answer with UNSUPPORTED_VERSION and the list, so the client can retry at a version we speak.
 
 Produce has a synchronous handler too: when it can answer without waiting (its partitions are in
@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from broker.protocol.api import APIS, ApiKey, api_versions_table
 from broker.protocol.errors import ErrorCode
-from broker.protocol.framing import RequestHeader, encode_response, read_request_header
+from broker.protocol.framing import RequestHeader, encode_response, read_header_tags, read_request_header
 from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
 from broker.protocol.messages.produce import encode_produce_response, read_produce_request
 from broker.protocol.primitives import DecodeError, Reader
 from broker.security.session import current
 from broker.server.handlers import acls, admin, elections, fetch, groups, metadata, produce, sasl
+from broker.server.handlers import configs as configs_handlers
 from broker.server.handlers import records as records_handlers
 from broker.server.network import BadRequest, Later
 
@@ -58,6 +59,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_RECORDS: records_handlers.handle_delete_records,
     ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
     ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs_handlers.handle_incremental_alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
     ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
     ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,
@@ -107,6 +109,8 @@ def dispatcher(broker: Services) -> Callable[[memoryview, str], Answer | Awaitab
             )
         fast = FAST_CODECS.get(header.api_key)
         try:
+            if api.request.flexible(v):
+                read_header_tags(r)
             body = api.request.read(r, v) if fast is None else fast[0](r, v)
         except DecodeError as exc:
             raise BadRequest(f"malformed {ApiKey(header.api_key).name} v{v} request: {exc}") from None
