@@ -11,6 +11,7 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from broker.protocol.messages import admin, fetch, groups, metadata, produce, security
+from broker.protocol.messages import configs as configs_msgs
 from broker.protocol.messages import records as records_msgs
 from broker.protocol.schema import Struct
 
@@ -46,6 +47,7 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
 
 
@@ -96,6 +98,13 @@ APIS: dict[int, Api] = {
         ),
         _api(ApiKey.DESCRIBE_CONFIGS, admin.DESCRIBE_CONFIGS_REQUEST, admin.DESCRIBE_CONFIGS_RESPONSE, 0, 3),
         _api(ApiKey.ALTER_CONFIGS, admin.ALTER_CONFIGS_REQUEST, admin.ALTER_CONFIGS_RESPONSE, 0, 1),
+        _api(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            configs_msgs.INCREMENTAL_ALTER_CONFIGS_REQUEST,
+            configs_msgs.INCREMENTAL_ALTER_CONFIGS_RESPONSE,
+            0,
+            0,
+        ),
         _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 1),
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 1),
         _api(ApiKey.ELECT_LEADERS, admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE, 0, 1),

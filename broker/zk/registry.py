@@ -451,6 +451,36 @@ def set_broker_config(zk: KazooClient, broker_id: int, config: dict[str, str]) -
         zk.create(paths.broker_config(broker_id), data, makepath=True)
 
 
+def config_with_version(zk: KazooClient, path: str) -> tuple[dict[str, str], int]:
+    """A config znode's overrides and version (-1: no znode yet), for `set_config_if`."""
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return {}, -1
+    return paths.parse_config(data), stat.version
+
+
+def topic_config_with_version(zk: KazooClient, topic: str) -> tuple[dict[str, str], int] | None:
+    """`config_with_version` of a topic, or None when the topic does not exist."""
+    if zk.exists(paths.topic(topic)) is None:
+        return None
+    return config_with_version(zk, paths.topic_config(topic))
+
+
+def set_config_if(zk: KazooClient, path: str, config: dict[str, str], version: int) -> bool:
+    """Write a config znode only if it is still at `version` (-1: still absent); False when another
+    writer changed it since it was read (read again, decide again)."""
+    data = paths.config_json(config)
+    try:
+        if version < 0:
+            zk.create(path, data, makepath=True)
+        else:
+            zk.set(path, data, version=version)
+    except (BadVersionError, NodeExistsError, NoNodeError):
+        return False
+    return True
+
+
 def topic_moves(zk: KazooClient, topic: str) -> tuple[paths.Moves, int] | None:
     """((replicas, adding, removing) by partition, znode version) of a topic, or None when it does not exist."""
     try:

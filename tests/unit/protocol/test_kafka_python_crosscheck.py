@@ -55,6 +55,9 @@ KP = {
     ApiKey.DESCRIBE_LOG_DIRS: (kp_admin.DescribeLogDirsRequest, kp_admin.DescribeLogDirsResponse),
     ApiKey.CREATE_PARTITIONS: (kp_admin.CreatePartitionsRequest, kp_admin.CreatePartitionsResponse),
     ApiKey.ELECT_LEADERS: (kp_admin.ElectLeadersRequest, kp_admin.ElectLeadersResponse),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (
+        kp_admin.IncrementalAlterConfigsRequest, kp_admin.IncrementalAlterConfigsResponse,
+    ),  # fmt: skip
     # the group APIs, checked as soon as they join the API table
     ApiKey.OFFSET_COMMIT: (kp_consumer.OffsetCommitRequest, kp_consumer.OffsetCommitResponse),
     ApiKey.OFFSET_FETCH: (kp_consumer.OffsetFetchRequest, kp_consumer.OffsetFetchResponse),
@@ -91,7 +94,7 @@ OLD = {
     ApiKey.ALTER_CONFIGS: ("admin", "AlterConfigsRequest", "AlterConfigsResponse"),
     ApiKey.DESCRIBE_LOG_DIRS: ("admin", "DescribeLogDirsRequest", "DescribeLogDirsResponse"),
     ApiKey.CREATE_PARTITIONS: ("admin", "CreatePartitionsRequest", "CreatePartitionsResponse"),
-    ApiKey.ELECT_LEADERS: ("admin", "ElectLeadersRequest", "ElectLeadersResponse"),
+    ApiKey.ELECT_LEADERS: ("admin", "ElectLeadersRequest", "ElectLeadersResponse"),  # (IncrementalAlterConfigs: none)
     ApiKey.OFFSET_COMMIT: ("commit", "OffsetCommitRequest", "OffsetCommitResponse"),
     ApiKey.OFFSET_FETCH: ("commit", "OffsetFetchRequest", "OffsetFetchResponse"),
     ApiKey.FIND_COORDINATOR: ("find_coordinator", "FindCoordinatorRequest", "FindCoordinatorResponse"),

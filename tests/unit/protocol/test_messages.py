@@ -387,6 +387,7 @@ def test_api_table_keys() -> None:
                      "DELETE_TOPICS": 20, "DELETE_RECORDS": 21, "INIT_PRODUCER_ID": 22, "OFFSET_FOR_LEADER_EPOCH": 23,
                      "DESCRIBE_CONFIGS": 32, "ALTER_CONFIGS": 33, "CREATE_PARTITIONS": 37, "ELECT_LEADERS": 43,
                      "DELETE_GROUPS": 42, "OFFSET_DELETE": 47,
+                     "INCREMENTAL_ALTER_CONFIGS": 44,
                      "DESCRIBE_LOG_DIRS": 35}  # fmt: skip
     assert {k.name: int(k) for k in ApiKey} == expected_keys
 
