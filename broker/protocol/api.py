@@ -103,7 +103,7 @@ APIS: dict[int, Api] = {
             configs_msgs.INCREMENTAL_ALTER_CONFIGS_REQUEST,
             configs_msgs.INCREMENTAL_ALTER_CONFIGS_RESPONSE,
             0,
-            0,
+            1,
         ),
         _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 1),
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 1),

@@ -25,6 +25,7 @@ INCREMENTAL_ALTER_CONFIGS_REQUEST = Struct(
         ))),
     ))),
     F("validate_only", BOOLEAN),
+    flexible_from=1,
 )  # fmt: skip
 
 INCREMENTAL_ALTER_CONFIGS_RESPONSE = Struct(
@@ -35,4 +36,5 @@ INCREMENTAL_ALTER_CONFIGS_RESPONSE = Struct(
         F("resource_type", INT8),
         F("resource_name", STRING),
     ))),
+    flexible_from=1,
 )  # fmt: skip
