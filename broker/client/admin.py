@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.client.cluster import Cluster
+from broker.client.connection import Connection
 from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
 from broker.protocol.messages.admin import BROKER_RESOURCE, TOPIC_RESOURCE
+from broker.protocol.messages.configs import OP_DELETE, OP_SET
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.security.acl import (
     Binding,
@@ -24,6 +26,24 @@ from broker.security.acl import (
     ResourceType,
     camel,
 )
+
+
+class ConfigValue(NamedTuple):
+    """One key of a resource's config as DescribeConfigs tells it."""
+
+    name: str
+    value: str | None  # None: a secret (never shown) or no value
+    source: str  # "topic" (an override), "broker" (dynamic), "static" (the broker's file), "default"
+    sensitive: bool
+    read_only: bool
+
+
+#: DescribeConfigs' config_source ids, by what `kafkactl config describe` calls them
+CONFIG_SOURCES = {1: "topic", 2: "broker", 3: "broker-default", 4: "static", 5: "default"}
+
+
+def _resource(resource_type: int, name: str) -> str:
+    return f"topic {name!r}" if resource_type == TOPIC_RESOURCE else f"broker {name or '(default)'}"
 
 
 class AdminError(KafkactlError):
@@ -160,21 +180,60 @@ class Admin:
             return None
         return next((c["value"] for c in res["configs"] if c["name"] == "zookeeper.connect" and c["value"]), None)
 
-    def alter_config(self, name: str, set_: dict[str, str], delete: list[str] = ()) -> dict[str, str]:
-        """Set and delete overrides of a topic, keeping the others; returns the new overrides."""
-        current = {k: v for k, (v, override) in self.describe_config(name).items() if override and v is not None}
-        for key in delete:
-            if key not in current:
-                raise AdminError(f"topic {name!r} has no override of {key!r} to delete")
-            del current[key]
-        current.update(set_)
-        body = {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name,
-                               "configs": [{"name": k, "value": v} for k, v in current.items()]}],
-                "validate_only": False}  # fmt: skip
-        answer = self._any(ApiKey.ALTER_CONFIGS, body)
+    def describe_configs(self, resource_type: int, name: str) -> list[ConfigValue]:
+        """Every key of a topic's (TOPIC_RESOURCE) or broker's (BROKER_RESOURCE, its id) config, sorted."""
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name, "configuration_keys": None}],
+                "include_synonyms": False, "include_documentation": False}  # fmt: skip
+        conn = self._config_connection(resource_type, name)
+        res = conn.request(ApiKey.DESCRIBE_CONFIGS, body)["results"][0]
+        _check(res["error_code"], res.get("error_message"), f"cannot describe {_resource(resource_type, name)}")
+        return sorted(
+            ConfigValue(c["name"], c["value"], CONFIG_SOURCES.get(c.get("config_source", -1), "unknown"),
+                        bool(c.get("is_sensitive")), bool(c.get("read_only")))
+            for c in res["configs"]
+        )  # fmt: skip
+
+    def incremental_alter_configs(self, resource_type: int, name: str, ops: list[tuple[str, int, str | None]], *,
+                                  validate_only: bool = False) -> None:  # fmt: skip
+        """IncrementalAlterConfigs of one resource: (key, operation (OP_SET, OP_DELETE, OP_APPEND,
+        OP_SUBTRACT), value) applied by the broker at once, the other keys kept; AdminError if refused.
+        A broker's config goes to that broker, as Kafka's admin clients send it."""
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name,
+                               "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]}],
+                "validate_only": validate_only}  # fmt: skip
+        answer = self._config_connection(resource_type, name).request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
         r = answer["responses"][0]
-        _check(r["error_code"], r.get("error_message"), f"cannot alter topic {name!r}")
-        return current
+        _check(r["error_code"], r.get("error_message"), f"cannot alter {_resource(resource_type, name)}")
+
+    def _config_connection(self, resource_type: int, name: str) -> Connection:
+        if resource_type == BROKER_RESOURCE and name.isdigit():
+            return self.cluster.connection(int(name))
+        return self.cluster.any_connection()
+
+    def change_config(self, resource_type: int, name: str, ops: list[tuple[str, int, str | None]], *,
+                      validate_only: bool = False) -> dict[str, str] | None:  # fmt: skip
+        """`incremental_alter_configs`, with a topic's DELETE of a key that has no override refused first
+        (as Kafka's kafka-configs does); returns a topic's overrides after it (None for a broker)."""
+        deleted = [k for k, op, _ in ops if op == OP_DELETE]
+        if resource_type == TOPIC_RESOURCE and deleted:
+            now = {v.name for v in self.describe_configs(resource_type, name) if v.source == "topic"}
+            missing = [k for k in deleted if k not in now]
+            if missing:
+                raise AdminError(f"topic {name!r} has no override of {', '.join(map(repr, missing))} to delete")
+        self.incremental_alter_configs(resource_type, name, ops, validate_only=validate_only)
+        if resource_type != TOPIC_RESOURCE:
+            return None
+        return {
+            v.name: v.value
+            for v in self.describe_configs(resource_type, name)
+            if v.source == "topic" and v.value is not None
+        }
+
+    def alter_config(self, name: str, set_: dict[str, str], delete: list[str] = ()) -> dict[str, str]:
+        """Set and delete overrides of a topic in one IncrementalAlterConfigs (the others stay, whoever
+        changes them meanwhile); returns the overrides after it."""
+        ops = [(k, OP_SET, v) for k, v in set_.items()] + [(k, OP_DELETE, None) for k in delete]
+        return self.change_config(TOPIC_RESOURCE, name, ops) or {}
 
     def describe_topic(self, name: str) -> list[PartitionDescription]:
         """Per partition: leader, replicas, ISR, and from the leader its log start, end and size."""

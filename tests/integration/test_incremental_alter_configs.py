@@ -1,0 +1,267 @@
+"""IncrementalAlterConfigs (44) against one real broker and the real ZooKeeper: through confluent-kafka's
+AdminClient (incremental_alter_configs), kafka-python's KafkaAdminClient (alter_configs, incremental), and
+`kafkactl config set | delete | describe` and `topic alter`.
+
+Each change is checked where it lands (the topic's `/config/topics/<t>` znode, DescribeConfigs) and, for
+segment.bytes, in what the broker then does (it rolls segments at the new size). A refused change (unknown
+key, bad value, APPEND on a key that is not a list, unknown topic) leaves the znode as it was, and so does
+validate_only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from kafka.admin import AlterConfigOp, ConfigResourceType, KafkaAdminClient
+from kafka.admin import ConfigResource as KPConfigResource
+
+from broker.client.admin import Admin
+from broker.client.sync import Producer
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
+from broker.server.config import topic_config_error
+from tests.integration.clientkit import create_topic, unique
+from tests.integration.cluster import BrokerProcess, new_chroot
+from tests.integration.helpers import cli, error_line, json_lines, ok, tsv, zk_json, zk_session
+from tests.integration.wire import open_conn
+
+THROTTLED = "leader.replication.throttled.replicas"
+
+
+@pytest.fixture(scope="module")
+def b(zk_server, tmp_path_factory) -> Iterator[BrokerProcess]:
+    root = tmp_path_factory.mktemp("incremental-alter-configs")
+    with BrokerProcess(1, new_chroot(zk_server.connect_string), root) as broker:
+        yield broker
+
+
+def overrides(b: BrokerProcess, topic: str) -> dict[str, str]:
+    """The topic's overrides as ZooKeeper holds them."""
+    with zk_session(b.zk_connect) as zk:
+        return zk_json(zk, f"/config/topics/{topic}")["config"]
+
+
+def described(b: BrokerProcess, topic: str) -> dict[str, str]:
+    """Every key's value as DescribeConfigs answers it."""
+    with Admin(b.bootstrap) as admin:
+        return {k: v for k, (v, _) in admin.describe_config(topic).items()}
+
+
+def config(b: BrokerProcess, *args: object):
+    return cli("config", *args, "-b", b.bootstrap)
+
+
+# --- kafkactl config set | delete | describe -------------------------------------------------------
+
+
+def test_config_set_and_delete_change_only_the_keys_named(b):
+    t = create_topic(b.bootstrap, unique("cfg"), config={"retention.ms": "1000"})
+    out = ok(config(b, "set", "--topic", t, "segment.bytes=1048576", "flush.ms=5000"))
+    assert out == f"topic {t}: flush.ms=5000, retention.ms=1000, segment.bytes=1048576\n"
+    assert overrides(b, t) == {"retention.ms": "1000", "segment.bytes": "1048576", "flush.ms": "5000"}
+    assert described(b, t)["segment.bytes"] == "1048576"
+
+    out = ok(config(b, "delete", "--topic", t, "retention.ms", "flush.ms"))
+    assert out == f"topic {t}: segment.bytes=1048576\n"
+    assert overrides(b, t) == {"segment.bytes": "1048576"}
+    assert described(b, t)["retention.ms"] == str(7 * 24 * 3600 * 1000)  # the default again
+
+    (doc,) = json_lines(ok(config(b, "set", "--topic", t, "retention.ms=60000", "-o", "json")))
+    assert doc == {"topic": t, "validate_only": False, "changed": {"retention.ms": "60000"},
+                   "config": {"retention.ms": "60000", "segment.bytes": "1048576"}}  # fmt: skip
+
+
+def test_config_describe_shows_every_key_and_where_it_comes_from(b):
+    t = create_topic(b.bootstrap, unique("cfg"), config={"retention.ms": "1000"})
+    rows = {r[0]: r[1:] for r in tsv(ok(config(b, "describe", "--topic", t)))[1:]}
+    assert rows["retention.ms"] == ["1000", "topic"]
+    assert rows["cleanup.policy"] == ["delete", "default"]
+    assert [d["name"] for d in json_lines(ok(config(b, "describe", "--topic", t, "--overrides", "-o", "json")))] == [
+        "retention.ms"
+    ]
+    broker_rows = {r[0]: r[1:] for r in tsv(ok(config(b, "describe", "--broker", "1")))[1:]}
+    assert broker_rows["broker.id"] == ["1", "static"]
+
+
+def test_config_set_append_and_subtract_on_a_list_key(b):
+    t = create_topic(b.bootstrap, unique("cfg"))
+    ok(config(b, "set", "--topic", t, "--append", f"{THROTTLED}=0:1,1:1"))
+    assert overrides(b, t) == {THROTTLED: "0:1,1:1"}
+    ok(config(b, "set", "--topic", t, "--append", f"{THROTTLED}=1:1,2:1"))  # (an item already there: once)
+    assert overrides(b, t) == {THROTTLED: "0:1,1:1,2:1"}
+    ok(config(b, "set", "--topic", t, "--subtract", f"{THROTTLED}=0:1,2:1"))
+    assert overrides(b, t) == {THROTTLED: "1:1"}
+    line = error_line(config(b, "set", "--topic", t, "--append", "retention.ms=5"), "INVALID_REQUEST")
+    assert "Config value append is not allowed for config key: retention.ms" in line
+    assert overrides(b, t) == {THROTTLED: "1:1"}
+
+
+def test_config_refusals_are_one_line_and_change_nothing(b):
+    t = create_topic(b.bootstrap, unique("cfg"), config={"retention.ms": "1000"})
+    error_line(config(b, "set", "--topic", t, "retention.ms=5", "no.such.key=1"), "INVALID_CONFIG",
+               "Unknown topic config name: no.such.key")  # fmt: skip
+    error_line(config(b, "set", "--topic", t, "retention.ms=5", "segment.bytes=lots"), "INVALID_REQUEST",
+               f"ConfigResource(type=TOPIC, name='{t}')", "segment.bytes")  # fmt: skip
+    error_line(config(b, "delete", "--topic", t, "segment.bytes"), "no override of 'segment.bytes'")
+    assert overrides(b, t) == {"retention.ms": "1000"}
+
+    out = ok(config(b, "set", "--topic", t, "retention.ms=5", "--validate-only"))
+    assert "nothing changed" in out
+    assert overrides(b, t) == {"retention.ms": "1000"}
+
+    error_line(config(b, "set", "--topic", "no-such-topic", "retention.ms=5"), "UNKNOWN_TOPIC_OR_PARTITION",
+               "no-such-topic")  # fmt: skip
+    error_line(config(b, "set", "retention.ms=5"), "--topic TOPIC or --broker ID")
+    error_line(config(b, "set", "--topic", t, "retention.ms"), "KEY=VALUE")
+    error_line(config(b, "set", "--topic", t, "--append", "--subtract", "cleanup.policy=x"), "not both")
+
+
+def test_topic_alter_goes_through_the_incremental_api(b):
+    t = create_topic(b.bootstrap, unique("cfg"), config={"retention.ms": "1000"})
+    out = ok(cli("topic", "alter", t, "--config", "segment.bytes=1048576", "--delete-config", "retention.ms",
+                 "-b", b.bootstrap))  # fmt: skip
+    assert out == f"topic {t}: segment.bytes=1048576\n"
+    assert overrides(b, t) == {"segment.bytes": "1048576"}
+
+
+def test_a_new_segment_bytes_takes_effect(b):
+    t = create_topic(b.bootstrap, unique("cfg"))
+    ok(config(b, "set", "--topic", t, "segment.bytes=2000"))
+    with Producer(b.bootstrap, linger_ms=0) as producer:
+        for _ in range(30):
+            producer.send(t, b"x" * 200, partition=0).result(timeout=30)
+    segments = sorted((b.log_dir / f"{t}-0").glob("*.log"))
+    assert len(segments) >= 3, segments  # (6000 bytes and more at 2000 a segment)
+
+
+# --- the broker resource -------------------------------------------------------------------------
+
+
+def test_a_brokers_throttle_rate_is_its_only_dynamic_config(b):
+    ok(config(b, "set", "--broker", "1", "follower.replication.throttled.rate=1048576"))
+    with zk_session(b.zk_connect) as zk:
+        assert zk_json(zk, "/config/brokers/1")["config"] == {"follower.replication.throttled.rate": "1048576"}
+        line = error_line(config(b, "set", "--broker", "1", "num.partitions=3"), "INVALID_REQUEST")
+        assert "Cannot update these configs dynamically: Set(num.partitions)" in line
+        error_line(config(b, "set", "--broker", "1", "follower.replication.throttled.rate=-5"), "at least 0")
+        error_line(config(b, "set", "--broker", "7", "follower.replication.throttled.rate=5"), "broker 7")
+        ok(config(b, "delete", "--broker", "1", "follower.replication.throttled.rate"))
+        assert zk_json(zk, "/config/brokers/1")["config"] == {}
+
+
+# --- confluent-kafka ------------------------------------------------------------------------------
+
+
+def _confluent(b: BrokerProcess, topic: str, *entries: tuple[str, AlterConfigOpType, str | None],
+               validate_only: bool = False) -> None:  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    ops = [ConfigEntry(k, v, incremental_operation=op) for k, op, v in entries]
+    futures = admin.incremental_alter_configs([ConfigResource("topic", topic, incremental_configs=ops)],
+                                              validate_only=validate_only, request_timeout=15)  # fmt: skip
+    for f in futures.values():
+        f.result(timeout=20)
+
+
+def _confluent_refused(b: BrokerProcess, topic: str, *entries: tuple[str, AlterConfigOpType, str | None]) -> KafkaError:
+    with pytest.raises(KafkaException) as exc:
+        _confluent(b, topic, *entries)
+    return exc.value.args[0]
+
+
+def test_confluent_incremental_alter_configs(b):
+    t = create_topic(b.bootstrap, unique("cfg"), config={"retention.ms": "1000", "flush.ms": "7000"})
+    _confluent(b, t, ("segment.bytes", AlterConfigOpType.SET, "1048576"), ("flush.ms", AlterConfigOpType.DELETE, None))
+    assert overrides(b, t) == {"retention.ms": "1000", "segment.bytes": "1048576"}
+
+    _confluent(b, t, ("retention.ms", AlterConfigOpType.SET, "5"), validate_only=True)
+    assert overrides(b, t)["retention.ms"] == "1000"
+
+    err = _confluent_refused(
+        b, t, ("retention.ms", AlterConfigOpType.SET, "5"), ("no.such.key", AlterConfigOpType.SET, "1")
+    )
+    assert err.code() == KafkaError.INVALID_CONFIG and "Unknown topic config name: no.such.key" in err.str()
+    err = _confluent_refused(b, t, ("retention.ms", AlterConfigOpType.SET, "soon"))
+    assert err.code() == KafkaError.INVALID_REQUEST and "retention.ms" in err.str()
+    err = _confluent_refused(b, t, ("retention.ms", AlterConfigOpType.APPEND, "5"))
+    assert err.code() == KafkaError.INVALID_REQUEST and "append is not allowed" in err.str()
+    assert overrides(b, t) == {"retention.ms": "1000", "segment.bytes": "1048576"}
+
+    err = _confluent_refused(b, unique("nosuch"), ("retention.ms", AlterConfigOpType.SET, "5"))
+    assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_confluent_append_and_subtract_on_cleanup_policy(b):
+    t = create_topic(b.bootstrap, unique("cfg"))
+    _confluent(b, t, ("cleanup.policy", AlterConfigOpType.APPEND, "delete"))  # (already the default's item)
+    assert overrides(b, t) == {"cleanup.policy": "delete"}
+    if topic_config_error({"cleanup.policy": "delete,compact"}) is None:  # (once compaction is in)
+        _confluent(b, t, ("cleanup.policy", AlterConfigOpType.APPEND, "compact"))
+        assert overrides(b, t) == {"cleanup.policy": "delete,compact"}
+        _confluent(b, t, ("cleanup.policy", AlterConfigOpType.SUBTRACT, "delete"))
+        assert overrides(b, t) == {"cleanup.policy": "compact"}
+        assert described(b, t)["cleanup.policy"] == "compact"
+    else:
+        err = _confluent_refused(b, t, ("cleanup.policy", AlterConfigOpType.APPEND, "compact"))
+        assert err.code() == KafkaError.INVALID_REQUEST and "cleanup.policy" in err.str()
+        assert overrides(b, t) == {"cleanup.policy": "delete"}
+
+
+# --- kafka-python ---------------------------------------------------------------------------------
+
+
+def test_kafka_python_alter_configs_incremental(b):
+    t = create_topic(b.bootstrap, unique("cfg"), config={"retention.ms": "1000"})
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+
+        def alter(configs: dict, validate_only: bool = False) -> str:
+            res = KPConfigResource(ConfigResourceType.TOPIC, t, configs=configs)
+            answer = admin.alter_configs([res], validate_only=validate_only, raise_on_unknown=False, incremental=True)
+            return answer["topic"][t]
+
+        assert alter({THROTTLED: (AlterConfigOp.APPEND, "0:1"), "retention.ms": (AlterConfigOp.DELETE, None)}) == "OK"
+        assert overrides(b, t) == {THROTTLED: "0:1"}
+        assert alter({THROTTLED: (AlterConfigOp.SUBTRACT, "0:1")}) == "OK"
+        assert overrides(b, t) == {THROTTLED: ""}
+        assert alter({"segment.bytes": "1048576"}, validate_only=True) == "OK"
+        assert overrides(b, t) == {THROTTLED: ""}
+        assert "Unknown topic config name" in alter({"no.such.key": "1"})
+        assert overrides(b, t) == {THROTTLED: ""}
+    finally:
+        admin.close()
+
+
+def test_the_refusal_codes_are_kafkas(b):
+    """The same refusals through the raw API, by code."""
+    t = create_topic(b.bootstrap, unique("cfg"))
+
+    def one(configs: list[dict], name: str = t, rtype: int = 2) -> tuple[int, str | None]:
+        with open_conn(b) as conn:
+            res = {"resource_type": rtype, "resource_name": name, "configs": configs}
+            r = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [res], "validate_only": False})
+        return r["responses"][0]["error_code"], r["responses"][0]["error_message"]
+
+    assert one([{"name": "retention.ms", "config_operation": 0, "value": None}])[0] == ErrorCode.INVALID_REQUEST
+    dup = [{"name": "retention.ms", "config_operation": 0, "value": "1"}] * 2
+    assert one(dup) == (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys : retention.ms")
+    assert one([{"name": "retention.ms", "config_operation": 9, "value": "1"}])[0] == ErrorCode.INVALID_REQUEST
+    assert one([{"name": "x", "config_operation": 0, "value": "1"}], rtype=3)[0] == ErrorCode.INVALID_REQUEST
+    assert one([{"name": "retention.ms", "config_operation": 0, "value": "1"}], name="bad/name")[0] == (
+        ErrorCode.INVALID_TOPIC_EXCEPTION
+    )
+    assert overrides(b, t) == {}
+    rate = [{"name": "follower.replication.throttled.rate", "config_operation": 0, "value": "5"}]
+    code, message = one(rate, name="7", rtype=4)
+    assert (code, message) == (
+        ErrorCode.INVALID_REQUEST,
+        "Unexpected broker id, expected 1 or empty string, but received 7",
+    )
+    assert one(rate, name="", rtype=4)[0] == ErrorCode.INVALID_REQUEST
+    rate_append = [{"name": "follower.replication.throttled.rate", "config_operation": 2, "value": "5"}]
+    assert one(rate_append, name="1", rtype=4)[0] == ErrorCode.INVALID_REQUEST
+    assert one([{"name": "no.such", "config_operation": 0, "value": "5"}], name="1", rtype=4)[0] == (
+        ErrorCode.INVALID_CONFIG
+    )
