@@ -323,8 +323,10 @@ class GroupConsumer:
     async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return await self.consumer.beginning_offsets(tps)
 
-    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit the positions after every record handed out so far (or `offsets`), for owned partitions."""
+    async def commit(self, offsets: dict[TopicPartition, int] | None = None, *, metadata: str = "") -> None:
+        """Commit the positions after every record handed out so far (or `offsets`), for owned partitions, each
+        with `metadata` (Kafka's commit metadata: stored beside the offset, shown by `kafkactl group describe -o
+        json`; the auto-commit's and a rebalance's commits carry none)."""
         self._raise_failure()
         if offsets is None:
             self._processed.update(self._consumed)
@@ -334,7 +336,7 @@ class GroupConsumer:
                 if tp not in self._owned:
                     raise ConsumeError(f"{tp[0]}-{tp[1]} is not owned by this member of group {self.group}")
                 self._processed[tp] = off
-        await self._commit(dict(offsets), force=True)
+        await self._commit(dict(offsets), force=True, metadata=metadata)
 
     async def getmany(self, timeout_ms: float = 0,
                       max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:  # fmt: skip
@@ -524,12 +526,12 @@ class GroupConsumer:
 
     # -- committing -----------------------------------------------------------------------------------
 
-    async def _commit(self, offsets: dict[TopicPartition, int], *, force: bool = False) -> None:
+    async def _commit(self, offsets: dict[TopicPartition, int], *, force: bool = False, metadata: str = "") -> None:
         """Write offsets that differ from what this member last committed (all of them with `force`)."""
         todo = {tp: off for tp, off in offsets.items() if force or self._last_committed.get(tp) != off}
         if not todo or self._zk is None:
             return
-        await self._zk_call(consumers.commit, self._zk, self.group, todo)
+        await self._zk_call(consumers.commit, self._zk, self.group, todo, metadata)
         self._last_committed.update(todo)
         log.debug("group %s: committed %s", self.group, todo)
 

@@ -47,6 +47,8 @@ class PartitionLag:
     lag: int | None
     owner: str | None
     host: str | None
+    leader_epoch: int | None = None  # the commit's leader epoch (-1: none given); in -o json only
+    metadata: str | None = None  # the commit's metadata string; in -o json only
 
 
 @dataclass
@@ -144,7 +146,9 @@ def describe(zk: KazooClient, admin: Admin, group: str) -> GroupInfo:
         m = owner_of.get(tp)
         lag = None if c is None or end is None else max(0, end - c.offset)
         info.partitions.append(PartitionLag(tp[0], tp[1], None if c is None else c.offset, end, lag,
-                                            m.member_id if m else None, m.host if m else None))  # fmt: skip
+                                            m.member_id if m else None, m.host if m else None,
+                                            None if c is None else c.leader_epoch,
+                                            None if c is None else c.metadata))  # fmt: skip
     return info
 
 

@@ -5,12 +5,12 @@ Committed offsets (`/consumers/<g>/offsets/<t>/<p>`) and each group's stable gen
 (reconnecting at most `RECONNECT_MAX_DELAY_S` apart, so what it holds is written within about a second of
 ZooKeeper's return, and not tied to the broker's registration session).
 
-- OffsetCommit: the offsets (each with its metadata string and leader epoch: `paths.offset_data`) are held
-  in memory and one writer thread writes them in the order they were committed (a partition committed again
-  before its write keeps only the newer commit). While ZooKeeper
-  answers, the commit is answered once written, or after `COMMIT_WAIT_S` still held; while it does not,
-  at once. Always with error 0: a commit is never refused for ZooKeeper's sake, and a member's heartbeats,
-  queued behind its commit on the same connection, are never held back for long.
+- OffsetCommit: the offsets (each with its metadata string and leader epoch, written after the offset to
+  `/consumers/<g>/offset_metadata/<t>/<p>`: `paths.stored_offset`) are held in memory and one writer thread
+  writes them in the order they were committed (a partition committed again before its write keeps only the
+  newer commit). While ZooKeeper answers, the commit is answered once written, or after `COMMIT_WAIT_S`
+  still held; while it does not, at once. Always with error 0: a commit is never refused for ZooKeeper's
+  sake, and a member's heartbeats, queued behind its commit on the same connection, are never held back long.
 - Stable generations, and their deletion when a group empties, are queued in order for the same thread.
 - DeleteGroups and OffsetDelete (`delete`): queued for the same thread in the order of commits and
   generations, so a commit accepted before the deletion is written and then deleted with it, and one accepted
@@ -276,10 +276,13 @@ class GroupStore:
         names = await self._children(base) if topics is None else topics
         parts = await asyncio.gather(*(self._children(f"{base}/{t}") for t in names))
         keys = [(t, int(p)) for t, ps in zip(names, parts, strict=True) for p in ps if p.isdigit()]
-        datas = await asyncio.gather(*(self._get(paths.group_offset(group, t, p)) for t, p in keys))
+        datas, extras = await asyncio.gather(
+            asyncio.gather(*(self._get(paths.group_offset(group, t, p)) for t, p in keys)),
+            asyncio.gather(*(self._get(paths.group_offset_metadata(group, t, p)) for t, p in keys)),
+        )
         out = {}
-        for key, data in zip(keys, datas, strict=True):
-            stored = paths.parse_offset(data)  # (None: gone meanwhile, or unreadable: as never committed)
+        for key, data, extra in zip(keys, datas, extras, strict=True):
+            stored = paths.stored_offset(data, extra)  # (None: gone meanwhile, or unreadable: as never committed)
             if stored is not None:
                 out[key] = stored
         return out
@@ -576,8 +579,16 @@ class GroupStore:
                 self._release(flushed)
 
     def _write_offset(self, key: OffsetKey, c: _Commit) -> bool:
-        """Write one commit; False when it was not written over a newer one. Only a held commit is checked
-        (one written as it comes is the newest there is: as in Kafka, the last commit wins)."""
+        """Write one commit, its offset then what it carries beside it (`consumers.put_offset_metadata`); False
+        when it was not written over a newer one."""
+        if not self._write_offset_znode(key, c):
+            return False
+        consumers.put_offset_metadata(self.zk, *key, c.stored)
+        return True
+
+    def _write_offset_znode(self, key: OffsetKey, c: _Commit) -> bool:
+        """Write one commit's offset; False when it was not written over a newer one. Only a held commit is
+        checked (one written as it comes is the newest there is: as in Kafka, the last commit wins)."""
         zk = self.zk
         path = paths.group_offset(*key)
         data = paths.offset_data(c.stored)

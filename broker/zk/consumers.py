@@ -125,7 +125,11 @@ def committed(zk: KazooClient, group: str, topics: list[str] | None = None) -> d
                 data, stat = zk.get(paths.group_offset(group, topic, int(p)))
             except (NoNodeError, ValueError):
                 continue
-            stored = paths.parse_offset(data)
+            try:
+                extra, _ = zk.get(paths.group_offset_metadata(group, topic, int(p)))
+            except NoNodeError:
+                extra = None
+            stored = paths.stored_offset(data, extra)
             if stored is not None:
                 out[(topic, int(p))] = Committed(stored.offset, stat.mtime, stored.leader_epoch, stored.metadata)
     return dict(sorted(out.items()))
@@ -134,7 +138,20 @@ def committed(zk: KazooClient, group: str, topics: list[str] | None = None) -> d
 def commit(zk: KazooClient, group: str, offsets: dict[TopicPartition, int], metadata: str = "") -> None:
     """Write committed offsets (the next offset to consume, as Kafka commits them), each with `metadata`."""
     for (topic, p), offset in offsets.items():
-        _put(zk, paths.group_offset(group, topic, p), paths.offset_data(paths.StoredOffset(int(offset), -1, metadata)))
+        stored = paths.StoredOffset(int(offset), -1, metadata)
+        _put(zk, paths.group_offset(group, topic, p), paths.offset_data(stored))
+        put_offset_metadata(zk, group, topic, p, stored)
+
+
+def put_offset_metadata(zk: KazooClient, group: str, topic: str, p: int, stored: paths.StoredOffset) -> None:
+    """Write (after its offset) what a commit carries beside it, or delete what an earlier commit left there."""
+    path = paths.group_offset_metadata(group, topic, p)
+    data = paths.offset_metadata_json(stored)
+    if data is not None:
+        _put(zk, path, data)
+    else:
+        with contextlib.suppress(NoNodeError):
+            zk.delete(path)
 
 
 def store_generation(zk: KazooClient, group: str, generation: int, state: dict[str, Any] | None) -> bool:
@@ -224,6 +241,7 @@ def _b64(data: bytes) -> str:
 def delete_offsets(zk: KazooClient, group: str, topic: str) -> None:
     """Forget a group's committed offsets of one topic."""
     zk.delete(f"{paths.group_offsets(group)}/{topic}", recursive=True)
+    zk.delete(paths.group_topic_offset_metadata(group, topic), recursive=True)
 
 
 def delete_group(zk: KazooClient, group: str) -> bool:
@@ -247,8 +265,11 @@ def delete_group_state(zk: KazooClient, group: str) -> None:
     with contextlib.suppress(NoNodeError):
         zk.delete(paths.group_generation(group))
     topics = _children(zk, paths.group_offsets(group))
+    topics = sorted({*topics, *_children(zk, paths.group_offset_metadatas(group))})
     tps = [(t, int(p)) for t in topics for p in _children(zk, paths.group_topic_offsets(group, t)) if p.isdigit()]
-    delete_partition_offsets(zk, group, tps)
+    tps += [(t, int(p)) for t in topics for p in _children(zk, paths.group_topic_offset_metadata(group, t))
+            if p.isdigit()]  # fmt: skip
+    delete_partition_offsets(zk, group, sorted(set(tps)))
     _prune(zk, group, topics)
 
 
@@ -258,12 +279,16 @@ def delete_partition_offsets(zk: KazooClient, group: str, tps: list[TopicPartiti
     for topic, p in tps:
         with contextlib.suppress(NoNodeError):
             zk.delete(paths.group_offset(group, topic, p))
+        with contextlib.suppress(NoNodeError):
+            zk.delete(paths.group_offset_metadata(group, topic, p))
     _prune(zk, group, sorted({t for t, _ in tps}))
 
 
 def _prune(zk: KazooClient, group: str, topics: list[str]) -> None:
     """Delete whichever of these topics' offset nodes, the `offsets` node and the group's node are empty."""
-    nodes = [paths.group_topic_offsets(group, t) for t in topics] + [paths.group_offsets(group), paths.group(group)]
+    nodes = [paths.group_topic_offsets(group, t) for t in topics] + [paths.group_offsets(group)]
+    nodes += [paths.group_topic_offset_metadata(group, t) for t in topics] + [paths.group_offset_metadatas(group)]
+    nodes.append(paths.group(group))
     for path in nodes:
         with contextlib.suppress(NoNodeError, NotEmptyError):
             zk.delete(path)

@@ -26,8 +26,9 @@
 | /latest_producer_id_block | persistent | {"version":1,"broker","block_start","block_end"} |
 | /consumers/<g>/ids/<c> | ephemeral | {"version":1,"subscription":{"<t>":1},"pattern":"static","timestamp"} |
 | /consumers/<g>/owners/<t>/<p> | ephemeral | the owning consumer id (utf-8) |
-| /consumers/<g>/offsets/<t>/<p> | persistent | the committed offset, a decimal string; or, when the commit
-  carries metadata or a leader epoch, {"version":1,"offset","leader_epoch","metadata"} (see `offset_data`) |
+| /consumers/<g>/offsets/<t>/<p> | persistent | the committed offset, a decimal string |
+| /consumers/<g>/offset_metadata/<t>/<p> | persistent | {"version":1,"offset","leader_epoch","metadata"}: what the
+  commit of that offset carried, when it carried metadata or a leader epoch (see `stored_offset`) |
 | /consumers/<g>/generation | persistent | {"version":1,"generation","protocol_type","protocol","leader",
   "members":[{"member_id","group_instance_id","client_id","client_host","session_timeout_ms",
   "rebalance_timeout_ms","protocols":[{"name","metadata"}],"assignment"}]} (bytes in base64) |
@@ -57,6 +58,9 @@ ACLs (`broker/security/acl_store.py` documents their JSON), where ZooKeeper-mode
 `ids`, `owners` and `offsets` are the paper's consumer, ownership and offset registries. Only kafkactl's
 own (ZooKeeper-coordinated) group consumer writes `ids` and `owners`; both kinds of group commit to
 `offsets`, so a group with an `ids` node is ZooKeeper-coordinated and one without is the broker's.
+`offset_metadata` keeps beside an offset what Kafka keeps with it in `__consumer_offsets` (the commit's
+metadata string and leader epoch), in a znode of its own so that `offsets` stays the bare decimals every
+reader (an earlier version's broker during a rolling upgrade, say) knows.
 `generation` is the broker's group coordinator's last stable generation of a group, what Kafka keeps in
 `__consumer_offsets`: a coordinator that takes a group over (its old one died or moved) loads it, so
 members keep heartbeating and committing without rejoining.
@@ -199,6 +203,18 @@ def group_topic_offsets(name: str, topic: str) -> str:
 
 def group_offset(name: str, topic: str, partition: int) -> str:
     return f"{group(name)}/offsets/{topic}/{partition}"
+
+
+def group_offset_metadatas(name: str) -> str:
+    return f"{group(name)}/offset_metadata"
+
+
+def group_topic_offset_metadata(name: str, topic: str) -> str:
+    return f"{group(name)}/offset_metadata/{topic}"
+
+
+def group_offset_metadata(name: str, topic: str, partition: int) -> str:
+    return f"{group(name)}/offset_metadata/{topic}/{partition}"
 
 
 def acl_root(prefixed: bool) -> str:
@@ -385,33 +401,38 @@ class StoredOffset(NamedTuple):
 
 
 def offset_data(stored: StoredOffset) -> bytes:
-    """An offset znode's data. A commit with neither metadata nor an epoch is the bare decimal, byte for byte
-    what Kafka's ZooKeeper offset storage and earlier kafkactl versions write and read; any other is JSON
-    (which those earlier versions skip as unreadable)."""
+    """An offset znode's data: the bare decimal, as Kafka's ZooKeeper offset storage, earlier kafkactl versions
+    and kafkactl's own group consumer write and read it (a broker of an earlier version still reads it)."""
+    return str(int(stored.offset)).encode()
+
+
+def offset_metadata_json(stored: StoredOffset) -> bytes | None:
+    """The `offset_metadata` znode's data of a commit; None when it carries neither metadata nor an epoch (the
+    znode is then deleted). It names its offset: written after the offset, it counts only while they match."""
     if not stored.metadata and stored.leader_epoch < 0:
-        return str(int(stored.offset)).encode()
+        return None
     return dumps({"version": 1, "offset": int(stored.offset), "leader_epoch": int(stored.leader_epoch),
                   "metadata": stored.metadata})  # fmt: skip
 
 
-def parse_offset(data: bytes | None) -> StoredOffset | None:
-    """What `offset_data` wrote (a bare decimal: no metadata, epoch -1), or None when it is neither."""
-    text = (data or b"").decode("utf-8", "replace").strip()
-    if text[:1] != "{":
-        try:
-            return StoredOffset(int(text))
-        except ValueError:
-            return None
+def stored_offset(data: bytes | None, metadata_data: bytes | None = None) -> StoredOffset | None:
+    """A commit from its offset znode's data and its `offset_metadata` znode's (None: no such znode); None when
+    the offset is unreadable. Metadata of another offset (left by a commit that did not finish writing it, or
+    by an earlier version's commit over it) is not this commit's: metadata "" and epoch -1, as a commit stored
+    before metadata was kept."""
     try:
-        obj = json.loads(text)
-        if not isinstance(obj, dict) or obj.get("version") != 1:
-            return None
-        offset, epoch, metadata = obj["offset"], obj.get("leader_epoch", -1), obj.get("metadata") or ""
-        if type(offset) is not int or type(epoch) is not int or not isinstance(metadata, str):
-            return None
-    except (ValueError, KeyError):
+        offset = int((data or b"").decode("utf-8", "replace"))
+    except ValueError:
         return None
-    return StoredOffset(offset, epoch, metadata)
+    try:
+        obj = json.loads(metadata_data) if metadata_data else None
+        if isinstance(obj, dict) and obj.get("version") == 1 and obj.get("offset") == offset:
+            epoch, metadata = obj.get("leader_epoch", -1), obj.get("metadata") or ""
+            if type(epoch) is int and isinstance(metadata, str):
+                return StoredOffset(offset, epoch, metadata)
+    except ValueError:
+        pass
+    return StoredOffset(offset)
 
 
 def consumer_json(topics: list[str]) -> bytes:

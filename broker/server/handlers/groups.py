@@ -36,7 +36,7 @@ from broker.security.session import current
 from broker.server.coordinator import GroupState, coordinator_for
 from broker.server.group_store import NO_OFFSET
 from broker.server.network import current_peer
-from broker.zk.paths import StoredOffset, offset_data
+from broker.zk.paths import StoredOffset, offset_metadata_json
 
 if TYPE_CHECKING:
     from broker.server.services import Services
@@ -156,7 +156,7 @@ def _stored(version: int, p: dict[str, Any], max_metadata: int) -> StoredOffset 
     if len(metadata.encode("utf-16-le")) // 2 > max_metadata:
         return None
     stored = StoredOffset(p["committed_offset"], p.get("committed_leader_epoch", -1), metadata if version else "")
-    return stored if len(offset_data(stored)) <= MAX_OFFSET_ZNODE else None
+    return stored if len(offset_metadata_json(stored) or b"") <= MAX_OFFSET_ZNODE else None
 
 
 async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Commit metadata and leader epochs (issue 18): their encoding in the offset znodes (broker/zk/paths.py), the
+"""Commit metadata and leader epochs (issue 18): their znodes beside the offsets' (broker/zk/paths.py), the
 group store holding, writing and reading them back, and the OffsetCommit/OffsetFetch handlers storing and
 answering them as Kafka does (null metadata is "", v0 keeps none, the epoch from v6 in and v5 out,
 `offset.metadata.max.bytes` per partition). The handlers run over a real coordinator and group store on
@@ -23,15 +23,17 @@ from tests.unit.server.test_group_store import FakeZk, run, short_bounds, starte
 G = "g"
 T = "orders"
 NODE = f"/consumers/{G}/offsets/{T}/0"
+META = f"/consumers/{G}/offset_metadata/{T}/0"
 
 
-# --- the znode's data ---------------------------------------------------------------------------------------------
+# --- the znodes' data ----------------------------------------------------------------------------------------------
 
 
-def test_a_commit_without_metadata_or_epoch_is_the_bare_decimal_as_before() -> None:
-    assert paths.offset_data(StoredOffset(42)) == b"42"
-    assert paths.offset_data(StoredOffset(0, -1, "")) == b"0"
-    assert paths.parse_offset(b"42") == StoredOffset(42, -1, "")  # what earlier versions (and Kafka) wrote
+def test_the_offset_znode_stays_the_bare_decimal() -> None:
+    assert paths.offset_data(StoredOffset(42, 7, "meta")) == b"42"  # what earlier versions and Kafka read
+    assert paths.offset_metadata_json(StoredOffset(42)) is None  # nothing beside it: no znode
+    assert paths.stored_offset(b"42") == StoredOffset(42, -1, "")  # stored before metadata was kept
+    assert paths.stored_offset(b"nonsense") is None and paths.stored_offset(None) is None
 
 
 @pytest.mark.parametrize("stored", [
@@ -39,37 +41,48 @@ def test_a_commit_without_metadata_or_epoch_is_the_bare_decimal_as_before() -> N
     StoredOffset(5, 0, "ünïcödé ✓ 🎉 \u0000"), StoredOffset(1, 1, "x" * 4096),
 ])  # fmt: skip
 def test_metadata_and_epoch_round_trip(stored: StoredOffset) -> None:
-    data = paths.offset_data(stored)
-    assert json.loads(data) == {"version": 1, "offset": stored.offset, "leader_epoch": stored.leader_epoch,
-                                "metadata": stored.metadata}  # fmt: skip
-    assert paths.parse_offset(data) == stored
+    extra = paths.offset_metadata_json(stored)
+    assert extra is not None
+    assert json.loads(extra) == {"version": 1, "offset": stored.offset, "leader_epoch": stored.leader_epoch,
+                                 "metadata": stored.metadata}  # fmt: skip
+    assert paths.stored_offset(paths.offset_data(stored), extra) == stored
 
 
-@pytest.mark.parametrize("data", [
-    None, b"", b"abc", b"{", b"[]", b'{"version":2,"offset":1}', b'{"version":1}', b'{"version":1,"offset":"1"}',
-    b'{"version":1,"offset":1,"leader_epoch":1.5}', b'{"version":1,"offset":1,"metadata":3}', b"\xff\xfe",
+@pytest.mark.parametrize("extra", [
+    b"", b"abc", b"{", b"[]", b'{"version":2,"offset":1,"metadata":"m"}', b'{"version":1,"metadata":"m"}',
+    b'{"version":1,"offset":"1","metadata":"m"}', b'{"version":1,"offset":1,"leader_epoch":1.5}',
+    b'{"version":1,"offset":1,"metadata":3}', b"\xff\xfe",
+    b'{"version":1,"offset":2,"leader_epoch":5,"metadata":"of another commit"}',
 ])  # fmt: skip
-def test_unreadable_data_is_none(data: bytes | None) -> None:
-    assert paths.parse_offset(data) is None
+def test_unreadable_or_stale_metadata_is_none(extra: bytes) -> None:
+    assert paths.stored_offset(b"1", extra) == StoredOffset(1, -1, "")
 
 
 def test_json_without_the_optional_fields_has_their_defaults() -> None:
-    assert paths.parse_offset(b'{"version":1,"offset":9}') == StoredOffset(9, -1, "")
-    assert paths.parse_offset(b'{"version":1,"offset":9,"metadata":null}') == StoredOffset(9, -1, "")
+    assert paths.stored_offset(b"9", b'{"version":1,"offset":9}') == StoredOffset(9, -1, "")
+    assert paths.stored_offset(b"9", b'{"version":1,"offset":9,"metadata":null}') == StoredOffset(9, -1, "")
 
 
-def test_kafkactl_reads_both_forms_and_writes_metadata() -> None:
+def test_kafkactl_reads_both_and_writes_metadata_and_deletes_it() -> None:
     zk = FakeZk()
     zk.put(NODE, b"11")
-    zk.put(f"/consumers/{G}/offsets/{T}/1", paths.offset_data(StoredOffset(12, 4, "meta")))
+    zk.put(f"/consumers/{G}/offsets/{T}/1", b"12")
+    zk.put(f"/consumers/{G}/offset_metadata/{T}/1", paths.offset_metadata_json(StoredOffset(12, 4, "meta")) or b"")
     zk.put(f"/consumers/{G}/offsets/{T}/2", b"not an offset")
     got = consumers.committed(zk, G)  # type: ignore[arg-type]
     assert {tp: (c.offset, c.leader_epoch, c.metadata) for tp, c in got.items()} == {
         (T, 0): (11, -1, ""), (T, 1): (12, 4, "meta")}  # fmt: skip
     consumers.commit(zk, G, {(T, 0): 13}, metadata="from kafkactl")  # type: ignore[arg-type]
-    assert paths.parse_offset(zk.nodes[NODE][0]) == StoredOffset(13, -1, "from kafkactl")
+    assert zk.nodes[NODE][0] == b"13" and stored(zk) == StoredOffset(13, -1, "from kafkactl")
     consumers.commit(zk, G, {(T, 0): 14})  # type: ignore[arg-type]
-    assert zk.nodes[NODE][0] == b"14"
+    assert zk.nodes[NODE][0] == b"14" and META not in zk.nodes  # (kafkactl group rewind, say)
+    consumers.delete_group_state(zk, G)  # type: ignore[arg-type]
+    assert not [n for n in zk.nodes if n.startswith(f"/consumers/{G}")]
+
+
+def stored(zk: FakeZk) -> StoredOffset | None:
+    meta = zk.nodes.get(META)
+    return paths.stored_offset(zk.nodes[NODE][0], None if meta is None else meta[0])
 
 
 # --- the group store ------------------------------------------------------------------------------------------------
@@ -80,15 +93,20 @@ def test_the_store_writes_and_reads_metadata_and_epochs() -> None:
         zk = FakeZk()
         store = await started(zk)
         await store.commit(G, {(T, 0): StoredOffset(5, 2, "five"), (T, 1): 6})
-        assert paths.parse_offset(zk.nodes[NODE][0]) == StoredOffset(5, 2, "five")
+        assert zk.nodes[NODE][0] == b"5" and stored(zk) == StoredOffset(5, 2, "five")
         assert zk.nodes[f"/consumers/{G}/offsets/{T}/1"][0] == b"6"
+        assert f"/consumers/{G}/offset_metadata/{T}/1" not in zk.nodes
         zk.put(f"/consumers/{G}/offsets/{T}/2", b"9")  # stored before this version: no metadata, epoch -1
         assert await store.fetch(G, {T: [0, 1, 2, 3]}) == {
             (T, 0): StoredOffset(5, 2, "five"), (T, 1): StoredOffset(6), (T, 2): StoredOffset(9),
             (T, 3): StoredOffset(-1, -1, "")}  # fmt: skip
         assert (await store.fetch(G, None))[(T, 0)] == StoredOffset(5, 2, "five")
         await store.commit(G, {(T, 0): StoredOffset(8)})  # a later commit without metadata clears it, as Kafka
-        assert zk.nodes[NODE][0] == b"8"
+        assert zk.nodes[NODE][0] == b"8" and META not in zk.nodes
+        zk.put(META, paths.offset_metadata_json(StoredOffset(8, 1, "left over")) or b"")  # an unfinished commit's
+        zk.put(NODE, b"9")  # and the offset someone wrote after it (an earlier version's broker, say)
+        assert await store.fetch(G, {T: [0]}) == {(T, 0): StoredOffset(9)}
+        assert await store.delete(G) and not [n for n in zk.nodes if n.startswith(f"/consumers/{G}")]
         await store.close(1)
 
     run(main())
@@ -104,7 +122,7 @@ def test_metadata_held_through_an_outage_is_served_and_written_after() -> None:
         assert await store.fetch(G, {T: [0]}) == {(T, 0): StoredOffset(2, 3, "two")}  # from memory
         zk.up()
         await until("the held commit written", lambda: not store.held_commits())
-        assert paths.parse_offset(zk.nodes[NODE][0]) == StoredOffset(2, 3, "two")
+        assert stored(zk) == StoredOffset(2, 3, "two")
         await store.close(1)
 
     run(main())
