@@ -157,6 +157,7 @@ class GroupStore:
         self._known: dict[str, dict[TopicPartition, StoredOffset]] = {}  # group → partition → commit (-1: none)
         # -- the writer thread's --
         self._versions: dict[str, int] = {}  # offset znode → its version after this broker's last write
+        self._bare: set[str] = set()  # offset znodes this broker wrote last, and with no metadata znode beside
         self._writer: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -517,6 +518,7 @@ class GroupStore:
         if ok:
             gone = paths.group(d.group) + "/"
             self._versions = {k: v for k, v in self._versions.items() if not k.startswith(gone)}
+            self._bare = {k for k in self._bare if not k.startswith(gone)}
         with self._cond:
             with contextlib.suppress(ValueError):
                 self._deletions.remove(d)
@@ -581,9 +583,17 @@ class GroupStore:
     def _write_offset(self, key: OffsetKey, c: _Commit) -> bool:
         """Write one commit, its offset then what it carries beside it (`consumers.put_offset_metadata`); False
         when it was not written over a newer one."""
+        path = paths.group_offset(*key)
+        before = self._versions.get(path)
         if not self._write_offset_znode(key, c):
             return False
-        consumers.put_offset_metadata(self.zk, *key, c.stored)
+        alone = before is not None and self._versions.get(path) == before + 1  # nobody else wrote in between
+        bare = paths.offset_metadata_json(c.stored) is None
+        if not (bare and alone and path in self._bare):  # (most commits: no second round trip to ZooKeeper)
+            self._bare.discard(path)
+            consumers.put_offset_metadata(self.zk, *key, c.stored)
+        if bare:
+            self._bare.add(path)
         return True
 
     def _write_offset_znode(self, key: OffsetKey, c: _Commit) -> bool:

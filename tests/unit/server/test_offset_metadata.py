@@ -128,6 +128,38 @@ def test_metadata_held_through_an_outage_is_served_and_written_after() -> None:
     run(main())
 
 
+class CountingZk(FakeZk):
+    """Counts the deletions of metadata znodes (a round trip each)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted: list[str] = []
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self.deleted.append(path)
+        super().delete(path, version)
+
+
+def test_a_commit_without_metadata_after_one_costs_no_second_write() -> None:
+    async def main() -> None:
+        zk = CountingZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): 1})  # the first here: whatever an earlier commit left beside it goes
+        await store.commit(G, {(T, 0): 2})
+        assert zk.deleted == [META] and META not in zk.nodes
+        await store.commit(G, {(T, 0): StoredOffset(3, 1, "m")})
+        assert stored(zk) == StoredOffset(3, 1, "m")
+        await store.commit(G, {(T, 0): 4})  # a commit without metadata clears it
+        assert META not in zk.nodes and stored(zk) == StoredOffset(4)
+        zk.put(NODE, b"5")  # another coordinator commits, with metadata, meanwhile (the group moved and back)
+        zk.put(META, paths.offset_metadata_json(StoredOffset(5, 2, "theirs")) or b"")
+        await store.commit(G, {(T, 0): 5})  # the same offset without metadata: theirs is not kept
+        assert META not in zk.nodes and stored(zk) == StoredOffset(5)
+        await store.close(1)
+
+    run(main())
+
+
 # --- the handlers ----------------------------------------------------------------------------------------------------
 
 
