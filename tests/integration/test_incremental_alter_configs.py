@@ -10,7 +10,9 @@ validate_only.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -22,6 +24,9 @@ from broker.client.admin import Admin
 from broker.client.sync import Producer
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.security import credentials
+from broker.security.acl import Operation, ResourceType
+from broker.security.scram import make_credential
 from broker.server.config import topic_config_error
 from tests.integration.clientkit import create_topic, unique
 from tests.integration.cluster import BrokerProcess, new_chroot
@@ -265,3 +270,74 @@ def test_the_refusal_codes_are_kafkas(b):
     assert one([{"name": "no.such", "config_operation": 0, "value": "5"}], name="1", rtype=4)[0] == (
         ErrorCode.INVALID_CONFIG
     )
+
+
+# --- ACLs ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secured(zk_server, tmp_path_factory) -> Iterator[tuple[BrokerProcess, int]]:
+    """One broker with the authorizer on (test_acls' setup): (broker, its SASL port where bob logs in)."""
+    from tests.integration.test_acls import USERS, _start
+
+    chroot = new_chroot(zk_server.connect_string)
+    with zk_session(chroot) as zk:
+        for user, password in USERS.items():
+            credentials.write_user(zk, user, {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", password)})
+    b, port = _start(1, chroot, tmp_path_factory.mktemp("iac-acl"))
+    try:
+        yield b, port
+    finally:
+        b.stop(timeout=20)
+
+
+def test_altering_configs_needs_alter_configs_on_the_topic_or_the_cluster(secured):
+    from tests.integration.test_acls import USERS, _acl, _grant, _sasl
+
+    b, port = secured
+    t = create_topic(b.bootstrap, unique("acl"), config={"retention.ms": "1000"})
+    bob = AdminClient(_sasl(port, "bob"))
+
+    def alter() -> None:
+        res = ConfigResource("topic", t, incremental_configs=[
+            ConfigEntry("retention.ms", "5000", incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+        for f in bob.incremental_alter_configs([res], request_timeout=15).values():
+            f.result(timeout=20)
+
+    with pytest.raises(KafkaException) as exc:
+        alter()
+    assert exc.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert overrides(b, t) == {"retention.ms": "1000"}
+
+    _grant(b, _acl(ResourceType.TOPIC, t, "User:bob", Operation.ALTER_CONFIGS))
+    alter()
+    assert overrides(b, t) == {"retention.ms": "5000"}
+
+    sec = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=SCRAM-SHA-256", "-X",
+           "sasl.username=bob", "-X", f"sasl.password={USERS['bob']}"]  # fmt: skip
+    r = cli(*sec, "config", "set", "--broker", "1", "follower.replication.throttled.rate=5", "-b", f"127.0.0.1:{port}")
+    error_line(r, "CLUSTER_AUTHORIZATION_FAILED")
+
+
+def test_concurrent_changes_of_different_keys_all_land(b):
+    """Ten clients each set one key at once: the conditional write keeps every one (AlterConfigs' whole-map
+    replace, and the old read-modify-write of `topic alter`, would keep only some)."""
+    t = create_topic(b.bootstrap, unique("cfg"))
+    keys = {"segment.bytes": "1048576", "segment.ms": "600000", "retention.ms": "60000", "retention.bytes": "1000000",
+            "flush.messages": "1000", "flush.ms": "1000", "index.interval.bytes": "8192",
+            "segment.index.bytes": "1048576", "max.message.bytes": "100000", "min.insync.replicas": "1"}  # fmt: skip
+    barrier = threading.Barrier(len(keys))
+
+    def set_one(key: str) -> int:
+        with open_conn(b) as conn:
+            conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})  # (connected first)
+            barrier.wait(timeout=20)
+            res = {"resource_type": 2, "resource_name": t,
+                   "configs": [{"name": key, "config_operation": 0, "value": keys[key]}]}  # fmt: skip
+            r = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [res], "validate_only": False})
+            return r["responses"][0]["error_code"]
+
+    with ThreadPoolExecutor(len(keys)) as pool:
+        assert list(pool.map(set_one, keys)) == [0] * len(keys)
+    assert overrides(b, t) == keys
+    assert {k: described(b, t)[k] for k in keys} == keys
