@@ -20,7 +20,9 @@ cluster for a broker (CLUSTER_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
@@ -47,8 +49,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: tries of read, decide, conditional write before giving up on a resource that keeps changing
-_TRIES = 5
+#: tries of read, decide, conditional write before giving up on a resource that keeps changing (each lost
+#: race means another writer's change landed; a short random pause spreads the writers out)
+_TRIES = 50
 
 
 async def handle_incremental_alter_configs(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +112,7 @@ async def _alter_topic(b: Services, topic: str, ops: list[Op], validate_only: bo
             log.info("updated topic %s with new configuration %s (IncrementalAlterConfigs)", topic, new)
             b.apply_config(topic, new)
             return
+        await _pause()
     raise ConfigOpError(ErrorCode.REQUEST_TIMED_OUT, f"the config of topic {topic!r} kept changing: try again")
 
 
@@ -141,6 +145,7 @@ async def _alter_broker(b: Services, name: str, ops: list[Op], validate_only: bo
         if await b.blocking(registry.set_config_if, b.zk, path, new, version):
             log.info("updated the dynamic config of broker %s: %s (IncrementalAlterConfigs)", b.id, new)
             return
+        await _pause()
     raise ConfigOpError(ErrorCode.REQUEST_TIMED_OUT, f"the config of broker {b.id} kept changing: try again")
 
 
@@ -151,6 +156,11 @@ def _rate_error(key: str, value: str) -> str | None:
     except ValueError:
         return f"Invalid value {value} for configuration {key}: Not a number of type LONG"
     return f"Invalid value {value} for configuration {key}: Value must be at least 0" if rate < 0 else None
+
+
+async def _pause() -> None:
+    """After a lost race: 0-20 ms, so the writers of one znode do not keep colliding."""
+    await asyncio.sleep(random.uniform(0, 0.02))
 
 
 def _zookeeper_up(b: Services) -> None:
