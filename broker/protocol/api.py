@@ -49,6 +49,7 @@ class ApiKey(IntEnum):
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
 
 
 class Api(NamedTuple):
@@ -71,8 +72,8 @@ APIS: dict[int, Api] = {
     for a in (
         _api(ApiKey.PRODUCE, produce.PRODUCE_REQUEST, produce.PRODUCE_RESPONSE, 0, 8, served_lo=3),
         _api(ApiKey.FETCH, fetch.FETCH_REQUEST, fetch.FETCH_RESPONSE, 4, 11),
-        _api(ApiKey.LIST_OFFSETS, fetch.LIST_OFFSETS_REQUEST, fetch.LIST_OFFSETS_RESPONSE, 0, 5),
-        _api(ApiKey.METADATA, metadata.METADATA_REQUEST, metadata.METADATA_RESPONSE, 0, 8),
+        _api(ApiKey.LIST_OFFSETS, fetch.LIST_OFFSETS_REQUEST, fetch.LIST_OFFSETS_RESPONSE, 0, 6),
+        _api(ApiKey.METADATA, metadata.METADATA_REQUEST, metadata.METADATA_RESPONSE, 0, 11),
         _api(ApiKey.OFFSET_COMMIT, groups.OFFSET_COMMIT_REQUEST, groups.OFFSET_COMMIT_RESPONSE, 0, 7),
         _api(ApiKey.OFFSET_FETCH, groups.OFFSET_FETCH_REQUEST, groups.OFFSET_FETCH_RESPONSE, 0, 5),
         _api(ApiKey.FIND_COORDINATOR, groups.FIND_COORDINATOR_REQUEST, groups.FIND_COORDINATOR_RESPONSE, 0, 2),
@@ -87,14 +88,14 @@ APIS: dict[int, Api] = {
         _api(ApiKey.API_VERSIONS, metadata.API_VERSIONS_REQUEST, metadata.API_VERSIONS_RESPONSE, 0, 3),
         _api(ApiKey.CREATE_TOPICS, admin.CREATE_TOPICS_REQUEST, admin.CREATE_TOPICS_RESPONSE, 0, 4),
         _api(ApiKey.DELETE_TOPICS, admin.DELETE_TOPICS_REQUEST, admin.DELETE_TOPICS_RESPONSE, 0, 3),
-        _api(ApiKey.DELETE_RECORDS, records_msgs.DELETE_RECORDS_REQUEST, records_msgs.DELETE_RECORDS_RESPONSE, 0, 1),
-        _api(ApiKey.INIT_PRODUCER_ID, produce.INIT_PRODUCER_ID_REQUEST, produce.INIT_PRODUCER_ID_RESPONSE, 0, 1),
+        _api(ApiKey.DELETE_RECORDS, records_msgs.DELETE_RECORDS_REQUEST, records_msgs.DELETE_RECORDS_RESPONSE, 0, 2),
+        _api(ApiKey.INIT_PRODUCER_ID, produce.INIT_PRODUCER_ID_REQUEST, produce.INIT_PRODUCER_ID_RESPONSE, 0, 4),
         _api(
             ApiKey.OFFSET_FOR_LEADER_EPOCH,
             fetch.OFFSET_FOR_LEADER_EPOCH_REQUEST,
             fetch.OFFSET_FOR_LEADER_EPOCH_RESPONSE,
             0,
-            3,
+            4,
         ),
         _api(ApiKey.DESCRIBE_CONFIGS, admin.DESCRIBE_CONFIGS_REQUEST, admin.DESCRIBE_CONFIGS_RESPONSE, 0, 3),
         _api(ApiKey.ALTER_CONFIGS, admin.ALTER_CONFIGS_REQUEST, admin.ALTER_CONFIGS_RESPONSE, 0, 1),
@@ -108,11 +109,12 @@ APIS: dict[int, Api] = {
         _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 1),
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 1),
         _api(ApiKey.ELECT_LEADERS, admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE, 0, 1),
+        _api(ApiKey.DESCRIBE_CLUSTER, metadata.DESCRIBE_CLUSTER_REQUEST, metadata.DESCRIBE_CLUSTER_RESPONSE, 0, 0),
         _api(ApiKey.SASL_HANDSHAKE, security.SASL_HANDSHAKE_REQUEST, security.SASL_HANDSHAKE_RESPONSE, 0, 1),
-        _api(ApiKey.SASL_AUTHENTICATE, security.SASL_AUTHENTICATE_REQUEST, security.SASL_AUTHENTICATE_RESPONSE, 0, 1),
-        _api(ApiKey.DESCRIBE_ACLS, security.DESCRIBE_ACLS_REQUEST, security.DESCRIBE_ACLS_RESPONSE, 0, 1),
-        _api(ApiKey.CREATE_ACLS, security.CREATE_ACLS_REQUEST, security.CREATE_ACLS_RESPONSE, 0, 1),
-        _api(ApiKey.DELETE_ACLS, security.DELETE_ACLS_REQUEST, security.DELETE_ACLS_RESPONSE, 0, 1),
+        _api(ApiKey.SASL_AUTHENTICATE, security.SASL_AUTHENTICATE_REQUEST, security.SASL_AUTHENTICATE_RESPONSE, 0, 2),
+        _api(ApiKey.DESCRIBE_ACLS, security.DESCRIBE_ACLS_REQUEST, security.DESCRIBE_ACLS_RESPONSE, 0, 2),
+        _api(ApiKey.CREATE_ACLS, security.CREATE_ACLS_REQUEST, security.CREATE_ACLS_RESPONSE, 0, 2),
+        _api(ApiKey.DELETE_ACLS, security.DELETE_ACLS_REQUEST, security.DELETE_ACLS_RESPONSE, 0, 2),
     )
 }
 

@@ -66,6 +66,7 @@ LIST_OFFSETS_REQUEST = Struct(
             F("max_num_offsets", INT32, "0", default=1),
         ))),
     ))),
+    flexible_from=6,
 )  # fmt: skip
 
 LIST_OFFSETS_RESPONSE = Struct(
@@ -81,6 +82,7 @@ LIST_OFFSETS_RESPONSE = Struct(
             F("leader_epoch", INT32, "4+", default=-1),
         ))),
     ))),
+    flexible_from=6,
 )  # fmt: skip
 
 OFFSET_FOR_LEADER_EPOCH_REQUEST = Struct(
@@ -93,6 +95,7 @@ OFFSET_FOR_LEADER_EPOCH_REQUEST = Struct(
             F("leader_epoch", INT32),
         ))),
     ))),
+    flexible_from=4,
 )  # fmt: skip
 
 OFFSET_FOR_LEADER_EPOCH_RESPONSE = Struct(
@@ -106,6 +109,7 @@ OFFSET_FOR_LEADER_EPOCH_RESPONSE = Struct(
             F("end_offset", INT64),
         ))),
     ))),
+    flexible_from=4,
 )  # fmt: skip
 
 EARLIEST = -2

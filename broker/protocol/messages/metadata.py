@@ -1,4 +1,4 @@
-"""ApiVersions (18) and Metadata (3)."""
+"""ApiVersions (18), Metadata (3) and DescribeCluster (60)."""
 
 from broker.protocol.schema import (
     BOOLEAN,
@@ -7,6 +7,7 @@ from broker.protocol.schema import (
     INT64,
     NULLABLE_STRING,
     STRING,
+    UUID,
     Array,
     F,
     Struct,
@@ -32,11 +33,16 @@ API_VERSIONS_RESPONSE = Struct(  # its header stays v0 in every version, so any 
 )
 
 METADATA_REQUEST = Struct(
-    F("topics", Array(Struct(F("name", STRING)), nullable_from=1)),
+    F("topics", Array(Struct(
+        F("topic_id", UUID, "10+"),
+        F("name", STRING, "0-9"),
+        F("name", NULLABLE_STRING, "10+"),  # null: the topic is named by its id
+    ), nullable_from=1)),
     F("allow_auto_topic_creation", BOOLEAN, "4+", default=True),
-    F("include_cluster_authorized_operations", BOOLEAN, "8+"),
+    F("include_cluster_authorized_operations", BOOLEAN, "8-10"),
     F("include_topic_authorized_operations", BOOLEAN, "8+"),
-)
+    flexible_from=9,
+)  # fmt: skip
 
 METADATA_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "3+"),
@@ -51,6 +57,7 @@ METADATA_RESPONSE = Struct(
     F("topics", Array(Struct(
         F("error_code", INT16),
         F("name", STRING),
+        F("topic_id", UUID, "10+"),  # all zero: kafkactl's topics have no ids
         F("is_internal", BOOLEAN, "1+"),
         F("partitions", Array(Struct(
             F("error_code", INT16),
@@ -63,5 +70,27 @@ METADATA_RESPONSE = Struct(
         ))),
         F("topic_authorized_operations", INT32, "8+", default=-2147483648),
     ))),
-    F("cluster_authorized_operations", INT32, "8+", default=-2147483648),
+    F("cluster_authorized_operations", INT32, "8-10", default=-2147483648),
+    flexible_from=9,
+)  # fmt: skip
+
+DESCRIBE_CLUSTER_REQUEST = Struct(
+    F("include_cluster_authorized_operations", BOOLEAN),
+    flexible_from=0,
+)
+
+DESCRIBE_CLUSTER_RESPONSE = Struct(
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("error_message", NULLABLE_STRING),
+    F("cluster_id", STRING),
+    F("controller_id", INT32, default=-1),
+    F("brokers", Array(Struct(
+        F("broker_id", INT32),
+        F("host", STRING),
+        F("port", INT32),
+        F("rack", NULLABLE_STRING),
+    ))),
+    F("cluster_authorized_operations", INT32, default=-2147483648),
+    flexible_from=0,
 )  # fmt: skip

@@ -65,6 +65,9 @@ PRODUCE_RESPONSE = Struct(
 INIT_PRODUCER_ID_REQUEST = Struct(
     F("transactional_id", NULLABLE_STRING),
     F("transaction_timeout_ms", INT32),
+    F("producer_id", INT64, "3+", default=-1),  # (KIP-360: an existing producer asking for a new epoch)
+    F("producer_epoch", INT16, "3+", default=-1),
+    flexible_from=2,
 )
 
 INIT_PRODUCER_ID_RESPONSE = Struct(
@@ -72,6 +75,7 @@ INIT_PRODUCER_ID_RESPONSE = Struct(
     F("error_code", INT16),
     F("producer_id", INT64, default=-1),
     F("producer_epoch", INT16, default=-1),
+    flexible_from=2,
 )
 
 

@@ -11,6 +11,7 @@ DELETE_RECORDS_REQUEST = Struct(
         F("partitions", Array(Struct(F("partition_index", INT32), F("offset", INT64)))),
     ))),
     F("timeout_ms", INT32, default=30000),
+    flexible_from=2,
 )  # fmt: skip
 
 DELETE_RECORDS_RESPONSE = Struct(
@@ -21,4 +22,5 @@ DELETE_RECORDS_RESPONSE = Struct(
             F("partition_index", INT32), F("low_watermark", INT64), F("error_code", INT16),
         ))),
     ))),
+    flexible_from=2,
 )  # fmt: skip

@@ -16,13 +16,14 @@ SASL_HANDSHAKE_REQUEST = Struct(F("mechanism", STRING))
 
 SASL_HANDSHAKE_RESPONSE = Struct(F("error_code", INT16), F("mechanisms", Array(STRING)))
 
-SASL_AUTHENTICATE_REQUEST = Struct(F("auth_bytes", BYTES))
+SASL_AUTHENTICATE_REQUEST = Struct(F("auth_bytes", BYTES), flexible_from=2)
 
 SASL_AUTHENTICATE_RESPONSE = Struct(
     F("error_code", INT16),
     F("error_message", NULLABLE_STRING),
     F("auth_bytes", BYTES),
     F("session_lifetime_ms", INT64, "1+"),
+    flexible_from=2,
 )
 
 _LITERAL = 3  # a v0 request or answer knows literal resource names only
@@ -37,7 +38,7 @@ _FILTER = (
     F("permission_type", INT8),
 )
 
-DESCRIBE_ACLS_REQUEST = Struct(*_FILTER)
+DESCRIBE_ACLS_REQUEST = Struct(*_FILTER, flexible_from=2)
 
 DESCRIBE_ACLS_RESPONSE = Struct(
     F("throttle_time_ms", INT32),
@@ -64,6 +65,7 @@ DESCRIBE_ACLS_RESPONSE = Struct(
             )
         ),
     ),
+    flexible_from=2,
 )
 
 CREATE_ACLS_REQUEST = Struct(
@@ -80,15 +82,17 @@ CREATE_ACLS_REQUEST = Struct(
                 F("permission_type", INT8),
             )
         ),
-    )
+    ),
+    flexible_from=2,
 )
 
 CREATE_ACLS_RESPONSE = Struct(
     F("throttle_time_ms", INT32),
     F("results", Array(Struct(F("error_code", INT16), F("error_message", NULLABLE_STRING)))),
+    flexible_from=2,
 )
 
-DELETE_ACLS_REQUEST = Struct(F("filters", Array(Struct(*_FILTER))))
+DELETE_ACLS_REQUEST = Struct(F("filters", Array(Struct(*_FILTER))), flexible_from=2)
 
 DELETE_ACLS_RESPONSE = Struct(
     F("throttle_time_ms", INT32),
@@ -117,4 +121,5 @@ DELETE_ACLS_RESPONSE = Struct(
             )
         ),
     ),
+    flexible_from=2,
 )

@@ -1,7 +1,9 @@
 """Request dispatch: parse the header, check the API and version, decode the body, run its handler.
 
 A frame whose header or body does not parse, an unknown API key or a version outside the advertised
-range ends the connection (`BadRequest`, one log line). ApiVersions above v3 gets the v0-format
+range ends the connection (`BadRequest`, one log line), as do bytes after a non-flexible body. After a
+flexible body they are ignored, as Kafka ignores them: librdkafka's all-topics Metadata v9+ leaves
+three bytes of its reserved array count behind its body. ApiVersions above v3 gets the v0-format
 answer with UNSUPPORTED_VERSION and the list, so the client can retry at a version we speak.
 
 Produce has a synchronous handler too: when it can answer without waiting (its partitions are in
@@ -43,6 +45,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: fetch.handle_offset_for_leader_epoch,
     ApiKey.METADATA: metadata.handle_metadata,
     ApiKey.API_VERSIONS: metadata.handle_api_versions,
+    ApiKey.DESCRIBE_CLUSTER: metadata.handle_describe_cluster,
     ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
     ApiKey.JOIN_GROUP: groups.handle_join_group,
     ApiKey.SYNC_GROUP: groups.handle_sync_group,
@@ -114,7 +117,7 @@ def dispatcher(broker: Services) -> Callable[[memoryview, str], Answer | Awaitab
             body = api.request.read(r, v) if fast is None else fast[0](r, v)
         except DecodeError as exc:
             raise BadRequest(f"malformed {ApiKey(header.api_key).name} v{v} request: {exc}") from None
-        if r.remaining():
+        if r.remaining() and not api.request.flexible(v):
             raise BadRequest(f"{ApiKey(header.api_key).name} v{v} request has {r.remaining()} bytes after its body")
         now = SYNC_HANDLERS.get(header.api_key)
         if now is not None:

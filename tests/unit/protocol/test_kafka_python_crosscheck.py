@@ -45,6 +45,7 @@ KP = {
     ApiKey.LIST_OFFSETS: (kp_consumer.ListOffsetsRequest, kp_consumer.ListOffsetsResponse),
     ApiKey.METADATA: (kp_metadata.MetadataRequest, kp_metadata.MetadataResponse),
     ApiKey.API_VERSIONS: (kp_metadata.ApiVersionsRequest, kp_metadata.ApiVersionsResponse),
+    ApiKey.DESCRIBE_CLUSTER: (kp_admin.DescribeClusterRequest, kp_admin.DescribeClusterResponse),
     ApiKey.CREATE_TOPICS: (kp_admin.CreateTopicsRequest, kp_admin.CreateTopicsResponse),
     ApiKey.DELETE_TOPICS: (kp_admin.DeleteTopicsRequest, kp_admin.DeleteTopicsResponse),
     ApiKey.DELETE_RECORDS: (kp_admin.DeleteRecordsRequest, kp_admin.DeleteRecordsResponse),
@@ -135,6 +136,7 @@ RENAMES = {
     },
     (ApiKey.FETCH, "response"): {"topics": "responses"},
     (ApiKey.OFFSET_COMMIT, "request"): {"generation_id": "generation_id_or_member_epoch"},
+    (ApiKey.DESCRIBE_CLUSTER, "response"): {"cluster_authorized_operations": "authorized_operations"},
     (ApiKey.METADATA, "response"): {
         "topics.topic_authorized_operations": "authorized_operations",
         "cluster_authorized_operations": "authorized_operations",
@@ -154,6 +156,12 @@ def old_class(api: Api, which: str, v: int) -> Any:
     return getattr(module, f"{req if which == 'request' else resp}_v{v}", None)
 
 
+def old_speaks_flexible(cls: Any, ours: Struct, v: int) -> bool:
+    """Some hand-written classes of a flexible version are written in the non-flexible forms (DescribeAcls
+    v2 …): those are wrong by Kafka's JSON, which the JSON-driven cases check instead."""
+    return not ours.flexible(v) or cls.SCHEMA.fields[-1] is old_types.TaggedFields
+
+
 CASES = [
     pytest.param(api, which, v, id=f"{api.key.name}-{which}-v{v}")
     for api in APIS.values()
@@ -168,6 +176,7 @@ OLD_CASES = [
     for which in ("request", "response")
     for v in range(api.advertised[0], api.advertised[1] + 1)
     if old_class(api, which, v) is not None and (api.key, which, v) not in OLD_KNOWN_WRONG
+    and old_speaks_flexible(old_class(api, which, v), getattr(api, which), v)
 ]
 
 HYPOTHESIS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -181,6 +190,7 @@ PRIMS = {
     "int32": st.integers(-(2**31), 2**31 - 1),
     "int64": st.integers(-(2**63), 2**63 - 1),
     "boolean": st.booleans(),
+    "uuid": st.binary(min_size=16, max_size=16),
 }
 TEXT = st.text(max_size=8)
 BINARY = st.binary(max_size=24)
@@ -239,6 +249,8 @@ def kp_values(field: Any, value: Any, v: int) -> Any:
         return kp_struct_values(field, value, v)
     if field.type_str == "bitfield":
         return struct.unpack(">i", NewBitField.encode(value))[0]
+    if field.type_str == "uuid":  # kafka-python: a uuid.UUID, None for the all-zero one
+        return bytes(16) if value is None else value.bytes
     if isinstance(value, memoryview | bytearray):
         return bytes(value)
     return value
@@ -268,6 +280,8 @@ def kp_simple_strategy(field: Any, nullable: bool) -> st.SearchStrategy:
         return st.none() | BINARY if nullable else BINARY
     if t == "bitfield":
         return st.none() | st.sets(st.integers(0, 30), max_size=4)
+    if t == "uuid":
+        return st.uuids()
     return PRIMS["boolean" if t == "bool" else t]
 
 
@@ -292,7 +306,7 @@ def kp_simple_type(field: Any) -> str:
     return {"records": "bytes", "bitfield": "int32"}.get(field.type_str, field.type_str)
 
 
-OUR_TYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "boolean": "bool"}
+OUR_TYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "boolean": "bool", "uuid": "uuid"}
 
 
 def ours_layout(t: Any, v: int, path: str, renames: dict[str, str]) -> Any:
