@@ -149,6 +149,8 @@ def test_a_brokers_throttle_rate_is_its_only_dynamic_config(b):
     ok(config(b, "set", "--broker", "1", "follower.replication.throttled.rate=1048576"))
     with zk_session(b.zk_connect) as zk:
         assert zk_json(zk, "/config/brokers/1")["config"] == {"follower.replication.throttled.rate": "1048576"}
+        rows = {r[0]: r[1:] for r in tsv(ok(config(b, "describe", "--broker", "1", "--overrides")))[1:]}
+        assert rows == {"follower.replication.throttled.rate": ["1048576", "broker"]}  # (DYNAMIC_BROKER_CONFIG)
         line = error_line(config(b, "set", "--broker", "1", "num.partitions=3"), "INVALID_REQUEST")
         assert "Cannot update these configs dynamically: Set(num.partitions)" in line
         error_line(config(b, "set", "--broker", "1", "follower.replication.throttled.rate=-5"), "at least 0")

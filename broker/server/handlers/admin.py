@@ -25,6 +25,7 @@ from broker.protocol.framing import RequestHeader
 from broker.protocol.messages.admin import (
     BROKER_RESOURCE,
     DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
     STATIC_BROKER_CONFIG,
     TOPIC_RESOURCE,
@@ -32,6 +33,7 @@ from broker.protocol.messages.admin import (
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.server.config import is_sensitive, topic_config_error
+from broker.server.config_ops import DYNAMIC_BROKER_KEYS
 from broker.server.handlers.metadata import create_topic
 from broker.topics import MAX_PARTITIONS, assign_replicas, internal_topic_error, topic_name_error
 from broker.zk import registry
@@ -223,6 +225,9 @@ async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[
         elif rtype == BROKER_RESOURCE and rname in ("", str(b.id)):
             values = dict(b.config.props)
             sources = {k: STATIC_BROKER_CONFIG if k in b.config.explicit else DEFAULT_CONFIG for k in values}
+            dynamic = await _dynamic_broker_config(b) if rname else {}
+            values |= dynamic
+            sources |= dict.fromkeys(dynamic, DYNAMIC_BROKER_CONFIG)
         else:
             out["error_code"] = ErrorCode.INVALID_REQUEST
             out["error_message"] = f"resource type {rtype} {rname!r} is not described here"
@@ -231,12 +236,24 @@ async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[
             if keys is not None and key not in keys:
                 continue
             secret = is_sensitive(key)  # (as Kafka: a password's value is never shown)
+            fixed = rtype == BROKER_RESOURCE and key not in DYNAMIC_BROKER_KEYS  # (IncrementalAlterConfigs' keys)
             out["configs"].append({
-                "name": key, "value": None if secret else values[key], "read_only": rtype == BROKER_RESOURCE,
+                "name": key, "value": None if secret else values[key], "read_only": fixed,
                 "is_default": sources[key] == DEFAULT_CONFIG, "config_source": sources[key],
                 "is_sensitive": secret, "synonyms": [], "config_type": 0, "documentation": None,
             })  # fmt: skip
     return {"results": results}
+
+
+async def _dynamic_broker_config(b: Services) -> dict[str, str]:
+    """This broker's dynamic config (`/config/brokers/<id>`: the throttle rates), {} when ZooKeeper cannot
+    say (the static values are still described)."""
+    if b.zookeeper_problem():
+        return {}
+    try:
+        return await b.blocking(registry.broker_config, b.zk, b.id)
+    except Exception:  # (a connection lost meanwhile: describe what is known)
+        return {}
 
 
 def _config_refusal(b: Services, operation: Operation, rtype: int, rname: str,
