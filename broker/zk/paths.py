@@ -409,7 +409,7 @@ def offset_data(stored: StoredOffset) -> bytes:
 def offset_metadata_json(stored: StoredOffset) -> bytes | None:
     """The `offset_metadata` znode's data of a commit; None when it carries neither metadata nor an epoch (the
     znode is then deleted). It names its offset: written after the offset, it counts only while they match."""
-    if not stored.metadata and stored.leader_epoch < 0:
+    if not stored.metadata and stored.leader_epoch == -1:
         return None
     return dumps({"version": 1, "offset": int(stored.offset), "leader_epoch": int(stored.leader_epoch),
                   "metadata": stored.metadata})  # fmt: skip

@@ -152,8 +152,10 @@ def _stored(version: int, p: dict[str, Any], max_metadata: int) -> StoredOffset 
     v0 keeps no metadata (Kafka writes v0 commits to ZooKeeper's offset registry, offset only). None: the
     metadata is longer than `offset.metadata.max.bytes` (Java's length, UTF-16 code units) or would not fit a
     znode."""
-    metadata = p.get("committed_metadata") or ""
-    if len(metadata.encode("utf-16-le")) // 2 > max_metadata:
+    metadata = p.get("committed_metadata")
+    if metadata is None:  # (never too large, whatever the limit)
+        metadata = ""
+    elif len(metadata.encode("utf-16-le")) // 2 > max_metadata:
         return None
     stored = StoredOffset(p["committed_offset"], p.get("committed_leader_epoch", -1), metadata if version else "")
     return stored if len(offset_metadata_json(stored) or b"") <= MAX_OFFSET_ZNODE else None

@@ -221,3 +221,16 @@ def test_too_large_metadata_is_refused_for_its_partition_only() -> None:
         await store.close(1)
 
     run(main())
+
+
+def test_null_metadata_is_never_too_large() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        b = _services(zk, store, max_bytes=-1)  # (Kafka does not validate the setting: nothing but null fits)
+        errors = await _commit(b, 7, [_part(0, 1, None, 1), _part(1, 1, "", 1)])
+        assert errors == {0: 0, 1: ErrorCode.OFFSET_METADATA_TOO_LARGE}
+        assert await _fetch(b, 5, [0, 1]) == {0: (1, 1, ""), 1: (-1, -1, "")}
+        await store.close(1)
+
+    run(main())
