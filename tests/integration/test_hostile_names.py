@@ -41,6 +41,12 @@ def requests_for(name: str) -> list[tuple[ApiKey, dict]]:
                                    "include_documentation": False}),
         (ApiKey.ALTER_CONFIGS, {"resources": [{"resource_type": 2, "resource_name": name, "configs": []}],
                                 "validate_only": False}),
+        (ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [
+            {"resource_type": 2, "resource_name": name,
+             "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1000"}]},
+            {"resource_type": 4, "resource_name": name,
+             "configs": [{"name": "follower.replication.throttled.rate", "config_operation": 0, "value": "1"}]},
+        ], "validate_only": False}),
         (ApiKey.OFFSET_FOR_LEADER_EPOCH, {"replica_id": -1, "topics": [{"topic": name, "partitions": [
             {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}),
         (ApiKey.ELECT_LEADERS, {"election_type": 0, "topic_partitions": [{"topic": name, "partitions": [0]}],
