@@ -118,9 +118,10 @@ class Admin:
         _check(r["error_code"], r.get("error_message"), f"cannot add partitions to topic {name!r}")
 
     def delete_topic(self, name: str) -> None:
-        answer = self._any(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 30000})
-        r = answer["responses"][0]
-        _check(r["error_code"], None, f"cannot delete topic {name!r}")
+        # (v0-5 name topics in topic_names, v6 in topics: the version spoken writes its own)
+        body = {"topic_names": [name], "topics": [{"name": name}], "timeout_ms": 30000}
+        r = self._any(ApiKey.DELETE_TOPICS, body)["responses"][0]
+        _check(r["error_code"], r.get("error_message"), f"cannot delete topic {name!r}")
 
     def delete_records(self, name: str, before: int, partitions: list[int] | None = None, *,
                        timeout_ms: int = 20000) -> tuple[dict[int, int], dict[int, str]]:  # fmt: skip

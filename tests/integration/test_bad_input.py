@@ -155,7 +155,7 @@ def test_unknown_api_keys_and_unsupported_versions_close_only_their_connection(l
         ("Metadata v-1", raw_frame(ApiKey.METADATA, -1, 20, meta8)),
         ("Produce v9", raw_frame(ApiKey.PRODUCE, 9, 21, produce8)),
         ("ListOffsets v6", raw_frame(ApiKey.LIST_OFFSETS, 6, 22, b"\xff\xff\xff\xff\x00\x00\x00\x00\x00")),
-        ("CreateTopics v5", raw_frame(ApiKey.CREATE_TOPICS, 5, 23, b"\x00\x00\x00\x00\x00\x00\x75\x30\x00")),
+        ("CreateTopics v8", raw_frame(ApiKey.CREATE_TOPICS, 8, 23, b"\x00\x00\x00\x00\x00\x00\x75\x30\x00")),
         ("InitProducerId v2", raw_frame(ApiKey.INIT_PRODUCER_ID, 2, 24, b"\xff\xff\x00\x00\x75\x30")),
     ]
     with open_conn(b) as keep:
@@ -786,7 +786,7 @@ def predict(data: bytes, max_bytes: int) -> Expect:
                 return Expect(answers, "bad", f"{api.key.name} v{version} trailing bytes")
             if key == ApiKey.CREATE_TOPICS and any(t["num_partitions"] > 1000 for t in body["topics"]):
                 return Expect(answers, "skip", "CreateTopics with a huge partition count")  # well-formed, not bad
-            destructive = body.get("topic_names") or body.get("resources")
+            destructive = body.get("topic_names") or body.get("topics") or body.get("resources")
             if key in (ApiKey.DELETE_TOPICS, ApiKey.ALTER_CONFIGS) and destructive:
                 return Expect(answers, "skip", "a well-formed destructive admin request")
             if key == ApiKey.PRODUCE and body["acks"] == 0:

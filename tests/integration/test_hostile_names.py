@@ -51,7 +51,7 @@ def requests_for(name: str) -> list[tuple[ApiKey, dict]]:
             {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}),
         (ApiKey.ELECT_LEADERS, {"election_type": 0, "topic_partitions": [{"topic": name, "partitions": [0]}],
                                 "timeout_ms": 1000}),
-        (ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 5000}),
+        (ApiKey.DELETE_TOPICS, {"topic_names": [name], "topics": [{"name": name}], "timeout_ms": 5000}),
         (ApiKey.DELETE_RECORDS, {"topics": [{"name": name, "partitions": [{"partition_index": 0, "offset": -1}]}],
                                  "timeout_ms": 1000}),
         (ApiKey.FIND_COORDINATOR, {"key": name, "key_type": 0}),

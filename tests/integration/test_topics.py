@@ -263,6 +263,11 @@ def create_request(name: str, *, partitions: int = -1, assignment: dict[int, lis
     }  # fmt: skip
 
 
+def delete_body(name: str) -> dict:
+    """A DeleteTopics body for any version: v0-5 name topics in topic_names, v6 in topics."""
+    return {"topic_names": [name], "topics": [{"name": name}], "timeout_ms": 10000}
+
+
 def create_answer(b, body: dict) -> dict:
     with wire.open_conn(b) as conn:
         (t,) = conn.request(ApiKey.CREATE_TOPICS, body)["topics"]
@@ -282,7 +287,7 @@ def test_delete_topic_enable_false_refuses_with_topic_deletion_disabled(start_br
     ok(topic(b, "create", "keeper", "-p", "2"))
     kcat_produce(b.bootstrap, "keeper", 0, ["stays"])
     with wire.open_conn(b) as conn:
-        answer = conn.request(ApiKey.DELETE_TOPICS, {"topic_names": ["keeper"], "timeout_ms": 10000})
+        answer = conn.request(ApiKey.DELETE_TOPICS, delete_body("keeper"))
     [r] = answer["responses"]
     assert (r["name"], r["error_code"]) == ("keeper", ErrorCode.TOPIC_DELETION_DISABLED)
     error_line(topic(b, "delete", "keeper", "--execute"), "TOPIC_DELETION_DISABLED")
@@ -325,7 +330,7 @@ def test_illegal_names_in_delete_describe_and_alter_are_answered_not_looked_up(b
     DescribeConfigs and AlterConfigs INVALID_TOPIC_EXCEPTION; the connection stays usable."""
     resource = {"resource_type": TOPIC_RESOURCE, "resource_name": name}
     with wire.open_conn(b) as conn:
-        [r] = conn.request(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 10000})["responses"]
+        [r] = conn.request(ApiKey.DELETE_TOPICS, delete_body(name))["responses"]
         assert (r["name"], r["error_code"]) == (name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         describe = {"resources": [{**resource, "configuration_keys": None}]}
         [r] = conn.request(ApiKey.DESCRIBE_CONFIGS, describe)["results"]
@@ -406,7 +411,7 @@ def test_an_internal_topic_in_zookeeper_is_marked_internal_and_never_deleted(sta
     with wire.open_conn(b) as conn:
         [mt] = conn.request(ApiKey.METADATA, wire.metadata_body([name], allow_auto_topic_creation=False))["topics"]
         assert (mt["error_code"], mt["is_internal"], len(mt["partitions"])) == (0, True, 2), mt
-        [r] = conn.request(ApiKey.DELETE_TOPICS, {"topic_names": [name], "timeout_ms": 10000})["responses"]
+        [r] = conn.request(ApiKey.DELETE_TOPICS, delete_body(name))["responses"]
         assert (r["name"], r["error_code"]) == (name, ErrorCode.INVALID_TOPIC_EXCEPTION)
     cf = cf_admin(b)
     with pytest.raises(KafkaException) as caught:

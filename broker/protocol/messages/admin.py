@@ -1,6 +1,9 @@
 """CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), AlterConfigs (33), DescribeLogDirs (35),
 CreatePartitions (37), ElectLeaders (43)."""
 
+from typing import Any
+
+from broker.protocol.primitives import Reader, Writer
 from broker.protocol.schema import (
     BOOLEAN,
     INT8,
@@ -9,10 +12,29 @@ from broker.protocol.schema import (
     INT64,
     NULLABLE_STRING,
     STRING,
+    UUID,
     Array,
     F,
     Struct,
+    Type,
 )  # fmt: skip
+
+
+class _ArrayItem(Type):
+    """A string as the item of an array: compact in flexible versions, as Kafka writes it (schema.Array
+    hands its items the non-flexible form; Struct switches only its own fields' strings)."""
+
+    def __init__(self, prim: Type) -> None:
+        self.name, self.default, self._prim = prim.name, prim.default, prim
+
+    def read(self, r: Reader, v: int) -> Any:
+        return (self._prim.flexible if r.flex else self._prim).read(r, v)
+
+    def write(self, w: Writer, value: Any, v: int) -> None:
+        (self._prim.flexible if w.flex else self._prim).write(w, value, v)
+
+
+ITEM_STRING = _ArrayItem(STRING)
 
 CREATE_TOPICS_REQUEST = Struct(
     F("topics", Array(Struct(
@@ -24,26 +46,51 @@ CREATE_TOPICS_REQUEST = Struct(
     ))),
     F("timeout_ms", INT32, default=30000),
     F("validate_only", BOOLEAN, "1+"),
+    flexible_from=5,
 )  # fmt: skip
 
 CREATE_TOPICS_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "2+"),
     F("topics", Array(Struct(
         F("name", STRING),
+        F("topic_id", UUID, "7+"),  # all zero: kafkactl's topics have no ids
         F("error_code", INT16),
         F("error_message", NULLABLE_STRING, "1+"),
+        F("topic_config_error_code", INT16, "5+", tag=0),  # TOPIC_AUTHORIZATION_FAILED: no DescribeConfigs
+        F("num_partitions", INT32, "5+", default=-1),
+        F("replication_factor", INT16, "5+", default=-1),
+        F("configs", Array(Struct(
+            F("name", STRING),
+            F("value", NULLABLE_STRING),
+            F("read_only", BOOLEAN),
+            F("config_source", INT8, default=-1),
+            F("is_sensitive", BOOLEAN),
+        ), nullable_from=5), "5+"),
     ))),
+    flexible_from=5,
 )  # fmt: skip
 
 DELETE_TOPICS_REQUEST = Struct(
-    F("topic_names", Array(STRING)),
+    F("topics", Array(Struct(
+        F("name", NULLABLE_STRING),  # null: the topic is named by its id
+        F("topic_id", UUID),
+    )), "6+"),
+    F("topic_names", Array(ITEM_STRING), "0-5"),
     F("timeout_ms", INT32, default=30000),
-)
+    flexible_from=4,
+)  # fmt: skip
 
 DELETE_TOPICS_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "1+"),
-    F("responses", Array(Struct(F("name", STRING), F("error_code", INT16)))),
-)
+    F("responses", Array(Struct(
+        F("name", STRING, "0-5"),
+        F("name", NULLABLE_STRING, "6+"),  # null: a topic named by an id no topic has
+        F("topic_id", UUID, "6+"),
+        F("error_code", INT16),
+        F("error_message", NULLABLE_STRING, "5+"),
+    ))),
+    flexible_from=4,
+)  # fmt: skip
 
 CREATE_PARTITIONS_REQUEST = Struct(
     F("topics", Array(Struct(
@@ -53,17 +100,20 @@ CREATE_PARTITIONS_REQUEST = Struct(
     ))),
     F("timeout_ms", INT32, default=30000),
     F("validate_only", BOOLEAN),
+    flexible_from=2,
 )  # fmt: skip
 
 CREATE_PARTITIONS_RESPONSE = Struct(
     F("throttle_time_ms", INT32),
     F("results", Array(Struct(F("name", STRING), F("error_code", INT16), F("error_message", NULLABLE_STRING)))),
+    flexible_from=2,
 )
 
 ELECT_LEADERS_REQUEST = Struct(
     F("election_type", INT8, "1+"),  # 0: the preferred replica; 1: unclean (a live replica, where none is in sync)
     F("topic_partitions", Array(Struct(F("topic", STRING), F("partitions", Array(INT32))), nullable_from=0)),
     F("timeout_ms", INT32, default=60000),
+    flexible_from=2,
 )
 
 ELECT_LEADERS_RESPONSE = Struct(
@@ -75,6 +125,7 @@ ELECT_LEADERS_RESPONSE = Struct(
             F("partition_id", INT32), F("error_code", INT16), F("error_message", NULLABLE_STRING),
         ))),
     ))),
+    flexible_from=2,
 )  # fmt: skip
 
 TOPIC_RESOURCE = 2
@@ -84,10 +135,11 @@ DESCRIBE_CONFIGS_REQUEST = Struct(
     F("resources", Array(Struct(
         F("resource_type", INT8),
         F("resource_name", STRING),
-        F("configuration_keys", Array(STRING, nullable_from=0)),
+        F("configuration_keys", Array(ITEM_STRING, nullable_from=0)),
     ))),
     F("include_synonyms", BOOLEAN, "1+"),
     F("include_documentation", BOOLEAN, "3+"),
+    flexible_from=4,
 )  # fmt: skip
 
 DESCRIBE_CONFIGS_RESPONSE = Struct(
@@ -109,6 +161,7 @@ DESCRIBE_CONFIGS_RESPONSE = Struct(
             F("documentation", NULLABLE_STRING, "3+"),
         ))),
     ))),
+    flexible_from=4,
 )  # fmt: skip
 
 # config_source values
@@ -124,6 +177,7 @@ ALTER_CONFIGS_REQUEST = Struct(
         F("configs", Array(Struct(F("name", STRING), F("value", NULLABLE_STRING)))),
     ))),
     F("validate_only", BOOLEAN),
+    flexible_from=2,
 )  # fmt: skip
 
 ALTER_CONFIGS_RESPONSE = Struct(
@@ -134,10 +188,12 @@ ALTER_CONFIGS_RESPONSE = Struct(
         F("resource_type", INT8),
         F("resource_name", STRING),
     ))),
+    flexible_from=2,
 )  # fmt: skip
 
 DESCRIBE_LOG_DIRS_REQUEST = Struct(
     F("topics", Array(Struct(F("topic", STRING), F("partitions", Array(INT32))), nullable_from=0)),
+    flexible_from=2,
 )
 
 DESCRIBE_LOG_DIRS_RESPONSE = Struct(
@@ -155,4 +211,5 @@ DESCRIBE_LOG_DIRS_RESPONSE = Struct(
             ))),
         ))),
     ))),
+    flexible_from=2,
 )  # fmt: skip

@@ -18,6 +18,7 @@ DescribeLogDirs needs Describe on the cluster (an empty answer otherwise).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
@@ -43,57 +44,95 @@ if TYPE_CHECKING:
 
 
 async def handle_create_topics(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    """Each topic created (or only checked), as Kafka 2.8: from v5 a topic created or validated is answered
+    with its partition count, replication factor and whole config (the values, their sources) when the
+    principal may also DescribeConfigs on it (else topic_config_error_code TOPIC_AUTHORIZATION_FAILED);
+    v7's topic_id stays all zero (kafkactl's topics have no ids). A topic named twice: INVALID_REQUEST."""
     out = []
     on_cluster = cluster_allowed(b.authorizer, Operation.CREATE, log_denial=False)
+    counts = Counter(t["name"] for t in req["topics"])
     for t in req["topics"]:
-        if not on_cluster and not _topic_allowed(b, Operation.CREATE, t["name"], "CreateTopics"):
-            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Create on the topic or the cluster is not allowed"
-            out.append({"name": t["name"], "error_code": code, "error_message": message})
+        name = t["name"]
+        result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        out.append(result)
+        if counts[name] > 1:
+            result["error_code"] = ErrorCode.INVALID_REQUEST
+            result["error_message"] = "Found multiple entries for this topic."  # (Kafka's words)
             continue
-        code, message = await _create_one(b, t, req.get("validate_only", False))
-        out.append({"name": t["name"], "error_code": code, "error_message": message})
+        if not on_cluster and not _topic_allowed(b, Operation.CREATE, name, "CreateTopics"):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Create on the topic or the cluster is not allowed"
+            result["error_code"], result["error_message"] = code, message
+            continue
+        code, message, created = await _create_one(b, t, req.get("validate_only", False))
+        result["error_code"], result["error_message"] = code, message
+        if code or created is None:
+            continue
+        if not allowed(b.authorizer, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
+            result["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
+        partitions, rf, config = created
+        result["num_partitions"], result["replication_factor"] = partitions, rf
+        result["configs"] = [
+            {"name": k, "value": None if is_sensitive(k) else value, "read_only": False, "config_source": source,
+             "is_sensitive": is_sensitive(k)}
+            for k, (value, source) in sorted(_topic_config(b, config).items())
+        ]  # fmt: skip
     return {"topics": out}
+
+
+def _topic_config(b: Services, overrides: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """key → (value, config_source) of a topic with these overrides: each topic key (DescribeConfigs' view)."""
+    values = b.config.topic_defaults() | overrides
+    return {k: (v, DYNAMIC_TOPIC_CONFIG if k in overrides else DEFAULT_CONFIG) for k, v in values.items()}
 
 
 def _topic_allowed(b: Services, operation: Operation, topic: str, request: str) -> bool:
     return allowed(b.authorizer, operation, ResourceType.TOPIC, topic, request)
 
 
-async def _create_one(b: Services, t: dict[str, Any], validate_only: bool) -> tuple[ErrorCode, str | None]:
+#: a CreateTopics refusal (error, message, nothing created) or success (0, None, (partitions, rf, overrides))
+Created = tuple[ErrorCode, str | None, tuple[int, int, dict[str, str]] | None]
+
+
+async def _create_one(b: Services, t: dict[str, Any], validate_only: bool) -> Created:
     name = t["name"]
     why = topic_name_error(name) or internal_topic_error(name, "created")
     if why:
-        return ErrorCode.INVALID_TOPIC_EXCEPTION, why
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, why, None
     config = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
     why = topic_config_error(config)
     if why:
-        return ErrorCode.INVALID_CONFIG, why
+        return ErrorCode.INVALID_CONFIG, why, None
     why = b.zookeeper_problem()
     if why:
-        return ErrorCode.UNKNOWN_SERVER_ERROR, why
+        return ErrorCode.UNKNOWN_SERVER_ERROR, why, None
     assignment = None
     if t["assignments"]:
         if t["num_partitions"] != -1 or t["replication_factor"] != -1:
-            return ErrorCode.INVALID_REQUEST, "give either an assignment or partitions and replication factor"
+            return ErrorCode.INVALID_REQUEST, "give either an assignment or partitions and replication factor", None
         assignment = {a["partition_index"]: list(a["broker_ids"]) for a in t["assignments"]}
         why = await _assignment_error(b, assignment)
         if why:
-            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, why
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, why, None
     partitions = b.config.num_partitions if t["num_partitions"] == -1 else t["num_partitions"]
     rf = b.config.default_replication_factor if t["replication_factor"] == -1 else t["replication_factor"]
     if not 1 <= partitions <= MAX_PARTITIONS:
-        return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be between 1 and {MAX_PARTITIONS}"
+        return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be between 1 and {MAX_PARTITIONS}", None
     if rf < 1:
-        return ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be at least 1, not {rf}"
+        return ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be at least 1, not {rf}", None
     if name in b.cache.topics:
-        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists", None
     try:
         code = await create_topic(b, name, partitions, rf, assignment, config, validate_only)
     except ValueError as exc:
-        return ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)
+        return ErrorCode.INVALID_REPLICATION_FACTOR, str(exc), None
     if code == ErrorCode.TOPIC_ALREADY_EXISTS:
-        return code, f"topic {name!r} already exists"
-    return code, None
+        return code, f"topic {name!r} already exists", None
+    if code:
+        return code, None, None
+    if assignment is not None:
+        partitions, rf = len(assignment), len(assignment[0])
+    return code, None, (partitions, rf, config)
 
 
 async def handle_create_partitions(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -172,32 +211,54 @@ async def _assignment_error(b: Services, assignment: dict[int, list[int]]) -> st
     return None
 
 
+NO_TOPIC_ID = bytes(16)
+
+
 async def handle_delete_topics(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    """Each topic deleted, as Kafka 2.8. v6 names a topic by name or by id: kafkactl's topics have no ids, so
+    an id alone is UNKNOWN_TOPIC_ID (its name null in the answer), and a name with an id refuses the whole
+    request with INVALID_REQUEST, as Kafka does. v5+ carries an error message where there are words for it.
+    With delete.topic.enable false: TOPIC_DELETION_DISABLED, INVALID_REQUEST below v3 (which lack that code)."""
+    version = header.api_version
+    if version >= 6:
+        asked = [(t["name"], bytes(t["topic_id"])) for t in req["topics"]]
+    else:
+        asked = [(name, NO_TOPIC_ID) for name in req["topic_names"]]
+    if any(name is not None and topic_id != NO_TOPIC_ID for name, topic_id in asked):
+        message = "Topic name and topic ID can not both be specified."
+        return {"responses": [{"name": name, "topic_id": topic_id, "error_code": ErrorCode.INVALID_REQUEST,
+                               "error_message": message} for name, topic_id in asked]}  # fmt: skip
     out = []
-    for name in req["topic_names"]:
-        if not _topic_allowed(b, Operation.DELETE, name, "DeleteTopics"):
-            out.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
-            continue
-        if not b.config.delete_topic_enable:
-            out.append({"name": name, "error_code": ErrorCode.TOPIC_DELETION_DISABLED})
-            continue
-        if internal_topic_error(name, "deleted"):
-            out.append({"name": name, "error_code": ErrorCode.INVALID_TOPIC_EXCEPTION})
-            continue
-        if topic_name_error(name):
-            out.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
-            continue
-        if b.zookeeper_problem():  # (DeleteTopics answers carry no message)
-            out.append({"name": name, "error_code": ErrorCode.UNKNOWN_SERVER_ERROR})
-            continue
-        try:
-            await b.blocking(registry.delete_topic, b.zk, name)
-        except registry.UnknownTopicError:
-            out.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
-            continue
-        b.forget_topic(name)
-        out.append({"name": name, "error_code": 0})
+    for name, topic_id in asked:
+        code, message = await _delete_one(b, name, topic_id, version)
+        out.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": message})
     return {"responses": out}
+
+
+async def _delete_one(b: Services, name: str | None, topic_id: bytes, version: int) -> tuple[ErrorCode, str | None]:
+    if name is None:
+        if topic_id != NO_TOPIC_ID:
+            return ErrorCode.UNKNOWN_TOPIC_ID, None
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+    if not _topic_allowed(b, Operation.DELETE, name, "DeleteTopics"):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+    if not b.config.delete_topic_enable:
+        disabled = ErrorCode.TOPIC_DELETION_DISABLED if version >= 3 else ErrorCode.INVALID_REQUEST
+        return disabled, "topic deletion is disabled (delete.topic.enable=false)"
+    why = internal_topic_error(name, "deleted")
+    if why:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, why
+    if topic_name_error(name):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+    why = b.zookeeper_problem()
+    if why:
+        return ErrorCode.UNKNOWN_SERVER_ERROR, why
+    try:
+        await b.blocking(registry.delete_topic, b.zk, name)
+    except registry.UnknownTopicError:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+    b.forget_topic(name)
+    return ErrorCode.NONE, None
 
 
 async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -219,9 +280,9 @@ async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out["error_message"] = f"topic {rname!r} does not exist"
                 continue
-            overrides = b.cache.configs.get(rname, {})
-            values = b.config.topic_defaults() | overrides
-            sources = {k: DYNAMIC_TOPIC_CONFIG if k in overrides else DEFAULT_CONFIG for k in values}
+            described = _topic_config(b, b.cache.configs.get(rname, {}))
+            values = {k: value for k, (value, _) in described.items()}
+            sources = {k: source for k, (_, source) in described.items()}
         elif rtype == BROKER_RESOURCE and rname in ("", str(b.id)):
             values = dict(b.config.props)
             sources = {k: STATIC_BROKER_CONFIG if k in b.config.explicit else DEFAULT_CONFIG for k in values}

@@ -347,8 +347,7 @@ BELOW_KAFKA_2_8 = {
     1: (11, "the hot path: Fetch v12 (flexible, KIP-595 tagged fields) is not served yet"),
     8: (7, "flexible group APIs: not yet"), 9: (5, "flexible group APIs: not yet"), 10: (2, "not yet"),
     11: (5, "not yet"), 12: (3, "not yet"), 13: (3, "not yet"), 14: (3, "not yet"), 15: (4, "not yet"),
-    16: (2, "not yet"), 19: (4, "not yet"), 20: (3, "not yet"), 32: (3, "not yet"), 33: (1, "not yet"),
-    35: (1, "not yet"), 37: (1, "not yet"), 42: (1, "not yet"), 43: (1, "not yet"),
+    16: (2, "not yet"), 42: (1, "not yet"),
 }  # fmt: skip
 
 
