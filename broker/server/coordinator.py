@@ -373,6 +373,7 @@ class GroupCoordinator:
         return {
             "error_code": ErrorCode.NONE,
             "generation_id": group.generation,
+            "protocol_type": group.protocol_type,  # (JoinGroup v7+)
             "protocol_name": group.protocol,
             "leader": group.leader,
             "member_id": member.member_id,
@@ -399,15 +400,22 @@ class GroupCoordinator:
         return group, member, ErrorCode.NONE
 
     async def sync(self, req: dict[str, Any]) -> dict[str, Any]:
+        """SyncGroup. A protocol type or name given (v5+) must be the group's (INCONSISTENT_GROUP_PROTOCOL, as
+        Kafka checks them after the generation); answers that succeed name both (v5+)."""
         group, member, error = self._member(req["group_id"], req["member_id"], req["generation_id"],
                                             req.get("group_instance_id"))  # fmt: skip
         if error:
             return {"error_code": error}
         assert group is not None and member is not None
+        protocol_type, protocol_name = req.get("protocol_type"), req.get("protocol_name")
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol
+        ):
+            return {"error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL}
         if group.state == GroupState.PREPARING:
             return {"error_code": ErrorCode.REBALANCE_IN_PROGRESS}
         if group.state == GroupState.STABLE:
-            return {"error_code": ErrorCode.NONE, "assignment": member.assignment}
+            return _synced(group, member)
         # CompletingRebalance: wait for the leader's assignment
         _resolve(member.sync, {"error_code": ErrorCode.REBALANCE_IN_PROGRESS})
         fut = member.sync = asyncio.get_running_loop().create_future()
@@ -419,7 +427,7 @@ class GroupCoordinator:
             log.info("group %s: generation %d is stable", group.group_id, group.generation)
             self._store(group)
             for m in group.members.values():
-                _resolve(m.sync, {"error_code": ErrorCode.NONE, "assignment": m.assignment})
+                _resolve(m.sync, _synced(group, m))
         try:
             return await fut
         finally:
@@ -617,6 +625,12 @@ class GroupCoordinator:
         return {"error_code": ErrorCode.NONE, "group_id": gid, "group_state": str(group.state),
                 "protocol_type": group.protocol_type, "protocol_data": group.protocol if stable else "",
                 "members": members}  # fmt: skip
+
+
+def _synced(group: Group, member: Member) -> dict[str, Any]:
+    """A SyncGroup answer that succeeds: the member's assignment, and the group's protocol type and name."""
+    return {"error_code": ErrorCode.NONE, "protocol_type": group.protocol_type, "protocol_name": group.protocol,
+            "assignment": member.assignment}  # fmt: skip
 
 
 def _join_error(error: int, member_id: str) -> dict[str, Any]:

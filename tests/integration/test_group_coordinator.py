@@ -174,6 +174,7 @@ def join_body(group: str, member_id: str = "", *, session_ms: int = 10_000, reba
 
 def sync_body(group: str, generation: int, member_id: str, assignments: dict[str, bytes] | None = None) -> dict:
     return {"group_id": group, "generation_id": generation, "member_id": member_id, "group_instance_id": None,
+            "protocol_type": "consumer", "protocol_name": "range",  # (v5+: required, and checked)
             "assignments": [{"member_id": m, "assignment": a} for m, a in (assignments or {}).items()]}  # fmt: skip
 
 

@@ -2,10 +2,12 @@
 SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16), DeleteGroups (42)
 and OffsetDelete (47).
 
-Every version here is below the API's first flexible (tagged-field) version. Member metadata and
-assignments are opaque bytes to the broker: the consumer protocol inside them is the clients' own.
+Versions reach Kafka 2.8's: each message is flexible (KIP-482: compact forms, tagged fields) from the
+`flexible_from` its Kafka JSON names. Member metadata and assignments are opaque bytes to the broker: the
+consumer protocol inside them is the clients' own.
 """
 
+from broker.protocol.messages.admin import ITEM_STRING  # (strings in arrays: compact when flexible)
 from broker.protocol.schema import (
     BOOLEAN,
     BYTES,
@@ -24,6 +26,7 @@ from broker.protocol.schema import (
 FIND_COORDINATOR_REQUEST = Struct(
     F("key", STRING),
     F("key_type", INT8, "1+"),
+    flexible_from=3,
 )
 
 FIND_COORDINATOR_RESPONSE = Struct(
@@ -33,6 +36,7 @@ FIND_COORDINATOR_RESPONSE = Struct(
     F("node_id", INT32, default=-1),
     F("host", STRING),
     F("port", INT32, default=-1),
+    flexible_from=3,
 )
 
 JOIN_GROUP_REQUEST = Struct(
@@ -43,13 +47,16 @@ JOIN_GROUP_REQUEST = Struct(
     F("group_instance_id", NULLABLE_STRING, "5+"),
     F("protocol_type", STRING),
     F("protocols", Array(Struct(F("name", STRING), F("metadata", BYTES)))),
+    flexible_from=6,
 )
 
 JOIN_GROUP_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "2+"),
     F("error_code", INT16),
     F("generation_id", INT32, default=-1),
-    F("protocol_name", STRING),
+    F("protocol_type", NULLABLE_STRING, "7+"),  # (null in an error answer, as Kafka's)
+    F("protocol_name", STRING, "0-6"),
+    F("protocol_name", NULLABLE_STRING, "7+"),  # (null in an error answer)
     F("leader", STRING),
     F("member_id", STRING),
     F("members", Array(Struct(
@@ -57,6 +64,7 @@ JOIN_GROUP_RESPONSE = Struct(
         F("group_instance_id", NULLABLE_STRING, "5+"),
         F("metadata", BYTES),
     ))),
+    flexible_from=6,
 )  # fmt: skip
 
 HEARTBEAT_REQUEST = Struct(
@@ -64,17 +72,20 @@ HEARTBEAT_REQUEST = Struct(
     F("generation_id", INT32),
     F("member_id", STRING),
     F("group_instance_id", NULLABLE_STRING, "3+"),
+    flexible_from=4,
 )
 
 HEARTBEAT_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
+    flexible_from=4,
 )
 
 LEAVE_GROUP_REQUEST = Struct(
     F("group_id", STRING),
     F("member_id", STRING, "0-2"),
     F("members", Array(Struct(F("member_id", STRING), F("group_instance_id", NULLABLE_STRING))), "3+"),
+    flexible_from=4,
 )
 
 LEAVE_GROUP_RESPONSE = Struct(
@@ -85,6 +96,7 @@ LEAVE_GROUP_RESPONSE = Struct(
         F("group_instance_id", NULLABLE_STRING),
         F("error_code", INT16),
     )), "3+"),
+    flexible_from=4,
 )  # fmt: skip
 
 SYNC_GROUP_REQUEST = Struct(
@@ -92,13 +104,19 @@ SYNC_GROUP_REQUEST = Struct(
     F("generation_id", INT32),
     F("member_id", STRING),
     F("group_instance_id", NULLABLE_STRING, "3+"),
+    F("protocol_type", NULLABLE_STRING, "5+"),  # (v5+: required, and checked against the group's)
+    F("protocol_name", NULLABLE_STRING, "5+"),
     F("assignments", Array(Struct(F("member_id", STRING), F("assignment", BYTES)))),
+    flexible_from=4,
 )
 
 SYNC_GROUP_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
+    F("protocol_type", NULLABLE_STRING, "5+"),  # (null in an error answer)
+    F("protocol_name", NULLABLE_STRING, "5+"),
     F("assignment", BYTES),
+    flexible_from=4,
 )
 
 OFFSET_COMMIT_REQUEST = Struct(
@@ -117,6 +135,7 @@ OFFSET_COMMIT_REQUEST = Struct(
             F("committed_metadata", NULLABLE_STRING),
         ))),
     ))),
+    flexible_from=8,
 )  # fmt: skip
 
 OFFSET_COMMIT_RESPONSE = Struct(
@@ -125,11 +144,14 @@ OFFSET_COMMIT_RESPONSE = Struct(
         F("name", STRING),
         F("partitions", Array(Struct(F("partition_index", INT32), F("error_code", INT16)))),
     ))),
+    flexible_from=8,
 )  # fmt: skip
 
 OFFSET_FETCH_REQUEST = Struct(
     F("group_id", STRING),
     F("topics", Array(Struct(F("name", STRING), F("partition_indexes", Array(INT32))), nullable_from=2)),
+    F("require_stable", BOOLEAN, "7+"),  # (no transactions here: no offset is ever pending)
+    flexible_from=6,
 )
 
 OFFSET_FETCH_RESPONSE = Struct(
@@ -145,11 +167,13 @@ OFFSET_FETCH_RESPONSE = Struct(
         ))),
     ))),
     F("error_code", INT16, "2+"),
+    flexible_from=6,
 )  # fmt: skip
 
 DESCRIBE_GROUPS_REQUEST = Struct(
-    F("groups", Array(STRING)),
+    F("groups", Array(ITEM_STRING)),
     F("include_authorized_operations", BOOLEAN, "3+"),
+    flexible_from=5,
 )
 
 DESCRIBE_GROUPS_RESPONSE = Struct(
@@ -170,23 +194,30 @@ DESCRIBE_GROUPS_RESPONSE = Struct(
         ))),
         F("authorized_operations", INT32, "3+", default=-(2**31)),
     ))),
+    flexible_from=5,
 )  # fmt: skip
 
-LIST_GROUPS_REQUEST = Struct()
+LIST_GROUPS_REQUEST = Struct(
+    F("states_filter", Array(ITEM_STRING), "4+"),  # (KIP-518: empty, or null, lists every state)
+    flexible_from=3,
+)
 
 LIST_GROUPS_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "1+"),
     F("error_code", INT16),
-    F("groups", Array(Struct(F("group_id", STRING), F("protocol_type", STRING)))),
+    F("groups", Array(Struct(F("group_id", STRING), F("protocol_type", STRING), F("group_state", STRING, "4+")))),
+    flexible_from=3,
 )
 
 DELETE_GROUPS_REQUEST = Struct(
-    F("groups_names", Array(STRING)),
+    F("groups_names", Array(ITEM_STRING)),
+    flexible_from=2,
 )
 
 DELETE_GROUPS_RESPONSE = Struct(
     F("throttle_time_ms", INT32),
     F("results", Array(Struct(F("group_id", STRING), F("error_code", INT16)))),
+    flexible_from=2,
 )
 
 OFFSET_DELETE_REQUEST = Struct(

@@ -21,6 +21,11 @@ deletes committed offsets of an Empty group, and of a consumer group with member
 member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others; a group of another protocol type with members:
 NON_EMPTY_GROUP). Both wait for ZooKeeper (`GroupStore.delete`): unreachable, the answer is
 COORDINATOR_NOT_AVAILABLE and the client retries.
+
+Versions are Kafka 2.8's (flexible ones included): JoinGroup v7 and SyncGroup v5 answer the group's protocol
+type (and name), SyncGroup v5 requires both and checks them against the group's (INCONSISTENT_GROUP_PROTOCOL),
+ListGroups v4 answers each group's state and filters by state, and OffsetFetch v7's require_stable changes
+nothing: without transactions no offset is ever pending (Kafka answers the same with none pending).
 """
 
 from __future__ import annotations
@@ -91,6 +96,8 @@ async def handle_join_group(b: Services, header: RequestHeader, req: dict[str, A
 
 
 async def handle_sync_group(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
+    if header.api_version >= 5 and (req["protocol_type"] is None or req["protocol_name"] is None):
+        return {"error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL}  # (v5+ must name both: Kafka asks first)
     if not _group_allowed(b, Operation.READ, req["group_id"], "SyncGroup"):
         return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     if await _not_coordinating(b, req["group_id"]):
@@ -217,15 +224,21 @@ async def handle_describe_groups(b: Services, header: RequestHeader, req: dict[s
 
 
 async def handle_list_groups(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    """The live groups this broker coordinates and the empty ones whose offsets it would serve."""
-    groups = {g.group_id: g.protocol_type or "consumer" for g in b.coordinator.groups.values()}
+    """The live groups this broker coordinates and the empty ones whose offsets it would serve, with their
+    states (v4+); v4's states filter keeps the groups in one of the states named (empty or null: all), the
+    names compared as Kafka 2.8 does, exactly ("Stable", "Empty", "PreparingRebalance", ...)."""
+    groups = {g.group_id: (g.protocol_type or "consumer", str(g.state)) for g in b.coordinator.groups.values()}
     for gid in await _stored_groups(b):
         if gid not in groups and not _not_coordinator(b, gid):
-            groups[gid] = "consumer"
+            groups[gid] = ("consumer", str(GroupState.EMPTY))  # committed offsets, no members
+    states = set(req.get("states_filter") or ())
+    if states:
+        groups = {g: ts for g, ts in groups.items() if ts[1] in states}
     if not cluster_allowed(b.authorizer, Operation.DESCRIBE, log_denial=False):  # then those it may describe
-        groups = {g: t for g, t in groups.items() if _group_allowed(b, Operation.DESCRIBE, g, "", log_denial=False)}
+        groups = {g: ts for g, ts in groups.items() if _group_allowed(b, Operation.DESCRIBE, g, "", log_denial=False)}
     return {"error_code": ErrorCode.NONE,
-            "groups": [{"group_id": g, "protocol_type": t} for g, t in sorted(groups.items())]}  # fmt: skip
+            "groups": [{"group_id": g, "protocol_type": t, "group_state": state}
+                       for g, (t, state) in sorted(groups.items())]}  # fmt: skip
 
 
 async def _stored_groups(b: Services) -> set[str]:

@@ -345,9 +345,6 @@ KAFKA_2_8 = {
 BELOW_KAFKA_2_8 = {
     0: (8, "the hot path: Produce v9 is flexible only, and the hand-written C codec speaks v3-8"),
     1: (11, "the hot path: Fetch v12 (flexible, KIP-595 tagged fields) is not served yet"),
-    8: (7, "flexible group APIs: not yet"), 9: (5, "flexible group APIs: not yet"), 10: (2, "not yet"),
-    11: (5, "not yet"), 12: (3, "not yet"), 13: (3, "not yet"), 14: (3, "not yet"), 15: (4, "not yet"),
-    16: (2, "not yet"), 42: (1, "not yet"),
 }  # fmt: skip
 
 

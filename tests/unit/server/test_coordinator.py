@@ -58,6 +58,11 @@ def sync_req(member_id: str, generation: int, assignments: dict[str, bytes] | No
             "assignments": [{"member_id": m, "assignment": a} for m, a in (assignments or {}).items()]}  # fmt: skip
 
 
+def synced(assignment: bytes) -> dict[str, Any]:
+    """A SyncGroup answer that succeeds, in a "consumer" group whose protocol is "range"."""
+    return {"error_code": NONE, "protocol_type": "consumer", "protocol_name": "range", "assignment": assignment}
+
+
 def hb(c: GroupCoordinator, member_id: str, generation: int, gid: str = GID) -> int:
     return c.heartbeat({"group_id": gid, "generation_id": generation, "member_id": member_id,
                         "group_instance_id": None})["error_code"]  # fmt: skip
@@ -91,9 +96,9 @@ async def stable_group(c: GroupCoordinator, n: int, *, session_ms: int = 10_000,
         await settle()
         assignments = {m: f"assign-{m}".encode() for m in members}
         lead = await c.sync(sync_req(members[0], generation, assignments, gid=gid))
-        assert lead == {"error_code": NONE, "assignment": assignments[members[0]]}
+        assert lead == synced(assignments[members[0]])
         for m, t in zip(members[1:], syncs, strict=True):
-            assert await t == {"error_code": NONE, "assignment": assignments[m]}
+            assert await t == synced(assignments[m])
         assert c.groups[gid].state == GroupState.STABLE
     return generation, members
 
@@ -257,13 +262,13 @@ def test_sync_follower_waits_for_the_leaders_assignment() -> None:
         assert hb(c, followers[0], gen) == NONE  # heartbeats are fine while completing
         # the leader assigns only one follower and itself: the other gets an empty assignment
         lead = await c.sync(sync_req(leader, gen, {leader: b"L", followers[0]: b"F0"}))
-        assert lead == {"error_code": NONE, "assignment": b"L"}
-        assert await f1 == {"error_code": NONE, "assignment": b"F0"}
+        assert lead == synced(b"L")
+        assert await f1 == synced(b"F0")
         assert c.groups[GID].state == GroupState.STABLE
         late = await c.sync(sync_req(followers[1], gen))  # Stable: answered at once
-        assert late == {"error_code": NONE, "assignment": b""}
+        assert late == synced(b"")
         again = await c.sync(sync_req(followers[0], gen))
-        assert again == {"error_code": NONE, "assignment": b"F0"}
+        assert again == synced(b"F0")
 
     run(main())
 
@@ -609,7 +614,7 @@ def test_session_expiry_spares_members_waiting_in_sync_group() -> None:
                 await asyncio.sleep(0.05)
             lead = await c.sync(sync_req(leader, gen, {leader: b"L", follower: b"F"}))
             assert lead["error_code"] == NONE
-            assert await waiting == {"error_code": NONE, "assignment": b"F"}
+            assert await waiting == synced(b"F")
         finally:
             c.close()
 
@@ -875,8 +880,8 @@ def test_a_static_member_joins_without_asking_for_a_member_id_and_restarts_witho
         assert (back["error_code"], back["generation_id"], back["leader"], back["members"]) == (NONE, gen, leader, [])
         assert new_id != follower and c.groups[GID].state == GroupState.STABLE
         assert hb(c, leader, gen) == NONE  # no rebalance for the others
-        synced = await c.sync(static_sync(c, new_id, gen, instance))
-        assert synced == {"error_code": NONE, "assignment": f"assign-{follower}".encode()}
+        answer = await c.sync(static_sync(c, new_id, gen, instance))
+        assert answer == synced(f"assign-{follower}".encode())
         fenced = ErrorCode.FENCED_INSTANCE_ID
         assert c.heartbeat({"group_id": GID, "generation_id": gen, "member_id": follower,
                             "group_instance_id": instance})["error_code"] == fenced  # fmt: skip
@@ -897,7 +902,7 @@ def test_a_restarted_static_leader_is_answered_with_the_old_leader_id_so_it_assi
         assert (back["generation_id"], back["leader"], back["members"]) == (gen, leader, [])  # not "you lead"
         assert c.groups[GID].leader == back["member_id"]  # the group's leader is its new incarnation
         answer = await c.sync(static_sync(c, back["member_id"], gen, instance))  # a follower's sync: no assignments
-        assert answer == {"error_code": NONE, "assignment": f"assign-{leader}".encode()}
+        assert answer == synced(f"assign-{leader}".encode())
         assert hb(c, follower, gen) == NONE
 
     run(main())
@@ -1018,8 +1023,7 @@ def test_a_coordinator_taking_a_group_over_keeps_its_generation_members_and_inst
         assert new.groups[GID].state == GroupState.STABLE and new.groups[GID].leader == leader
         assert hb(new, leader, gen) == hb(new, follower, gen) == NONE
         assert new.commit_error(GID, follower, gen) == NONE
-        assert await new.sync(sync_req(follower, gen)) == {"error_code": NONE,
-                                                           "assignment": f"assign-{follower}".encode()}  # fmt: skip
+        assert await new.sync(sync_req(follower, gen)) == synced(f"assign-{follower}".encode())
         old_incarnation = {"group_id": GID, "generation_id": gen, "member_id": "old", "group_instance_id": "instance-1"}
         assert new.heartbeat(old_incarnation)["error_code"] == ErrorCode.FENCED_INSTANCE_ID
         d = new.describe(GID)
@@ -1095,5 +1099,28 @@ def test_members_and_their_subscribed_topics() -> None:
         await other
         assert c.subscribed_topics("connect") is None  # not the consumer protocol
         c.close()
+
+    run(main())
+
+
+def test_sync_checks_a_given_protocol_type_and_name_after_the_generation_like_kafka() -> None:
+    """SyncGroup v5 names the protocol type and name: a mismatch is INCONSISTENT_GROUP_PROTOCOL, checked after
+    membership and generation (as Kafka's doSyncGroup); JoinGroup v7 answers the group's protocol type."""
+
+    async def main() -> None:
+        c = coord()
+        gen, [leader, follower] = await stable_group(c, 2)
+        inconsistent = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        for protocol_type, protocol_name in (("connect", "range"), ("consumer", "roundrobin"), ("", "")):
+            req = {**sync_req(follower, gen), "protocol_type": protocol_type, "protocol_name": protocol_name}
+            assert (await c.sync(req))["error_code"] == inconsistent, (protocol_type, protocol_name)
+        right = {**sync_req(follower, gen), "protocol_type": "consumer", "protocol_name": "range"}
+        assert await c.sync(right) == synced(f"assign-{follower}".encode())
+        wrong_gen = {**sync_req(follower, gen + 1), "protocol_type": "connect", "protocol_name": "x"}
+        assert (await c.sync(wrong_gen))["error_code"] == ErrorCode.ILLEGAL_GENERATION
+        stranger = {**sync_req("nobody", gen), "protocol_type": "connect", "protocol_name": "x"}
+        assert (await c.sync(stranger))["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+        again = await join_task(c, join_req(follower))  # an unchanged follower of a stable group
+        assert (again["protocol_type"], again["protocol_name"], again["generation_id"]) == ("consumer", "range", gen)
 
     run(main())
