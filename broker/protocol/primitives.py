@@ -108,8 +108,11 @@ class Reader:
 
     def uvarint(self) -> int:
         """An unsigned varint of at most 32 bits (Kafka's lengths, counts and tags)."""
-        value = shift = 0
         buf, pos, end = self.buf, self.pos, self.end
+        if pos < end and buf[pos] < 0x80:  # one byte: nearly every length, count and tag
+            self.pos = pos + 1
+            return buf[pos]
+        value = shift = 0
         while True:
             if pos >= end:
                 raise DecodeError(f"frame too short: varint at {self.pos} runs past the end")
@@ -231,6 +234,9 @@ class Writer:
             self.buf += I32.pack(n)
 
     def uvarint(self, v: int) -> None:
+        if v < 0x80:
+            self.buf.append(v)
+            return
         while v > 0x7F:
             self.buf.append((v & 0x7F) | 0x80)
             v >>= 7

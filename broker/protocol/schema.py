@@ -100,7 +100,7 @@ class Array(Type):
         n = r.array_length(v >= self.nullable_from)
         if n < 0:
             return None
-        read = self.item.read
+        read = (self.item.flexible if r.flex and isinstance(self.item, _Prim) else self.item).read
         return [read(r, v) for _ in range(n)]
 
     def write(self, w: Writer, value: Any, v: int) -> None:
@@ -108,7 +108,7 @@ class Array(Type):
             w.array_length(-1)
             return
         w.array_length(len(value))
-        write = self.item.write
+        write = (self.item.flexible if w.flex and isinstance(self.item, _Prim) else self.item).write
         for item in value:
             write(w, item, v)
 
@@ -127,6 +127,8 @@ class Struct(Type):
         self.header_flexible = header_flexible
         self._at: dict[int, tuple[tuple[str, Any, Any], ...]] = {}
         self._tagged: dict[int, dict[int, tuple[str, Any, Any]]] = {}
+        self._tag_order: dict[int, tuple[tuple[int, str, Any, Any], ...]] = {}
+        self._tag_names: dict[int, frozenset[str]] = {}
         self.default = {}
 
     def flexible(self, v: int) -> bool:
@@ -163,8 +165,9 @@ class Struct(Type):
             return {name: t.read(r, v) for name, t, _ in self.at(v)}
         got = {name: t.read(r, v) for name, t, _ in self.at(v, True)}
         tagged = self.tagged(v)
-        for name, _, default in tagged.values():
-            got[name] = default
+        if tagged:
+            for name, _, default in tagged.values():
+                got[name] = default
         for _ in range(r.uvarint()):
             tag = r.uvarint()
             data = r.skip(r.uvarint())
@@ -182,11 +185,14 @@ class Struct(Type):
             return
         for name, t, default in self.at(v, True):
             t.write(w, value[name] if name in value else default, v)
-        present = [
-            (tag, t, value[name])
-            for tag, (name, t, default) in sorted(self.tagged(v).items())
-            if value.get(name, default) != default
-        ]
+        tagged = self._tag_order.get(v)
+        if tagged is None:
+            tagged = self._tag_order[v] = tuple((tag, *field) for tag, field in sorted(self.tagged(v).items()))
+            self._tag_names[v] = frozenset(field[1] for field in tagged)
+        if not tagged or self._tag_names[v].isdisjoint(value):
+            w.buf.append(0)  # no tagged field: the common case, checked without a loop
+            return
+        present = [(tag, t, value[name]) for tag, name, t, default in tagged if value.get(name, default) != default]
         w.uvarint(len(present))
         for tag, t, field_value in present:
             sub = Writer()

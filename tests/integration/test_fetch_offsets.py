@@ -202,3 +202,29 @@ def test_describe_and_alter_configs_and_log_dirs(shared_broker):
         [d] = dirs["results"]
         [t] = d["topics"]
         assert t["name"] == topic and t["partitions"][0]["partition_size"] == len(wire.make_batch([b"v" * 50]))
+
+
+def test_fetch_v12_answers_a_diverging_epoch_and_no_records(shared_broker):
+    """KIP-595: a fetcher whose last fetched epoch this log does not hold up to its fetch offset is told
+    where to truncate, with no records; one whose epoch agrees gets the records, with no diverging epoch."""
+    topic = _topic()
+    with wire.open_conn(shared_broker) as conn:
+        wire.create_topic(conn, topic)
+        wire.produce_one(conn, topic, 0, wire.make_batch([b"a", b"b", b"c"]))
+        assert conn.version_for(ApiKey.FETCH) == 12
+        # an epoch past every one this log knows: undefined (-1, -1), as Kafka's epoch cache answers; an epoch
+        # that ends (here: at the log end) before the fetch offset: that epoch and its end
+        cases = ((5, 3, {"epoch": -1, "end_offset": -1}), (0, 4, {"epoch": 0, "end_offset": 3}))
+        for last_epoch, offset, want in cases:
+            body = wire.fetch_body(topic, 0, offset)
+            body["topics"][0]["partitions"][0]["last_fetched_epoch"] = last_epoch
+            [p] = conn.request(ApiKey.FETCH, body, version=12)["topics"][0]["partitions"]
+            assert (p["error_code"], p["diverging_epoch"], p["high_watermark"]) == (0, want, 3)
+            assert not p["records"]
+        body = wire.fetch_body(topic, 0, 1)
+        body["topics"][0]["partitions"][0]["last_fetched_epoch"] = 0
+        [p] = conn.request(ApiKey.FETCH, body, version=12)["topics"][0]["partitions"]
+        assert p["error_code"] == 0 and p["diverging_epoch"] == {}
+        assert wire.values_of(p["records"]) == [b"a", b"b", b"c"]  # the whole batch holding offset 1
+        [p] = conn.request(ApiKey.FETCH, wire.fetch_body(topic, 0, 0), version=11)["topics"][0]["partitions"]
+        assert wire.values_of(p["records"]) == [b"a", b"b", b"c"]  # v11 still served, the same bytes

@@ -5,6 +5,7 @@ from broker.protocol.schema import (
     INT16,
     INT32,
     INT64,
+    NULLABLE_STRING,
     RECORDS,
     STRING,
     Array,
@@ -13,6 +14,7 @@ from broker.protocol.schema import (
 )  # fmt: skip
 
 FETCH_REQUEST = Struct(
+    F("cluster_id", NULLABLE_STRING, "12+", tag=0),
     F("replica_id", INT32, default=-1),
     F("max_wait_ms", INT32),
     F("min_bytes", INT32),
@@ -26,13 +28,19 @@ FETCH_REQUEST = Struct(
             F("partition", INT32),
             F("current_leader_epoch", INT32, "9+", default=-1),
             F("fetch_offset", INT64),
+            F("last_fetched_epoch", INT32, "12+", default=-1),  # set: answer a diverging epoch (KIP-595)
             F("log_start_offset", INT64, "5+", default=-1),
             F("partition_max_bytes", INT32),
         ))),
     ))),
     F("forgotten_topics_data", Array(Struct(F("topic", STRING), F("partitions", Array(INT32)))), "7+"),
     F("rack_id", STRING, "11+"),
+    flexible_from=12,
 )  # fmt: skip
+
+_EPOCH_END = Struct(F("epoch", INT32, default=-1), F("end_offset", INT64, default=-1))
+_LEADER = Struct(F("leader_id", INT32, default=-1), F("leader_epoch", INT32, default=-1))
+_SNAPSHOT_ID = Struct(F("end_offset", INT64, default=-1), F("epoch", INT32, default=-1))
 
 FETCH_RESPONSE = Struct(
     F("throttle_time_ms", INT32, "1+"),
@@ -46,12 +54,16 @@ FETCH_RESPONSE = Struct(
             F("high_watermark", INT64, default=-1),
             F("last_stable_offset", INT64, "4+", default=-1),
             F("log_start_offset", INT64, "5+", default=-1),
+            F("diverging_epoch", _EPOCH_END, "12+", tag=0),
+            F("current_leader", _LEADER, "12+", tag=1),
+            F("snapshot_id", _SNAPSHOT_ID, "12+", tag=2),
             F("aborted_transactions", Array(Struct(F("producer_id", INT64), F("first_offset", INT64)),
                                             nullable_from=4), "4+"),
             F("preferred_read_replica", INT32, "11+", default=-1),
             F("records", RECORDS),
         ))),
     ))),
+    flexible_from=12,
 )  # fmt: skip
 
 LIST_OFFSETS_REQUEST = Struct(

@@ -92,7 +92,21 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
             continue
         limit: int | None = None
         if replica >= 0:
-            code = _replica_fetch(b, plog, info.leader_epoch, replica, p, note)
+            code = _fenced(p, info.leader_epoch)
+            if code:
+                out["error_code"] = code
+                errors = True
+                continue
+        last_epoch = p.get("last_fetched_epoch", -1)
+        if last_epoch >= 0:
+            diverging = _diverging(b, plog, last_epoch, p["fetch_offset"])
+            if diverging is not None:  # no records: the fetcher truncates to the end offset first
+                out["diverging_epoch"] = diverging
+                out["high_watermark"] = out["last_stable_offset"] = b.high_watermark(plog)
+                out["log_start_offset"] = plog.log_start_offset
+                continue
+        if replica >= 0:
+            code = _replica_fetch(b, plog, replica, p, note)
             if code:
                 out["error_code"] = code
                 errors = True
@@ -121,12 +135,25 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
     return topics, total, errors
 
 
-def _replica_fetch(b: Services, plog: Any, leader_epoch: int, replica: int, p: dict[str, Any],
-                   note: bool) -> ErrorCode:  # fmt: skip
-    """A follower's fetch: check its leader epoch, and (`note`) how far its copy got."""
+def _fenced(p: dict[str, Any], leader_epoch: int) -> ErrorCode:
+    """A follower's fetch from another leader epoch than this leader's: refused."""
     epoch = p.get("current_leader_epoch", -1)
     if epoch >= 0 and epoch != leader_epoch:
         return ErrorCode.FENCED_LEADER_EPOCH if epoch < leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+    return ErrorCode.NONE
+
+
+def _diverging(b: Services, plog: Any, last_epoch: int, offset: int) -> dict[str, int] | None:
+    """Fetch v12 (KIP-595), as Kafka's Partition.readRecords: when the fetcher's last fetched epoch ends
+    in this log before its fetch offset, or is not in this log, the epoch and end offset to truncate to."""
+    epoch, end = b.replicas.end_offset_for((plog.topic, plog.partition), plog, last_epoch)
+    if epoch < last_epoch or end < offset:
+        return {"epoch": epoch, "end_offset": end}
+    return None
+
+
+def _replica_fetch(b: Services, plog: Any, replica: int, p: dict[str, Any], note: bool) -> ErrorCode:
+    """A follower's fetch: its offset must be in this log, and (`note`) how far its copy got is noted."""
     offset = p["fetch_offset"]
     if offset > plog.log_end_offset:
         return ErrorCode.OFFSET_OUT_OF_RANGE  # its copy holds what this log does not: it must truncate first

@@ -344,7 +344,6 @@ KAFKA_2_8 = {
 #: APIs kafkactl serves below Kafka 2.8's highest version, and why
 BELOW_KAFKA_2_8 = {
     0: (8, "the hot path: Produce v9 is flexible only, and the hand-written C codec speaks v3-8"),
-    1: (11, "the hot path: Fetch v12 (flexible, KIP-595 tagged fields) is not served yet"),
 }  # fmt: skip
 
 
