@@ -59,6 +59,7 @@ COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
 UNKNOWN_MEMBER_ID = 25
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
@@ -562,6 +563,62 @@ def test_a_group_with_offsets_and_no_members_is_empty_not_dead(groups3) -> None:
         if b is not coordinator:
             with conn_to(b) as c:
                 assert group not in list_groups(c)
+
+
+def test_kafka_2_8_versions_protocol_names_states_and_require_stable(groups3) -> None:
+    """JoinGroup v7 names the protocol type (null in an error answer), SyncGroup v5 must name the group's
+    protocol type and name (INCONSISTENT_GROUP_PROTOCOL otherwise, a missing one before any other check),
+    ListGroups v4 answers states and filters by them, OffsetFetch v7 with require_stable answers the offsets."""
+    topic = unique("v28")
+    with conn_to(groups3[0]) as c:
+        create_topic(c, topic, 1)
+    wait_until("every broker to know the topic", lambda: all(_knows(b, [topic]) for b in groups3))
+    live, idle = group_on(1), group_on(1)
+    assert simple_commit(groups3, idle, topic, 4) == NONE
+    with conn_to(by_id(groups3, 1)) as c:
+        first = c.request(ApiKey.JOIN_GROUP, join_body(group_on(1), "made-up-id", session_ms=5000), 7)
+        assert (first["error_code"], first["protocol_type"], first["protocol_name"]) == (UNKNOWN_MEMBER_ID, None, None)
+        asked = c.request(ApiKey.JOIN_GROUP, join_body(live, session_ms=5000), 7)
+        assert (asked["error_code"], asked["protocol_type"], asked["protocol_name"]) == (MEMBER_ID_REQUIRED, None, None)
+        j = c.request(ApiKey.JOIN_GROUP, join_body(live, asked["member_id"], session_ms=5000), 7)
+        assert (j["error_code"], j["protocol_type"], j["protocol_name"]) == (NONE, "consumer", "range")
+        gen, member = j["generation_id"], j["member_id"]
+        states = {g["group_id"]: g["group_state"] for g in c.request(ApiKey.LIST_GROUPS, {}, 4)["groups"]}
+        assert (states[live], states[idle]) == ("CompletingRebalance", "Empty")
+
+        body = sync_body(live, gen, member, {member: b"all"})
+        for missing in ("protocol_type", "protocol_name"):  # Kafka refuses before even looking at the group
+            for group_id in (live, "no-such-group"):
+                s = c.request(ApiKey.SYNC_GROUP, {**body, "group_id": group_id, missing: None}, 5)
+                assert s["error_code"] == INCONSISTENT_GROUP_PROTOCOL, (missing, group_id)
+                assert s["protocol_type"] is None and s["protocol_name"] is None
+        for wrong in ({"protocol_type": "connect"}, {"protocol_name": "roundrobin"}):
+            assert c.request(ApiKey.SYNC_GROUP, {**body, **wrong}, 5)["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+        s = c.request(ApiKey.SYNC_GROUP, body, 5)
+        assert (s["error_code"], s["protocol_type"], s["protocol_name"]) == (NONE, "consumer", "range")
+        assert s["assignment"] == b"all"
+        old = c.request(ApiKey.SYNC_GROUP, {k: v for k, v in body.items() if not k.startswith("protocol_")}, 3)
+        assert (old["error_code"], old["assignment"]) == (NONE, b"all")  # v3 names neither: nothing to check
+
+        def listed(states_filter: list[str], version: int = 4) -> dict[str, str]:
+            answer = c.request(ApiKey.LIST_GROUPS, {"states_filter": states_filter}, version)
+            assert answer["error_code"] == NONE
+            return {g["group_id"]: g.get("group_state", "-") for g in answer["groups"] if g["group_id"] in (live, idle)}
+
+        assert listed([]) == {live: "Stable", idle: "Empty"}
+        assert listed(["Stable"]) == {live: "Stable"}
+        assert listed(["Empty", "Dead"]) == {idle: "Empty"}
+        assert listed(["stable"]) == {}  # (Kafka 2.8 compares the names exactly)
+        assert listed([], 2) == {live: "-", idle: "-"}  # (before v4: no state, no filter)
+
+        for require_stable in (False, True):
+            body = {"group_id": idle, "topics": [{"name": topic, "partition_indexes": [0]}],
+                    "require_stable": require_stable}  # fmt: skip
+            answer = c.request(ApiKey.OFFSET_FETCH, body, 7)
+            assert answer["error_code"] == NONE and fetched(answer) == {(topic, 0): (4, NONE)}
+        c.request(ApiKey.LEAVE_GROUP, {"group_id": live, "members": [{"member_id": member}]}, 4)
+        assert listed(["Empty"]) == {live: "Empty", idle: "Empty"}  # (its last member left: Empty, as Kafka's)
+        assert listed(["Stable"]) == {}
 
 
 # --- bad input ----------------------------------------------------------------------------------------------
