@@ -7,7 +7,6 @@ Versions reach Kafka 2.8's: each message is flexible (KIP-482: compact forms, ta
 consumer protocol inside them is the clients' own.
 """
 
-from broker.protocol.messages.admin import ITEM_STRING  # (strings in arrays: compact when flexible)
 from broker.protocol.schema import (
     BOOLEAN,
     BYTES,
@@ -171,7 +170,7 @@ OFFSET_FETCH_RESPONSE = Struct(
 )  # fmt: skip
 
 DESCRIBE_GROUPS_REQUEST = Struct(
-    F("groups", Array(ITEM_STRING)),
+    F("groups", Array(STRING)),
     F("include_authorized_operations", BOOLEAN, "3+"),
     flexible_from=5,
 )
@@ -198,7 +197,7 @@ DESCRIBE_GROUPS_RESPONSE = Struct(
 )  # fmt: skip
 
 LIST_GROUPS_REQUEST = Struct(
-    F("states_filter", Array(ITEM_STRING), "4+"),  # (KIP-518: empty, or null, lists every state)
+    F("states_filter", Array(STRING), "4+"),  # (KIP-518: empty, or null, lists every state)
     flexible_from=3,
 )
 
@@ -210,7 +209,7 @@ LIST_GROUPS_RESPONSE = Struct(
 )
 
 DELETE_GROUPS_REQUEST = Struct(
-    F("groups_names", Array(ITEM_STRING)),
+    F("groups_names", Array(STRING)),
     flexible_from=2,
 )
 
