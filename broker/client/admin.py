@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -333,12 +334,17 @@ class Admin:
 
     def list_groups(self) -> dict[str, str]:
         """{group: protocol type} of the groups the live brokers coordinate (ListGroups to each)."""
+        return {g: t for g, (t, _) in self.list_group_states().items()}
+
+    def list_group_states(self, states: Collection[str] = ()) -> dict[str, tuple[str, str]]:
+        """{group: (protocol type, state)} of the groups the live brokers coordinate, only those in `states` when
+        given (ListGroups v4's filter, KIP-518). A broker below v4 names no state ("") and filters nothing."""
         self.cluster.metadata([])
-        out: dict[str, str] = {}
+        out: dict[str, tuple[str, str]] = {}
         for node in sorted(self.cluster.brokers):
-            answer = self.cluster.connection(node).request(ApiKey.LIST_GROUPS, {})
+            answer = self.cluster.connection(node).request(ApiKey.LIST_GROUPS, {"states_filter": sorted(states)})
             _check(answer["error_code"], None, f"cannot list the groups of broker {node}")
-            out.update({g["group_id"]: g["protocol_type"] for g in answer["groups"]})
+            out.update({g["group_id"]: (g["protocol_type"], g.get("group_state", "")) for g in answer["groups"]})
         return dict(sorted(out.items()))
 
     def describe_group(self, group: str) -> dict[str, Any]:

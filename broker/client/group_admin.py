@@ -84,11 +84,56 @@ def kind_of(zk: KazooClient, group: str) -> str:
     return ZOOKEEPER if consumers.is_zookeeper_group(zk, group) else BROKER
 
 
-def list_groups(zk: KazooClient, admin: Admin) -> list[dict[str, Any]]:
-    """Every group known to ZooKeeper or to a coordinator: name, kind, state and member count."""
-    names = set(consumers.groups(zk)) | set(admin.list_groups())
-    return [{"group": g.group, "kind": g.kind, "state": g.state, "members": len(g.members)}
-            for g in (_membership(zk, admin, name) for name in sorted(names))]  # fmt: skip
+#: the states `group list --state` takes: Kafka's consumer group states, and "Rebalancing", the state of a
+#: ZooKeeper-coordinated group between its members' ownership changes (either rebalance state of Kafka's)
+GROUP_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+REBALANCING = "Rebalancing"
+_REBALANCE_STATES = {"PreparingRebalance", "CompletingRebalance", REBALANCING}
+
+
+def parse_states(specs: list[str] | None) -> set[str]:
+    """`--state` values (repeatable, or comma-separated as kafka-consumer-groups.sh takes them; any case) →
+    the canonical state names; UsageError naming the valid ones for any other."""
+    known = {s.lower(): s for s in (*GROUP_STATES, REBALANCING)}
+    out: set[str] = set()
+    for spec in specs or []:
+        for word in spec.split(","):
+            state = known.get(word.strip().lower())
+            if state is None:
+                raise UsageError(f"--state {word.strip()!r}: not a group state; valid: {', '.join(known.values())}")
+            out.add(state)
+    return out
+
+
+def _state_matches(state: str, wanted: set[str]) -> bool:
+    """Whether a group in `state` is listed under the `--state` filter `wanted` (empty: every state)."""
+    if not wanted or state in wanted:
+        return True
+    if state == REBALANCING:  # a ZooKeeper-coordinated group: either rebalance state of Kafka's names it
+        return bool(wanted & _REBALANCE_STATES)
+    return state in _REBALANCE_STATES and REBALANCING in wanted
+
+
+def list_groups(zk: KazooClient, admin: Admin, states: set[str] | None = None) -> list[dict[str, Any]]:
+    """Every group known to ZooKeeper or to a coordinator, in one of `states` when given: name, kind, state and
+    member count. A broker-coordinated group's state is its coordinator's ListGroups answer (v4+, the states
+    filter asked of the brokers too, as kafka-consumer-groups.sh --list --state does)."""
+    wanted = set(states or ())
+    broker_filter = {s for s in wanted if s != REBALANCING} | (
+        {"PreparingRebalance", "CompletingRebalance"} if REBALANCING in wanted else set()
+    )
+    listed = admin.list_group_states(broker_filter)
+    rows = []
+    for name in sorted(set(consumers.groups(zk)) | set(listed)):
+        zk_group = kind_of(zk, name) == ZOOKEEPER
+        if wanted and not zk_group and name not in listed:
+            continue  # a broker-coordinated group the filtered listing left out (or no coordinator knows)
+        info = _membership(zk, admin, name)
+        state = info.state if zk_group or not listed.get(name, ("", ""))[1] else listed[name][1]
+        if not _state_matches(state, wanted):
+            continue
+        rows.append({"group": name, "kind": info.kind, "state": state, "members": len(info.members)})
+    return rows
 
 
 def _membership(zk: KazooClient, admin: Admin, group: str) -> GroupInfo:

@@ -45,12 +45,21 @@ def _session(bootstrap: str | None, zookeeper: str | None) -> Iterator[tuple[Kaz
             yield zk, admin
 
 
+StateOpt = Annotated[
+    list[str] | None,
+    typer.Option("--state", help="Only groups in this state (repeatable, or comma-separated; any case): "
+                 + ", ".join((*group_admin.GROUP_STATES, group_admin.REBALANCING)) + "."),
+]  # fmt: skip
+
+
 @app.command("list")
 def list_(bootstrap: contexts.Bootstrap = None, zookeeper: contexts.ZooKeeper = None,
-          output: OutputOpt = Output.text) -> None:  # fmt: skip
-    """Every group in the offset registry or known to a coordinator: kind, state, members."""
+          state: StateOpt = None, output: OutputOpt = Output.text) -> None:  # fmt: skip
+    """Every group in the offset registry or known to a coordinator: kind, state, members (--state: only those
+    in the states named, asked of the coordinators with ListGroups' states filter)."""
+    states = group_admin.parse_states(state)
     with _session(bootstrap, zookeeper) as (zk, admin):
-        groups = group_admin.list_groups(zk, admin)
+        groups = group_admin.list_groups(zk, admin, states)
     if output == Output.json:
         for g in groups:
             json_line(g)

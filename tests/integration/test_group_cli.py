@@ -297,6 +297,38 @@ def test_zookeeper_group_while_registered_and_after_its_session_ended(b):
         assert consumers.owners(zk, g) == {}
 
 
+def test_list_by_state_asks_the_coordinator_with_the_states_filter(b):
+    """`group list --state S` (repeatable or comma-separated, any case), as kafka-consumer-groups.sh --list
+    --state: broker-coordinated groups through ListGroups v4's filter, ZooKeeper-coordinated ones by theirs."""
+    t = create_topic(b.bootstrap, unique("st"), 2)
+    live, empty, zk_group = unique("st-live"), unique("st-empty"), unique("st-zk")
+    produce(b, t, {0: 2, 1: 2})
+    with kp_consumer(b, t, empty) as c:
+        consume(c, 4)
+        c.commit()  # then it leaves: Empty, offsets kept
+    ours = {live, empty, zk_group}
+    with kp_consumer(b, t, live) as c, zk_session(b.zk_connect) as zk:
+        consume(c, 4)
+        consumers.register(zk, zk_group, f"{zk_group}_h-1700000000000-0a1b2c3d", [t])
+        consumers.claim(zk, zk_group, t, 0, f"{zk_group}_h-1700000000000-0a1b2c3d")
+
+        def names(*args: str) -> dict[str, str]:
+            return {g["group"]: g["state"] for g in json_lines(ok(group(b, "list", "-o", "json", *args)))
+                    if g["group"] in ours}  # fmt: skip
+
+        wait_until(lambda: names().get(live) == "Stable", 30, "the live group Stable")
+        assert names() == {live: "Stable", empty: "Empty", zk_group: "Stable"}
+        assert names("--state", "Stable") == {live: "Stable", zk_group: "Stable"}
+        assert names("--state", "empty") == {empty: "Empty"}
+        assert names("--state", "STABLE,Empty") == names("--state", "Stable", "--state", "Empty") == names()
+        assert names("--state", "PreparingRebalance", "--state", "Dead") == {}
+        rows = tsv(ok(group(b, "list", "--state", "Empty")))
+        assert rows[0] == ["GROUP", "KIND", "STATE", "MEMBERS"] and [empty, "broker", "Empty", "0"] in rows[1:]
+        assert all(r[2] == "Empty" for r in rows[1:])
+        line = usage_error(group(b, "list", "--state", "Stable,Sleeping"), "'Sleeping'", "PreparingRebalance")
+        assert "Traceback" not in line
+
+
 def test_describe_of_an_unknown_group_is_an_error_line(b):
     g = unique("nogroup")
     for args in (("describe", g), ("describe", g, "-o", "json")):
