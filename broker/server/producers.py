@@ -92,6 +92,11 @@ class ProducerStates:
                         (h.base_sequence + h.last_offset_delta) % (MAX_SEQ + 1), h.base_offset,
                         h.max_timestamp)  # fmt: skip
 
+    def active(self) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, last write in epoch ms) of each producer this partition
+        knows, as DescribeProducers lists them."""
+        return [(pid, e.epoch, e.batches[-1][1] if e.batches else -1, e.last_ms) for pid, e in self.entries.items()]
+
     def snapshot(self, now_ms: int) -> list[SnapshotEntry]:
         """Each producer's last batch, as a snapshot file keeps it (Kafka keeps no more either); producers
         silent for EXPIRATION_MS are left out."""

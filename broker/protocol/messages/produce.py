@@ -1,4 +1,4 @@
-"""Produce (0) and InitProducerId (22).
+"""Produce (0), InitProducerId (22) and DescribeProducers (61).
 
 Besides the schemas, the hot paths have their own Produce codec: the producer's
 `encode_produce_request` / `read_produce_response` and the broker's `read_produce_request` /
@@ -77,6 +77,32 @@ INIT_PRODUCER_ID_RESPONSE = Struct(
     F("producer_epoch", INT16, default=-1),
     flexible_from=2,
 )
+
+DESCRIBE_PRODUCERS_REQUEST = Struct(
+    F("topics", Array(Struct(F("name", STRING), F("partition_indexes", Array(INT32))))),
+    flexible_from=0,
+)
+
+DESCRIBE_PRODUCERS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32),
+    F("topics", Array(Struct(
+        F("name", STRING),
+        F("partitions", Array(Struct(
+            F("partition_index", INT32),
+            F("error_code", INT16),
+            F("error_message", NULLABLE_STRING),
+            F("active_producers", Array(Struct(
+                F("producer_id", INT64),
+                F("producer_epoch", INT32),
+                F("last_sequence", INT32, default=-1),
+                F("last_timestamp", INT64, default=-1),
+                F("coordinator_epoch", INT32),
+                F("current_txn_start_offset", INT64, default=-1),
+            ))),
+        ))),
+    ))),
+    flexible_from=0,
+)  # fmt: skip
 
 
 _ACKS_TIMEOUT_COUNT = struct.Struct(">hii")

@@ -40,6 +40,7 @@ Handler = Callable[["Services", RequestHeader, dict[str, Any]], Awaitable[dict[s
 HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: produce.handle_produce,
     ApiKey.INIT_PRODUCER_ID: produce.handle_init_producer_id,
+    ApiKey.DESCRIBE_PRODUCERS: produce.handle_describe_producers,
     ApiKey.FETCH: fetch.handle_fetch,
     ApiKey.LIST_OFFSETS: fetch.handle_list_offsets,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: fetch.handle_offset_for_leader_epoch,

@@ -46,6 +46,7 @@ KP = {
     ApiKey.METADATA: (kp_metadata.MetadataRequest, kp_metadata.MetadataResponse),
     ApiKey.API_VERSIONS: (kp_metadata.ApiVersionsRequest, kp_metadata.ApiVersionsResponse),
     ApiKey.DESCRIBE_CLUSTER: (kp_admin.DescribeClusterRequest, kp_admin.DescribeClusterResponse),
+    ApiKey.DESCRIBE_PRODUCERS: (kp_admin.DescribeProducersRequest, kp_admin.DescribeProducersResponse),
     ApiKey.CREATE_TOPICS: (kp_admin.CreateTopicsRequest, kp_admin.CreateTopicsResponse),
     ApiKey.DELETE_TOPICS: (kp_admin.DeleteTopicsRequest, kp_admin.DeleteTopicsResponse),
     ApiKey.DELETE_RECORDS: (kp_admin.DeleteRecordsRequest, kp_admin.DeleteRecordsResponse),
