@@ -1,9 +1,6 @@
 """CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), AlterConfigs (33), DescribeLogDirs (35),
 CreatePartitions (37), ElectLeaders (43)."""
 
-from typing import Any
-
-from broker.protocol.primitives import Reader, Writer
 from broker.protocol.schema import (
     BOOLEAN,
     INT8,
@@ -16,25 +13,7 @@ from broker.protocol.schema import (
     Array,
     F,
     Struct,
-    Type,
 )  # fmt: skip
-
-
-class _ArrayItem(Type):
-    """A string as the item of an array: compact in flexible versions, as Kafka writes it (schema.Array
-    hands its items the non-flexible form; Struct switches only its own fields' strings)."""
-
-    def __init__(self, prim: Type) -> None:
-        self.name, self.default, self._prim = prim.name, prim.default, prim
-
-    def read(self, r: Reader, v: int) -> Any:
-        return (self._prim.flexible if r.flex else self._prim).read(r, v)
-
-    def write(self, w: Writer, value: Any, v: int) -> None:
-        (self._prim.flexible if w.flex else self._prim).write(w, value, v)
-
-
-ITEM_STRING = _ArrayItem(STRING)
 
 CREATE_TOPICS_REQUEST = Struct(
     F("topics", Array(Struct(
@@ -75,7 +54,7 @@ DELETE_TOPICS_REQUEST = Struct(
         F("name", NULLABLE_STRING),  # null: the topic is named by its id
         F("topic_id", UUID),
     )), "6+"),
-    F("topic_names", Array(ITEM_STRING), "0-5"),
+    F("topic_names", Array(STRING), "0-5"),
     F("timeout_ms", INT32, default=30000),
     flexible_from=4,
 )  # fmt: skip
@@ -135,7 +114,7 @@ DESCRIBE_CONFIGS_REQUEST = Struct(
     F("resources", Array(Struct(
         F("resource_type", INT8),
         F("resource_name", STRING),
-        F("configuration_keys", Array(ITEM_STRING, nullable_from=0)),
+        F("configuration_keys", Array(STRING, nullable_from=0)),
     ))),
     F("include_synonyms", BOOLEAN, "1+"),
     F("include_documentation", BOOLEAN, "3+"),
