@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 MAX_LONG = 2**63 - 1
+
+#: `compression.type` → the batch codec a leader writes (compression.Codec's numbers); `producer`: as produced
+CODECS = {"producer": -1, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +25,14 @@ class LogConfig:
     retention_bytes: int = -1  # retention.bytes (-1: no limit)
     max_message_bytes: int = 1048588  # max.message.bytes / message.max.bytes
     message_timestamp_type: str = "CreateTime"  # or LogAppendTime
+    message_timestamp_difference_max_ms: int = MAX_LONG  # CreateTime records further from the clock: refused
+    compression_type: str = "producer"  # compression.type: the codec the leader stores batches in
+    segment_jitter_ms: int = 0  # segment.jitter.ms / log.roll.jitter.ms: a segment rolls up to this much early
+    #: the codec batches are recompressed to (-1: kept as produced)
+    target_codec: int = field(init=False, compare=False, default=-1)
+    #: whether a leader must look into produced batches beyond validation (a timestamp window, a codec to
+    #: enforce, LogAppendTime): one attribute the produce paths read, so the usual case costs no more
+    checks_batches: bool = field(init=False, compare=False, default=False)
 
     #: topic-level key → field
     KEYS = {
@@ -35,7 +46,17 @@ class LogConfig:
         "retention.bytes": "retention_bytes",
         "max.message.bytes": "max_message_bytes",
         "message.timestamp.type": "message_timestamp_type",
+        "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
+        "compression.type": "compression_type",
+        "segment.jitter.ms": "segment_jitter_ms",
     }
+
+    def __post_init__(self) -> None:
+        codec = CODECS.get(self.compression_type, -1)
+        object.__setattr__(self, "target_codec", codec)
+        checks = (codec >= 0 or self.message_timestamp_difference_max_ms < MAX_LONG
+                  or self.message_timestamp_type != "CreateTime")  # fmt: skip
+        object.__setattr__(self, "checks_batches", checks)
 
     def with_overrides(self, overrides: dict[str, Any]) -> LogConfig:
         """A copy with topic-level keys applied; an unknown key raises KeyError naming it."""
@@ -45,5 +66,5 @@ class LogConfig:
             if key not in self.KEYS:
                 raise KeyError(key)
             name = self.KEYS[key]
-            changes[name] = value if types[name] == "str" else int(value)
+            changes[name] = value.strip() if types[name] == "str" else int(value)
         return replace(self, **changes)

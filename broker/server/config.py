@@ -20,6 +20,8 @@ from broker.errors import KafkactlError, UsageError
 from broker.home import default_log_dir
 from broker.log.config import LogConfig
 from broker.security.session import PROTOCOLS
+from broker.server import topic_configs
+from broker.server.topic_configs import MESSAGE_FORMAT_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,20 @@ DEFAULTS: dict[str, str | None] = {
     "log.index.interval.bytes": "4096",
     "log.index.size.max.bytes": "10485760",
     "log.message.timestamp.type": "CreateTime",
+    # the defaults of the other topic-level keys (broker/server/topic_configs.py; Kafka 2.8's values)
+    "log.roll.jitter.hours": "0",
+    "log.roll.jitter.ms": None,
+    "log.message.timestamp.difference.max.ms": str(MAX_LONG),
+    "compression.type": "producer",
+    "log.cleanup.policy": "delete",
+    "log.cleaner.delete.retention.ms": "86400000",
+    "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.max.compaction.lag.ms": str(MAX_LONG),
+    "log.cleaner.min.cleanable.ratio": "0.5",
+    "log.segment.delete.delay.ms": "60000",
+    "log.preallocate": "false",
+    "log.message.format.version": MESSAGE_FORMAT_VERSION,
+    "log.message.downconversion.enable": "true",
     "num.recovery.threads.per.data.dir": "1",
     "message.max.bytes": "1048588",
     "socket.request.max.bytes": "104857600",
@@ -493,47 +509,47 @@ class BrokerConfig:
         ts_type = p["log.message.timestamp.type"]
         if ts_type not in ("CreateTime", "LogAppendTime"):
             raise KafkactlError(f"config log.message.timestamp.type={ts_type!r}: expected CreateTime or LogAppendTime")
-        return LogConfig(
+        jitter = (_int(p, "log.roll.jitter.ms") if p.get("log.roll.jitter.ms")
+                  else _int(p, "log.roll.jitter.hours") * 3_600_000)  # fmt: skip
+        lc = LogConfig(
             segment_bytes=_int(p, "log.segment.bytes"), segment_ms=roll,
             index_interval_bytes=_int(p, "log.index.interval.bytes"),
             index_max_bytes=_int(p, "log.index.size.max.bytes"),
             flush_messages=_int(p, "log.flush.interval.messages"), flush_ms=flush_ms,
             retention_ms=-1 if retention < 0 else retention, retention_bytes=_int(p, "log.retention.bytes"),
             max_message_bytes=_int(p, "message.max.bytes"), message_timestamp_type=ts_type,
+            message_timestamp_difference_max_ms=_int(p, "log.message.timestamp.difference.max.ms"),
+            compression_type=p["compression.type"].strip(), segment_jitter_ms=jitter,
         )  # fmt: skip
+        for broker_key, topic_key in topic_configs.BROKER_SYNONYMS.items():  # each default, as its topic key
+            if p.get(broker_key):
+                why = topic_configs.value_error(topic_key, p[broker_key], broker_key)
+                if why:
+                    raise KafkactlError(f"config: {why}")
+        return lc
 
-    #: topic-level key → the broker key whose value is its default
-    TOPIC_DEFAULTS = {
-        "segment.bytes": "log.segment.bytes",
-        "segment.ms": "log.roll.ms",
-        "retention.ms": "log.retention.ms",
-        "retention.bytes": "log.retention.bytes",
-        "max.message.bytes": "message.max.bytes",
-        "message.timestamp.type": "log.message.timestamp.type",
-        "flush.messages": "log.flush.interval.messages",
-        "flush.ms": "log.flush.interval.ms",
-        "index.interval.bytes": "log.index.interval.bytes",
-        "segment.index.bytes": "log.index.size.max.bytes",
-        "min.insync.replicas": "min.insync.replicas",
-        "cleanup.policy": None,
-        "unclean.leader.election.enable": "unclean.leader.election.enable",
-        "leader.replication.throttled.replicas": None,  # partition:broker lists (`topic reassign --throttle`)
-        "follower.replication.throttled.replicas": None,
-    }
+    #: topic-level key → the broker key whose value is its default (None: none, empty by default); every key
+    #: of Kafka 2.8's LogConfig (broker/server/topic_configs.py)
+    TOPIC_DEFAULTS = {name: key.broker_key for name, key in topic_configs.KEYS.items()}
+
+    #: the broker keys that stand for a topic key's default besides its synonym (coarser units)
+    _ALSO = {"segment.ms": ("log.roll.hours",), "segment.jitter.ms": ("log.roll.jitter.hours",),
+             "retention.ms": ("log.retention.minutes", "log.retention.hours")}  # fmt: skip
 
     def topic_defaults(self) -> dict[str, str]:
         """Each topic-level key with the value a topic without overrides gets."""
-        lc = self.log
-        return {
-            "cleanup.policy": "delete", "segment.bytes": str(lc.segment_bytes), "segment.ms": str(lc.segment_ms),
-            "retention.ms": str(lc.retention_ms), "retention.bytes": str(lc.retention_bytes),
-            "max.message.bytes": str(lc.max_message_bytes), "message.timestamp.type": lc.message_timestamp_type,
-            "flush.messages": str(lc.flush_messages), "flush.ms": str(lc.flush_ms),
-            "index.interval.bytes": str(lc.index_interval_bytes), "segment.index.bytes": str(lc.index_max_bytes),
-            "min.insync.replicas": str(self.min_insync_replicas),
-            "unclean.leader.election.enable": str(self.unclean_leader_election).lower(),
-            "leader.replication.throttled.replicas": "", "follower.replication.throttled.replicas": "",
-        }  # fmt: skip
+        lc, p = self.log, self.props
+        out = {name: p.get(key, "") if key else "" for name, key in self.TOPIC_DEFAULTS.items()}
+        out |= {name: str(getattr(lc, attr)) for name, attr in LogConfig.KEYS.items()}
+        out["min.insync.replicas"] = str(self.min_insync_replicas)
+        out["unclean.leader.election.enable"] = str(self.unclean_leader_election).lower()
+        return out
+
+    def topic_default_is_static(self, name: str) -> bool:
+        """Whether a topic key's default comes from the broker's config file or overrides (Kafka's
+        STATIC_BROKER_CONFIG source) rather than from Kafka's built-in default."""
+        key = self.TOPIC_DEFAULTS.get(name)
+        return key is not None and any(k in self.explicit for k in (key, *self._ALSO.get(name, ())))
 
 
 def is_sensitive(key: str) -> bool:
@@ -547,33 +563,10 @@ def _listener_key(key: str) -> bool:
     return m is not None and (m.group(3) is not None or m.group(4) in PER_LISTENER)
 
 
-def topic_config_error(config: dict[str, str]) -> str | None:
-    """Why a topic's overrides are unacceptable (unknown key, bad value), or None."""
-    for key, value in config.items():
-        if key not in BrokerConfig.TOPIC_DEFAULTS:
-            return f"unknown topic configuration key {key!r}"
-        if key == "cleanup.policy":
-            if value != "delete":
-                return f"cleanup.policy={value!r}: only 'delete' is supported"
-            continue
-        if key == "message.timestamp.type":
-            if value not in ("CreateTime", "LogAppendTime"):
-                return f"message.timestamp.type={value!r}: expected CreateTime or LogAppendTime"
-            continue
-        if key == "unclean.leader.election.enable":
-            if value.strip().lower() not in ("true", "false"):
-                return f"{key}={value!r}: expected true or false"
-            continue
-        if key.endswith(".replication.throttled.replicas"):
-            items = [i.strip() for i in value.split(",") if i.strip()]
-            if value.strip() != "*" and not all(re.fullmatch(r"\d+:\d+", i) for i in items):
-                return f"{key}={value!r}: expected * or partition:broker pairs separated by commas"
-            continue
-        try:
-            int(value)
-        except (TypeError, ValueError):
-            return f"{key}={value!r}: not an integer"
-    return None
+def topic_config_error(config: dict[str, str], defaults: dict[str, str] | None = None) -> str | None:
+    """Why a topic's overrides are unacceptable (an unknown key, a bad value, Kafka's words), or None;
+    `defaults` (the broker's topic defaults) for the checks of one key against another."""
+    return topic_configs.config_error(config, defaults)
 
 
 def log_config_for(base: LogConfig, overrides: dict[str, str]) -> LogConfig:

@@ -83,7 +83,9 @@ async def handle_create_topics(b: Services, header: RequestHeader, req: dict[str
 def _topic_config(b: Services, overrides: dict[str, str]) -> dict[str, tuple[str, int]]:
     """key → (value, config_source) of a topic with these overrides: each topic key (DescribeConfigs' view)."""
     values = b.config.topic_defaults() | overrides
-    return {k: (v, DYNAMIC_TOPIC_CONFIG if k in overrides else DEFAULT_CONFIG) for k, v in values.items()}
+    return {k: (v, DYNAMIC_TOPIC_CONFIG if k in overrides
+                else STATIC_BROKER_CONFIG if b.config.topic_default_is_static(k) else DEFAULT_CONFIG)
+            for k, v in values.items()}  # fmt: skip
 
 
 def _topic_allowed(b: Services, operation: Operation, topic: str, request: str) -> bool:
@@ -100,7 +102,7 @@ async def _create_one(b: Services, t: dict[str, Any], validate_only: bool) -> Cr
     if why:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, why, None
     config = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
-    why = topic_config_error(config)
+    why = topic_config_error(config, b.config.topic_defaults())
     if why:
         return ErrorCode.INVALID_CONFIG, why, None
     why = b.zookeeper_problem()
@@ -346,7 +348,7 @@ async def handle_alter_configs(b: Services, header: RequestHeader, req: dict[str
             item["error_code"], item["error_message"] = ErrorCode.INVALID_TOPIC_EXCEPTION, why
             continue
         config = {c["name"]: c["value"] for c in res["configs"] if c["value"] is not None}
-        why = topic_config_error(config)
+        why = topic_config_error(config, b.config.topic_defaults())
         if why:
             item["error_code"], item["error_message"] = ErrorCode.INVALID_CONFIG, why
             continue

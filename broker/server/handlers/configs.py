@@ -102,7 +102,7 @@ async def _alter_topic(b: Services, topic: str, ops: list[Op], validate_only: bo
         unknown = unknown_keys(new, BrokerConfig.TOPIC_DEFAULTS)
         if unknown:
             raise ConfigOpError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {unknown[0]}")
-        why = topic_config_error(new)
+        why = topic_config_error(new, defaults)
         if why:
             label = resource_label(TOPIC_RESOURCE, topic)
             raise ConfigOpError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {label}: {why}")
