@@ -55,6 +55,9 @@ async def handle_create_topics(b: Services, header: RequestHeader, req: dict[str
         name = t["name"]
         result: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
         out.append(result)
+        if not allowed(b.authorizer, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
+            # (as Kafka: said of a topic refused before creation too; a creation that fails clears it)
+            result["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         if counts[name] > 1:
             result["error_code"] = ErrorCode.INVALID_REQUEST
             result["error_message"] = "Found multiple entries for this topic."  # (Kafka's words)
@@ -66,9 +69,9 @@ async def handle_create_topics(b: Services, header: RequestHeader, req: dict[str
         code, message, created = await _create_one(b, t, req.get("validate_only", False))
         result["error_code"], result["error_message"] = code, message
         if code or created is None:
+            result.pop("topic_config_error_code", None)
             continue
-        if not allowed(b.authorizer, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
-            result["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        if "topic_config_error_code" in result:  # no DescribeConfigs on the topic: no partitions nor configs
             continue
         partitions, rf, config = created
         result["num_partitions"], result["replication_factor"] = partitions, rf
