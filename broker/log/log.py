@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import random
 import re
 import struct
 import time
@@ -188,7 +189,14 @@ class PartitionLog:
             seg.load_indexes()
         self.segments[base] = seg
         bisect.insort(self.bases, base)
+        self._roll_jitter_ms = self._random_jitter()  # (the last opened is the active segment)
         return seg
+
+    def _random_jitter(self) -> int:
+        """segment.jitter.ms: how much earlier than segment.ms a new active segment rolls, drawn per segment as
+        Kafka's randomSegmentJitter (so that the partitions of a topic do not all roll at once)."""
+        jitter = self.config.segment_jitter_ms
+        return random.randrange(min(jitter, self.config.segment_ms)) if jitter > 0 else 0
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -274,7 +282,7 @@ class PartitionLog:
         config = self.config
         if not seg.size or seg.size + total > config.segment_bytes:
             return False
-        if int(self.clock() * 1000) - seg.rolling_base_ms > config.segment_ms:
+        if int(self.clock() * 1000) - seg.rolling_base_ms > config.segment_ms - self._roll_jitter_ms:
             return False
         max_bytes = config.index_max_bytes  # each batch adds one index entry at most
         return batches < min(max_bytes // 8 - len(seg.index.keys), max_bytes // 12 - 1 - len(seg.time_index.keys))
@@ -334,7 +342,7 @@ class PartitionLog:
         # reserved for the roll
         max_bytes = self.config.index_max_bytes
         index_full = len(seg.index.keys) >= max_bytes // 8 or len(seg.time_index.keys) >= max_bytes // 12 - 1
-        aged = now_ms - seg.rolling_base_ms > self.config.segment_ms
+        aged = now_ms - seg.rolling_base_ms > self.config.segment_ms - self._roll_jitter_ms
         if full or index_full or aged:
             self.roll(first_offset)
 

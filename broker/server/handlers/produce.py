@@ -3,7 +3,10 @@
 The record set is appended as received (only the 16 bytes outside the CRC are rewritten by the log);
 a bad CRC or framing rejects that partition's batches with CORRUPT_MESSAGE, and a header that disagrees
 with its records (count, offset deltas, max timestamp) with INVALID_RECORD (CORRUPT_MESSAGE before
-Produce v8); nothing is appended then.
+Produce v8); nothing is appended then. A topic's `message.timestamp.difference.max.ms` refuses CreateTime
+records too far from the broker's clock (INVALID_TIMESTAMP), and its `compression.type`, unless `producer`,
+has the batches recompressed to its codec before they are appended (broker/log/topic_policy.py); both
+cost one attribute read per partition when the topic asks for neither (`LogConfig.checks_batches`).
 
 Produce does not wait once its topics are in the metadata cache, unless acks=all must wait for the
 followers (`ReplicaManager.wait_replicated`), so the dispatcher runs `produce_now` without a coroutine
@@ -21,6 +24,8 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from broker.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from broker.log.config import MAX_LONG
+from broker.log.topic_policy import out_of_window, recompress, window_message
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.records.batch import HEADER, LOG_OVERHEAD
@@ -30,6 +35,7 @@ from broker.server.network import BadRequest
 from broker.zk import registry
 
 if TYPE_CHECKING:
+    from broker.log.log import PartitionLog
     from broker.server.services import Services
 
 log = logging.getLogger(__name__)
@@ -164,11 +170,16 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
     end_before = plog.log_end_offset
     try:  # validate before the sequence check: a corrupted retry of a stored batch is no duplicate
         validated = plog.validate(records)
+        config = plog.config
+        if config.checks_batches and _refused_timestamps(plog, records, validated, version, out):
+            return out
         span = _producer_span(records)
         if span is not None and _answered_by_sequence(b, tp, span, plog.log_start_offset, out):
             if acks == -1 and not out["error_code"]:  # a duplicate: answered once the ISR holds the original
                 out["_last_offset"] = out["base_offset"] + (span[3] - span[2]) % 2**31
             return out
+        if config.checks_batches and config.target_codec >= 0:  # compression.type: store the topic's codec
+            records, validated = recompress(records, validated, config.target_codec, config.max_message_bytes)
         result = plog.append(records, leader_epoch=info.leader_epoch, validated=validated, defer=True)
         b.deferred_logs.add(plog)  # written before this answer leaves (see `Broker.write_deferred`)
     except CorruptRecordError as exc:
@@ -197,6 +208,26 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
     out["log_append_time_ms"] = result.log_append_time
     out["log_start_offset"] = plog.log_start_offset
     return out
+
+
+def _refused_timestamps(plog: PartitionLog, records: memoryview, validated: list[tuple[int, int, int, int, int]],
+                        version: int, out: dict[str, Any]) -> bool:  # fmt: skip
+    """Fill `out` with INVALID_TIMESTAMP when a record of a CreateTime topic is further from the broker's clock
+    than message.timestamp.difference.max.ms (each such record named from Produce v8 on, as Kafka)."""
+    config = plog.config
+    max_diff = config.message_timestamp_difference_max_ms
+    if max_diff == MAX_LONG or config.message_timestamp_type != "CreateTime":
+        return False
+    now = int(plog.clock() * 1000)
+    bad = out_of_window(records, validated, now, max_diff)
+    if not bad:
+        return False
+    out["error_code"] = ErrorCode.INVALID_TIMESTAMP
+    out["error_message"] = window_message(bad[0], now, max_diff)
+    if version >= 8:
+        out["record_errors"] = [{"batch_index": r.index, "message": window_message(r, now, max_diff)} for r in bad]
+    log.info("rejected a produce to %s: %s", plog.dir.name, out["error_message"])
+    return True
 
 
 def _answered_by_sequence(b: Services, tp: tuple[str, int], span: tuple[int, int, int, int],

@@ -6,7 +6,8 @@ correlation id and batch. The server offers each connection's received bytes her
 run is appended with one deferred write and answered with one buffer, with no per-request Python.
 Whatever the run cannot answer with "no error" at once (a topic not in the metadata cache or that the
 authorizer does not let the connection's principal write, not the leader, too small an ISR for acks=all,
-an offline log dir, LogAppendTime, a batch over max.message.bytes, an idempotent first batch that is a
+an offline log dir, LogAppendTime, a topic's compression.type or timestamp window
+(`LogConfig.checks_batches`), a batch over max.message.bytes, an idempotent first batch that is a
 duplicate or out of sequence, a segment roll due) goes the general way, request by request, so the
 errors and every other case have one implementation (`produce.py`).
 Without the C codec there are no runs: every request goes the general way.
@@ -119,7 +120,7 @@ def run_dispatcher(b: Services) -> RunDispatch | None:
         if plog is None or part is None or b.logs.is_offline((topic, partition)):
             return n
         config = plog.config
-        if (config.message_timestamp_type != "CreateTime" or largest > config.max_message_bytes
+        if (config.checks_batches or largest > config.max_message_bytes
                 or (acks == -1 and len(part.isr) < b.min_insync(topic)) or not plog.takes_run(total, n)):  # fmt: skip
             return n
         tp = (topic, partition)

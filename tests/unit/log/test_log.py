@@ -664,3 +664,17 @@ def test_batch_headers_from_reads_no_more_than_the_tail_asked_for(open_log, make
     assert everything == list(range(200)) and tail == everything[-len(tail) :]  # the end, whole batches
     assert 1000 - 200 <= size * len(tail) / 200 <= 1000  # about as many bytes as asked (index every 100)
     assert [h.base_offset for h in log.batch_headers_from(195, 1000)] == list(range(195, 200))
+
+
+def test_roll_by_segment_ms_less_a_jitter_drawn_per_segment(open_log, make_batch, clock, monkeypatch):
+    drawn: list[int] = []
+    monkeypatch.setattr("broker.log.log.random.randrange", lambda n: drawn.append(n) or 400)
+    log = open_log(segment_ms=1000, segment_jitter_ms=5000)
+    assert drawn == [1000]  # at most segment.ms, as Kafka's min(jitter, segment.ms)
+    log.append(make_batch([b"a"], timestamp=clock.ms))
+    clock.advance(600)
+    log.append(make_batch([b"b"], timestamp=clock.ms))
+    assert log.bases == [0]  # 600 ms is not past 1000 - 400
+    clock.advance(1)
+    log.append(make_batch([b"c"], timestamp=clock.ms))
+    assert log.bases == [0, 2] and len(drawn) == 2  # the new segment drew its own

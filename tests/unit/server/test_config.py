@@ -546,7 +546,7 @@ KAFKA_2_8_TOPIC_KEYS = {
     "follower.replication.throttled.replicas": ("0:1,1:2", "0:x", "[partitionId]:[brokerId]"),
     "leader.replication.throttled.replicas": ("*", "*,0:1", "[partitionId]:[brokerId]"),
     "index.interval.bytes": ("0", "4096.5", "Not a number of type INT"),
-    "max.compaction.lag.ms": ("1", "0", "Value must be at least 1"),
+    "max.compaction.lag.ms": ("86400000", "0", "Value must be at least 1"),
     "max.message.bytes": ("2048", "3000000000", "Not a number of type INT"),
     "message.downconversion.enable": ("FALSE", "no", "Expected value to be either true or false"),
     "message.format.version": ("2.8-IV1", "3.0", "Version `3.0` is not a valid version"),
