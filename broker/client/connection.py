@@ -16,6 +16,7 @@ from broker.client.security import default as default_security
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.framing import encode_request, read_response_body
+from broker.protocol.messages.produce import FAST_MAX_VERSION
 from broker.protocol.primitives import I32, Reader
 
 
@@ -48,13 +49,18 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
+#: APIs kafkactl's clients speak below what its broker serves: the producer's hand-written codecs (and the C
+#: run codec) stop at Produce v8, the last non-flexible version (v9 changes only the encoding)
+CLIENT_MAX = {ApiKey.PRODUCE: FAST_MAX_VERSION}
+
+
 def common_version(api_key: int, theirs_by_key: dict[int, tuple[int, int]], where: str) -> int:
     """The highest version of an API that both kafkactl and the broker at `where` serve."""
     api = APIS[api_key]
     theirs = theirs_by_key.get(api_key)
     if theirs is None:
         raise KafkactlError(f"broker {where} does not serve {ApiKey(api_key).name}")
-    v = min(api.served[1], theirs[1])
+    v = min(api.served[1], theirs[1], CLIENT_MAX.get(api_key, api.served[1]))
     if v < max(api.served[0], theirs[0]):
         raise KafkactlError(f"no {ApiKey(api_key).name} version in common with {where}")
     return v

@@ -71,7 +71,7 @@ def _api(key: ApiKey, request: Struct, response: Struct, lo: int, hi: int, serve
 APIS: dict[int, Api] = {
     a.key: a
     for a in (
-        _api(ApiKey.PRODUCE, produce.PRODUCE_REQUEST, produce.PRODUCE_RESPONSE, 0, 8, served_lo=3),
+        _api(ApiKey.PRODUCE, produce.PRODUCE_REQUEST, produce.PRODUCE_RESPONSE, 0, 9, served_lo=3),
         _api(ApiKey.FETCH, fetch.FETCH_REQUEST, fetch.FETCH_RESPONSE, 4, 12),
         _api(ApiKey.LIST_OFFSETS, fetch.LIST_OFFSETS_REQUEST, fetch.LIST_OFFSETS_RESPONSE, 0, 6),
         _api(ApiKey.METADATA, metadata.METADATA_REQUEST, metadata.METADATA_RESPONSE, 0, 11),

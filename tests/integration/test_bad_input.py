@@ -149,14 +149,13 @@ def test_unknown_api_keys_and_unsupported_versions_close_only_their_connection(l
         ("unknown API key 32767", raw_frame(32767, 0, 14, b"")),
         ("unknown API key -1", raw_frame(-1, 0, 15, b"")),
         ("Fetch v3", raw_frame(ApiKey.FETCH, 3, 16, fetch11)),
-        ("Fetch v12", raw_frame(ApiKey.FETCH, 12, 17, fetch11)),
-        ("Metadata v9", raw_frame(ApiKey.METADATA, 9, 18, meta8)),
+        ("Fetch v13", raw_frame(ApiKey.FETCH, 13, 17, fetch11)),
         ("Metadata v12", raw_frame(ApiKey.METADATA, 12, 19, meta8)),
         ("Metadata v-1", raw_frame(ApiKey.METADATA, -1, 20, meta8)),
-        ("Produce v9", raw_frame(ApiKey.PRODUCE, 9, 21, produce8)),
-        ("ListOffsets v6", raw_frame(ApiKey.LIST_OFFSETS, 6, 22, b"\xff\xff\xff\xff\x00\x00\x00\x00\x00")),
+        ("Produce v10", raw_frame(ApiKey.PRODUCE, 10, 21, produce8)),
+        ("ListOffsets v7", raw_frame(ApiKey.LIST_OFFSETS, 7, 22, b"\xff\xff\xff\xff\x00\x00\x00\x00\x00")),
         ("CreateTopics v8", raw_frame(ApiKey.CREATE_TOPICS, 8, 23, b"\x00\x00\x00\x00\x00\x00\x75\x30\x00")),
-        ("InitProducerId v2", raw_frame(ApiKey.INIT_PRODUCER_ID, 2, 24, b"\xff\xff\x00\x00\x75\x30")),
+        ("InitProducerId v5", raw_frame(ApiKey.INIT_PRODUCER_ID, 5, 24, b"\xff\xff\x00\x00\x75\x30")),
     ]
     with open_conn(b) as keep:
         before = len(keep.request(ApiKey.METADATA, metadata_body(None))["brokers"])
@@ -168,29 +167,34 @@ def test_unknown_api_keys_and_unsupported_versions_close_only_their_connection(l
     assert_healthy(b)
 
 
-def test_api_versions_v3_gets_a_v0_answer_with_unsupported_version_and_the_list(limits_broker):
+def test_api_versions_v4_gets_a_v0_answer_with_unsupported_version_and_the_list(limits_broker):
     b = limits_broker
     # ApiVersions v3 as a modern client sends it: request header v2 (v1 + empty tagged fields), then a
-    # flexible body: compact strings client_software_name, client_software_version, empty tagged fields
+    # flexible body: compact strings client_software_name, client_software_version, empty tagged fields.
+    # At v3 it is answered (header v0, a flexible body); at v4 (Kafka 3.9's, past ours) the same bytes get
+    # the v0 answer with UNSUPPORTED_VERSION and the list, so the client retries at a version we speak.
     body = b"\x00" + bytes([len("librdkafka") + 1]) + b"librdkafka" + bytes([len("2.0.2") + 1]) + b"2.0.2" + b"\x00"
     s = connect(b.port)
     port = local_port(s)
     try:
-        s.sendall(raw_frame(ApiKey.API_VERSIONS, 3, 77, body))
+        s.sendall(raw_frame(ApiKey.API_VERSIONS, 4, 77, body))
         data = read_frame(s)
-        assert data is not None, "the broker closed the connection instead of answering ApiVersions v3"
+        assert data is not None, "the broker closed the connection instead of answering ApiVersions v4"
         cid, answer = decode_answer(data, ApiKey.API_VERSIONS, 0)  # every byte read as a v0 body
         assert cid == 77
         assert answer["error_code"] == UNSUPPORTED_VERSION
         table = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
         assert answer["api_keys"] == api_versions_table()
-        for key, versions in {0: (0, 8), 1: (4, 11), 2: (0, 5), 3: (0, 8), 18: (0, 2), 19: (0, 4), 20: (0, 3),
-                              22: (0, 1)}.items():  # fmt: skip
+        for key, versions in {0: (0, 9), 1: (4, 12), 2: (0, 6), 3: (0, 11), 18: (0, 3), 19: (0, 7), 20: (0, 6),
+                              22: (0, 4)}.items():  # fmt: skip
             assert table[key] == versions, (key, table.get(key))
         # the client retries at a version we speak, on the same connection
-        s.sendall(frame(ApiKey.API_VERSIONS, 2, 78, {}))
-        cid, answer = decode_answer(read_frame(s), ApiKey.API_VERSIONS, 2)
+        s.sendall(raw_frame(ApiKey.API_VERSIONS, 3, 78, body))
+        cid, answer = decode_answer(read_frame(s), ApiKey.API_VERSIONS, 3)
         assert (cid, answer["error_code"], answer["api_keys"]) == (78, 0, api_versions_table())
+        s.sendall(frame(ApiKey.API_VERSIONS, 2, 81, {}))
+        cid, answer = decode_answer(read_frame(s), ApiKey.API_VERSIONS, 2)
+        assert (cid, answer["error_code"], answer["api_keys"]) == (81, 0, api_versions_table())
         s.sendall(raw_frame(ApiKey.API_VERSIONS, 127, 79, b""))
         cid, answer = decode_answer(read_frame(s), ApiKey.API_VERSIONS, 0)
         assert (cid, answer["error_code"]) == (79, UNSUPPORTED_VERSION)

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from broker.protocol.primitives import I16, I32, DecodeError, Reader
+from broker.protocol.primitives import I16, I32, DecodeError, Reader, Writer
 from broker.protocol.schema import (
     INT16,
     INT32,
@@ -44,6 +44,7 @@ PRODUCE_REQUEST = Struct(
         F("name", STRING),
         F("partitions", Array(Struct(F("index", INT32), F("records", RECORDS)))),
     ))),
+    flexible_from=9,
 )  # fmt: skip
 
 PRODUCE_RESPONSE = Struct(
@@ -60,7 +61,12 @@ PRODUCE_RESPONSE = Struct(
         ))),
     ))),
     F("throttle_time_ms", INT32, "1+"),
+    flexible_from=9,
 )  # fmt: skip
+
+#: the highest Produce version of the producer's hand-written codecs and of the C run codec (the broker's
+#: hand-written reader and answer speak v9 too)
+FAST_MAX_VERSION = 8
 
 INIT_PRODUCER_ID_REQUEST = Struct(
     F("transactional_id", NULLABLE_STRING),
@@ -106,6 +112,8 @@ DESCRIBE_PRODUCERS_RESPONSE = Struct(
 
 
 _ACKS_TIMEOUT_COUNT = struct.Struct(">hii")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_PARTITION_V9 = struct.Struct(">ihqqq")  # index, error_code, base_offset, log_append_time_ms, log_start_offset
 _NULL_STRING = I16.pack(-1)
 _INDEX_SIZE = struct.Struct(">ii")
 _PARTITION_HEAD = struct.Struct(">ihq")  # index, error_code, base_offset
@@ -210,6 +218,8 @@ def read_produce_response(r: Reader, version: int) -> list[PartitionResult]:
 
 def read_produce_request(r: Reader, version: int) -> dict[str, Any]:
     """A Produce request body, as `PRODUCE_REQUEST.read` gives it (record sets are views of the frame)."""
+    if version > FAST_MAX_VERSION:
+        return _read_flexible_request(r)
     tid = r.nullable_string() if version >= 3 else None
     buf = r.buf
     acks, timeout_ms, count = _ACKS_TIMEOUT_COUNT.unpack_from(buf, r._take(10))
@@ -233,8 +243,35 @@ def read_produce_request(r: Reader, version: int) -> dict[str, Any]:
     return body
 
 
+def _read_flexible_request(r: Reader) -> dict[str, Any]:
+    """`read_produce_request` of v9: compact strings, arrays and record sets, and tagged fields (skipped)."""
+    tid = r.compact_nullable_string()
+    buf = r.buf
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, r._take(6))
+    topics = []
+    for _ in range(r.array_length(False)):
+        name = r.compact_string()
+        partitions = []
+        for _ in range(r.array_length(False)):
+            index = I32.unpack_from(buf, r._take(4))[0]
+            partitions.append({"index": index, "records": r.compact_nullable_bytes()})
+            _skip_tags(r)
+        _skip_tags(r)
+        topics.append({"name": name, "partitions": partitions})
+    _skip_tags(r)
+    return {"transactional_id": tid, "acks": acks, "timeout_ms": timeout_ms, "topics": topics}
+
+
+def _skip_tags(r: Reader) -> None:
+    for _ in range(r.uvarint()):
+        r.uvarint()
+        r.skip(r.uvarint())
+
+
 def encode_produce_response(correlation_id: int, answer: dict[str, Any], version: int) -> list[bytes]:
     """A whole Produce answer frame (size prefix included), as `encode_response` writes it."""
+    if version > FAST_MAX_VERSION:
+        return _encode_flexible_response(correlation_id, answer)
     out = bytearray(8)
     topics = answer["topics"]
     out += I32.pack(len(topics))
@@ -259,6 +296,37 @@ def encode_produce_response(correlation_id: int, answer: dict[str, Any], version
                 _write_nullable_string(out, p.get("error_message"))
     if version >= 1:
         out += I32.pack(answer.get("throttle_time_ms", 0))
+    struct.pack_into(">ii", out, 0, len(out) - 4, correlation_id)
+    return [bytes(out)]
+
+
+def _encode_flexible_response(correlation_id: int, answer: dict[str, Any]) -> list[bytes]:
+    """`encode_produce_response` of v9: response header v1, compact forms, no tagged field set."""
+    w = Writer()
+    w.flex = True
+    w.buf += bytes(8)  # size and correlation id, filled in below
+    w.buf.append(0)  # the header's tagged fields
+    topics = answer["topics"]
+    w.array_length(len(topics))
+    for t in topics:
+        w.compact_string(t["name"])
+        partitions = t["partitions"]
+        w.array_length(len(partitions))
+        for p in partitions:
+            w.buf += _PARTITION_V9.pack(p["index"], p["error_code"], p.get("base_offset", -1),
+                                        p.get("log_append_time_ms", -1), p.get("log_start_offset", -1))  # fmt: skip
+            errors = p.get("record_errors") or ()
+            w.array_length(len(errors))
+            for e in errors:
+                w.buf += I32.pack(e["batch_index"])
+                w.compact_nullable_string(e.get("message"))
+                w.buf.append(0)
+            w.compact_nullable_string(p.get("error_message"))
+            w.buf.append(0)
+        w.buf.append(0)
+    w.buf += I32.pack(answer.get("throttle_time_ms", 0))
+    w.buf.append(0)
+    out = w.buf
     struct.pack_into(">ii", out, 0, len(out) - 4, correlation_id)
     return [bytes(out)]
 

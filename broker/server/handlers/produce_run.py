@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.messages.produce import RUN_CODEC, encode_produce_response
+from broker.protocol.messages.produce import FAST_MAX_VERSION, RUN_CODEC, encode_produce_response
 from broker.records.crc import crc32c
 from broker.security.acl import Operation, ResourceType
 from broker.server.network import Later
@@ -99,7 +99,7 @@ def run_dispatcher(b: Services) -> RunDispatch | None:
         return None
     scan, answers = RUN_CODEC.scan, RUN_CODEC.answers
     max_request = b.config.socket_request_max_bytes
-    max_version = APIS[ApiKey.PRODUCE].advertised[1]
+    max_version = min(APIS[ApiKey.PRODUCE].advertised[1], FAST_MAX_VERSION)  # (v9 is flexible: not a run's)
     topics = b.cache.topics
 
     def dispatch_run(buf: bytearray, start: int, end: int) -> tuple[int, int, bytes | None] | int:

@@ -342,9 +342,7 @@ KAFKA_2_8 = {
 }  # fmt: skip
 
 #: APIs kafkactl serves below Kafka 2.8's highest version, and why
-BELOW_KAFKA_2_8 = {
-    0: (8, "the hot path: Produce v9 is flexible only, and the hand-written C codec speaks v3-8"),
-}  # fmt: skip
+BELOW_KAFKA_2_8: dict[int, tuple[int, str]] = {}
 
 
 def test_every_api_is_served_up_to_kafka_2_8() -> None:
@@ -366,13 +364,13 @@ def test_the_api_table_in_docs_is_the_one_served() -> None:
         if m:
             documented[int(m[1])] = (int(m[2]), int(m[3]))
     assert documented == {int(k): a.advertised for k, a in APIS.items()}
-    assert "3–8 served" in section
+    assert "3–9 served" in section
 
 
 def test_produce_is_advertised_from_0_and_served_from_3() -> None:
     p = APIS[ApiKey.PRODUCE]
-    assert p.advertised == (0, 8) and p.served == (3, 8)
-    assert [v for v in range(-1, 11) if p.serves(v)] == [3, 4, 5, 6, 7, 8]
+    assert p.advertised == (0, 9) and p.served == (3, 9)
+    assert [v for v in range(-1, 11) if p.serves(v)] == [3, 4, 5, 6, 7, 8, 9]
 
 
 def test_every_other_api_serves_what_it_advertises() -> None:
@@ -408,4 +406,4 @@ def test_api_versions_table() -> None:
         api = APIS[row["api_key"]]
         assert (row["min_version"], row["max_version"]) == api.advertised
         assert set(row) == {"api_key", "min_version", "max_version"}
-    assert {"api_key": 0, "min_version": 0, "max_version": 8} in table
+    assert {"api_key": 0, "min_version": 0, "max_version": 9} in table
