@@ -127,9 +127,16 @@ CONFIG_MD = {
     "replica.fetch.wait.max.ms": "500", "unclean.leader.election.enable": "false",
     "controlled.shutdown.enable": "true", "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000", "group.max.session.timeout.ms": "1800000",
+    # the defaults of the other topic-level keys (Kafka 2.8's)
+    "compression.type": "producer", "log.message.timestamp.difference.max.ms": "9223372036854775807",
+    "log.roll.jitter.hours": "0", "log.cleanup.policy": "delete", "log.cleaner.delete.retention.ms": "86400000",
+    "log.cleaner.min.compaction.lag.ms": "0", "log.cleaner.max.compaction.lag.ms": "9223372036854775807",
+    "log.cleaner.min.cleanable.ratio": "0.5", "log.segment.delete.delay.ms": "60000", "log.preallocate": "false",
+    "log.message.format.version": "2.8-IV1", "log.message.downconversion.enable": "true",
 }  # fmt: skip
 CONFIG_MD_NO_DEFAULT = ["port", "advertised.listeners", "log.dirs", "zookeeper.connection.timeout.ms", "log.roll.ms",
-                        "log.retention.minutes", "log.retention.ms", "log.flush.interval.ms"]  # fmt: skip
+                        "log.retention.minutes", "log.retention.ms", "log.flush.interval.ms",
+                        "log.roll.jitter.ms"]  # fmt: skip
 CONFIG_MD_IGNORED = ["num.network.threads", "num.io.threads", "background.threads"]
 
 
