@@ -5,7 +5,8 @@ with sources, and the keys that change what the broker stores honoured:
 - `compression.type`: a zstd topic receives uncompressed and lz4 batches (kafka-python, confluent-kafka,
   kcat) and its segment files hold zstd batches (read through broker/log's parser and `kafkactl inspect
   segments`), while consumers read back every key, value, header and offset; an idempotent producer's
-  recompressed batches keep its id, epoch and sequences, and a retry is still answered as a duplicate.
+  recompressed batches keep its id, epoch and sequences, and a retry is still answered as a duplicate; a
+  change through IncrementalAlterConfigs applies to the next batch; followers copy the leader's batches.
 - `message.timestamp.difference.max.ms`: a CreateTime record too far from the broker's clock refuses its
   partition's batch with INVALID_TIMESTAMP (32), nothing appended.
 """
@@ -13,15 +14,17 @@ with sources, and the keys that change what the broker stores honoured:
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import Producer as CKProducer
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
 from kafka import KafkaProducer
 
+from broker.client.admin import Admin
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import Record, build_batch
@@ -249,3 +252,58 @@ def test_timestamps_too_far_from_the_clock_are_refused(b):
     with open_conn(b) as conn:
         old = build_batch([Record(0, now - 3_600_000, None, b"old")])
         assert produce(conn, lat, {0: old})[0]["error_code"] == 0
+
+
+# --- keys changed on a live topic, and the ones honoured already -----------------------------------
+
+
+def test_compression_type_changed_live_applies_to_the_next_batches(b):
+    t = create_topic(b.bootstrap, unique("live"))
+    with open_conn(b) as conn:
+        now = int(time.time() * 1000)
+        assert produce(conn, t, {0: build_batch([Record(0, now, None, b"before")])})[0]["error_code"] == 0
+        admin = _admin(b)
+        res = ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=[
+            ConfigEntry("compression.type", "gzip", incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+        for f in admin.incremental_alter_configs([res]).values():
+            f.result(timeout=20)
+        assert produce(conn, t, {0: build_batch([Record(0, now, None, b"after")])})[0]["error_code"] == 0
+    assert [h.codec for h, _ in disk_batches(b.log_dir, t, 0)] == [int(Codec.NONE), int(Codec.GZIP)]
+
+
+def test_log_append_time_and_max_message_bytes_with_recompression(b):
+    config = {"compression.type": "zstd", "message.timestamp.type": "LogAppendTime", "max.message.bytes": "2000"}
+    t = create_topic(b.bootstrap, unique("lat-zstd"), config=config)
+    with open_conn(b) as conn:
+        before = int(time.time() * 1000)
+        p = produce(conn, t, {0: build_batch([Record(i, 1000 + i, None, b"x" * 100) for i in range(5)])})[0]
+        assert p["error_code"] == 0 and p["log_append_time_ms"] >= before
+        # 3000 bytes of random data: over max.message.bytes compressed or not
+        big = build_batch([Record(0, before, None, os.urandom(3000))], codec=Codec.LZ4)
+        assert produce(conn, t, {0: big})[0]["error_code"] == ErrorCode.MESSAGE_TOO_LARGE
+    [(h, recs)] = disk_batches(b.log_dir, t, 0)
+    assert h.codec == int(Codec.ZSTD) and h.timestamp_type == 1 and h.max_timestamp == p["log_append_time_ms"]
+    assert [r.value for r in recs] == [b"x" * 100] * 5
+
+
+def test_followers_copy_the_recompressed_batches(cluster3):
+    first = cluster3[0]
+    t = unique("rf3-zstd")
+    with Admin(first.bootstrap) as admin:
+        admin.create_topic(t, 1, 3, {"compression.type": "zstd", "min.insync.replicas": "3"})
+    p = KafkaProducer(bootstrap_servers=first.bootstrap, acks="all", compression_type="gzip", linger_ms=5)
+    for i in range(200):
+        p.send(t, key=b"%d" % (i % 7), value=b"value-%d" % i)
+    p.flush(timeout=30)
+    p.close()
+    deadline = time.monotonic() + 20
+    while True:  # acks=all answered: the ISR holds them; wait for the files (a follower may append a bit later)
+        copies = [disk_batches(x.log_dir, t, 0) for x in cluster3]
+        if all(sum(h.record_count for h, _ in c) == 200 for c in copies) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    leader_copy = copies[0]
+    assert {h.codec for h, _ in leader_copy} == {int(Codec.ZSTD)}
+    for c in copies:  # byte-identical batches: the same headers (CRC included) and records everywhere
+        assert [(h, recs) for h, recs in c] == [(h, recs) for h, recs in leader_copy]
+    assert [r.value for r in read_all(first.bootstrap, t)] == [b"value-%d" % i for i in range(200)]
