@@ -35,6 +35,7 @@ from broker.client.connection import Connection
 from broker.client.sync import Producer
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
 from broker.protocol.primitives import I16, I32, Reader
 from broker.server.coordinator import coordinator_for
 from broker.zk.server import ZooKeeperServer
@@ -314,11 +315,13 @@ def test_find_coordinator_is_the_same_from_every_broker(groups3) -> None:
     assert {coordinator_for(f"spread-{i}", IDS) for i in range(20)} == set(IDS)
 
 
-def test_find_coordinator_for_transactions_is_not_available(groups3) -> None:
+def test_find_coordinator_for_transactions_is_refused_not_retried(groups3) -> None:
+    """No transaction coordinator yet: INVALID_REQUEST (not retriable, so a client gives up at once)."""
     with conn_to(groups3[0]) as c:
-        answer = c.request(ApiKey.FIND_COORDINATOR, {"key": "some-transactional-id", "key_type": 1}, 1)
-    assert answer["error_code"] == COORDINATOR_NOT_AVAILABLE
-    assert answer["error_message"]
+        for version in (1, 3):
+            answer = c.request(ApiKey.FIND_COORDINATOR, {"key": "some-transactional-id", "key_type": 1}, version)
+            assert answer["error_code"] == ErrorCode.INVALID_REQUEST
+            assert answer["error_message"] == "transactions are not supported"
 
 
 def test_group_requests_to_a_non_coordinator_get_not_coordinator(groups3) -> None:

@@ -53,8 +53,9 @@ MAX_OFFSET_ZNODE = 1_000_000
 
 
 async def handle_find_coordinator(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    if req.get("key_type", 0) != 0:
-        return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": "transactions are not supported"}
+    if req.get("key_type", 0) != 0:  # a transaction coordinator: none yet. Not a retriable error (a client
+        # would ask until its timeout): Java-style clients give up at once; librdkafka retries all but auth errors
+        return {"error_code": ErrorCode.INVALID_REQUEST, "error_message": "transactions are not supported"}
     if not _group_allowed(b, Operation.DESCRIBE, req["key"], "FindCoordinator"):
         return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "node_id": -1, "host": "", "port": -1}
     node = coordinator_for(req["key"], b.cache.brokers)
