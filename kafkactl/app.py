@@ -32,6 +32,7 @@ from kafkactl.commands import (
     inspect,
     mirror,
     produce,
+    quota,
     recover,
     schema_registry,
     spark_load,
@@ -69,6 +70,7 @@ app.command("audit")(audit.audit)
 app.add_typer(schema_registry.app, name="schema-registry")
 app.add_typer(user.app, name="user")
 app.add_typer(acl.app, name="acl")
+app.add_typer(quota.app, name="quota")
 
 _state = {"debug": False}
 

@@ -409,6 +409,39 @@ class Admin:
             out += [_binding(m, m) for m in r["matching_acls"]]
         return out
 
+    # -- client quotas ----------------------------------------------------------------------------
+
+    def describe_client_quotas(
+        self, components: list[tuple[str, int, str | None]], *, strict: bool = False
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """DescribeClientQuotas: (entity type → name, None for the default; quota key → value) of each entity the
+        filter (entity type, match type, match) matches."""
+        body = {"components": [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components],
+                "strict": strict}  # fmt: skip
+        answer = self._any(ApiKey.DESCRIBE_CLIENT_QUOTAS, body)
+        _check(answer["error_code"], answer.get("error_message"), "cannot describe client quotas")
+        return [
+            ({e["entity_type"]: e["entity_name"] for e in entry["entity"]},
+             {v["key"]: v["value"] for v in entry["values"]})
+            for entry in answer["entries"] or []
+        ]  # fmt: skip
+
+    def alter_client_quotas(self, entity: dict[str, str | None], changes: dict[str, float | None], *,
+                            validate_only: bool = False) -> None:  # fmt: skip
+        """AlterClientQuotas of one entity (entity type → name, None for the default): each key set to its value,
+        or removed (None); AdminError when refused."""
+        body = {
+            "entries": [{
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in entity.items()],
+                "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
+                        for k, v in changes.items()],
+            }],
+            "validate_only": validate_only,
+        }  # fmt: skip
+        answer = self._any(ApiKey.ALTER_CLIENT_QUOTAS, body)
+        r = answer["entries"][0]
+        _check(r["error_code"], r.get("error_message"), "cannot change client quotas")
+
 
 def _binding(res: dict[str, Any], acl: dict[str, Any]) -> Binding:
     """A binding from an answer's resource fields and ACL fields (one dict in DeleteAcls, two in DescribeAcls)."""

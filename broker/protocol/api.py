@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from broker.protocol.messages import admin, fetch, groups, metadata, produce, security
 from broker.protocol.messages import configs as configs_msgs
+from broker.protocol.messages import quotas as quotas_msgs
 from broker.protocol.messages import records as records_msgs
 from broker.protocol.schema import Struct
 
@@ -49,6 +50,8 @@ class ApiKey(IntEnum):
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
 
@@ -107,6 +110,10 @@ APIS: dict[int, Api] = {
             0,
             1,
         ),
+        _api(ApiKey.DESCRIBE_CLIENT_QUOTAS, quotas_msgs.DESCRIBE_CLIENT_QUOTAS_REQUEST,
+             quotas_msgs.DESCRIBE_CLIENT_QUOTAS_RESPONSE, 0, 1),  # fmt: skip
+        _api(ApiKey.ALTER_CLIENT_QUOTAS, quotas_msgs.ALTER_CLIENT_QUOTAS_REQUEST,
+             quotas_msgs.ALTER_CLIENT_QUOTAS_RESPONSE, 0, 1),  # fmt: skip
         _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 2),
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 3),
         _api(ApiKey.ELECT_LEADERS, admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE, 0, 2),

@@ -34,6 +34,8 @@ class Session:
     exchange: Any = None  # the mechanism's server side while its tokens go back and forth
     raw_tokens: bool = False  # after SaslHandshake v0: the next frames are bare SASL tokens
     failed: bool = False  # authentication failed: the connection ends at its next request
+    client_id: str | None = None  # the last request's client id, noted while client quotas are configured
+    mute_until: float = 0.0  # a client quota's throttle: nothing is read from the connection until then (loop time)
 
     @property
     def sasl(self) -> bool:

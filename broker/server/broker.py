@@ -38,6 +38,7 @@ from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.producers import ProducerIdPool, ProducerStates, load_states
 from broker.server.purgatory import Purgatory
+from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context
 from broker.topics import topic_name_error
 from broker.zk import client as zkclient
@@ -76,6 +77,7 @@ class Broker:
         )  # fmt: skip
         self.zk: KazooClient | None = None
         self.authorizer = Authorizer.from_props(config.props)
+        self.quotas = QuotaManager()
         self.replicas = ReplicaManager(
             self.id, config, self.cache, self.logs, self.producer_states, self.purgatory,
             log_for=self._replica_log, blocking=self.blocking, zk=lambda: self.zk,
@@ -134,6 +136,7 @@ class Broker:
             self.cache.cluster_id = registry.cluster_id(zk)
             if self.authorizer is not None:  # the ACLs are there before the first request is
                 self.authorizer.start(zk)
+            self.quotas.start(zk, self._call)  # (the quotas too)
             topic_configs = {t: log_config_for(cfg.log, registry.topic_config(zk, t)) for t in registry.topic_names(zk)}
             self.logs.startup(topic_configs, cluster_id=self.cache.cluster_id)
             self._load_producer_states()
@@ -221,6 +224,7 @@ class Broker:
         self._closing = True
         if self.authorizer is not None:
             self.authorizer.stop()
+        self.quotas.stop()
         for task in self._tasks:
             task.cancel()
         if self.controller is not None:

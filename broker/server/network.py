@@ -479,6 +479,20 @@ def _log_idle(conn: Connection, max_idle_ms: int) -> None:
                  max_idle_ms)  # fmt: skip
 
 
+async def _muted(conn: Connection, session: Session) -> None:
+    """Read nothing from a throttled connection until its throttle ends (Kafka 2.0+, KIP-219: the answer first,
+    then the channel muted). The connection counts as busy meanwhile, not idle."""
+    delay = session.mute_until - conn.loop.time()
+    session.mute_until = 0.0
+    if delay > 0:
+        conn.busy = True
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            conn.busy = False
+            conn.active = conn.loop.time()
+
+
 def describe_request(frame: memoryview | None) -> str:
     """A request in a few words for a log line: API, version, correlation id, size and its first bytes."""
     if frame is None:
@@ -653,6 +667,8 @@ class Server:
             if conn.__class__ is TlsConnection:
                 await self._handshake(conn, session)  # type: ignore[arg-type]
             while True:
+                if session.mute_until:  # a client quota's throttle: its answer went out, now nothing is read
+                    await _muted(conn, session)
                 got: Any = conn.take_run(run) if run is not None and not singles else 0
                 if got.__class__ is not int:  # a run of requests, appended; their answers in one buffer
                     answered, answers = got
@@ -692,7 +708,7 @@ class Server:
                         held += 1
                 # answers to pipelined requests leave together, a few at a time: the client works on
                 # the first ones while the broker handles the rest
-                if out and (held >= _HOLD or not conn.frame_ready()):
+                if out and (held >= _HOLD or session.mute_until or not conn.frame_ready()):
                     if writer is not None and not writer.done():  # behind a waiting answer: in turn
                         queue.append(out)
                         out, held = [], 0

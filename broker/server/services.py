@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from broker.server.group_store import GroupStore
     from broker.server.producers import ProducerIdPool, ProducerStates
     from broker.server.purgatory import Purgatory
+    from broker.server.quotas import QuotaManager
 
 TopicPartition = tuple[str, int]
 
@@ -44,6 +45,7 @@ class Services(Protocol):
     group_store: GroupStore
     zk: KazooClient | None
     authorizer: Authorizer | None  # None: no `authorizer.class.name`, everything allowed
+    quotas: QuotaManager  # client quotas (broker.server.quotas)
 
     async def blocking(self, fn: Callable, *args: Any) -> Any:
         """Run a blocking call (ZooKeeper) off the event loop."""

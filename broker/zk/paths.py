@@ -16,7 +16,13 @@
   throttle rates `kafkactl topic reassign --throttle` sets) |
 | /config/users/<user> | persistent | {"version":1,"config":{"SCRAM-SHA-256":"salt=..,stored_key=..,server_key=..,
   iterations=4096"}}: a user's SCRAM credentials (the name URL-encoded as Kafka's `Sanitizer` does) |
-| /config/changes/config_change_<seq> | persistent sequential | {"version":2,"entity_path":"users/<user>"} |
+| /config/users/<user>/clients/<client-id> | persistent | {"version":1,"config":{"producer_byte_rate":"1024",...}}:
+  client quotas (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`) of a user, a user's client id,
+  or (under /config/clients/<client-id>) a client id; `<default>` names the default entity; a user's quota keys
+  share its znode's config with its SCRAM credentials (broker/server/quota_store.py) |
+| /config/clients/<client-id> | persistent | the same, for a client id of any user |
+| /config/changes/config_change_<seq> | persistent sequential | {"version":2,"entity_path":"users/<user>"} (or
+  "clients/<c>", "users/<u>/clients/<c>": the changed config's path under /config) |
 | /admin/delete_topics/<t> | persistent | (empty) — deletion in progress |
 | /admin/preferred_replica_election | persistent | {"version":1,"partitions":[{"topic","partition"}]}:
   a request for preferred leaders, which the controller takes (deletes) |
@@ -84,7 +90,10 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"
 CONFIG_CHANGES = "/config/changes"
+#: the name of the default user or client id in quota znodes, as Kafka's ConfigEntityName.Default
+DEFAULT_ENTITY = "<default>"
 CONFIG_CHANGE_PREFIX = f"{CONFIG_CHANGES}/config_change_"
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
@@ -136,6 +145,29 @@ def broker_config(broker_id: int) -> str:
 
 def user_config(name: str) -> str:
     return f"{CONFIG_USERS}/{sanitize_user(name)}"
+
+
+def quota_entity_path(user: str | None, client_id: str | None) -> str:
+    """A quota entity's config path below /config (`users/<u>`, `clients/<c>`, `users/<u>/clients/<c>`), the
+    form a change notification's `entity_path` names; names sanitized, `DEFAULT_ENTITY` kept as it is."""
+    parts = []
+    if user is not None:
+        parts.append(f"users/{user if user == DEFAULT_ENTITY else sanitize_user(user)}")
+    if client_id is not None:
+        parts.append(f"clients/{client_id if client_id == DEFAULT_ENTITY else sanitize_user(client_id)}")
+    if not parts:
+        raise ValueError("a quota entity names a user, a client id or both")
+    return "/".join(parts)
+
+
+def quota_config(user: str | None, client_id: str | None) -> str:
+    """A quota entity's znode."""
+    return f"/config/{quota_entity_path(user, client_id)}"
+
+
+def user_clients(sanitized_user: str) -> str:
+    """The parent of a user's (sanitized name, or `DEFAULT_ENTITY`) per-client-id quota znodes."""
+    return f"{CONFIG_USERS}/{sanitized_user}/clients"
 
 
 def sanitize_user(name: str) -> str:

@@ -24,8 +24,9 @@ from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
 from broker.protocol.messages.produce import encode_produce_response, read_produce_request
 from broker.protocol.primitives import DecodeError, Reader
 from broker.security.session import current
-from broker.server.handlers import acls, admin, elections, fetch, groups, metadata, produce, sasl
+from broker.server.handlers import acls, admin, elections, fetch, groups, metadata, produce, sasl, throttling
 from broker.server.handlers import configs as configs_handlers
+from broker.server.handlers import quotas as quotas_handlers
 from broker.server.handlers import records as records_handlers
 from broker.server.network import BadRequest, Later
 
@@ -64,6 +65,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
     ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs_handlers.handle_incremental_alter_configs,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas_handlers.handle_describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: quotas_handlers.handle_alter_client_quotas,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
     ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
     ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,
@@ -88,6 +91,8 @@ Answer = list[Any] | None
 
 def dispatcher(broker: Services) -> Callable[[memoryview, str], Answer | Awaitable[Answer]]:
     """The server's dispatch function: the answer frame's parts, or a coroutine giving them."""
+    quotas = broker.quotas  # client quotas: Produce and Fetch of a quota'd client go through `throttled`
+    throttled = throttling.hook(broker, HANDLERS, lambda header, answer: encode(header, answer))
 
     def dispatch(frame: memoryview, peer: str) -> Answer | Coroutine[Any, Any, Answer]:
         session = current()
@@ -120,6 +125,12 @@ def dispatcher(broker: Services) -> Callable[[memoryview, str], Answer | Awaitab
             raise BadRequest(f"malformed {ApiKey(header.api_key).name} v{v} request: {exc}") from None
         if r.remaining() and not api.request.flexible(v):
             raise BadRequest(f"{ApiKey(header.api_key).name} v{v} request has {r.remaining()} bytes after its body")
+        if quotas.active:  # (False while no client quota is configured)
+            session.client_id = header.client_id or ""  # (the produce run path looks its quota up by it)
+            if header.api_key in throttling.APIS:
+                waiting = throttled(header, body, len(frame))
+                if waiting is not None:
+                    return waiting
         now = SYNC_HANDLERS.get(header.api_key)
         if now is not None:
             answer = now(broker, header, body)

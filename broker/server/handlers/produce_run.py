@@ -28,8 +28,10 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.produce import FAST_MAX_VERSION, RUN_CODEC, encode_produce_response
 from broker.records.crc import crc32c
 from broker.security.acl import Operation, ResourceType
+from broker.security.session import current
 from broker.server.network import Later
 from broker.server.producers import KEEP, ProducerStates
+from broker.server.quotas import PRODUCE_KEY, user_of
 
 if TYPE_CHECKING:
     from broker.server.services import Services
@@ -101,11 +103,16 @@ def run_dispatcher(b: Services) -> RunDispatch | None:
     max_request = b.config.socket_request_max_bytes
     max_version = min(APIS[ApiKey.PRODUCE].advertised[1], FAST_MAX_VERSION)  # (v9 is flexible: not a run's)
     topics = b.cache.topics
+    quotas = b.quotas
 
     def dispatch_run(buf: bytearray, start: int, end: int) -> tuple[int, int, bytes | None] | int:
         got = scan(buf, start, end, MAX_RUN, max_request, max_version, crc32c)
         if got is None:
             return 0
+        if quotas.active:  # a client quota'd connection's requests go the general path, where they are counted
+            session = current()
+            if session.client_id is None or quotas.limited(PRODUCE_KEY, user_of(session.principal), session.client_id):
+                return got[0]
         n, pos, version, acks, topic_b, partition, info, total, records, largest, pid, epoch, first_seq = got
         try:
             topic = topic_b.decode()

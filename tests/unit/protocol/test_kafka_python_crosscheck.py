@@ -57,6 +57,8 @@ KP = {
     ApiKey.DESCRIBE_LOG_DIRS: (kp_admin.DescribeLogDirsRequest, kp_admin.DescribeLogDirsResponse),
     ApiKey.CREATE_PARTITIONS: (kp_admin.CreatePartitionsRequest, kp_admin.CreatePartitionsResponse),
     ApiKey.ELECT_LEADERS: (kp_admin.ElectLeadersRequest, kp_admin.ElectLeadersResponse),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (kp_admin.DescribeClientQuotasRequest, kp_admin.DescribeClientQuotasResponse),
+    ApiKey.ALTER_CLIENT_QUOTAS: (kp_admin.AlterClientQuotasRequest, kp_admin.AlterClientQuotasResponse),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (
         kp_admin.IncrementalAlterConfigsRequest, kp_admin.IncrementalAlterConfigsResponse,
     ),  # fmt: skip
@@ -97,6 +99,8 @@ OLD = {
     ApiKey.DESCRIBE_LOG_DIRS: ("admin", "DescribeLogDirsRequest", "DescribeLogDirsResponse"),
     ApiKey.CREATE_PARTITIONS: ("admin", "CreatePartitionsRequest", "CreatePartitionsResponse"),
     ApiKey.ELECT_LEADERS: ("admin", "ElectLeadersRequest", "ElectLeadersResponse"),  # (IncrementalAlterConfigs: none)
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: ("admin", "DescribeClientQuotasRequest", "DescribeClientQuotasResponse"),
+    # (AlterClientQuotas: none)
     ApiKey.OFFSET_COMMIT: ("commit", "OffsetCommitRequest", "OffsetCommitResponse"),
     ApiKey.OFFSET_FETCH: ("commit", "OffsetFetchRequest", "OffsetFetchResponse"),
     ApiKey.FIND_COORDINATOR: ("find_coordinator", "FindCoordinatorRequest", "FindCoordinatorResponse"),
@@ -192,6 +196,7 @@ PRIMS = {
     "int64": st.integers(-(2**63), 2**63 - 1),
     "boolean": st.booleans(),
     "uuid": st.binary(min_size=16, max_size=16),
+    "float64": st.floats(allow_nan=False),
 }
 TEXT = st.text(max_size=8)
 BINARY = st.binary(max_size=24)
@@ -307,7 +312,8 @@ def kp_simple_type(field: Any) -> str:
     return {"records": "bytes", "bitfield": "int32"}.get(field.type_str, field.type_str)
 
 
-OUR_TYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "boolean": "bool", "uuid": "uuid"}
+OUR_TYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "boolean": "bool", "uuid": "uuid",
+             "float64": "float64"}  # fmt: skip
 
 
 def ours_layout(t: Any, v: int, path: str, renames: dict[str, str]) -> Any:
@@ -465,7 +471,7 @@ def old_strategy(old_t: Any, our_t: Any, v: int) -> st.SearchStrategy:
     if old_t is old_types.BitField:
         return st.none() | st.sets(st.integers(0, 30), max_size=4)
     kinds = {old_types.Int8: "int8", old_types.Int16: "int16", old_types.Int32: "int32", old_types.Int64: "int64",
-             old_types.Boolean: "boolean"}  # fmt: skip
+             old_types.Boolean: "boolean", old_types.Float64: "float64"}  # fmt: skip
     return PRIMS[kinds[old_t]]
 
 

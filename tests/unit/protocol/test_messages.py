@@ -30,6 +30,7 @@ PRIMS = {
     "nullable_string": st.none() | st.text(max_size=8),
     "nullable_bytes": st.none() | st.binary(max_size=24),
     "uuid": st.binary(min_size=16, max_size=16),
+    "float64": st.floats(allow_nan=False),
 }
 PRIMS |= {"compact_" + name: PRIMS[name] for name in ("string", "nullable_string", "nullable_bytes")}
 
@@ -338,7 +339,7 @@ def test_framed() -> None:
 KAFKA_2_8 = {
     0: 9, 1: 12, 2: 6, 3: 11, 8: 8, 9: 7, 10: 3, 11: 7, 12: 4, 13: 4, 14: 5, 15: 5, 16: 4, 17: 1, 18: 3,
     19: 7, 20: 6, 21: 2, 22: 4, 23: 4, 29: 2, 30: 2, 31: 2, 32: 4, 33: 2, 35: 2, 36: 2, 37: 3, 42: 2, 43: 2,
-    44: 1, 47: 0, 60: 0, 61: 0,
+    44: 1, 47: 0, 48: 1, 49: 1, 60: 0, 61: 0,
 }  # fmt: skip
 
 #: APIs kafkactl serves below Kafka 2.8's highest version, and why
@@ -394,7 +395,7 @@ def test_api_table_keys() -> None:
                      "DELETE_TOPICS": 20, "DELETE_RECORDS": 21, "INIT_PRODUCER_ID": 22, "OFFSET_FOR_LEADER_EPOCH": 23,
                      "DESCRIBE_CONFIGS": 32, "ALTER_CONFIGS": 33, "CREATE_PARTITIONS": 37, "ELECT_LEADERS": 43,
                      "DELETE_GROUPS": 42, "OFFSET_DELETE": 47, "DESCRIBE_CLUSTER": 60, "DESCRIBE_PRODUCERS": 61,
-                     "INCREMENTAL_ALTER_CONFIGS": 44,
+                     "INCREMENTAL_ALTER_CONFIGS": 44, "DESCRIBE_CLIENT_QUOTAS": 48, "ALTER_CLIENT_QUOTAS": 49,
                      "DESCRIBE_LOG_DIRS": 35}  # fmt: skip
     assert {k.name: int(k) for k in ApiKey} == expected_keys
 
