@@ -13,7 +13,7 @@ import json
 import urllib.parse
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from broker.errors import KafkactlError
 from broker.security.scram import MECHANISMS, ScramCredential, ScramError
@@ -50,7 +50,8 @@ def _notify(zk: KazooClient, name: str) -> None:
 
 def _update(zk: KazooClient, name: str, change: dict[str, str | None]) -> bool:
     """Apply `change` (mechanism → credential string, or None to remove) to the user's config with a
-    conditional write; the node goes when nothing is left in it. False when nothing changed."""
+    conditional write; the node goes when nothing is left in it (and no client quota of the user is below
+    it). False when nothing changed."""
     path = paths.user_config(name)
     while True:
         config, version = _read(zk, name)
@@ -72,7 +73,10 @@ def _update(zk: KazooClient, name: str, change: dict[str, str | None]) -> bool:
             elif new:
                 zk.set(path, paths.config_json(new), version=version)
             else:
-                zk.delete(path, version=version)
+                try:
+                    zk.delete(path, version=version)
+                except NotEmptyError:  # the user's per-client-id quotas live below it: it stays, empty
+                    zk.set(path, paths.config_json(new), version=version)
         except (BadVersionError, NodeExistsError, NoNodeError):
             continue  # changed meanwhile: read it again
         _notify(zk, name)

@@ -118,6 +118,20 @@ def test_a_scram_user_keeps_its_credentials_beside_its_quotas(b):
         assert set(credentials.read_user(zk, user)) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
 
 
+def test_deleting_a_users_credentials_keeps_its_client_quotas(b):
+    user, client = unique("scram2"), unique("c")
+    with zk_session(b.zk_connect) as zk:
+        credentials.write_user(zk, user, {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", "pw", iterations=4096)})
+    ok(quota(b, "set", "--user", user, "--client-id", client, "producer_byte_rate=1000"))
+    with zk_session(b.zk_connect) as zk:
+        assert credentials.delete_user(zk, user)
+        assert credentials.read_user(zk, user) == {}
+    assert znode(b, f"/config/users/{user}") == {"version": 1, "config": {}}
+    assert znode(b, f"/config/users/{user}/clients/{client}")["config"] == {"producer_byte_rate": "1000"}
+    (doc,) = json_lines(ok(quota(b, "list", "--user", user, "-o", "json")))
+    assert doc == {"user": user, "client_id": client, "quotas": {"producer_byte_rate": 1000}}
+
+
 # --- DescribeClientQuotas / AlterClientQuotas through kafka-python's protocol classes --------------------
 
 
