@@ -545,6 +545,19 @@ class BrokerConfig:
         out["unclean.leader.election.enable"] = str(self.unclean_leader_election).lower()
         return out
 
+    def topic_default_synonyms(self, name: str) -> list[tuple[str, str, bool]]:
+        """The broker keys behind a topic key's default, most precise first, each as the broker's config sets
+        it and as its built-in default: (key, value, whether from the broker's config), as Kafka's
+        DescribeConfigs lists a topic key's synonyms."""
+        key = self.TOPIC_DEFAULTS.get(name)
+        out = []
+        for k in (key, *self._ALSO.get(name, ())) if key else ():
+            if k in self.explicit:
+                out.append((k, self.props[k], True))
+            if DEFAULTS.get(k) is not None:  # (after a static value too, as Kafka lists each source)
+                out.append((k, DEFAULTS[k] or "", False))
+        return out
+
     def topic_default_is_static(self, name: str) -> bool:
         """Whether a topic key's default comes from the broker's config file or overrides (Kafka's
         STATIC_BROKER_CONFIG source) rather than from Kafka's built-in default."""

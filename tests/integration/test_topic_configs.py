@@ -307,3 +307,43 @@ def test_followers_copy_the_recompressed_batches(cluster3):
     for c in copies:  # byte-identical batches: the same headers (CRC included) and records everywhere
         assert [(h, recs) for h, recs in c] == [(h, recs) for h, recs in leader_copy]
     assert [r.value for r in read_all(first.bootstrap, t)] == [b"value-%d" % i for i in range(200)]
+
+
+def test_describe_configs_synonyms_and_types_as_kafka(b):
+    t = create_topic(b.bootstrap, unique("synonyms"), config={"retention.ms": "1000"})
+    body = {"resources": [{"resource_type": 2, "resource_name": t, "configuration_keys": None}],
+            "include_synonyms": True, "include_documentation": False}  # fmt: skip
+    with open_conn(b) as conn:
+        [res] = conn.request(ApiKey.DESCRIBE_CONFIGS, body)["results"]
+    entries = {c["name"]: c for c in res["configs"]}
+
+    def synonyms(key: str) -> list[tuple[str, str, int]]:
+        return [(s["name"], s["value"], s["source"]) for s in entries[key]["synonyms"]]
+
+    assert synonyms("retention.ms") == [("retention.ms", "1000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value),
+                                        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG.value)]  # fmt: skip
+    assert synonyms("delete.retention.ms") == [
+        ("log.cleaner.delete.retention.ms", "3600000", ConfigSource.STATIC_BROKER_CONFIG.value),
+        ("log.cleaner.delete.retention.ms", "86400000", ConfigSource.DEFAULT_CONFIG.value)]  # fmt: skip
+    assert synonyms("compression.type") == [("compression.type", "producer", ConfigSource.DEFAULT_CONFIG.value)]
+    assert synonyms("leader.replication.throttled.replicas") == []
+    # Kafka's ConfigEntry types: BOOLEAN 1, STRING 2, INT 3, LONG 5, DOUBLE 6, LIST 7
+    types = {
+        k: entries[k]["config_type"]
+        for k in (
+            "preallocate",
+            "compression.type",
+            "segment.bytes",
+            "retention.ms",
+            "min.cleanable.dirty.ratio",
+            "cleanup.policy",
+        )
+    }
+    assert types == {"preallocate": 1, "compression.type": 2, "segment.bytes": 3, "retention.ms": 5,
+                     "min.cleanable.dirty.ratio": 6, "cleanup.policy": 7}  # fmt: skip
+
+    # confluent-kafka shows them too (by name: one per broker key)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, t)
+    admin = _admin(b)
+    got = admin.describe_configs([resource])[resource].result(timeout=20)
+    assert list(got["retention.ms"].synonyms) == ["retention.ms", "log.retention.hours"]

@@ -33,6 +33,7 @@ from broker.protocol.messages.admin import (
 )
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
+from broker.server import topic_configs
 from broker.server.config import is_sensitive, topic_config_error
 from broker.server.config_ops import DYNAMIC_BROKER_KEYS
 from broker.server.handlers.metadata import create_topic
@@ -89,6 +90,19 @@ def _topic_config(b: Services, overrides: dict[str, str]) -> dict[str, tuple[str
     return {k: (v, DYNAMIC_TOPIC_CONFIG if k in overrides
                 else STATIC_BROKER_CONFIG if b.config.topic_default_is_static(k) else DEFAULT_CONFIG)
             for k, v in values.items()}  # fmt: skip
+
+
+#: Kafka's ConfigEntry types (DescribeConfigs v3's config_type) by ConfigDef type name
+TOPIC_CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
+
+
+def _topic_synonyms(b: Services, key: str, overrides: dict[str, str]) -> list[dict[str, Any]]:
+    """A topic key's synonyms as Kafka 2.8 lists them (include_synonyms): the topic's override, then the broker
+    keys behind its default, each set in the broker's config (STATIC_BROKER_CONFIG) or with a default."""
+    out = [{"name": key, "value": overrides[key], "source": DYNAMIC_TOPIC_CONFIG}] if key in overrides else []
+    for name, value, static in b.config.topic_default_synonyms(key):
+        out.append({"name": name, "value": value, "source": STATIC_BROKER_CONFIG if static else DEFAULT_CONFIG})
+    return out
 
 
 def _topic_allowed(b: Services, operation: Operation, topic: str, request: str) -> bool:
@@ -285,10 +299,15 @@ async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[
                 out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out["error_message"] = f"topic {rname!r} does not exist"
                 continue
-            described = _topic_config(b, b.cache.configs.get(rname, {}))
+            overrides = b.cache.configs.get(rname, {})
+            described = _topic_config(b, overrides)
             values = {k: value for k, (value, _) in described.items()}
             sources = {k: source for k, (_, source) in described.items()}
+            wanted = req.get("include_synonyms")
+            synonyms = {k: _topic_synonyms(b, k, overrides) for k in values} if wanted else {}
+            types = {k: TOPIC_CONFIG_TYPES.get(key.type, 0) for k, key in topic_configs.KEYS.items()}
         elif rtype == BROKER_RESOURCE and rname in ("", str(b.id)):
+            synonyms, types = {}, {}  # (the broker's keys: neither, as before)
             values = dict(b.config.props)
             sources = {k: STATIC_BROKER_CONFIG if k in b.config.explicit else DEFAULT_CONFIG for k in values}
             dynamic = await _dynamic_broker_config(b) if rname else {}
@@ -306,7 +325,8 @@ async def handle_describe_configs(b: Services, header: RequestHeader, req: dict[
             out["configs"].append({
                 "name": key, "value": None if secret else values[key], "read_only": fixed,
                 "is_default": sources[key] == DEFAULT_CONFIG, "config_source": sources[key],
-                "is_sensitive": secret, "synonyms": [], "config_type": 0, "documentation": None,
+                "is_sensitive": secret, "synonyms": synonyms.get(key, []), "config_type": types.get(key, 0),
+                "documentation": None,
             })  # fmt: skip
     return {"results": results}
 
