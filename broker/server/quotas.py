@@ -1,4 +1,4 @@
-"""Client quota enforcement, as Kafka 2.8's ClientQuotaManager: byte rates over a sliding window, throttle times.
+"""Client quota enforcement, as Kafka 2.8's ClientQuotaManager: byte rates and request time over a sliding window.
 
 Every broker keeps the quotas of ZooKeeper's `/config/users|clients` znodes (broker.server.quota_store) in
 memory, read whole at start and again on each `/config/changes` notification (the watch sees a new
@@ -10,6 +10,10 @@ user+client-id, user+<default> client, user, <default> user+client-id, <default>
 counted in: (user, client-id) for the user+client levels, (user, "") for user levels, ("", client-id)
 for client-id levels — so a user quota is shared by all its clients, and a default client quota gives
 each client id its own. A principal's user is its name without `User:` (ANONYMOUS on a plain listener).
+
+What is counted: request bytes (`producer_byte_rate`), answer bytes (`consumer_byte_rate`), and for
+`request_percentage` the handling time in percent-seconds (seconds × 100, Kafka's nanosToPercentage), so
+the rate is the percentage of one thread the client keeps busy (broker.server.handlers.throttling).
 
 Each metric is a rate over `quota.window.num` (11) samples of `quota.window.size.seconds` (1 s), as
 Kafka's `Rate`: the sum of the live samples over their span, at least (samples - 1) windows. A record

@@ -23,6 +23,8 @@ from kafka.protocol.admin import (
 )
 
 from broker.client.admin import Admin
+from broker.client.connection import Connection
+from broker.protocol.api import ApiKey
 from broker.security import acl_store, credentials
 from broker.security.acl import (
     CLUSTER_NAME,
@@ -346,6 +348,45 @@ def test_a_noisy_producer_is_throttled_while_another_keeps_its_rate(b):
     assert rates["noisy"] > 0.2 * quota_rate, f"noisy: {rates['noisy']:.0f} B/s, quota {quota_rate}"
     assert rates["quiet"] > 0.4 * alone, f"quiet: {rates['quiet']:.0f} B/s beside the noisy one, {alone:.0f} alone"
     ok(quota(b, "delete", "--client-id", noisy, "producer_byte_rate"))
+
+
+@pytest.mark.slow
+def test_a_client_over_its_request_percentage_is_throttled_and_muted(b):
+    """request_percentage=0.05: a twentieth of a percent of one thread, 0.5 ms of handling a second. A client sending
+    Metadata requests back to back is throttled past its first window's allowance: each answer's throttle_time_ms
+    is waited out before its next request is read (muted), and it gets through far fewer requests than another
+    client, which is neither throttled nor slowed."""
+    busy = unique("busy")
+    create_topic(b.bootstrap, unique("rq"))
+    ok(quota(b, "set", "--client-id", busy, "request_percentage=0.05"))
+    host, _, port = b.bootstrap.rpartition(":")
+    body = {"topics": None, "allow_auto_topic_creation": False}
+
+    def run(conn: Connection, seconds: float, waits: list[tuple[int, float]]) -> tuple[int, int]:
+        """(requests answered, the largest throttle) in `seconds`; (throttle, next round trip) noted in `waits`."""
+        count, prev, most = 0, 0, 0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            throttle = conn.request(ApiKey.METADATA, body)["throttle_time_ms"]
+            if prev >= 20:
+                waits.append((prev, time.monotonic() - t0))
+            prev, most, count = throttle, max(most, throttle), count + 1
+        return count, most
+
+    with Connection(host, int(port), client_id=busy, timeout=30) as conn:
+        deadline = time.monotonic() + 20
+        while conn.request(ApiKey.METADATA, body)["throttle_time_ms"] == 0:  # the first window's allowance
+            assert time.monotonic() < deadline, "no throttle within 20 s of back-to-back Metadata requests"
+        waits: list[tuple[int, float]] = []
+        busy_count, most = run(conn, 3, waits)
+    with Connection(host, int(port), client_id=unique("other"), timeout=30) as other:
+        other_count, other_most = run(other, 3, [])
+    assert most > 0 and other_most == 0
+    assert busy_count < other_count / 3, f"busy: {busy_count} requests in 3 s, another client {other_count}"
+    assert waits, "no throttle long enough to time"
+    assert all(rt >= 0.8 * t / 1000 - 0.01 for t, rt in waits), f"a throttle not waited out (ms, s): {waits[:5]}"
+    ok(quota(b, "delete", "--client-id", busy, "request_percentage"))
 
 
 @pytest.mark.slow

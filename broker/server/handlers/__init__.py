@@ -127,10 +127,9 @@ def dispatcher(broker: Services) -> Callable[[memoryview, str], Answer | Awaitab
             raise BadRequest(f"{ApiKey(header.api_key).name} v{v} request has {r.remaining()} bytes after its body")
         if quotas.active:  # (False while no client quota is configured)
             session.client_id = header.client_id or ""  # (the produce run path looks its quota up by it)
-            if header.api_key in throttling.APIS:
-                waiting = throttled(header, body, len(frame))
-                if waiting is not None:
-                    return waiting
+            waiting = throttled(header, body, len(frame))
+            if waiting is not None:
+                return waiting
         now = SYNC_HANDLERS.get(header.api_key)
         if now is not None:
             answer = now(broker, header, body)
