@@ -24,6 +24,7 @@ from kafka.protocol.admin import (
 
 from broker.client.admin import Admin
 from broker.client.connection import Connection
+from broker.daemon import free_port
 from broker.protocol.api import ApiKey
 from broker.security import acl_store, credentials
 from broker.security.acl import (
@@ -292,6 +293,42 @@ def test_a_quota_written_into_zookeeper_reaches_the_broker_through_its_notificat
         p.poll(0.1)
     assert throttles and max(throttles) > 0
     ok(quota(b, "delete", "--client-id", client, "producer_byte_rate"))
+
+
+def test_a_users_quota_set_through_one_broker_throttles_that_user_on_another(start_broker):
+    """Broker 2 learns of a quota set through broker 1 from the notification, and applies a user's quota to that
+    user's SASL connections only (the principal User:carol); an anonymous client with the same client id is not
+    throttled."""
+    b1 = start_broker(1)
+    port, sasl_port = free_port(), free_port()
+    b2 = start_broker(2, overrides={"listeners": f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+                                    "inter.broker.listener.name": "PLAINTEXT"}, port=port)  # fmt: skip
+    with zk_session(b1.zk_connect) as zk:
+        credentials.write_user(zk, "carol", {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", "pw", iterations=4096)})
+    topic = unique("uq")
+    with Admin(b1.bootstrap) as admin:
+        admin.create_topic(topic, 2, 1)
+        wait_until(lambda: len(admin.describe_topic(topic)) == 2, 20, "the topic's partitions")
+        on_2 = next(p.partition for p in admin.describe_topic(topic) if p.leader == 2)
+    ok(quota(b1, "set", "--user", "carol", "producer_byte_rate=20000"))
+
+    def throttled(conf: dict[str, object], seconds: float) -> float:
+        throttles: list[float] = []
+        p = Producer({**conf, "client.id": "shared-id", "linger.ms": 5,
+                      "throttle_cb": lambda e: throttles.append(e.throttle_time)})  # fmt: skip
+        end = time.monotonic() + seconds
+        while not [t for t in throttles if t > 0] and time.monotonic() < end:
+            for _ in range(50):
+                p.produce(topic, b"q" * 4000, partition=on_2)
+            p.flush(15)
+            p.poll(0.05)
+        return max(throttles or [0.0])
+
+    anonymous = {"bootstrap.servers": b2.bootstrap}
+    carol = {"bootstrap.servers": f"127.0.0.1:{sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol", "sasl.password": "pw"}  # fmt: skip
+    assert throttled(carol, 30) > 0
+    assert throttled(anonymous, 3) == 0  # 3 s of 4 KB values: ~600 KB, far over 20 KB/s had it counted
 
 
 def _produce_for(bootstrap: str, topic: str, client_id: str, seconds: float, throttles: list[float]) -> float:
