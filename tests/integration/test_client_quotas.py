@@ -1,6 +1,6 @@
 """Client quotas against a real broker and the real ZooKeeper: DescribeClientQuotas (48) and AlterClientQuotas (49)
-through kafka-python's protocol classes (neither confluent-kafka's nor kafka-python's admin client offers them)
-and `kafkactl quota set | delete | list`; the znodes as kafka-configs.sh writes them (a SCRAM user keeps its
+through kafka-python's protocol classes (neither confluent-kafka's nor kafka-python's admin client offers them),
+aiokafka's DescribeClientQuotas request through its admin client, and `kafkactl quota set | delete | list`; the znodes as kafka-configs.sh writes them (a SCRAM user keeps its
 credentials beside its quotas, and a quota change beside them keeps them); a quota written straight into
 ZooKeeper (as kafka-configs --zookeeper does) reaching the broker through its notification; and enforcement:
 a producer and a consumer over their byte rates are throttled (throttle_time_ms seen by confluent-kafka's
@@ -9,6 +9,7 @@ throttle callback) while a client without a quota on the same broker keeps its r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -203,6 +204,28 @@ def test_kafka_python_alters_and_describes_client_quotas(b, version):
         assert (resp.error_code, resp.error_message) == (42, "Duplicate user filter component entity type")
     finally:
         admin.close()
+
+
+def test_aiokafka_describes_client_quotas(b):
+    """aiokafka has DescribeClientQuotas v0's classes (no admin method): its request through its admin client."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.protocol.admin import DescribeClientQuotasRequest as AioDescribe
+
+    client = unique("aio")
+    ok(quota(b, "set", "--client-id", client, "consumer_byte_rate=12345"))
+
+    async def describe() -> list:
+        admin = AIOKafkaAdminClient(bootstrap_servers=b.bootstrap)
+        await admin.start()
+        try:
+            node = admin._client.get_random_node()
+            resp = await admin._send_request_to_node(node, AioDescribe([("client-id", 0, client)], True))
+        finally:
+            await admin.close()
+        assert resp.error_code == 0
+        return resp.entries
+
+    assert asyncio.run(describe()) == [([("client-id", client)], [("consumer_byte_rate", 12345.0)])]
 
 
 def test_kafkactl_quota_list_filters_as_kafka_configs_describe(b):
