@@ -2,7 +2,8 @@
 
 Every broker keeps the quotas of ZooKeeper's `/config/users|clients` znodes (broker.server.quota_store) in
 memory, read whole at start and again on each `/config/changes` notification (the watch sees a new
-child: kafka-configs, AlterClientQuotas on any broker, this one's included).
+child: kafka-configs, AlterClientQuotas on any broker, this one's included). Notifications are deleted
+15 minutes after a broker first saw them, as Kafka's brokers delete them.
 
 Resolution (ClientQuotaManager.quotaMetricTags/quotaLimit, per quota type): the first entity of
 user+client-id, user+<default> client, user, <default> user+client-id, <default> user+<default> client,
@@ -27,7 +28,6 @@ nothing from the connection for that long (KIP-219, `Session.mute_until`).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -107,7 +107,6 @@ class QuotaManager:
         self._resolved: dict[tuple[str, str, str], tuple[tuple[str, str], float] | None] = {}
         self._metrics: dict[tuple[str, str, str], Rate] = {}
         self._zk: KazooClient | None = None
-        self._lock = threading.Lock()
         self._stopped = False
 
     # -- configuration ----------------------------------------------------------------------------
@@ -131,9 +130,12 @@ class QuotaManager:
         self.set_quotas(quota_store.read_all(zk))
         zk.ensure_path(paths.CONFIG_CHANGES)
 
+        seen: dict[str, float] = {}  # notification → when this broker first saw it (monotonic s)
+
         def on_changes(children: list[str]) -> bool | None:
             if self._stopped:
                 return False
+            _purge(zk, children, seen)
             try:
                 quotas = quota_store.read_all(zk)
             except Exception as exc:  # (the session dropping under the watch: the next change reloads)
@@ -218,6 +220,32 @@ class QuotaManager:
             rate = self._metrics.get((key, *found[0]))
             if rate is not None:
                 rate.record(-value, self._clock())
+
+
+#: notifications are deleted this long after they were first seen, as Kafka's ZkNodeChangeNotificationListener
+#: deletes those older than 15 minutes (every broker has read them by then)
+NOTIFICATION_EXPIRY_S = 15 * 60
+
+
+def _purge(zk: KazooClient, children: list[str], seen: dict[str, float]) -> None:
+    """Delete the change notifications first seen over `NOTIFICATION_EXPIRY_S` ago (any broker may: a gone one
+    is skipped), so `/config/changes` does not grow for ever."""
+    import time
+
+    from kazoo.exceptions import KazooException
+
+    now = time.monotonic()
+    current = set(children)
+    for name in [n for n in seen if n not in current]:
+        del seen[name]
+    for name in children:
+        first = seen.setdefault(name, now)
+        if now - first > NOTIFICATION_EXPIRY_S:
+            try:
+                zk.delete(f"{paths.CONFIG_CHANGES}/{name}")
+            except KazooException:
+                pass  # (gone already, or ZooKeeper away: another change tries again)
+            seen.pop(name, None)
 
 
 #: the quota each API's bytes count against

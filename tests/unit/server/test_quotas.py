@@ -180,3 +180,26 @@ def test_values_are_written_as_kafka_writes_them():
     assert format_value("consumer_byte_rate", 1e9) == "1000000000"
     assert format_value("request_percentage", 50.0) == "50.0"
     assert format_value("request_percentage", 12.5) == "12.5"
+
+
+def test_old_change_notifications_are_purged(monkeypatch):
+    from broker.server import quotas as quotas_module
+
+    class Zk:
+        def __init__(self) -> None:
+            self.deleted: list[str] = []
+
+        def delete(self, path: str) -> None:
+            self.deleted.append(path)
+
+    now = [100.0]
+    monkeypatch.setattr("time.monotonic", lambda: now[0])
+    zk, seen = Zk(), {}
+    quotas_module._purge(zk, ["config_change_0000000001"], seen)
+    now[0] += quotas_module.NOTIFICATION_EXPIRY_S - 1
+    quotas_module._purge(zk, ["config_change_0000000001", "config_change_0000000002"], seen)
+    assert zk.deleted == []
+    now[0] += 2
+    quotas_module._purge(zk, ["config_change_0000000001", "config_change_0000000002", "config_change_0000000003"], seen)
+    assert zk.deleted == ["/config/changes/config_change_0000000001"]
+    assert set(seen) == {"config_change_0000000002", "config_change_0000000003"}
