@@ -84,6 +84,16 @@ def F(name: str, type_: Any, versions: str = "0+", default: Any = None, *, tag: 
     return Field(name, type_, lo, hi, default, tag)
 
 
+def _is_default(t: Any, value: Any, default: Any, v: int) -> bool:
+    """Whether a tagged field's value is its default, so it is left out as Kafka leaves it out: a struct
+    all at its defaults, an empty array, or a value equal to the field's default."""
+    if isinstance(t, Struct):
+        return not value or value == t.defaults(v)
+    if isinstance(t, Array):
+        return not value
+    return value == default
+
+
 def _default(f: Field) -> Any:
     return f.default if f.default is not None else f.type.default
 
@@ -166,8 +176,8 @@ class Struct(Type):
         got = {name: t.read(r, v) for name, t, _ in self.at(v, True)}
         tagged = self.tagged(v)
         if tagged:
-            for name, _, default in tagged.values():
-                got[name] = default
+            for name, t, default in tagged.values():
+                got[name] = t.defaults(v) if isinstance(t, Struct) else default  # (a dict of its own each time)
         for _ in range(r.uvarint()):
             tag = r.uvarint()
             data = r.skip(r.uvarint())
@@ -192,7 +202,8 @@ class Struct(Type):
         if not tagged or self._tag_names[v].isdisjoint(value):
             w.buf.append(0)  # no tagged field: the common case, checked without a loop
             return
-        present = [(tag, t, value[name]) for tag, name, t, default in tagged if value.get(name, default) != default]
+        present = [(tag, t, value[name]) for tag, name, t, default in tagged
+                   if name in value and not _is_default(t, value[name], default, v)]  # fmt: skip
         w.uvarint(len(present))
         for tag, t, field_value in present:
             sub = Writer()
@@ -202,6 +213,13 @@ class Struct(Type):
             w.uvarint(tag)
             w.uvarint(len(data))
             w.raw(data)
+
+    def defaults(self, v: int) -> dict[str, Any]:
+        """A new body of this struct at version `v` with every field at its default (nested structs too)."""
+        return {
+            name: t.defaults(v) if isinstance(t, Struct) else default
+            for name, t, default in (*self.at(v), *self.tagged(v).values())
+        }
 
     def encode(self, value: dict[str, Any], v: int) -> bytes:
         """The body as one bytes object (record sets included)."""

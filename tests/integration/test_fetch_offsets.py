@@ -9,6 +9,7 @@ import uuid
 
 from broker.client.connection import Connection
 from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.admin import TOPIC_RESOURCE
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.records.batch import Record, build_batch
@@ -204,27 +205,36 @@ def test_describe_and_alter_configs_and_log_dirs(shared_broker):
         assert t["name"] == topic and t["partitions"][0]["partition_size"] == len(wire.make_batch([b"v" * 50]))
 
 
-def test_fetch_v12_answers_a_diverging_epoch_and_no_records(shared_broker):
-    """KIP-595: a fetcher whose last fetched epoch this log does not hold up to its fetch offset is told
-    where to truncate, with no records; one whose epoch agrees gets the records, with no diverging epoch."""
+def test_fetch_v12_answers_a_diverging_epoch_at_once_and_no_records(shared_broker):
+    """KIP-595, as Kafka 2.8's leader: a fetcher whose last fetched epoch ends in this log before its fetch
+    offset is told where to truncate, with no records and without waiting for min_bytes; an epoch this log
+    cannot place gets OFFSET_OUT_OF_RANGE; an epoch that agrees gets the records, no diverging epoch."""
     topic = _topic()
-    with wire.open_conn(shared_broker) as conn:
+    undefined = {"epoch": -1, "end_offset": -1}
+    with wire.open_conn(shared_broker, timeout=60) as conn:
         wire.create_topic(conn, topic)
         wire.produce_one(conn, topic, 0, wire.make_batch([b"a", b"b", b"c"]))
         assert conn.version_for(ApiKey.FETCH) == 12
-        # an epoch past every one this log knows: undefined (-1, -1), as Kafka's epoch cache answers; an epoch
-        # that ends (here: at the log end) before the fetch offset: that epoch and its end
-        cases = ((5, 3, {"epoch": -1, "end_offset": -1}), (0, 4, {"epoch": 0, "end_offset": 3}))
-        for last_epoch, offset, want in cases:
-            body = wire.fetch_body(topic, 0, offset)
+
+        def fetch(offset: int, last_epoch: int, **wait: int) -> dict:
+            body = wire.fetch_body(topic, 0, offset, **wait)
             body["topics"][0]["partitions"][0]["last_fetched_epoch"] = last_epoch
             [p] = conn.request(ApiKey.FETCH, body, version=12)["topics"][0]["partitions"]
-            assert (p["error_code"], p["diverging_epoch"], p["high_watermark"]) == (0, want, 3)
-            assert not p["records"]
-        body = wire.fetch_body(topic, 0, 1)
-        body["topics"][0]["partitions"][0]["last_fetched_epoch"] = 0
-        [p] = conn.request(ApiKey.FETCH, body, version=12)["topics"][0]["partitions"]
-        assert p["error_code"] == 0 and p["diverging_epoch"] == {}
+            return p
+
+        # epoch 0 ends at the log end (3), before the fetch offset 4: truncate to 3, answered at once although
+        # the fetch asked to wait 30 s for a byte (a 30 s wait would time the request out at 60 s instead)
+        start = time.monotonic()
+        p = fetch(4, 0, max_wait_ms=30000, min_bytes=1)
+        assert time.monotonic() - start < 15, "a diverging answer waited for min_bytes"
+        assert (p["error_code"], p["diverging_epoch"], p["high_watermark"]) == (0, {"epoch": 0, "end_offset": 3}, 3)
+        assert not p["records"]
+        # an epoch past every one this log knows: nothing to truncate to, so the fetcher must reset
+        p = fetch(3, 5, max_wait_ms=30000, min_bytes=1)
+        assert (p["error_code"], p["diverging_epoch"]) == (ErrorCode.OFFSET_OUT_OF_RANGE, undefined)
+        assert not p["records"]
+        p = fetch(1, 0)
+        assert p["error_code"] == 0 and p["diverging_epoch"] == undefined
         assert wire.values_of(p["records"]) == [b"a", b"b", b"c"]  # the whole batch holding offset 1
         [p] = conn.request(ApiKey.FETCH, wire.fetch_body(topic, 0, 0), version=11)["topics"][0]["partitions"]
         assert wire.values_of(p["records"]) == [b"a", b"b", b"c"]  # v11 still served, the same bytes

@@ -99,11 +99,14 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
                 continue
         last_epoch = p.get("last_fetched_epoch", -1)
         if last_epoch >= 0:
-            diverging = _diverging(b, plog, last_epoch, p["fetch_offset"])
-            if diverging is not None:  # no records: the fetcher truncates to the end offset first
-                out["diverging_epoch"] = diverging
+            code, diverging = _diverging(b, plog, last_epoch, p["fetch_offset"])
+            if code or diverging is not None:  # no records: the fetcher truncates (or resets) first, answered now
+                out["error_code"] = code
+                if diverging is not None:
+                    out["diverging_epoch"] = diverging
                 out["high_watermark"] = out["last_stable_offset"] = b.high_watermark(plog)
                 out["log_start_offset"] = plog.log_start_offset
+                errors = True  # (as Kafka: an answer with a diverging epoch does not wait for min_bytes)
                 continue
         if replica >= 0:
             code = _replica_fetch(b, plog, replica, p, note)
@@ -143,13 +146,16 @@ def _fenced(p: dict[str, Any], leader_epoch: int) -> ErrorCode:
     return ErrorCode.NONE
 
 
-def _diverging(b: Services, plog: Any, last_epoch: int, offset: int) -> dict[str, int] | None:
+def _diverging(b: Services, plog: Any, last_epoch: int, offset: int) -> tuple[ErrorCode, dict[str, int] | None]:
     """Fetch v12 (KIP-595), as Kafka's Partition.readRecords: when the fetcher's last fetched epoch ends
-    in this log before its fetch offset, or is not in this log, the epoch and end offset to truncate to."""
+    in this log before its fetch offset, or a larger one is this log's nearest, the epoch and end offset
+    to truncate to; OFFSET_OUT_OF_RANGE when no epoch up to it is known here (nothing to truncate to)."""
     epoch, end = b.replicas.end_offset_for((plog.topic, plog.partition), plog, last_epoch)
+    if epoch < 0 or end < 0:
+        return ErrorCode.OFFSET_OUT_OF_RANGE, None
     if epoch < last_epoch or end < offset:
-        return {"epoch": epoch, "end_offset": end}
-    return None
+        return ErrorCode.NONE, {"epoch": epoch, "end_offset": end}
+    return ErrorCode.NONE, None
 
 
 def _replica_fetch(b: Services, plog: Any, replica: int, p: dict[str, Any], note: bool) -> ErrorCode:

@@ -73,7 +73,9 @@ def defaults_of(t: Any, v: int) -> Any:
     """What reading a body written from `{}` must give: every field's default, arrays empty."""
     out = {}
     for name, tt, default in fields_of(t, v):
-        if isinstance(tt, Array):
+        if isinstance(tt, Struct):
+            out[name] = plain(tt.defaults(v))
+        elif isinstance(tt, Array):
             out[name] = [] if default == () else plain(default)
         else:
             out[name] = plain(default)
@@ -408,3 +410,21 @@ def test_api_versions_table() -> None:
         assert (row["min_version"], row["max_version"]) == api.advertised
         assert set(row) == {"api_key", "min_version", "max_version"}
     assert {"api_key": 0, "min_version": 0, "max_version": 9} in table
+
+
+def test_absent_tagged_structs_read_as_fresh_defaults_and_defaults_stay_off_the_wire() -> None:
+    """Fetch v12's per-partition tagged structs: absent, each reads as a dict of its own holding Kafka's
+    defaults (-1s); at their defaults (or empty), they are not written, as Kafka leaves them out."""
+    s = fetch.FETCH_RESPONSE
+    part = {"partition_index": 0, "error_code": 0, "high_watermark": 5, "records": None}
+    body = {"topics": [{"topic": "t", "partitions": [part, dict(part, partition_index=1)]}]}
+    plain_bytes = encode(s, body, 12)
+    a, b = (p["diverging_epoch"] for p in decode(s, plain_bytes, 12)["topics"][0]["partitions"])
+    assert a == b == {"epoch": -1, "end_offset": -1} and a is not b
+    at_defaults = dict(part, diverging_epoch={"epoch": -1, "end_offset": -1}, current_leader={})
+    assert encode(s, {"topics": [{"topic": "t", "partitions": [at_defaults, dict(part, partition_index=1)]}]},
+                  12) == plain_bytes  # fmt: skip
+    diverged = dict(part, diverging_epoch={"epoch": 3, "end_offset": 42})
+    got = decode(s, encode(s, {"topics": [{"topic": "t", "partitions": [diverged]}]}, 12), 12)
+    assert got["topics"][0]["partitions"][0]["diverging_epoch"] == {"epoch": 3, "end_offset": 42}
+    assert got["topics"][0]["partitions"][0]["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
