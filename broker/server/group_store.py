@@ -616,7 +616,7 @@ class GroupStore:
             return True
         while True:  # held: not over a commit someone else wrote after this one was accepted
             try:
-                _, stat = zk.get(path)
+                current, stat = zk.get(path)
             except NoNodeError:
                 try:
                     zk.create(path, data, makepath=True)
@@ -625,13 +625,25 @@ class GroupStore:
                 self._versions[path] = 0
                 return True
             if stat.version != self._versions.get(path) and stat.mtime > c.at_ms:
-                return False
+                if current != data or self._metadata_newer(key, c):
+                    return False
+                # this commit's own offset, written by an attempt whose reply was lost (ConnectionLoss): it is
+                # there, and what it carries beside it is not yet (written next, as after any write)
+                self._versions[path] = stat.version
+                return True
             try:
                 stat = zk.set(path, data, version=stat.version)
             except (BadVersionError, NoNodeError):
                 continue
             self._versions[path] = stat.version
             return True
+
+    def _metadata_newer(self, key: OffsetKey, c: _Commit) -> bool:
+        """Whether the metadata znode beside a held commit's offset was written after the commit was accepted:
+        by someone else (this commit's own is written only after its offset), committing the same offset
+        later; theirs stays."""
+        stat = self.zk.exists(paths.group_offset_metadata(*key))
+        return stat is not None and stat.mtime > c.at_ms
 
     def _release(self, upto: int | None) -> None:
         """Answer the OffsetCommits waiting for writes up to `upto` (None: all of them)."""

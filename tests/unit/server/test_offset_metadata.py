@@ -8,10 +8,13 @@ test_group_store's in-memory ZooKeeper; the same through Kafka's clients: tests/
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from broker.protocol.errors import ErrorCode
 from broker.server.handlers import groups
@@ -155,6 +158,54 @@ def test_a_commit_without_metadata_after_one_costs_no_second_write() -> None:
         zk.put(META, paths.offset_metadata_json(StoredOffset(5, 2, "theirs")) or b"")
         await store.commit(G, {(T, 0): 5})  # the same offset without metadata: theirs is not kept
         assert META not in zk.nodes and stored(zk) == StoredOffset(5)
+        await store.close(1)
+
+    run(main())
+
+
+class LostReplyZk(FakeZk):
+    """`lose` (a path): its next set is applied by ZooKeeper but its reply is lost (ConnectionLoss)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose: str | None = None
+        self.then: Callable[[], None] = lambda: None  # what happens between the lost reply and the retry
+
+    def set(self, path: str, data: bytes, version: int = -1) -> Any:
+        if path != self.lose:
+            return super().set(path, data, version)
+        self.lose = None
+        time.sleep(0.005)  # (written a few ms after the commit was accepted, as over a network)
+        super().set(path, data, version)
+        self.then()
+        raise ConnectionLoss()
+
+
+def test_a_commit_whose_written_reply_was_lost_still_writes_its_metadata() -> None:
+    async def main() -> None:
+        zk = LostReplyZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): StoredOffset(1, 1, "one")})
+        zk.lose = NODE
+        await store.commit(G, {(T, 0): StoredOffset(7, 3, "seven")})  # held after the ConnectionLoss, retried
+        await until("the held commit written", lambda: not store.held_commits())
+        assert stored(zk) == StoredOffset(7, 3, "seven")
+        assert await store.fetch(G, {T: [0]}) == {(T, 0): StoredOffset(7, 3, "seven")}
+        await store.close(1)
+
+    run(main())
+
+
+def test_a_lost_reply_keeps_metadata_someone_committed_with_the_same_offset_after_it() -> None:
+    async def main() -> None:
+        zk = LostReplyZk()
+        store = await started(zk)
+        await store.commit(G, {(T, 0): StoredOffset(1, 1, "one")})
+        zk.lose = NODE  # and the group's next coordinator commits the same offset, with its metadata, meanwhile
+        zk.then = lambda: zk.put(META, paths.offset_metadata_json(StoredOffset(7, 4, "theirs")) or b"")
+        await store.commit(G, {(T, 0): StoredOffset(7, 3, "ours")})
+        await until("the held commit done", lambda: not store.held_commits())
+        assert stored(zk) == StoredOffset(7, 4, "theirs")
         await store.close(1)
 
     run(main())
