@@ -1,10 +1,11 @@
 """Client quotas against a real broker and the real ZooKeeper: DescribeClientQuotas (48) and AlterClientQuotas (49)
 through kafka-python's protocol classes (neither confluent-kafka's nor kafka-python's admin client offers them),
-aiokafka's DescribeClientQuotas request through its admin client, and `kafkactl quota set | delete | list`; the znodes as kafka-configs.sh writes them (a SCRAM user keeps its
-credentials beside its quotas, and a quota change beside them keeps them); a quota written straight into
-ZooKeeper (as kafka-configs --zookeeper does) reaching the broker through its notification; and enforcement:
-a producer and a consumer over their byte rates are throttled (throttle_time_ms seen by confluent-kafka's
-throttle callback) while a client without a quota on the same broker keeps its rate.
+aiokafka's DescribeClientQuotas request through its admin client, and `kafkactl quota set | delete | list`;
+the znodes as kafka-configs.sh writes them (a SCRAM user keeps its credentials beside its quotas, and a
+quota change beside them keeps them); a quota written straight into ZooKeeper (as kafka-configs --zookeeper
+does) reaching the broker through its notification; and enforcement: a producer and a consumer over their
+byte rates are throttled (throttle_time_ms seen by confluent-kafka's throttle callback) while a client
+without a quota on the same broker keeps its rate.
 """
 
 from __future__ import annotations
