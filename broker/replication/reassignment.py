@@ -21,9 +21,9 @@ leader-side keys too, for Kafka's tools, but only the follower side is enforced.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from kazoo.client import KazooClient
 from broker.errors import KafkactlError
 from broker.replication.election import State
 from broker.topics import assign_replicas, topic_name_error
-from broker.zk import registry
+from broker.zk import paths, registry
 
 log = logging.getLogger(__name__)
 
@@ -212,36 +212,50 @@ def status(zk: KazooClient, moves: dict[TopicPartition, list[int]]) -> dict[Topi
 
 
 def set_throttle(zk: KazooClient, moves: list[Move], rate: int) -> None:
-    """Throttle the copies `moves` make at `rate` bytes/s, as kafka-reassign-partitions --throttle does."""
+    """Throttle the copies `moves` make at `rate` bytes/s, as kafka-reassign-partitions --throttle does. Each
+    config changes as IncrementalAlterConfigs changes it (`registry.update_config`): a change made between
+    the read and the write (`kafkactl config set`, another client) is kept, not overwritten."""
     brokers = sorted({b for m in moves for b in m.current + m.target})
     for b in brokers:
-        config = registry.broker_config(zk, b)
-        config.update({k: str(rate) for k in RATE_KEYS})
-        registry.set_broker_config(zk, b, config)
+        registry.update_config(zk, paths.broker_config(b), _with(dict.fromkeys(RATE_KEYS, str(rate))))
     for topic in sorted({m.topic for m in moves}):
         mine = [m for m in moves if m.topic == topic]
         leader = ",".join(f"{m.partition}:{b}" for m in mine for b in m.current)
         follower = ",".join(f"{m.partition}:{b}" for m in mine for b in m.target if b not in m.current)
-        config = registry.topic_config(zk, topic)
-        config.update(dict(zip(REPLICAS_KEYS, (leader, follower), strict=True)))
-        registry.set_topic_config(zk, topic, config)
+        keys = dict(zip(REPLICAS_KEYS, (leader, follower), strict=True))
+        registry.update_config(zk, paths.topic_config(topic), _with(keys), topic=topic)
 
 
 def remove_throttle(zk: KazooClient, moves: dict[TopicPartition, list[int]]) -> bool:
-    """Remove the throttle keys from every live broker and the plan's topics; True if any was there."""
+    """Remove the throttle keys from every live broker and the plan's topics; True if any was there. As
+    `set_throttle`, without overwriting a change made between the read and the write."""
     removed = False
     for b in sorted(registry.live_brokers(zk)):
-        config = registry.broker_config(zk, b)
-        if any(k in config for k in RATE_KEYS):
-            registry.set_broker_config(zk, b, {k: v for k, v in config.items() if k not in RATE_KEYS})
+        if registry.update_config(zk, paths.broker_config(b), _without(RATE_KEYS)) is not None:
             removed = True
     for topic in sorted({t for t, _ in moves}):
-        config = registry.topic_config(zk, topic)
-        if any(k in config for k in REPLICAS_KEYS):
-            with contextlib.suppress(registry.UnknownTopicError):
-                registry.set_topic_config(zk, topic, {k: v for k, v in config.items() if k not in REPLICAS_KEYS})
+        if registry.update_config(zk, paths.topic_config(topic), _without(REPLICAS_KEYS), topic=topic) is not None:
             removed = True
     return removed
+
+
+Change = Callable[[dict[str, str] | None], dict[str, str] | None]
+
+
+def _with(keys: dict[str, str]) -> Change:
+    """A config change (`registry.update_config`) setting `keys`, the other overrides kept."""
+    return lambda config: {**(config or {}), **keys}
+
+
+def _without(keys: tuple[str, ...]) -> Change:
+    """A config change removing `keys`, the other overrides kept; nothing written when none is there."""
+
+    def change(config: dict[str, str] | None) -> dict[str, str] | None:
+        if not config or not any(k in config for k in keys):
+            return None
+        return {k: v for k, v in config.items() if k not in keys}
+
+    return change
 
 
 # -- the controller's pass -----------------------------------------------------------------------

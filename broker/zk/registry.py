@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from kazoo.client import KazooClient
@@ -33,6 +35,10 @@ class TopicExistsError(KafkactlError):
 
 class UnknownTopicError(KafkactlError):
     pass
+
+
+class ConfigChangingError(KafkactlError):
+    """A config znode changed under every one of `update_config`'s tries."""
 
 
 class Endpoint(NamedTuple):
@@ -479,6 +485,32 @@ def set_config_if(zk: KazooClient, path: str, config: dict[str, str], version: i
     except (BadVersionError, NodeExistsError, NoNodeError):
         return False
     return True
+
+
+#: tries of read, change, conditional write of a config znode before giving up on one that keeps changing (each
+#: lost race means another writer's change landed; a short random pause spreads the writers out)
+CONFIG_TRIES = 50
+
+
+def update_config(zk: KazooClient, path: str, change: Callable[[dict[str, str] | None], dict[str, str] | None], *,
+                  topic: str | None = None, tries: int = CONFIG_TRIES) -> dict[str, str] | None:  # fmt: skip
+    """Change a config znode without losing another writer's change (IncrementalAlterConfigs, `topic reassign
+    --throttle`): read it (`config_with_version`), `change` the overrides, write them only if the znode is still
+    at the version read (`set_config_if`), else read and decide again. `change` returns the new overrides, or
+    None to write nothing; it may raise. With `topic` (the znode is that topic's config) `change` is given None
+    when the topic does not exist, and UnknownTopicError is raised if it returns overrides all the same.
+    Returns what was written (None: nothing); ConfigChangingError after `tries` lost races."""
+    for _ in range(tries):
+        found = topic_config_with_version(zk, topic) if topic is not None else config_with_version(zk, path)
+        new = change(None if found is None else dict(found[0]))
+        if new is None:
+            return None
+        if found is None:
+            raise UnknownTopicError(f"topic {topic!r} does not exist")
+        if set_config_if(zk, path, new, found[1]):
+            return new
+        time.sleep(random.uniform(0, 0.02))
+    raise ConfigChangingError(f"the config in {path} kept changing: try again")
 
 
 def topic_moves(zk: KazooClient, topic: str) -> tuple[paths.Moves, int] | None:

@@ -10,6 +10,8 @@ validate_only.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -343,3 +345,24 @@ def test_concurrent_changes_of_different_keys_all_land(b):
         assert list(pool.map(set_one, keys)) == [0] * len(keys)
     assert overrides(b, t) == keys
     assert {k: described(b, t)[k] for k in keys} == keys
+
+
+def test_a_zookeeper_lost_mid_request_is_that_resources_error_and_the_connection_stays(private_zk, tmp_path):
+    """ZooKeeper stops answering (SIGSTOP) after the handler found the session up: the read in its loop ends in
+    ConnectionLoss, which is that resource's UNKNOWN_SERVER_ERROR naming ZooKeeper; the client's connection
+    is not closed, and serves the next request."""
+    overrides = {"zookeeper.session.timeout.ms": "6000"}  # (kazoo gives up on a silent server after 2/3 of it)
+    with BrokerProcess(1, new_chroot(private_zk.connect_string), tmp_path, overrides=overrides) as b:
+        rate = [{"name": "follower.replication.throttled.rate", "config_operation": 0, "value": "5"}]
+        res = {"resource_type": 4, "resource_name": "1", "configs": rate}
+        with open_conn(b, timeout=30) as conn:
+            conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})
+            os.kill(private_zk.pid, signal.SIGSTOP)
+            try:
+                r = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [res], "validate_only": False})
+            finally:
+                os.kill(private_zk.pid, signal.SIGCONT)
+            (answer,) = r["responses"]
+            assert answer["error_code"] == ErrorCode.UNKNOWN_SERVER_ERROR, answer
+            assert "ZooKeeper" in answer["error_message"], answer
+            assert conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})["brokers"]

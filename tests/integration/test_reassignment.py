@@ -8,8 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
+
+from kazoo.client import KazooClient
 
 from broker.client.producer import AsyncProducer
+from broker.protocol.api import ApiKey
+from broker.replication import reassignment
+from broker.replication.reassignment import Move
 from tests.integration.helpers import cli, json_lines, ok, wait_until, zk_json, zk_session
 from tests.integration.test_replication import (
     create,
@@ -21,6 +27,7 @@ from tests.integration.test_replication import (
     start3,
     states,
 )
+from tests.integration.wire import open_conn
 
 
 def plan_of(moves: dict[int, list[int]], topic: str) -> str:
@@ -212,3 +219,65 @@ def test_a_move_that_adds_no_broker_completes_and_the_leaving_replica_stays_out(
     by_id = {b.broker_id: b for b in brokers}
     wait_until(lambda: not (by_id[gone].log_dir / "shrunk-0").exists(), 10, "the leaving replica's copy deleted")
     assert sorted(read_values(brokers[1].bootstrap, "shrunk", 500)) == sorted(acked)
+
+
+class ReadThenRace(KazooClient):
+    """A real kazoo client on the real ZooKeeper which, right after its next read of `path`, runs `between`:
+    another writer's change landing between a read-modify-write's read and its write, every time."""
+
+    path: str | None = None
+    between: Callable[[], None] | None = None
+
+    def race(self, path: str, between: Callable[[], None]) -> None:
+        self.path, self.between = path, between
+
+    def get(self, path: str, watch=None):  # noqa: ANN001, ANN201 - kazoo's signature
+        got = super().get(path, watch)
+        if path == self.path and self.between is not None:
+            between, self.between = self.between, None
+            between()
+        return got
+
+
+def test_a_throttle_set_or_removed_keeps_a_config_change_made_meanwhile(start_broker, zk_chroot):
+    """`topic reassign --throttle` and the --verify that removes it change /config/brokers/<id> and the topic's
+    config as IncrementalAlterConfigs does: a change IncrementalAlterConfigs makes between their read and
+    their write stays (an unconditional write of what they read would undo it)."""
+    (b,) = start3(start_broker, ids=(1,))
+    create([b], "raced", 1, 1, 1)
+
+    def alter(rtype: int, name: str, key: str, operation: int, value: str | None) -> None:
+        """IncrementalAlterConfigs through the broker (operation 0: SET, 1: DELETE)."""
+        with open_conn(b) as conn:
+            res = {"resource_type": rtype, "resource_name": name,
+                   "configs": [{"name": key, "config_operation": operation, "value": value}]}  # fmt: skip
+            r = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [res], "validate_only": False})
+        assert r["responses"][0]["error_code"] == 0, r
+
+    moves = [Move("raced", 0, [1], [1])]
+    with zk_session(zk_chroot) as plain:
+        plain.create("/config/brokers/1", json.dumps({"version": 1, "config": {"x.custom.key": "1"}}).encode(),
+                     makepath=True)  # fmt: skip
+    zk = ReadThenRace(hosts=zk_chroot, timeout=10.0)
+    zk.start(timeout=15)
+    try:
+        # the throttle set: a key deleted from the broker's config and one set on the topic's, meanwhile
+        zk.race("/config/brokers/1", lambda: alter(4, "1", "x.custom.key", 1, None))
+        reassignment.set_throttle(zk, moves, 1000)
+        zk.race("/config/topics/raced", lambda: alter(2, "raced", "retention.ms", 0, "60000"))
+        reassignment.set_throttle(zk, moves, 2000)
+        assert zk_json(zk, "/config/brokers/1")["config"] == {
+            "leader.replication.throttled.rate": "2000", "follower.replication.throttled.rate": "2000"}  # fmt: skip
+        topic = zk_json(zk, "/config/topics/raced")["config"]
+        assert topic["retention.ms"] == "60000" and topic["leader.replication.throttled.replicas"] == "0:1"
+        # the throttle removed: a key set on each meanwhile
+        zk.race("/config/brokers/1", lambda: alter(4, "1", "follower.replication.throttled.rate", 0, "5"))
+        zk.race("/config/topics/raced", lambda: alter(2, "raced", "segment.ms", 0, "600000"))
+        assert reassignment.remove_throttle(zk, {("raced", 0): [1]})
+        assert zk_json(zk, "/config/brokers/1")["config"] == {}
+        assert zk_json(zk, "/config/topics/raced")["config"] == {
+            "min.insync.replicas": "1", "retention.ms": "60000", "segment.ms": "600000"}  # fmt: skip
+        assert not reassignment.remove_throttle(zk, {("raced", 0): [1]})  # nothing left to remove
+    finally:
+        zk.stop()
+        zk.close()

@@ -5,6 +5,9 @@ ZooKeeper are read, every operation applied (broker.server.config_ops), the resu
 written back, so a resource changes wholly or not at all. The write is conditional on the znode's
 version: another writer in between (AlterConfigs, `topic reassign --throttle`, a second client) makes it
 read and decide again instead of losing that change. `validate_only` checks everything and writes nothing.
+The read-modify-write is `registry.update_config`, which `topic reassign --throttle` uses too. ZooKeeper
+failing during it (ConnectionLoss, SessionExpired, any kazoo error) is that resource's UNKNOWN_SERVER_ERROR,
+as a ZooKeeper already unreachable before it is; the client's connection stays open.
 
 - Topics (type 2): every topic-level key (`BrokerConfig.TOPIC_DEFAULTS`); the brokers take the new
   overrides from their watches of `/config/topics/<t>`, this one at once.
@@ -20,10 +23,13 @@ cluster for a broker (CLUSTER_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
-import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
@@ -49,10 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: tries of read, decide, conditional write before giving up on a resource that keeps changing (each lost
-#: race means another writer's change landed; a short random pause spreads the writers out)
-_TRIES = 50
-
 
 async def handle_incremental_alter_configs(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     out = []
@@ -72,6 +74,10 @@ async def handle_incremental_alter_configs(b: Services, header: RequestHeader, r
                 raise ConfigOpError(ErrorCode.INVALID_REQUEST, why)
         except ConfigOpError as exc:
             item["error_code"], item["error_message"] = exc.code, exc.message
+        except (KazooException, KazooTimeoutError) as exc:  # (ConnectionLoss, SessionExpired, ...) this resource's
+            why = str(exc) or type(exc).__name__
+            item["error_code"] = ErrorCode.UNKNOWN_SERVER_ERROR
+            item["error_message"] = f"broker {b.id} could not change it in ZooKeeper ({why}); try again"
     return {"throttle_time_ms": 0, "responses": out}
 
 
@@ -93,11 +99,10 @@ async def _alter_topic(b: Services, topic: str, ops: list[Op], validate_only: bo
     check_ops(ops)
     _zookeeper_up(b)
     defaults = b.config.topic_defaults()
-    for _ in range(_TRIES):
-        found = await b.blocking(registry.topic_config_with_version, b.zk, topic)
-        current, version = found if found is not None else ({}, -1)
-        new = apply_ops(current, ops, defaults, TOPIC_LIST_KEYS)
-        if found is None:
+
+    def change(current: dict[str, str] | None) -> dict[str, str] | None:
+        new = apply_ops(current or {}, ops, defaults, TOPIC_LIST_KEYS)
+        if current is None:
             raise ConfigOpError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic}' does not exist.")
         unknown = unknown_keys(new, BrokerConfig.TOPIC_DEFAULTS)
         if unknown:
@@ -106,14 +111,12 @@ async def _alter_topic(b: Services, topic: str, ops: list[Op], validate_only: bo
         if why:
             label = resource_label(TOPIC_RESOURCE, topic)
             raise ConfigOpError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {label}: {why}")
-        if validate_only:
-            return
-        if await b.blocking(registry.set_config_if, b.zk, paths.topic_config(topic), new, version):
-            log.info("updated topic %s with new configuration %s (IncrementalAlterConfigs)", topic, new)
-            b.apply_config(topic, new)
-            return
-        await _pause()
-    raise ConfigOpError(ErrorCode.REQUEST_TIMED_OUT, f"the config of topic {topic!r} kept changing: try again")
+        return None if validate_only else new
+
+    written = await _update(b, paths.topic_config(topic), change, topic)
+    if written is not None:
+        log.info("updated topic %s with new configuration %s (IncrementalAlterConfigs)", topic, written)
+        b.apply_config(topic, written)
 
 
 async def _alter_broker(b: Services, name: str, ops: list[Op], validate_only: bool) -> None:
@@ -129,9 +132,9 @@ async def _alter_broker(b: Services, name: str, ops: list[Op], validate_only: bo
         why = f"Invalid config value for resource {label}: {why}"
         raise ConfigOpError(ErrorCode.INVALID_REQUEST, why)
     _zookeeper_up(b)
-    path = paths.broker_config(b.id)
-    for _ in range(_TRIES):
-        current, version = await b.blocking(registry.config_with_version, b.zk, path)
+
+    def change(found: dict[str, str] | None) -> dict[str, str] | None:
+        current = found or {}
         new = apply_ops(current, ops, dict.fromkeys(DYNAMIC_BROKER_KEYS, ""), frozenset(), "broker")
         unknown = [k for k in unknown_keys(new, DYNAMIC_BROKER_KEYS) if k not in current]
         if unknown:
@@ -140,13 +143,21 @@ async def _alter_broker(b: Services, name: str, ops: list[Op], validate_only: bo
             why = _rate_error(key, new[key])
             if why:
                 raise ConfigOpError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {label}: {why}")
-        if validate_only:
-            return
-        if await b.blocking(registry.set_config_if, b.zk, path, new, version):
-            log.info("updated the dynamic config of broker %s: %s (IncrementalAlterConfigs)", b.id, new)
-            return
-        await _pause()
-    raise ConfigOpError(ErrorCode.REQUEST_TIMED_OUT, f"the config of broker {b.id} kept changing: try again")
+        return None if validate_only else new
+
+    written = await _update(b, paths.broker_config(b.id), change)
+    if written is not None:
+        log.info("updated the dynamic config of broker %s: %s (IncrementalAlterConfigs)", b.id, written)
+
+
+async def _update(b: Services, path: str, change: Callable[[dict[str, str] | None], dict[str, str] | None],
+                  topic: str | None = None) -> dict[str, str] | None:  # fmt: skip
+    """`registry.update_config` off the event loop: the conditional read-modify-write, again on a lost race."""
+    try:
+        return await b.blocking(functools.partial(registry.update_config, b.zk, path, change, topic=topic))
+    except registry.ConfigChangingError:
+        what = f"topic {topic!r}" if topic is not None else f"broker {b.id}"
+        raise ConfigOpError(ErrorCode.REQUEST_TIMED_OUT, f"the config of {what} kept changing: try again") from None
 
 
 def _rate_error(key: str, value: str) -> str | None:
@@ -156,11 +167,6 @@ def _rate_error(key: str, value: str) -> str | None:
     except ValueError:
         return f"Invalid value {value} for configuration {key}: Not a number of type LONG"
     return f"Invalid value {value} for configuration {key}: Value must be at least 0" if rate < 0 else None
-
-
-async def _pause() -> None:
-    """After a lost race: 0-20 ms, so the writers of one znode do not keep colliding."""
-    await asyncio.sleep(random.uniform(0, 0.02))
 
 
 def _zookeeper_up(b: Services) -> None:
