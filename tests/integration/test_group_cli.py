@@ -413,9 +413,10 @@ def test_rewind_to_datetime_and_by_duration_find_the_first_offset_at_or_after_th
 
 
 def test_rewind_clamps_to_the_log_start_after_retention(b):
-    """Single-message segments and retention.bytes=0: retention leaves only the active segment (offset 5)."""
+    """Single-message segments (14 bytes: Kafka's least segment.bytes) and retention.bytes=0: retention leaves
+    only the active segment (offset 5)."""
     t, g = unique("trim"), unique("trimg")
-    create_topic(b.bootstrap, t, 1, {"segment.bytes": "1", "retention.bytes": "0"})
+    create_topic(b.bootstrap, t, 1, {"segment.bytes": "14", "retention.bytes": "0"})
     assert produce(b, t, {0: 6}, one_batch_each=True) == {0: [0, 1, 2, 3, 4, 5]}
     with Admin(b.bootstrap) as admin:
         wait_until(lambda: admin.list_offsets([(t, 0)], EARLIEST) == {(t, 0): 5}, 15, "retention moved the log start")

@@ -297,7 +297,7 @@ def test_empty_ranges_give_no_rows(spark, spark_broker):
 def trimmed(spark_broker) -> str:
     """A topic whose offsets 0-4 retention removed: one message per segment, retention.bytes=0."""
     b = spark_broker
-    t = create_topic(b.bootstrap, unique("trim"), 1, {"segment.bytes": "1", "retention.bytes": "0"})
+    t = create_topic(b.bootstrap, unique("trim"), 1, {"segment.bytes": "14", "retention.bytes": "0"})
     produce(b.bootstrap, t, numbered({0: 6}), one_batch_each=True)
     with Admin(b.bootstrap) as admin:
         wait_until(lambda: admin.list_offsets([(t, 0)], EARLIEST) == {(t, 0): 5}, 15, "retention moved the log start")
