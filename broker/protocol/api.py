@@ -14,6 +14,7 @@ from broker.protocol.messages import admin, fetch, groups, metadata, produce, se
 from broker.protocol.messages import configs as configs_msgs
 from broker.protocol.messages import quotas as quotas_msgs
 from broker.protocol.messages import records as records_msgs
+from broker.protocol.messages import transactions as txn_msgs
 from broker.protocol.schema import Struct
 
 
@@ -38,6 +39,10 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -54,6 +59,8 @@ class ApiKey(IntEnum):
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 class Api(NamedTuple):
@@ -118,6 +125,15 @@ APIS: dict[int, Api] = {
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 3),
         _api(ApiKey.ELECT_LEADERS, admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE, 0, 2),
         _api(ApiKey.DESCRIBE_PRODUCERS, produce.DESCRIBE_PRODUCERS_REQUEST, produce.DESCRIBE_PRODUCERS_RESPONSE, 0, 0),
+        _api(ApiKey.ADD_PARTITIONS_TO_TXN, txn_msgs.ADD_PARTITIONS_TO_TXN_REQUEST,
+             txn_msgs.ADD_PARTITIONS_TO_TXN_RESPONSE, 0, 3),  # fmt: skip
+        _api(ApiKey.ADD_OFFSETS_TO_TXN, txn_msgs.ADD_OFFSETS_TO_TXN_REQUEST,
+             txn_msgs.ADD_OFFSETS_TO_TXN_RESPONSE, 0, 3),  # fmt: skip
+        _api(ApiKey.END_TXN, txn_msgs.END_TXN_REQUEST, txn_msgs.END_TXN_RESPONSE, 0, 3),
+        _api(ApiKey.TXN_OFFSET_COMMIT, txn_msgs.TXN_OFFSET_COMMIT_REQUEST, txn_msgs.TXN_OFFSET_COMMIT_RESPONSE, 0, 3),
+        _api(ApiKey.DESCRIBE_TRANSACTIONS, txn_msgs.DESCRIBE_TRANSACTIONS_REQUEST,
+             txn_msgs.DESCRIBE_TRANSACTIONS_RESPONSE, 0, 0),  # fmt: skip
+        _api(ApiKey.LIST_TRANSACTIONS, txn_msgs.LIST_TRANSACTIONS_REQUEST, txn_msgs.LIST_TRANSACTIONS_RESPONSE, 0, 0),
         _api(ApiKey.DESCRIBE_CLUSTER, metadata.DESCRIBE_CLUSTER_REQUEST, metadata.DESCRIBE_CLUSTER_RESPONSE, 0, 0),
         _api(ApiKey.SASL_HANDSHAKE, security.SASL_HANDSHAKE_REQUEST, security.SASL_HANDSHAKE_RESPONSE, 0, 1),
         _api(ApiKey.SASL_AUTHENTICATE, security.SASL_AUTHENTICATE_REQUEST, security.SASL_AUTHENTICATE_RESPONSE, 0, 2),

@@ -47,6 +47,12 @@ KP = {
     ApiKey.API_VERSIONS: (kp_metadata.ApiVersionsRequest, kp_metadata.ApiVersionsResponse),
     ApiKey.DESCRIBE_CLUSTER: (kp_admin.DescribeClusterRequest, kp_admin.DescribeClusterResponse),
     ApiKey.DESCRIBE_PRODUCERS: (kp_admin.DescribeProducersRequest, kp_admin.DescribeProducersResponse),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (kp_producer.AddPartitionsToTxnRequest, kp_producer.AddPartitionsToTxnResponse),
+    ApiKey.ADD_OFFSETS_TO_TXN: (kp_producer.AddOffsetsToTxnRequest, kp_producer.AddOffsetsToTxnResponse),
+    ApiKey.END_TXN: (kp_producer.EndTxnRequest, kp_producer.EndTxnResponse),
+    ApiKey.TXN_OFFSET_COMMIT: (kp_producer.TxnOffsetCommitRequest, kp_producer.TxnOffsetCommitResponse),
+    ApiKey.DESCRIBE_TRANSACTIONS: (kp_admin.DescribeTransactionsRequest, kp_admin.DescribeTransactionsResponse),
+    ApiKey.LIST_TRANSACTIONS: (kp_admin.ListTransactionsRequest, kp_admin.ListTransactionsResponse),
     ApiKey.CREATE_TOPICS: (kp_admin.CreateTopicsRequest, kp_admin.CreateTopicsResponse),
     ApiKey.DELETE_TOPICS: (kp_admin.DeleteTopicsRequest, kp_admin.DeleteTopicsResponse),
     ApiKey.DELETE_RECORDS: (kp_admin.DeleteRecordsRequest, kp_admin.DeleteRecordsResponse),
@@ -116,6 +122,10 @@ OLD = {
     ApiKey.DESCRIBE_ACLS: ("admin", "DescribeAclsRequest", "DescribeAclsResponse"),
     ApiKey.CREATE_ACLS: ("admin", "CreateAclsRequest", "CreateAclsResponse"),
     ApiKey.DELETE_ACLS: ("admin", "DeleteAclsRequest", "DeleteAclsResponse"),
+    ApiKey.ADD_PARTITIONS_TO_TXN: ("add_partitions_to_txn", "AddPartitionsToTxnRequest", "AddPartitionsToTxnResponse"),
+    ApiKey.ADD_OFFSETS_TO_TXN: ("add_offsets_to_txn", "AddOffsetsToTxnRequest", "AddOffsetsToTxnResponse"),
+    ApiKey.END_TXN: ("end_txn", "EndTxnRequest", "EndTxnResponse"),
+    ApiKey.TXN_OFFSET_COMMIT: ("txn_offset_commit", "TxnOffsetCommitRequest", "TxnOffsetCommitResponse"),
 }
 
 #: hand-written kafka-python classes that are themselves wrong (checked against Kafka's JSON): left out.
@@ -142,6 +152,17 @@ RENAMES = {
     (ApiKey.FETCH, "response"): {"topics": "responses"},
     (ApiKey.OFFSET_COMMIT, "request"): {"generation_id": "generation_id_or_member_epoch"},
     (ApiKey.DESCRIBE_CLUSTER, "response"): {"cluster_authorized_operations": "authorized_operations"},
+    (ApiKey.ADD_PARTITIONS_TO_TXN, "request"): {
+        "transactional_id": "v3_and_below_transactional_id",
+        "producer_id": "v3_and_below_producer_id",
+        "producer_epoch": "v3_and_below_producer_epoch",
+        "topics": "v3_and_below_topics",
+    },
+    (ApiKey.ADD_PARTITIONS_TO_TXN, "response"): {
+        "results": "results_by_topic_v3_and_below",
+        "results.results": "results_by_partition",
+        "results.results.error_code": "partition_error_code",
+    },
     (ApiKey.METADATA, "response"): {
         "topics.topic_authorized_operations": "authorized_operations",
         "cluster_authorized_operations": "authorized_operations",
