@@ -28,6 +28,12 @@ class LogConfig:
     message_timestamp_difference_max_ms: int = MAX_LONG  # CreateTime records further from the clock: refused
     compression_type: str = "producer"  # compression.type: the codec the leader stores batches in
     segment_jitter_ms: int = 0  # segment.jitter.ms / log.roll.jitter.ms: a segment rolls up to this much early
+    # the log cleaner's keys (broker/log/cleaner.py): cleanup.policy is "delete", "compact" or "compact,delete"
+    cleanup_policy: str = "delete"  # cleanup.policy / log.cleanup.policy
+    delete_retention_ms: int = 86400000  # delete.retention.ms / log.cleaner.delete.retention.ms
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms / log.cleaner.min.compaction.lag.ms
+    max_compaction_lag_ms: int = MAX_LONG  # max.compaction.lag.ms / log.cleaner.max.compaction.lag.ms
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio / log.cleaner.min.cleanable.ratio
     #: the codec batches are recompressed to (-1: kept as produced)
     target_codec: int = field(init=False, compare=False, default=-1)
     #: whether a leader must look into produced batches beyond validation (a timestamp window, a codec to
@@ -49,6 +55,11 @@ class LogConfig:
         "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
         "compression.type": "compression_type",
         "segment.jitter.ms": "segment_jitter_ms",
+        "cleanup.policy": "cleanup_policy",
+        "delete.retention.ms": "delete_retention_ms",
+        "min.compaction.lag.ms": "min_compaction_lag_ms",
+        "max.compaction.lag.ms": "max_compaction_lag_ms",
+        "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
     }
 
     def __post_init__(self) -> None:
@@ -66,5 +77,20 @@ class LogConfig:
             if key not in self.KEYS:
                 raise KeyError(key)
             name = self.KEYS[key]
-            changes[name] = value.strip() if types[name] == "str" else int(value)
+            if name == "cleanup_policy":
+                changes[name] = ",".join(i.strip() for i in value.split(","))
+            elif types[name] == "str":
+                changes[name] = value.strip()
+            else:
+                changes[name] = float(value) if types[name] == "float" else int(value)
         return replace(self, **changes)
+
+    @property
+    def compact(self) -> bool:
+        """Whether the log cleaner compacts this log (cleanup.policy holds `compact`)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention (time and size) deletes old segments (cleanup.policy holds `delete`)."""
+        return "delete" in self.cleanup_policy.split(",")

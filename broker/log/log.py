@@ -448,10 +448,13 @@ class PartitionLog:
     # -- retention and truncation ---------------------------------------------------------------
 
     def delete_retained(self, now_ms: int | None = None) -> list[int]:
-        """Delete whole segments past `retention.ms` or beyond `retention.bytes`; returns their bases."""
+        """Delete whole segments past `retention.ms` or beyond `retention.bytes` (when cleanup.policy holds
+        `delete`); returns their bases."""
         now_ms = self._now_ms() if now_ms is None else now_ms
         deleted: list[int] = []
         cfg = self.config
+        if not cfg.delete:  # cleanup.policy=compact: only the log cleaner removes records
+            return deleted
         if cfg.retention_ms >= 0:
             for base in list(self.bases):
                 seg = self.segments[base]

@@ -70,6 +70,13 @@ DEFAULTS: dict[str, str | None] = {
     "log.cleaner.min.compaction.lag.ms": "0",
     "log.cleaner.max.compaction.lag.ms": str(MAX_LONG),
     "log.cleaner.min.cleanable.ratio": "0.5",
+    # the log cleaner (broker/log/cleaner.py), Kafka's keys and defaults
+    "log.cleaner.enable": "true",
+    "log.cleaner.threads": "1",
+    "log.cleaner.backoff.ms": "15000",
+    "log.cleaner.dedupe.buffer.size": "134217728",
+    "log.cleaner.io.buffer.load.factor": "0.9",
+    "log.cleaner.io.max.bytes.per.second": str(float(2**63 - 1)),
     "log.segment.delete.delay.ms": "60000",
     "log.preallocate": "false",
     "log.message.format.version": MESSAGE_FORMAT_VERSION,
@@ -526,7 +533,7 @@ class BrokerConfig:
                 why = topic_configs.value_error(topic_key, p[broker_key], broker_key)
                 if why:
                     raise KafkactlError(f"config: {why}")
-        return lc
+        return lc.with_overrides({k: p[b] for b, k in _CLEANER_DEFAULTS.items() if p.get(b)})
 
     #: topic-level key → the broker key whose value is its default (None: none, empty by default); every key
     #: of Kafka 2.8's LogConfig (broker/server/topic_configs.py)
@@ -563,6 +570,15 @@ class BrokerConfig:
         STATIC_BROKER_CONFIG source) rather than from Kafka's built-in default."""
         key = self.TOPIC_DEFAULTS.get(name)
         return key is not None and any(k in self.explicit for k in (key, *self._ALSO.get(name, ())))
+
+
+#: the broker keys of the log cleaner's topic-level keys (their defaults), as `_log_config` applies them
+_CLEANER_DEFAULTS = {
+    "log.cleanup.policy": "cleanup.policy", "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+}  # fmt: skip
 
 
 def is_sensitive(key: str) -> bool:

@@ -3,10 +3,10 @@ the broker key whose value is its default (Kafka's TopicConfigSynonyms).
 
 Checks and their wording are Kafka's ConfigDef ones (`Invalid value V for configuration K: …`), so a client
 sees what a Kafka broker would tell it. What kafkactl does with each key is in docs/configuration.md: some
-change behaviour (retention, rolls, `compression.type`, the timestamp keys, `max.message.bytes`), the
-compaction keys are accepted and checked for the log cleaner to come, and `message.format.version` /
-`message.downconversion.enable` are accepted and checked only (kafkactl always writes v2 batches).
-`cleanup.policy=compact` is still refused: there is no log cleaner yet.
+change behaviour (retention, rolls, `compression.type`, the timestamp keys, `max.message.bytes`, and
+`cleanup.policy` with the compaction keys, which drive the log cleaner, broker/log/cleaner.py), and
+`message.format.version` / `message.downconversion.enable` are accepted and checked only (kafkactl always
+writes v2 batches).
 """
 
 from __future__ import annotations
@@ -68,8 +68,6 @@ def _policy(v: object) -> str | None:
     for item in items:
         if item not in ("compact", "delete"):
             return "String must be one of: compact, delete"  # (Kafka's ValidList wording)
-    if "compact" in items:
-        return "only 'delete' is supported: kafkactl has no log cleaner yet (compact)"
     return None
 
 

@@ -524,8 +524,8 @@ def test_topic_config_error() -> None:
                                "retention.bytes": "1"}) is None  # fmt: skip
     err = topic_config_error({"retention.ms": "1", "retention.hours": "1"})
     assert err == "Unknown topic config name: retention.hours"  # (Kafka's words)
-    err = topic_config_error({"cleanup.policy": "compact"})
-    assert err is not None and "compact" in err and "cleanup.policy" in err
+    assert topic_config_error({"cleanup.policy": "compact"}) is None  # (the log cleaner compacts it)
+    assert topic_config_error({"cleanup.policy": "compact,delete"}) is None
     err = topic_config_error({"message.timestamp.type": "Whenever"})
     assert err == ("Invalid value Whenever for configuration message.timestamp.type: String must be one of: "
                    "CreateTime, LogAppendTime")  # fmt: skip
@@ -603,7 +603,9 @@ def test_broker_defaults_of_topic_keys_are_checked_as_the_topic_key() -> None:
     with pytest.raises(KafkactlError, match="configuration log.cleaner.min.cleanable.ratio"):
         BrokerConfig.load(None, {"log.cleaner.min.cleanable.ratio": "2"})
     with pytest.raises(KafkactlError, match="configuration log.cleanup.policy"):
-        BrokerConfig.load(None, {"log.cleanup.policy": "compact"})  # (no log cleaner yet)
+        BrokerConfig.load(None, {"log.cleanup.policy": "shred"})
+    compacting = BrokerConfig.load(None, {"log.cleanup.policy": "compact", "log.cleaner.min.cleanable.ratio": "0.2"})
+    assert compacting.log.compact and not compacting.log.delete and compacting.log.min_cleanable_dirty_ratio == 0.2
     c = BrokerConfig.load(None, {"compression.type": "gzip", "log.roll.jitter.hours": "1",
                                  "log.message.timestamp.difference.max.ms": "5000"})  # fmt: skip
     assert (c.log.compression_type, c.log.target_codec, c.log.segment_jitter_ms) == ("gzip", 1, 3_600_000)

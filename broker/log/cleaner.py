@@ -1,0 +1,709 @@
+"""The log cleaner: compaction of `cleanup.policy=compact` logs, as Kafka's LogCleaner.
+
+A compacted log keeps, for each key, at least its latest record. The cleaner checkpoint of a log is its
+*first dirty offset*: below it the log was cleaned, from it on it is dirty. A clean of one log:
+
+1. Picks the log. Its cleanable section runs from the first dirty offset to the first *uncleanable* offset:
+   the active segment's base, or the base of the first segment holding a record younger than
+   `min.compaction.lag.ms`, whichever is lower. Dirty ratio = cleanable bytes / (clean + cleanable bytes)
+   (whole segments, as Kafka counts them). The log with the highest ratio over `min.cleanable.dirty.ratio`
+   goes first; a log whose oldest dirty record is past `max.compaction.lag.ms` is cleaned whatever its ratio.
+2. Builds the offset map (`broker.log.offset_map`: key hash → last offset) over the cleanable section. The
+   map is bounded (`log.cleaner.dedupe.buffer.size`): where it is full the clean stops at that batch, and
+   the rest is left dirty for the next clean.
+3. Rewrites the segments below that point, in groups of consecutive segments whose sum fits in
+   `segment.bytes` (small cleaned segments are merged), each group into one segment named by its first base
+   offset. A record is kept when no later record of its key is in the map; a tombstone (a null value) is
+   kept only while its batch is younger than the delete horizon, the largest timestamp of the last cleaned
+   segment less `delete.retention.ms` (Kafka 2.8 compares the segment's modification time, which a merge of
+   small segments moves on: by batch, a tombstone goes once its own time is past); a record without a key is
+   dropped (Kafka's cleaner counts it invalid). Offsets are preserved, leaving gaps: a batch keeps its base
+   offset, producer id, epoch and base sequence, is re-built with its kept records (CRC recomputed; a
+   compressed batch recompressed with its codec) and copied byte for byte when it keeps them all.
+   Transactional and control batches (attributes bits 4 and 5) are copied whole and never go into the map,
+   so an aborted transaction's record never hides a committed value; a segment's `.txnindex` is carried over
+   unchanged (removing aborted data and old markers is not done). Legacy (magic 0/1) batches are copied
+   whole.
+4. Swaps the cleaned segment in, crash-safely, Kafka's way. The group is written as
+   `<base>.log.cleaned` (and `.index.cleaned`, `.timeindex.cleaned`, `.txnindex.cleaned`), fsynced, then,
+   under the partition's lock (`run_locked`: the broker's event loop), renamed to `.swap` — the indexes
+   first, the `.log` last: the `.log.swap` is the commit point — the old segments after the first renamed
+   to `.deleted`, and the `.swap` files renamed over the first old segment's files. Start-up
+   (`recover_swaps`) finishes a swap whose `.log.swap` exists (the old segments it covers are removed),
+   rolls back one without it (`.cleaned` files and orphan index `.swap`s are removed, the old segments
+   stay) and removes `.deleted` files; a `.log.swap` that does not scan whole is moved to quarantine
+   (`.quarantined`) and the `.deleted` segments it would have replaced are renamed back.
+
+The old segments' descriptors stay open `file.delete.delay.ms` after a swap (a fetch may still be sending
+from them), then close. Appends never wait for the cleaner: it reads only non-active segments through its
+own descriptors, and the swap checks that the segments it replaces are still the log's, unchanged
+(retention, DeleteRecords or a follower's truncation may have removed them meanwhile: the clean is then
+dropped). Leader and followers each clean their own copy.
+
+The cleaner's progress is `cleaner-offset-checkpoint` in each log dir, in Kafka's checkpoint format
+(`broker.log.checkpoint`): topic, partition, first dirty offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import operator
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.errors import CorruptRecordError
+from broker.log.checkpoint import CheckpointError, OffsetCheckpointFile, TopicPartition, fsync_dir
+from broker.log.index import OffsetIndex, TimeIndex
+from broker.log.log import PartitionLog
+from broker.log.offset_map import OffsetMap
+from broker.log.recovery import QUARANTINE_SUFFIX
+from broker.log.scanner import Damage, scan
+from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
+from broker.records.batch import (
+    CONTROL_BIT,
+    HEADER,
+    LOG_APPEND_TIME,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    build_batch,
+    decode_records,
+)
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "cleaner-offset-checkpoint"
+CLEANED = ".cleaned"
+SWAP = ".swap"
+DELETED = ".deleted"
+TXNINDEX_SUFFIX = ".txnindex"
+#: the files of a segment, the `.log` last (the order a swap renames them in: the `.log` commits it)
+SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX)
+_SKIP = TRANSACTIONAL_BIT | CONTROL_BIT
+_MAX_RELATIVE = 2**31 - 1
+_KEY = operator.itemgetter(2)
+_VALUE = operator.itemgetter(3)
+_OFFSET = operator.itemgetter(0)
+
+
+class CleanAborted(Exception):
+    """A clean given up: the log changed under it (segments removed or cut), or it was told to stop."""
+
+
+@dataclass
+class CleanStats:
+    """What one clean did, for the broker log and `kafkactl inspect`."""
+
+    topic: str = ""
+    partition: int = 0
+    first_dirty: int = 0
+    end_offset: int = 0  # the new first dirty offset
+    dirty_ratio: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    map_bytes_read: int = 0
+    map_messages: int = 0
+    map_keys: int = 0
+    segments_in: int = 0
+    segments_out: int = 0
+    started: float = 0.0
+    map_done: float = 0.0
+    finished: float = 0.0
+
+    @property
+    def elapsed(self) -> float:
+        return max(self.finished - self.started, 1e-9)
+
+    def summary(self, thread: int = 0) -> str:
+        """Kafka's LogCleaner report of a clean."""
+        mb = 1024 * 1024
+        read = self.bytes_read + self.map_bytes_read
+        size_cut = 100 * (1 - self.bytes_written / self.bytes_read) if self.bytes_read else 0.0
+        msg_cut = 100 * (1 - self.messages_written / self.messages_read) if self.messages_read else 0.0
+        map_s = max(self.map_done - self.started, 1e-9)
+        clean_s = max(self.finished - self.map_done, 1e-9)
+        read_mb, map_mb, clean_mb, out_mb = (
+            read / mb,
+            self.map_bytes_read / mb,
+            self.bytes_read / mb,
+            self.bytes_written / mb,
+        )
+        return "\n\t".join((
+            f"Log cleaner thread {thread} cleaned log {self.topic}-{self.partition} (dirty section = "
+            f"[{self.first_dirty}, {self.end_offset}], dirty ratio {self.dirty_ratio:.3f})",
+            f"{read_mb:.1f} MB of log processed in {self.elapsed:.1f} seconds ({read_mb / self.elapsed:.1f} MB/sec).",
+            f"Indexed {map_mb:.1f} MB in {map_s:.1f} seconds ({map_mb / map_s:.1f} MB/sec, {self.map_keys} keys "
+            "in the offset map)",
+            f"Cleaned {clean_mb:.1f} MB in {clean_s:.1f} seconds ({clean_mb / clean_s:.1f} MB/sec)",
+            f"Start size: {clean_mb:.1f} MB ({self.messages_read} messages, {self.segments_in} segments)",
+            f"End size: {out_mb:.1f} MB ({self.messages_written} messages, {self.segments_out} segments)",
+            f"{size_cut:.1f}% size reduction ({msg_cut:.1f}% fewer messages)",
+        ))  # fmt: skip
+
+
+@dataclass
+class Cleanable:
+    """Where a log's dirty section lies and how dirty it is (Kafka's LogToClean)."""
+
+    first_dirty: int
+    uncleanable: int  # the first offset the cleaner may not touch
+    clean_bytes: int
+    cleanable_bytes: int
+    must_clean: bool  # max.compaction.lag.ms passed for its oldest dirty record
+
+    @property
+    def ratio(self) -> float:
+        total = self.clean_bytes + self.cleanable_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+
+def cleanable(plog: PartitionLog, checkpoint: int | None, now_ms: int) -> Cleanable:
+    """The cleanable section of `plog` given its checkpointed first dirty offset (None: none yet)."""
+    bases = list(plog.bases)
+    segments = dict(plog.segments)
+    start = plog.log_start_offset
+    first_dirty = checkpoint if checkpoint is not None and start <= checkpoint <= plog.log_end_offset else start
+    cfg = plog.config
+    uncleanable = bases[-1]  # the active segment
+    lag = cfg.min_compaction_lag_ms
+    i = max(bisect.bisect_right(bases, first_dirty) - 1, 0)
+    must = False
+    for base in bases[i:-1]:
+        seg = segments[base]
+        if lag > 0 and seg.max_timestamp > now_ms - lag:
+            uncleanable = base
+            break
+        if seg.size and 0 <= seg.first_timestamp < now_ms - cfg.max_compaction_lag_ms:
+            must = True
+    uncleanable = max(uncleanable, first_dirty)
+    clean = sum(segments[b].size for b in bases[:i])
+    dirty = sum(segments[b].size for b in bases[i:] if b < uncleanable)
+    return Cleanable(first_dirty, uncleanable, clean, dirty, must and dirty > 0)
+
+
+class Throttler:
+    """Kafka's cleaner throttler: sleeps so that the cleaner's I/O stays under `bytes_per_second`."""
+
+    def __init__(self, bytes_per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = bytes_per_second
+        self.clock = clock
+        self.start = clock()
+        self.done = 0
+
+    def tick(self, n: int) -> None:
+        if self.rate >= 1e18:
+            return
+        self.done += n
+        ahead = self.done / self.rate - (self.clock() - self.start)
+        if ahead > 0.01:
+            time.sleep(ahead)
+        if self.clock() - self.start > 1.0:  # a new window, so that a pause is not made up for by a burst
+            self.start, self.done = self.clock(), 0
+
+
+class _SegmentReader:
+    """A non-active segment's bytes read through the cleaner's own descriptor (so that a segment deleted
+    meanwhile cannot turn into another file under a reused descriptor number)."""
+
+    @staticmethod
+    def read(seg: LogSegment) -> bytes:
+        size = seg.size
+        try:
+            fd = os.open(seg.log_path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise CleanAborted(f"{seg.log_path.name} is gone") from None
+        try:
+            data = os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
+        if len(data) != size:
+            raise CleanAborted(f"{seg.log_path.name} was cut under the cleaner")
+        return data
+
+
+def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: OffsetMap, stats: CleanStats,
+                     stop: Callable[[], bool] = lambda: False, throttler: Throttler | None = None) -> int:  # fmt: skip
+    """Put the keys of the records in [`start`, `end`) in `offset_map`; returns where it stopped: `end`, or
+    the base offset of the first batch that did not fit."""
+    bases = [b for b in plog.bases if b < end]
+    segments = dict(plog.segments)
+    i = max(bisect.bisect_right(bases, start) - 1, 0)
+    for base in bases[i:]:
+        seg = segments[base]
+        data = _SegmentReader.read(seg)
+        stats.map_bytes_read += len(data)
+        if throttler:
+            throttler.tick(len(data))
+        for item in scan(data, 0, verify_crc=False):
+            if isinstance(item, Damage):
+                break
+            if item.last_offset < start:
+                continue
+            if item.base_offset >= end:
+                return end
+            h = item.header
+            if h is None or h.attributes & _SKIP:
+                continue  # legacy, transactional and control batches go in no map
+            records = decode_records(data, item.position, h)
+            if start > h.base_offset:
+                records = [r for r in records if r.offset >= start]
+            keyed = [r for r in records if r.key is not None]
+            if not offset_map.room_for(len(keyed)):
+                return h.base_offset
+            offset_map.put_hashes(list(map(hash, map(_KEY, keyed))), list(map(_OFFSET, keyed)))
+            stats.map_messages += len(records)
+        if stop():
+            raise CleanAborted("stopped")
+    return end
+
+
+def group_segments(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
+    """Consecutive segments grouped so that each group fits one segment: at most `max_bytes` (segment.bytes)
+    and offsets within an int32 of its base (Kafka's groupSegmentsBySize)."""
+    groups: list[list[LogSegment]] = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        size = segments[i].size
+        i += 1
+        while i < len(segments):
+            nxt = segments[i]
+            if size + nxt.size > max_bytes or nxt.next_offset - 1 - group[0].base_offset > _MAX_RELATIVE:
+                break
+            group.append(nxt)
+            size += nxt.size
+            i += 1
+        groups.append(group)
+    return groups
+
+
+@dataclass
+class CleanedSegment:
+    """A group's cleaned segment, written as `.cleaned` files, not yet swapped in."""
+
+    base: int
+    group: list[LogSegment]
+    sizes: list[int]
+    paths: dict[str, Path] = field(default_factory=dict)  # suffix → its `.cleaned` file
+
+
+def _cleaned_path(directory: Path, base: int, suffix: str, state: str = CLEANED) -> Path:
+    return directory / (segment_name(base, suffix) + state)
+
+
+def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetMap, delete_horizon_ms: int,
+                stats: CleanStats, stop: Callable[[], bool] = lambda: False,
+                throttler: Throttler | None = None) -> CleanedSegment:  # fmt: skip
+    """Write the cleaned copy of `group` as `.cleaned` files (fsynced)."""
+    base = group[0].base_offset
+    d = plog.dir
+    out = CleanedSegment(base, group, [s.size for s in group])
+    log_path = _cleaned_path(d, base, LOG_SUFFIX)
+    index = OffsetIndex(_cleaned_path(d, base, INDEX_SUFFIX), base)
+    time_index = TimeIndex(_cleaned_path(d, base, TIMEINDEX_SUFFIX), base)
+    for p in (log_path, index.path, time_index.path):
+        p.unlink(missing_ok=True)
+    out.paths = {LOG_SUFFIX: log_path, INDEX_SUFFIX: index.path, TIMEINDEX_SUFFIX: time_index.path}
+    interval = plog.config.index_interval_bytes
+    position, since_index, max_ts, last_offset = 0, 0, -1, base - 1
+    lookup = offset_map.get_hash
+    try:
+        with open(log_path, "wb") as f:
+            for seg in group:
+                data = _SegmentReader.read(seg)
+                if throttler:
+                    throttler.tick(len(data))
+                stats.bytes_read += len(data)
+                pieces: list[bytes | memoryview] = []
+                mv = memoryview(data)
+                for item in scan(data, 0, verify_crc=False):
+                    if isinstance(item, Damage):
+                        raise CleanAborted(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
+                    h = item.header
+                    kept: bytes | memoryview | None
+                    count = item.record_count
+                    stats.messages_read += count
+                    rebuilt = False
+                    if h is None or h.attributes & _SKIP:
+                        kept, kept_count = mv[item.position : item.end], count
+                    else:
+                        retain_deletes = h.max_timestamp > delete_horizon_ms
+                        records = decode_records(data, item.position, h)
+                        keys = list(map(_KEY, records))
+                        latest = list(map(lookup, map(hash, keys))) if None not in keys else None
+                        whole = latest is not None and all(map(operator.le, latest, map(_OFFSET, records)))
+                        if whole and (retain_deletes or None not in map(_VALUE, records)):
+                            kept, kept_count = mv[item.position : item.end], count
+                        else:
+                            keep = [r for r in records if r.key is not None and lookup(hash(r.key)) <= r.offset
+                                    and (retain_deletes or r.value is not None)]  # fmt: skip
+                            kept_count, rebuilt = len(keep), True
+                            kept = _rebuild(h, keep) if keep else None
+                    if kept is None:
+                        continue
+                    size = len(kept)
+                    stats.messages_written += kept_count
+                    if rebuilt:
+                        fields = HEADER.unpack_from(kept, 0)
+                        h_last, h_max = fields[0] + fields[6], fields[8]
+                    else:
+                        h_last, h_max = item.last_offset, item.max_timestamp
+                    # the segment's index rule (`LogSegment._note_batch`)
+                    max_ts = max(max_ts, h_max)
+                    if since_index > interval:
+                        index.append(h_last, position)
+                        time_index.maybe_append(max_ts, h_last)
+                        since_index = 0
+                    since_index += size
+                    position += size
+                    last_offset = h_last
+                    pieces.append(kept)
+                f.write(b"".join(pieces))
+                if stop():
+                    raise CleanAborted("stopped")
+            f.flush()
+            os.fsync(f.fileno())
+        if position:
+            time_index.maybe_append(max_ts, last_offset)
+        for idx in (index, time_index):
+            idx.path.touch()
+            idx.flush()
+        stats.bytes_written += position
+        txn = [s for s in group if (s.dir / segment_name(s.base_offset, TXNINDEX_SUFFIX)).exists()]
+        if txn:  # aborted-transaction entries of the group, unchanged (offsets are preserved)
+            tpath = _cleaned_path(d, base, TXNINDEX_SUFFIX)
+            tpath.write_bytes(b"".join((s.dir / segment_name(s.base_offset, TXNINDEX_SUFFIX)).read_bytes()
+                                       for s in group if s in txn))  # fmt: skip
+            out.paths[TXNINDEX_SUFFIX] = tpath
+    except BaseException:
+        for p in out.paths.values():
+            p.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _rebuild(h, records: list) -> bytes:
+    """A batch of the kept `records` of the batch `h`: its base offset, producer fields, leader epoch and
+    codec kept; the CRC the builder computes."""
+    ts_type = LOG_APPEND_TIME if h.attributes & TIMESTAMP_TYPE_BIT else 0
+    return build_batch(
+        records, base_offset=h.base_offset, codec=h.codec, timestamp_type=ts_type, producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+        partition_leader_epoch=h.partition_leader_epoch,
+    )  # fmt: skip
+
+
+def swap_in(plog: PartitionLog, cleaned: CleanedSegment) -> list[LogSegment]:
+    """Replace the group's segments by the cleaned one (the caller holds the partition's lock); returns the old
+    segments, whose descriptors the caller closes later. Raises CleanAborted (the `.cleaned` files removed)
+    when the group is no longer the log's as it was cleaned."""
+    d = plog.dir
+    group = cleaned.group
+    active = plog.bases[-1]
+    for seg, size in zip(group, cleaned.sizes, strict=True):
+        if plog.segments.get(seg.base_offset) is not seg or seg.size != size or seg.base_offset == active:
+            for p in cleaned.paths.values():
+                p.unlink(missing_ok=True)
+            raise CleanAborted(f"segment {seg.base_offset} of {d.name} changed during the clean")
+    base = cleaned.base
+    for suffix in SUFFIXES:  # .cleaned -> .swap, the .log last: from there on the swap completes at start-up
+        if suffix in cleaned.paths:
+            os.replace(cleaned.paths[suffix], _cleaned_path(d, base, suffix, SWAP))
+    fsync_dir(d)
+    for seg in group[1:]:
+        for suffix in SUFFIXES:
+            p = d / segment_name(seg.base_offset, suffix)
+            if p.exists():
+                os.replace(p, p.with_name(p.name + DELETED))
+    jitter = plog._roll_jitter_ms
+    first_txn = d / segment_name(base, TXNINDEX_SUFFIX)
+    if TXNINDEX_SUFFIX not in cleaned.paths:
+        first_txn.unlink(missing_ok=True)
+    for suffix in SUFFIXES:
+        swap = _cleaned_path(d, base, suffix, SWAP)
+        if swap.exists():
+            os.replace(swap, d / segment_name(base, suffix))
+    fsync_dir(d)
+    for seg in group:
+        del plog.segments[seg.base_offset]
+        plog.bases.remove(seg.base_offset)
+    txn = getattr(plog, "txn_index", None)  # the aborted transactions in memory (broker/log/txn_index.py)
+    if txn is not None:
+        merged = [e for seg in group for e in txn.by_segment.pop(seg.base_offset, [])]
+        if merged:
+            txn.by_segment[base] = merged
+    plog._open_segment(base)
+    plog._roll_jitter_ms = jitter
+    return group
+
+
+def recover_swaps(directory: Path, clock: Callable[[], float] = time.time) -> list[str]:
+    """Start-up: finish or roll back a swap the broker was stopped in; returns what it did (for the log)."""
+    d = Path(directory)
+    done: list[str] = []
+    names = sorted(os.listdir(d))
+    for name in names:
+        if name.endswith(CLEANED):
+            os.unlink(d / name)
+            done.append(f"removed {name} (a clean that did not finish)")
+    swaps = sorted(n for n in names if n.endswith(LOG_SUFFIX + SWAP))
+    for name in swaps:
+        base = parse_segment_name(name[: -len(SWAP)])
+        assert base is not None
+        path = d / name
+        items = list(scan(path.read_bytes(), 0, verify_crc=True))
+        bad = next((i for i in items if isinstance(i, Damage) or not i.crc_ok), None)
+        if bad is not None:  # roll back: the old segments come back, the swap goes to quarantine
+            for suffix in SUFFIXES:
+                swap = _cleaned_path(d, base, suffix, SWAP)
+                if swap.exists():
+                    os.replace(swap, swap.with_name(f"{swap.name}.{int(clock() * 1000)}{QUARANTINE_SUFFIX}"))
+            for deleted in sorted(n for n in os.listdir(d) if n.endswith(DELETED)):
+                os.replace(d / deleted, d / deleted[: -len(DELETED)])
+            done.append(f"{name} does not scan whole: quarantined, the swap rolled back")
+            continue
+        next_offset = max((i.last_offset + 1 for i in items), default=base)
+        for other in list(os.listdir(d)):
+            b = parse_segment_name(other)
+            if b is not None and base < b < next_offset:
+                for suffix in SUFFIXES:
+                    (d / segment_name(b, suffix)).unlink(missing_ok=True)
+        for suffix in SUFFIXES:
+            swap = _cleaned_path(d, base, suffix, SWAP)
+            if swap.exists():
+                os.replace(swap, d / segment_name(base, suffix))
+        done.append(f"completed the swap of cleaned segment {base} (offsets up to {next_offset - 1})")
+    for name in sorted(os.listdir(d)):
+        if name.endswith(SWAP):  # an index .swap whose .log never reached .swap: the swap had not begun
+            os.unlink(d / name)
+            done.append(f"removed {name} (a swap that had not begun)")
+        elif name.endswith(DELETED):
+            os.unlink(d / name)
+    if done:
+        fsync_dir(d)
+    return done
+
+
+def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap, *, now_ms: int,
+              run_locked: Callable[[Callable[[], object]], object] = lambda fn: fn(),
+              stop: Callable[[], bool] = lambda: False, throttler: Throttler | None = None,
+              retire: Callable[[list[LogSegment]], None] | None = None) -> CleanStats:  # fmt: skip
+    """One clean of `plog` over its cleanable section; returns its stats (`end_offset`: the new first dirty
+    offset). `run_locked(fn)` runs `fn` where the partition's log may be changed (the broker's event loop);
+    `retire` is given the replaced segments (closed at once without it)."""
+    stats = CleanStats(plog.topic, plog.partition, first_dirty.first_dirty, started=time.monotonic(),
+                       dirty_ratio=first_dirty.ratio)  # fmt: skip
+    offset_map.clear()
+    end = build_offset_map(plog, first_dirty.first_dirty, first_dirty.uncleanable, offset_map, stats, stop,
+                           throttler)  # fmt: skip
+    stats.end_offset, stats.map_keys = end, len(offset_map)
+    stats.map_done = time.monotonic()
+    bases = list(plog.bases)
+    segments = dict(plog.segments)
+    # the delete horizon: the largest timestamp of the last segment cleaned before, less delete.retention.ms
+    below = [segments[b] for b in bases[:-1] if segments[b].next_offset <= first_dirty.first_dirty]
+    horizon = (below[-1].max_timestamp if below else 0) - plog.config.delete_retention_ms
+    to_clean = [segments[b] for b in bases[:-1] if b < end]
+    for group in group_segments(to_clean, plog.config.segment_bytes):
+        cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler)
+        old = run_locked(lambda c=cleaned: swap_in(plog, c))
+        stats.segments_in += len(group)
+        stats.segments_out += 1
+        if retire is not None:
+            retire(old)  # type: ignore[arg-type]
+        else:
+            for seg in old:  # type: ignore[union-attr]
+                seg.close()
+    stats.finished = time.monotonic()
+    return stats
+
+
+@dataclass
+class PartitionProgress:
+    """The cleaner's knowledge of one log, as `kafkactl inspect cleaner` shows it."""
+
+    checkpoint: int | None = None
+    last_clean: CleanStats | None = None
+    last_clean_ms: int = -1
+    last_error: str | None = None
+
+
+class LogCleaner:
+    """The cleaner threads of a broker (`log.cleaner.threads`), over the logs of its LogManager."""
+
+    def __init__(self, manager, *, threads: int = 1, dedupe_buffer_bytes: int = 134217728,
+                 load_factor: float = 0.9, backoff_ms: int = 15000, io_max_bytes_per_second: float = 1.7e308,
+                 delete_delay_ms: int = 60000,
+                 run_locked: Callable[[Callable[[], object]], object] = lambda fn: fn(),
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self.manager = manager
+        self.threads = max(1, threads)
+        self.map_bytes = dedupe_buffer_bytes // self.threads  # shared by the threads, as Kafka's
+        self.load_factor = load_factor
+        self.backoff_s = backoff_ms / 1000
+        self.io_rate = io_max_bytes_per_second
+        self.delete_delay_s = delete_delay_ms / 1000
+        self.run_locked = run_locked
+        self.clock = clock
+        self.progress: dict[TopicPartition, PartitionProgress] = {}
+        self._lock = threading.Lock()
+        self._in_progress: set[TopicPartition] = set()
+        self._aborted: set[TopicPartition] = set()
+        self._retired: list[tuple[float, list[LogSegment]]] = []
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._throttler = Throttler(io_max_bytes_per_second)
+        for d in manager.log_dirs:
+            for tp, offset in self._read_checkpoint(Path(d)).items():
+                self.progress.setdefault(tp, PartitionProgress()).checkpoint = offset
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def _read_checkpoint(self, d: Path) -> dict[TopicPartition, int]:
+        path = d / CHECKPOINT
+        try:
+            return OffsetCheckpointFile(path).read()
+        except CheckpointError as exc:
+            aside = path.with_name(f"{path.name}.{int(self.clock() * 1000)}.corrupt")
+            os.replace(path, aside)
+            log.warning("%s; kept as %s: the logs are cleaned from their start again", exc, aside)
+            return {}
+
+    def _write_checkpoint(self, d: Path) -> None:
+        with self._lock:
+            offsets = {tp: p.checkpoint for tp, p in self.progress.items()
+                       if p.checkpoint is not None and self.manager.dir_of(tp) == d}  # fmt: skip
+        OffsetCheckpointFile(d / CHECKPOINT).write(offsets)
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for i in range(self.threads):
+            t = threading.Thread(target=self._run, args=(i,), name=f"kafka-log-cleaner-thread-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+
+    def stop(self) -> None:
+        """Stop the threads (a clean in progress is dropped, its `.cleaned` files removed) and close the
+        replaced segments' descriptors."""
+        self._stop.set()
+        self._wake.set()
+        for t in self._workers:
+            t.join(timeout=30)
+        self._workers.clear()
+        self._close_retired(force=True)
+
+    def wake(self) -> None:
+        """Look for work now (tests; a config change)."""
+        self._wake.set()
+
+    def abort(self, tp: TopicPartition, timeout: float = 30.0) -> None:
+        """Drop the clean of `tp` in progress, if any, and wait until it stopped (before its log is removed)."""
+        with self._lock:
+            if tp not in self._in_progress:
+                self.progress.pop(tp, None)
+                return
+            self._aborted.add(tp)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if tp not in self._in_progress:
+                    break
+            time.sleep(0.01)
+        with self._lock:
+            self._aborted.discard(tp)
+            self.progress.pop(tp, None)
+
+    def _run(self, thread: int) -> None:
+        omap = OffsetMap(self.map_bytes, self.load_factor)
+        while not self._stop.is_set():
+            self._close_retired()
+            try:
+                cleaned = self.clean_once(omap, thread)
+            except Exception:  # a bug: logged, and the thread goes on after its back-off
+                log.exception("log cleaner thread %d failed", thread)
+                cleaned = False
+            if not cleaned:
+                self._wake.wait(self.backoff_s)
+                self._wake.clear()
+
+    def _close_retired(self, force: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [segs for t, segs in self._retired if force or t <= now]
+            self._retired = [(t, segs) for t, segs in self._retired if not (force or t <= now)]
+        for segs in due:
+            for seg in segs:
+                seg.close()
+                for suffix in SUFFIXES:
+                    Path(str(seg.dir / segment_name(seg.base_offset, suffix)) + DELETED).unlink(missing_ok=True)
+
+    def _retire(self, segs: list[LogSegment]) -> None:
+        with self._lock:
+            self._retired.append((time.monotonic() + self.delete_delay_s, segs))
+
+    # -- one clean -----------------------------------------------------------------------------
+
+    def dirtiest(self, now_ms: int) -> tuple[TopicPartition, PartitionLog, Cleanable] | None:
+        """The compacted log to clean next (Kafka's grabFilthiestCompactedLog), or None."""
+        best = None
+        for tp, plog in list(self.manager.logs.items()):
+            if not plog.config.compact or tp in self._in_progress or self.manager.is_offline(tp):
+                continue
+            prog = self.progress.get(tp)
+            c = cleanable(plog, prog.checkpoint if prog else None, now_ms)
+            if c.cleanable_bytes <= 0:
+                continue
+            if (c.must_clean or c.ratio > plog.config.min_cleanable_dirty_ratio) and (
+                    best is None or c.ratio > best[2].ratio):  # fmt: skip
+                best = (tp, plog, c)
+        return best
+
+    def clean_once(self, omap: OffsetMap, thread: int = 0) -> bool:
+        """Clean the dirtiest log, if one is over its ratio; returns whether one was cleaned."""
+        now_ms = int(self.clock() * 1000)
+        with self._lock:
+            pick = self.dirtiest(now_ms)
+            if pick is None:
+                return False
+            tp, plog, c = pick
+            self._in_progress.add(tp)
+        try:
+            stats = clean_log(plog, c, omap, now_ms=now_ms, run_locked=self._locked_for(tp),
+                              stop=lambda: self._stop.is_set() or tp in self._aborted,
+                              throttler=self._throttler, retire=self._retire)  # fmt: skip
+        except (CleanAborted, CorruptRecordError, OSError) as exc:
+            log.warning("log cleaner thread %d: the clean of %s-%d was dropped: %s", thread, tp[0], tp[1], exc)
+            with self._lock:
+                self.progress.setdefault(tp, PartitionProgress()).last_error = str(exc)
+            return False
+        finally:
+            with self._lock:
+                self._in_progress.discard(tp)
+        with self._lock:
+            prog = self.progress.setdefault(tp, PartitionProgress())
+            prog.checkpoint, prog.last_clean, prog.last_clean_ms, prog.last_error = (
+                stats.end_offset, stats, int(self.clock() * 1000), None)  # fmt: skip
+        d = self.manager.dir_of(tp)
+        if d is not None:
+            self._write_checkpoint(d)
+        log.info("%s", stats.summary(thread))
+        return True
+
+    def _locked_for(self, tp: TopicPartition) -> Callable[[Callable[[], object]], object]:
+        def locked(fn: Callable[[], object]) -> object:
+            def guarded() -> object:
+                if tp in self._aborted or self.manager.get(*tp) is None:
+                    raise CleanAborted("the log was removed")
+                return fn()
+
+            return self.run_locked(guarded)
+
+        return locked

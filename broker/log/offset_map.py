@@ -1,0 +1,77 @@
+"""The log cleaner's offset map: key hash → the last offset of that key in the dirty section of a log.
+
+As Kafka's SkimpyOffsetMap it is bounded: `log.cleaner.dedupe.buffer.size` bytes (shared by the cleaner
+threads) at `log.cleaner.io.buffer.load.factor` give it a fixed number of slots, and the cleaner stops
+building it where it is full (it cleans up to that offset, and the rest in a later clean). Kafka's map
+costs 24 bytes a key (an MD5 and an offset in one array); this one is a Python dict of 64-bit key hashes
+to offsets, whose entries cost about `ENTRY_BYTES` each (the dict's slot and index, two int objects),
+so the slots are counted at that cost: the memory the map takes stays within the buffer it was given.
+
+A key is hashed with Python's own 64-bit hash of bytes (SipHash, computed in C and cached on the bytes
+object): a map lives for one clean in one process, so its per-process seed does not matter. Two keys of a
+log sharing a 64-bit hash is about as unlikely (n² / 2^65) as an MD5 collision is in Kafka's map; were it
+to happen, the older record of one of the two keys would be dropped, as in Kafka.
+"""
+
+from __future__ import annotations
+
+#: bytes one entry of the map takes (measured: a dict of 10^6 int → int entries costs about 100 MB with
+#: its int objects)
+ENTRY_BYTES = 100
+
+
+key_hash = hash  #: the map's 64-bit hash of a record key
+
+
+class OffsetMap:
+    """A bounded map of key hash → offset; `put` refuses a new key once `slots` keys are in."""
+
+    __slots__ = ("slots", "_map", "latest_offset")
+
+    def __init__(self, memory_bytes: int, load_factor: float = 0.9) -> None:
+        self.slots = max(1, int(memory_bytes * load_factor) // ENTRY_BYTES)
+        self._map: dict[int, int] = {}
+        self.latest_offset = -1  # the largest offset put so far
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    @property
+    def full(self) -> bool:
+        return len(self._map) >= self.slots
+
+    @property
+    def utilization(self) -> float:
+        return len(self._map) / self.slots
+
+    def room_for(self, new_keys: int) -> bool:
+        """Whether `new_keys` more keys (at most: some may be in already) still fit."""
+        return len(self._map) + new_keys <= self.slots
+
+    def put(self, key: bytes, offset: int) -> bool:
+        """Record `offset` as the last of `key`; False (nothing changed) when the key is new and the map full."""
+        h = key_hash(key)
+        m = self._map
+        if h not in m and len(m) >= self.slots:
+            return False
+        m[h] = offset
+        if offset > self.latest_offset:
+            self.latest_offset = offset
+        return True
+
+    def put_hashes(self, hashes: list[int], offsets: list[int]) -> None:
+        """Put hashed keys (`key_hash`) in bulk; the caller checked `room_for(len(hashes))`."""
+        self._map.update(zip(hashes, offsets, strict=True))
+        if offsets and offsets[-1] > self.latest_offset:
+            self.latest_offset = offsets[-1]
+
+    def get(self, key: bytes) -> int:
+        """The last offset recorded for `key`, or -1."""
+        return self._map.get(key_hash(key), -1)
+
+    def get_hash(self, h: int) -> int:
+        return self._map.get(h, -1)
+
+    def clear(self) -> None:
+        self._map.clear()
+        self.latest_offset = -1

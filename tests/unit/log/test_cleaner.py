@@ -1,0 +1,287 @@
+"""The log cleaner (broker/log/cleaner.py) on real partition logs in a temp dir: the offset map, the rewrite
+(last value per key, offsets preserved with gaps, tombstones, transactional batches, compressed batches,
+segments merged), the dirty ratio and compaction lags, and the crash-safe swap with its start-up recovery."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.log.cleaner import (
+    CHECKPOINT,
+    LogCleaner,
+    OffsetMap,
+    clean_group,
+    clean_log,
+    cleanable,
+    recover_swaps,
+    swap_in,
+)
+from broker.log.manager import LogManager
+from broker.log.offset_map import ENTRY_BYTES
+from broker.records.batch import Record, build_batch
+from broker.records.compression import Codec
+
+T0 = 1_700_000_000_000
+
+
+def _fill(log, pairs, per_batch=10, codec=Codec.NONE, ts=T0, transactional=False):
+    """Append (key, value) pairs in batches of `per_batch`; returns their offsets."""
+    offsets = []
+    for i in range(0, len(pairs), per_batch):
+        chunk = pairs[i : i + per_batch]
+        recs = [Record(j, ts, k, v) for j, (k, v) in enumerate(chunk)]
+        pid = 7 if transactional else -1
+        batch = build_batch(recs, codec=codec, transactional=transactional, producer_id=pid,
+                            producer_epoch=0 if transactional else -1,
+                            base_sequence=i if transactional else -1)  # fmt: skip
+        res = log.append(batch, assign_offsets=False) if transactional else log.append(batch)
+        offsets += list(range(res.first_offset, res.last_offset + 1))
+    return offsets
+
+
+def _append_raw(log, pairs, base, **kw):
+    recs = [Record(base + j, T0, k, v) for j, (k, v) in enumerate(pairs)]
+    return log.append(build_batch(recs, **kw), assign_offsets=False, leader_epoch=0)
+
+
+def _latest(pairs_with_offsets):
+    out = {}
+    for off, (k, v) in pairs_with_offsets:
+        out[k] = (off, v)
+    return out
+
+
+def _clean(log, now_ms=T0 + 10, map_bytes=1 << 20):
+    c = cleanable(log, None, now_ms)
+    return clean_log(log, c, OffsetMap(map_bytes), now_ms=now_ms)
+
+
+def test_offset_map_is_bounded_and_keeps_the_last_offset():
+    m = OffsetMap(10 * ENTRY_BYTES, load_factor=1.0)
+    assert m.slots == 10
+    for i in range(10):
+        assert m.put(b"k%d" % i, i)
+    assert m.full and not m.put(b"new", 99)
+    assert m.put(b"k3", 50)  # a key already in takes a later offset when full
+    assert m.get(b"k3") == 50 and m.get(b"absent") == -1 and m.latest_offset == 50
+    assert not m.room_for(1) and len(m) == 10
+
+
+def test_clean_keeps_the_last_value_per_key_with_offsets_preserved(open_log, read_all):
+    log = open_log(segment_bytes=500)
+    pairs = [(b"k%d" % (i % 7), b"v%d" % i) for i in range(200)]
+    offsets = _fill(log, pairs)
+    assert len(log.bases) > 3
+    want = _latest(zip(offsets, pairs, strict=True))
+    active_base = log.bases[-1]
+    stats = _clean(log)
+    got = read_all(log)
+    assert [r.offset for r in got] == sorted(r.offset for r in got)
+    cleaned = [r for r in got if r.offset < active_base]
+    last = {}
+    for r in got:
+        last[r.key] = (r.offset, r.value)
+    assert last == want  # every key's last value, at its own offset
+    assert len({r.key for r in cleaned}) == len(cleaned)  # no key twice below the active segment
+    assert stats.end_offset == active_base and stats.messages_written < stats.messages_read
+    assert log.log_end_offset == 200  # offsets preserved: the log end does not move
+    assert all(r.offset == offsets[int(r.value[1:])] for r in got)
+
+
+def test_compressed_batches_are_recompressed_with_their_codec(open_log, read_all, layout, tmp_path):
+    log = open_log(segment_bytes=1500)
+    pairs = [(b"k%d" % (i % 5), b"x" * 50 + b"%d" % i) for i in range(100)]
+    _fill(log, pairs, codec=Codec.GZIP)
+    _clean(log)
+    for _, items in layout(tmp_path / "orders-0"):
+        for item in items:
+            assert item.crc_ok and item.header.codec == Codec.GZIP
+    got = read_all(log)
+    assert {r.key: r.value for r in got} == {k: v for k, v in pairs}
+
+
+def test_small_cleaned_segments_are_merged_up_to_segment_bytes(open_log, read_all):
+    log = open_log(segment_bytes=600)
+    _fill(log, [(b"k%d" % (i % 3), b"v" * 20) for i in range(150)], per_batch=5)
+    before = len(log.bases)
+    stats = _clean(log)  # groups are made by the segments' sizes before cleaning (as Kafka's)
+    _fill(log, [(b"k0", b"w")], per_batch=5)
+    log.roll()
+    clean_log(log, cleanable(log, stats.end_offset, T0 + 10), OffsetMap(1 << 20), now_ms=T0 + 10)
+    assert len(log.bases) < before / 3  # the small cleaned segments went into one
+    assert {r.key for r in read_all(log)} == {b"k0", b"k1", b"k2"}
+
+
+def test_tombstones_kept_until_delete_retention_then_dropped(open_log, read_all, clock):
+    log = open_log(segment_bytes=800, delete_retention_ms=1000)
+    _fill(log, [(b"a", b"1"), (b"b", b"1"), (b"a", None)] * 10, per_batch=3, ts=clock.ms)
+    log.roll()
+    c = cleanable(log, None, clock.ms)
+    stats = clean_log(log, c, OffsetMap(1 << 20), now_ms=clock.ms)
+    got = {r.key: r.value for r in read_all(log)}
+    assert got == {b"a": None, b"b": b"1"}  # the tombstone is kept: nothing was cleaned before it
+    clock.advance(5000)
+    _fill(log, [(b"c", b"1")] * 3, ts=clock.ms)
+    log.roll()
+    c = cleanable(log, stats.end_offset, clock.ms)
+    stats = clean_log(log, c, OffsetMap(1 << 20), now_ms=clock.ms)
+    # the horizon is the cleaned section's newest segment (T0 still) less delete.retention.ms: kept
+    assert {r.key: r.value for r in read_all(log)} == {b"a": None, b"b": b"1", b"c": b"1"}
+    _fill(log, [(b"d", b"1")] * 3, ts=clock.ms)
+    log.roll()
+    clean_log(log, cleanable(log, stats.end_offset, clock.ms), OffsetMap(1 << 20), now_ms=clock.ms)
+    # now the cleaned section ends 5 s after the tombstone's segment: past delete.retention.ms, it goes
+    assert {r.key: r.value for r in read_all(log)} == {b"b": b"1", b"c": b"1", b"d": b"1"}
+
+
+def test_transactional_batches_are_copied_whole_and_not_mapped(open_log, read_all):
+    log = open_log(segment_bytes=400)
+    _append_raw(log, [(b"k", b"committed")], 0)
+    txn = [Record(1, T0, b"k", b"aborted")]
+    log.append(build_batch(txn, producer_id=9, producer_epoch=0, base_sequence=0, transactional=True),
+               assign_offsets=False, leader_epoch=0)  # fmt: skip
+    ctl = [Record(2, T0, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")]
+    log.append(build_batch(ctl, producer_id=9, producer_epoch=0, transactional=True, control=True),
+               assign_offsets=False, leader_epoch=0)  # fmt: skip
+    _append_raw(log, [(b"other", b"x")] * 4, 3)
+    log.roll()
+    _clean(log)
+    got = [(r.offset, r.key, r.value) for r in read_all(log)]
+    assert (0, b"k", b"committed") in got  # the aborted record did not hide the committed value
+    assert (1, b"k", b"aborted") in got and any(o == 2 for o, _, _ in got)
+    assert [o for o, k, _ in got if k == b"other"] == [6]
+
+
+def test_txnindex_is_carried_over(open_log, tmp_path):
+    log = open_log(segment_bytes=300)
+    _fill(log, [(b"k", b"v" * 10)] * 30, per_batch=3)
+    base = log.bases[0]
+    entry = bytes(range(34))
+    (tmp_path / "orders-0" / f"{base:020d}.txnindex").write_bytes(entry)
+    _clean(log)
+    assert (tmp_path / "orders-0" / f"{log.bases[0]:020d}.txnindex").read_bytes() == entry
+
+
+def test_a_full_map_cleans_up_to_where_it_reached(open_log, read_all):
+    log = open_log(segment_bytes=1000)
+    _fill(log, [(b"k%d" % i, b"v") for i in range(100)] + [(b"k%d" % i, b"w") for i in range(100)])
+    stats = _clean(log, map_bytes=int(50 * ENTRY_BYTES / 0.9) + 1)
+    assert 0 < stats.end_offset <= 50 and stats.map_keys <= 50
+    assert len(read_all(log)) == 200  # nothing dropped yet: each key's later value lies past the map
+    c = cleanable(log, stats.end_offset, T0 + 10)
+    while c.cleanable_bytes and c.first_dirty < c.uncleanable:
+        stats = clean_log(log, c, OffsetMap(int(50 * ENTRY_BYTES / 0.9) + 1), now_ms=T0 + 10)
+        c = cleanable(log, stats.end_offset, T0 + 10)
+    got = read_all(log)
+    latest = {r.key: r.value for r in got}
+    assert latest == {b"k%d" % i: b"w" for i in range(100)}
+
+
+def test_dirty_ratio_and_compaction_lags(open_log, clock):
+    log = open_log(segment_bytes=500, min_compaction_lag_ms=60_000)
+    _fill(log, [(b"k", b"v" * 20)] * 40, ts=clock.ms)
+    log.roll()
+    c = cleanable(log, None, clock.ms)
+    assert c.cleanable_bytes == 0 and c.uncleanable == 0  # too young to clean
+    clock.advance(120_000)
+    c = cleanable(log, None, clock.ms)
+    assert c.ratio == 1.0 and c.uncleanable == log.bases[-1]
+    log2 = open_log(tmp_path_dir(log) / ".." / "other-0", segment_bytes=500, max_compaction_lag_ms=1000)
+    _fill(log2, [(b"k", b"v" * 20)] * 40, ts=clock.ms - 5000)
+    assert cleanable(log2, None, clock.ms).must_clean
+
+
+def tmp_path_dir(log) -> Path:
+    return log.dir
+
+
+def test_swap_is_finished_or_rolled_back_at_start_up(open_log, read_all, tmp_path):
+    d = tmp_path / "orders-0"
+    log = open_log(segment_bytes=600)
+    pairs = [(b"k%d" % (i % 4), b"v%d" % i) for i in range(120)]
+    _fill(log, pairs)
+    want = {k: v for k, v in pairs}
+    m = OffsetMap(1 << 20)
+    from broker.log.cleaner import CleanStats, build_offset_map, group_segments
+
+    end = build_offset_map(log, 0, log.bases[-1], m, CleanStats())
+    groups = group_segments([log.segments[b] for b in log.bases[:-1] if b < end], 10_000)
+    cleaned = clean_group(log, groups[0], m, 0, CleanStats())
+    # a crash before the swap: only .cleaned files; start-up removes them and the old segments stay
+    log.close()
+    assert any(n.endswith(".cleaned") for n in os.listdir(d))
+    recover_swaps(d)
+    assert not any(n.endswith(".cleaned") for n in os.listdir(d))
+    log = open_log(segment_bytes=600)
+    assert {r.key: r.value for r in read_all(log)} == want and len(read_all(log)) == 120
+    # a crash after the .log.swap: the swap is finished at start-up
+    end = build_offset_map(log, 0, log.bases[-1], m, CleanStats())
+    groups = group_segments([log.segments[b] for b in log.bases[:-1] if b < end], 10_000)
+    cleaned = clean_group(log, groups[0], m, 0, CleanStats())
+    for suffix, p in cleaned.paths.items():
+        os.replace(p, d / (f"{cleaned.base:020d}{suffix}.swap"))
+    for seg in groups[0][1:2]:  # it was half-way through setting the old segments aside
+        os.replace(seg.log_path, str(seg.log_path) + ".deleted")
+    log.close()
+    done = recover_swaps(d)
+    assert any("completed" in x for x in done)
+    assert not any(n.endswith((".swap", ".deleted", ".cleaned")) for n in os.listdir(d))
+    log = open_log(segment_bytes=600)
+    got = read_all(log)
+    assert {r.key: r.value for r in got} == want
+    assert len(got) < 120 and [r.offset for r in got] == sorted({r.offset for r in got})
+
+
+def test_a_corrupt_swap_is_quarantined_and_rolled_back(open_log, read_all, tmp_path):
+    d = tmp_path / "orders-0"
+    log = open_log(segment_bytes=600)
+    _fill(log, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(120)])
+    second = log.bases[1]
+    log.close()
+    swap = d / f"{0:020d}.log.swap"
+    swap.write_bytes(b"\x00" * 100)
+    os.replace(d / f"{second:020d}.log", d / f"{second:020d}.log.deleted")
+    done = recover_swaps(d)
+    assert any("quarantined" in x for x in done)
+    assert (d / f"{second:020d}.log").exists()
+    assert any(n.endswith(".quarantined") for n in os.listdir(d))
+    log = open_log(segment_bytes=600)
+    assert len(read_all(log)) == 120
+
+
+def test_swap_refuses_a_group_that_changed(open_log):
+    log = open_log(segment_bytes=600)
+    _fill(log, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(120)])
+    m = OffsetMap(1 << 20)
+    from broker.log.cleaner import CleanAborted, CleanStats, build_offset_map, group_segments
+
+    end = build_offset_map(log, 0, log.bases[-1], m, CleanStats())
+    group = group_segments([log.segments[b] for b in log.bases[:-1] if b < end], 10_000)[0]
+    cleaned = clean_group(log, group, m, 0, CleanStats())
+    log.advance_log_start(log.bases[2])  # DeleteRecords removed segments meanwhile
+    with pytest.raises(CleanAborted):
+        swap_in(log, cleaned)
+    assert not any(p.exists() for p in cleaned.paths.values())
+
+
+def test_log_cleaner_checkpoints_and_resumes(tmp_path):
+    from broker.log.config import LogConfig
+
+    cfg = LogConfig(segment_bytes=800, cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)
+    mgr = LogManager([tmp_path / "d"], cfg)
+    mgr.startup()
+    log = mgr.get_or_create("t", 0, cfg)
+    _fill(log, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(100)])
+    cleaner = LogCleaner(mgr, delete_delay_ms=0)
+    assert cleaner.clean_once(OffsetMap(1 << 20))
+    first = cleaner.progress[("t", 0)].checkpoint
+    assert first == log.bases[-1]
+    assert f"t 0 {first}" in (tmp_path / "d" / CHECKPOINT).read_text()
+    assert not cleaner.clean_once(OffsetMap(1 << 20))  # nothing dirty left
+    cleaner.stop()
+    mgr.shutdown()
+    again = LogCleaner(LogManager([tmp_path / "d"], cfg))
+    assert again.progress[("t", 0)].checkpoint == first
