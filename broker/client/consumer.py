@@ -7,6 +7,10 @@ hands out at most `max.poll.records`. Prefetching stops while more than `fetch.m
 unread. Positions are the consumer's own (no group yet): `seek`, `seek_to_beginning`,
 `seek_to_end`, `seek_to_timestamp`. `RawConsumer` hands out the fetched bytes undecoded instead, for
 callers that decode them their own way (the Spark source decodes them into columns).
+
+`isolation_level` 1 (read_committed) fetches below the last stable offset and drops the batches of
+aborted transactions the broker lists (`drop_aborted`, as Kafka's consumer does); control batches (the
+transaction markers) never come out as records, whatever the isolation level.
 """
 
 from __future__ import annotations
@@ -362,8 +366,22 @@ class AsyncConsumer:
         data = p["records"]
         if not data:
             return False
-        self._queue(tp, data, self.positions[tp])
+        aborted = p.get("aborted_transactions") if self.config.isolation_level == 1 else None
+        if aborted:
+            self._queue_committed(tp, data, self.positions[tp], aborted)
+        else:
+            self._queue(tp, data, self.positions[tp])
         return False
+
+    def _queue_committed(self, tp: TopicPartition, data: Any, position: int, aborted: list[dict[str, int]]) -> None:
+        """Queue a read_committed record set without the batches of its aborted transactions; the position
+        moves past every whole batch of it (dropped ones too)."""
+        end = _next_offset_after(data, position)
+        kept = drop_aborted(data, aborted)
+        if kept:
+            self._queue(tp, kept, position)
+        if end > self.positions.get(tp, end):
+            self.positions[tp] = end
 
     def _full(self) -> bool:
         """Whether so much waits unread (over `fetch.max.bytes`, as fetched) that prefetching pauses."""
@@ -490,6 +508,11 @@ class RawConsumer(AsyncConsumer):
         if next_offset > position:
             self._push(tp, [RecordSet(position, next_offset, memoryview(data))], next_offset)
 
+    def _queue_committed(self, tp: TopicPartition, data: Any, position: int, aborted: list[dict[str, int]]) -> None:
+        next_offset = _next_offset_after(data, position)
+        if next_offset > position:  # (the record set ends where the fetched one did: the gaps are aborted data)
+            self._push(tp, [RecordSet(position, next_offset, memoryview(drop_aborted(data, aborted)))], next_offset)
+
 
 def describe_partitions(tps: list[TopicPartition]) -> str:
     """`orders partition 2` / `orders partitions 2, 5` (topic by topic, joined by `; `)."""
@@ -541,6 +564,38 @@ def _decode_until_corrupt(
                 out.extend(r for r in recs if r.offset >= position)
         pos += h.size
     return out, None
+
+
+def drop_aborted(data: Any, aborted: list[dict[str, int]]) -> bytes:
+    """The whole batches of a read_committed record set but the aborted transactions' and the control batches,
+    as Kafka's consumer reads them: from an aborted transaction's first offset its producer's transactional
+    batches are dropped until that producer's abort marker. `aborted`: the Fetch answer's
+    aborted_transactions ({producer_id, first_offset})."""
+    buf = memoryview(data).cast("B") if not isinstance(data, bytes | bytearray) else data
+    pending = sorted((a["first_offset"], a["producer_id"]) for a in aborted)
+    dropping: set[int] = set()
+    out = bytearray()
+    pos, i, end = 0, 0, len(buf)
+    while end - pos >= BATCH_HEADER_SIZE:
+        h = decode_header(buf, pos)
+        if pos + h.size > end:
+            break
+        while i < len(pending) and pending[i][0] <= h.last_offset:
+            dropping.add(pending[i][1])
+            i += 1
+        if h.is_control:
+            if h.producer_id in dropping and _is_abort(buf, pos, h):
+                dropping.discard(h.producer_id)
+        elif not (h.is_transactional and h.producer_id in dropping):
+            out += buf[pos : pos + h.size]
+        pos += h.size
+    return bytes(out)
+
+
+def _is_abort(buf: Any, pos: int, h: Any) -> bool:
+    for r in iter_records(buf, pos, h):
+        return r.key is not None and len(r.key) >= 4 and r.key[2:4] == b"\x00\x00"
+    return False
 
 
 def _next_offset_after(data: Any, position: int) -> int:

@@ -27,6 +27,7 @@ from broker.log.config import LogConfig
 from broker.log.index import IndexCorruptError
 from broker.log.scanner import Damage, ScannedBatch, read_batch, scan
 from broker.log.segment import LogSegment, StitchableRun
+from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.records.batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_BIT,
@@ -123,8 +124,10 @@ def _client_batch_problem(h: BatchHeader) -> str | None:
         return f"record count {h.record_count}"
     if h.last_offset_delta + 1 != h.record_count:
         return f"last offset delta {h.last_offset_delta} does not fit its record count {h.record_count}"
-    if h.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT):
-        return "clients may not write control or transactional batches (no transactions here)"
+    if h.attributes & CONTROL_BIT:
+        return "clients may not write control batches"
+    if h.attributes & TRANSACTIONAL_BIT and (h.producer_id < 0 or h.base_sequence < 0):
+        return f"a transactional batch with producer {h.producer_id}, sequence {h.base_sequence}"
     if h.attributes & TIMESTAMP_TYPE_BIT:
         return "producers may not stamp LogAppendTime"
     if h.producer_id >= 0 and h.base_sequence < 0:
@@ -162,6 +165,7 @@ class PartitionLog:
         if not self.bases:
             self._open_segment(max(log_start_offset, recovery_point if not clean else 0))
         self.log_start_offset = max(log_start_offset, self.bases[0])
+        self.txn_index = TxnIndex(self.dir, self.bases)  # aborted transactions (broker/log/txn_index.py)
         self.recovery_point = self.log_end_offset if not clean else max(recovery_point, self.bases[0])
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
@@ -445,6 +449,10 @@ class PartitionLog:
                         return r.offset, r.timestamp
         return None
 
+    def add_aborted(self, entry: AbortedTxn) -> None:
+        """Note an aborted transaction in the `.txnindex` of the segment holding its marker (once)."""
+        self.txn_index.add(self.txn_index.segment_for(self.bases, entry.last_offset), entry)
+
     # -- retention and truncation ---------------------------------------------------------------
 
     def delete_retained(self, now_ms: int | None = None) -> list[int]:
@@ -496,6 +504,7 @@ class PartitionLog:
 
     def _delete_segment(self, base: int) -> int:
         self.segments.pop(base).delete()
+        self.txn_index.drop_segment(base)
         self.bases.remove(base)
         return base
 
@@ -509,6 +518,7 @@ class PartitionLog:
         head = seg.find(offset)
         if head is not None:
             seg.truncate_to_position(head.position)
+        self.txn_index.truncate(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 
     def reset_to(self, offset: int) -> None:

@@ -14,8 +14,8 @@ state the log's batches below `offset` leave. All integers are big-endian.
 | · last_offset | int64: the last offset of its last batch |
 | · offset_delta | int32: last_sequence − the batch's first sequence |
 | · timestamp | int64: when it last wrote, epoch ms |
-| · coordinator_epoch | int32 (-1: no transactions here) |
-| · current_txn_first_offset | int64 (-1) |
+| · coordinator_epoch | int32: of the last transaction marker for it here (-1: none) |
+| · current_txn_first_offset | int64: first offset of its open transaction here (-1: none) |
 
 The broker writes one for every partition at a clean shutdown, and reads it back at start-up; a file
 that fails its CRC or its layout is no snapshot (the log's last segment is read instead).
@@ -47,6 +47,8 @@ class SnapshotEntry(NamedTuple):
     last_offset: int
     offset_delta: int
     timestamp: int
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
 
 
 def snapshot_path(directory: Path, offset: int) -> Path:
@@ -56,7 +58,7 @@ def snapshot_path(directory: Path, offset: int) -> Path:
 def encode(entries: list[SnapshotEntry]) -> bytes:
     body = bytearray(_HEAD.pack(VERSION, 0, len(entries)))
     for e in entries:
-        body += _ENTRY.pack(*e, -1, -1)
+        body += _ENTRY.pack(*e)
     struct.pack_into(">I", body, 2, crc32c(memoryview(body)[_CRC_FROM:]))
     return bytes(body)
 
@@ -70,7 +72,7 @@ def decode(data: bytes) -> list[SnapshotEntry] | None:
         return None
     if crc32c(memoryview(data)[_CRC_FROM:]) != crc:
         return None
-    return [SnapshotEntry(*_ENTRY.unpack_from(data, _HEAD.size + i * _ENTRY.size)[:6]) for i in range(count)]
+    return [SnapshotEntry(*_ENTRY.unpack_from(data, _HEAD.size + i * _ENTRY.size)) for i in range(count)]
 
 
 def snapshots(directory: Path) -> list[tuple[int, Path]]:

@@ -15,6 +15,7 @@ from broker.protocol.messages import configs as configs_msgs
 from broker.protocol.messages import quotas as quotas_msgs
 from broker.protocol.messages import records as records_msgs
 from broker.protocol.messages import transactions as txn_msgs
+from broker.protocol.messages import txn_markers as txn_markers_msgs
 from broker.protocol.schema import Struct
 
 
@@ -42,6 +43,7 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -130,6 +132,8 @@ APIS: dict[int, Api] = {
         _api(ApiKey.ADD_OFFSETS_TO_TXN, txn_msgs.ADD_OFFSETS_TO_TXN_REQUEST,
              txn_msgs.ADD_OFFSETS_TO_TXN_RESPONSE, 0, 3),  # fmt: skip
         _api(ApiKey.END_TXN, txn_msgs.END_TXN_REQUEST, txn_msgs.END_TXN_RESPONSE, 0, 3),
+        _api(ApiKey.WRITE_TXN_MARKERS, txn_markers_msgs.WRITE_TXN_MARKERS_REQUEST,
+             txn_markers_msgs.WRITE_TXN_MARKERS_RESPONSE, 0, 1),  # fmt: skip
         _api(ApiKey.TXN_OFFSET_COMMIT, txn_msgs.TXN_OFFSET_COMMIT_REQUEST, txn_msgs.TXN_OFFSET_COMMIT_RESPONSE, 0, 3),
         _api(ApiKey.DESCRIBE_TRANSACTIONS, txn_msgs.DESCRIBE_TRANSACTIONS_REQUEST,
              txn_msgs.DESCRIBE_TRANSACTIONS_RESPONSE, 0, 0),  # fmt: skip

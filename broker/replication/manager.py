@@ -27,6 +27,7 @@ from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.isr import LeaderPartition
 from broker.replication.reassignment import throttled
 from broker.replication.throttle import Throttle
+from broker.server.producers import marker_in, note_completed
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -405,8 +406,11 @@ class ReplicaManager:
         for h in headers:
             if h.partition_leader_epoch > cache.latest_epoch:
                 cache.assign(h.partition_leader_epoch, h.base_offset)
-        if any(h.producer_id >= 0 for h in headers):
-            self.producer_states[tp].record_batches(headers)
+        if any(h.producer_id >= 0 for h in headers):  # (transactions too: a follower that leads next has them)
+            positions = {h.base_offset: pos for h, (pos, *_) in zip(headers, validated, strict=True)}
+            states = self.producer_states[tp]
+            done = states.record_batches(headers, lambda h: marker_in(data, positions[h.base_offset]))
+            note_completed(plog, states, done)
 
     def follower_high_watermark(self, tp: TopicPartition, plog: PartitionLog, leader_hw: int) -> None:
         self.follower_hw[tp] = max(min(leader_hw, plog.log_end_offset), 0)

@@ -7,20 +7,31 @@ OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A prod
 has no state for (a new one) is accepted at any sequence. A clean shutdown writes each partition's
 state to a snapshot file (`broker.log.producer_snapshot`) that start-up reads back (`load_states`).
 After a failed write or fsync a partition's state is `repair`ed to what its log holds.
+
+Transactions (KIP-98): a producer's first transactional batch opens its transaction here (its first
+offset is kept); the coordinator's marker (WriteTxnMarkers, a control batch) closes it. While it is open
+the producer may write only transactional batches (INVALID_TXN_STATE otherwise). A marker with a newer
+producer epoch raises the partition's (the fenced producer's later batches get INVALID_PRODUCER_EPOCH),
+one from an older coordinator epoch than the last seen for the producer is refused
+(TRANSACTION_COORDINATOR_FENCED). The last stable offset is the first offset of the oldest open
+transaction (`first_unstable_offset`), capped by the high watermark. Leaders, followers and start-up all
+feed the same state from the batches (`record_batches`), so a follower that becomes leader has the same
+open transactions.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.log import producer_snapshot
 from broker.log.producer_snapshot import SnapshotEntry
+from broker.log.txn_index import AbortedTxn, parse_marker
 from broker.protocol.errors import ErrorCode
-from broker.records.batch import BatchHeader
+from broker.records.batch import HEADER, BatchHeader, iter_records
 
 if TYPE_CHECKING:
     from broker.log.log import PartitionLog
@@ -38,6 +49,21 @@ class _Entry:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=KEEP))  # (first_seq, last_seq, first_offset)
     last_ms: int = 0  # when it last wrote (epoch ms)
+    txn_first: int = -1  # first offset of its open transaction here, -1 without one
+    coordinator_epoch: int = -1  # of the last marker for it here
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker closed at `last_offset` (its offset)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
+#: a control batch's marker as `record_batches` needs it: (commit?, coordinator epoch), None if unreadable
+MarkerOf = Callable[[BatchHeader], "tuple[bool, int] | None"]
 
 
 class ProducerStates:
@@ -46,7 +72,8 @@ class ProducerStates:
     def __init__(self) -> None:
         self.entries: dict[int, _Entry] = {}
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> tuple[ErrorCode, int]:
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
+              transactional: bool = False) -> tuple[ErrorCode, int]:  # fmt: skip
         """(NONE, -1) to append; (NONE, offset) for a duplicate first appended at `offset`; or an error."""
         e = self.entries.get(producer_id)
         if e is None:
@@ -58,6 +85,8 @@ class ProducerStates:
         for f, last, offset in e.batches:
             if f == first_seq and last == last_seq:
                 return ErrorCode.NONE, offset
+        if e.txn_first >= 0 and not transactional:  # (Kafka: "Expected transactional write from producer")
+            return ErrorCode.INVALID_TXN_STATE, -1
         if not e.batches:
             return ErrorCode.NONE, -1
         expected = (e.batches[-1][1] + 1) % (MAX_SEQ + 1)
@@ -66,23 +95,80 @@ class ProducerStates:
         return ErrorCode.NONE, -1
 
     def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
-               when_ms: int | None = None) -> None:  # fmt: skip
+               when_ms: int | None = None, transactional: bool = False) -> None:  # fmt: skip
         e = self.entries.get(producer_id)
         if e is None or epoch != e.epoch:
+            old = e
             e = self.entries[producer_id] = _Entry(epoch)
+            if old is not None:  # (an open transaction stays open until a marker closes it, as Kafka's)
+                e.coordinator_epoch, e.txn_first = old.coordinator_epoch, old.txn_first
         e.batches.append((first_seq, last_seq, first_offset))
         e.last_ms = int(time.time() * 1000) if when_ms is None else when_ms
+        if transactional and e.txn_first < 0:
+            e.txn_first = first_offset
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> tuple[ErrorCode, bool]:
+        """Whether a coordinator's marker for the producer may be written: (NONE, True) to append it,
+        (NONE, False) when it closes nothing and raises no epoch here (a repeated marker: answered, not
+        written), else the error to answer (the producer's epoch is older than this partition's, or the
+        coordinator's epoch is older than the last marker's)."""
+        e = self.entries.get(producer_id)
+        if e is None:
+            return ErrorCode.NONE, True
+        if epoch < e.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH, False
+        if coordinator_epoch < e.coordinator_epoch:
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED, False
+        return ErrorCode.NONE, e.txn_first >= 0 or epoch > e.epoch
+
+    def end_txn(self, producer_id: int, epoch: int, coordinator_epoch: int, marker_offset: int, commit: bool,
+                when_ms: int | None = None) -> CompletedTxn:  # fmt: skip
+        """Apply a marker written at `marker_offset`: the producer's open transaction here (if any) is closed,
+        its epoch and coordinator epoch raised to the marker's. Returns the transaction closed (an abort
+        with nothing open closes an empty one at the marker, as Kafka's)."""
+        e = self.entries.get(producer_id)
+        if e is None or epoch > e.epoch:
+            old = e
+            e = self.entries[producer_id] = _Entry(epoch)
+            if old is not None:
+                e.coordinator_epoch = old.coordinator_epoch
+                e.txn_first = old.txn_first
+        first = e.txn_first if e.txn_first >= 0 else marker_offset
+        e.txn_first = -1
+        e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)
+        e.last_ms = int(time.time() * 1000) if when_ms is None else when_ms
+        return CompletedTxn(producer_id, first, marker_offset, not commit)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction still open here (the LSO below the high watermark)."""
+        firsts = [e.txn_first for e in self.entries.values() if e.txn_first >= 0]
+        return min(firsts) if firsts else None
+
+    def open_transactions(self) -> dict[int, int]:
+        """producer id -> the first offset of its open transaction here."""
+        return {pid: e.txn_first for pid, e in self.entries.items() if e.txn_first >= 0}
 
     def repair(self, log_end_offset: int, written: Iterable[BatchHeader]) -> None:
         """After a failed write or fsync: forget the batches the log no longer holds (at or past its end),
         and record the `written` ones (the log's batches from where the failed append began) that are not."""
         for e in self.entries.values():
             e.batches = deque((b for b in e.batches if b[2] < log_end_offset), maxlen=KEEP)
+            if e.txn_first >= log_end_offset:
+                e.txn_first = -1
         self.record_batches(written)
 
-    def record_batches(self, headers: Iterable[BatchHeader]) -> None:
-        """Record the idempotent ones of a log's batches (oldest first) that are not recorded yet."""
+    def record_batches(self, headers: Iterable[BatchHeader], marker_of: MarkerOf | None = None) -> list[CompletedTxn]:
+        """Record the idempotent and transactional ones of a log's batches (oldest first) that are not recorded
+        yet, and apply its control batches (`marker_of` reads a control batch's marker; without it they are
+        passed over); returns the transactions the markers closed."""
+        done: list[CompletedTxn] = []
         for h in headers:
+            if h.is_control:
+                marker = marker_of(h) if marker_of is not None and h.producer_id >= 0 else None
+                if marker is not None:
+                    done.append(self.end_txn(h.producer_id, h.producer_epoch, marker[1], h.base_offset, marker[0],
+                                             h.max_timestamp))  # fmt: skip
+                continue
             if h.producer_id < 0 or h.base_sequence < 0:
                 continue
             e = self.entries.get(h.producer_id)
@@ -90,32 +176,41 @@ class ProducerStates:
                 continue
             self.record(h.producer_id, h.producer_epoch, h.base_sequence,
                         (h.base_sequence + h.last_offset_delta) % (MAX_SEQ + 1), h.base_offset,
-                        h.max_timestamp)  # fmt: skip
+                        h.max_timestamp, h.is_transactional)  # fmt: skip
+        return done
 
-    def active(self) -> list[tuple[int, int, int, int]]:
-        """(producer id, epoch, last sequence, last write in epoch ms) of each producer this partition
-        knows, as DescribeProducers lists them."""
-        return [(pid, e.epoch, e.batches[-1][1] if e.batches else -1, e.last_ms) for pid, e in self.entries.items()]
+    def active(self) -> list[tuple[int, int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, last write in epoch ms, coordinator epoch, open transaction's
+        first offset) of each producer this partition knows, as DescribeProducers lists them."""
+        return [(pid, e.epoch, e.batches[-1][1] if e.batches else -1, e.last_ms, e.coordinator_epoch, e.txn_first)
+                for pid, e in self.entries.items()]  # fmt: skip
 
     def snapshot(self, now_ms: int) -> list[SnapshotEntry]:
         """Each producer's last batch, as a snapshot file keeps it (Kafka keeps no more either); producers
         silent for EXPIRATION_MS are left out."""
         out = []
         for pid, e in self.entries.items():
-            if e.batches and now_ms - e.last_ms < EXPIRATION_MS:
+            if e.txn_first < 0 and now_ms - e.last_ms >= EXPIRATION_MS:
+                continue  # (a producer with an open transaction is kept: the LSO waits for it)
+            if e.batches:
                 first_seq, last_seq, first_offset = e.batches[-1]
                 delta = (last_seq - first_seq) % (MAX_SEQ + 1)
-                out.append(SnapshotEntry(pid, e.epoch, last_seq, first_offset + delta, delta, e.last_ms))
+                out.append(SnapshotEntry(pid, e.epoch, last_seq, first_offset + delta, delta, e.last_ms,
+                                         e.coordinator_epoch, e.txn_first))  # fmt: skip
+            elif e.coordinator_epoch >= 0 or e.txn_first >= 0:  # an epoch only a marker set
+                out.append(SnapshotEntry(pid, e.epoch, -1, -1, 0, e.last_ms, e.coordinator_epoch, e.txn_first))
         return out
 
     @classmethod
     def from_snapshot(cls, entries: Iterable[SnapshotEntry], now_ms: int) -> ProducerStates:
         states = cls()
         for e in entries:
-            if now_ms - e.timestamp < EXPIRATION_MS:
-                first_seq = (e.last_sequence - e.offset_delta) % (MAX_SEQ + 1)
-                states.record(e.producer_id, e.epoch, first_seq, e.last_sequence, e.last_offset - e.offset_delta,
-                              e.timestamp)  # fmt: skip
+            if now_ms - e.timestamp < EXPIRATION_MS or e.current_txn_first_offset >= 0:
+                entry = states.entries[e.producer_id] = _Entry(e.epoch, last_ms=e.timestamp)
+                entry.coordinator_epoch, entry.txn_first = e.coordinator_epoch, e.current_txn_first_offset
+                if e.last_sequence >= 0:
+                    first_seq = (e.last_sequence - e.offset_delta) % (MAX_SEQ + 1)
+                    entry.batches.append((first_seq, e.last_sequence, e.last_offset - e.offset_delta))
         return states
 
 
@@ -134,8 +229,32 @@ def load_states(plog: PartitionLog) -> ProducerStates:
         states, since = ProducerStates.from_snapshot(snap[1], int(time.time() * 1000)), snap[0]
     else:
         states, since = ProducerStates(), active_base
-    states.record_batches(plog.batch_headers_from(since, LOAD_TAIL_BYTES))
+    note_completed(plog, states, states.record_batches(plog.batch_headers_from(since, LOAD_TAIL_BYTES),
+                                                       lambda h: marker_in_log(plog, h)))  # fmt: skip
     return states
+
+
+def marker_in_log(plog: PartitionLog, h: BatchHeader) -> tuple[bool, int] | None:
+    """(commit?, coordinator epoch) of the control batch `h` of the log, read from its file."""
+    sl = plog.read(h.base_offset, h.size)
+    return marker_in(sl.read(), 0) if sl is not None else None
+
+
+def marker_in(data: bytes | memoryview, pos: int) -> tuple[bool, int] | None:
+    """(commit?, coordinator epoch) of the control batch at `pos` of `data`, None if it holds no marker."""
+    h = BatchHeader(*HEADER.unpack_from(data, pos))
+    for r in iter_records(data, pos, h):
+        return parse_marker(r.key, r.value)
+    return None
+
+
+def note_completed(plog: PartitionLog, states: ProducerStates, done: Iterable[CompletedTxn]) -> None:
+    """Note the aborted ones of transactions markers closed in the log's `.txnindex` (once each)."""
+    for c in done:
+        if c.aborted:
+            lso = states.first_unstable_offset()
+            plog.add_aborted(AbortedTxn(c.producer_id, c.first_offset, c.last_offset,
+                                        c.last_offset + 1 if lso is None else min(lso, c.last_offset + 1)))  # fmt: skip
 
 
 class ProducerIdPool:

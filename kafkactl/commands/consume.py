@@ -28,6 +28,9 @@ from broker.protocol.errors import ErrorCode
 from kafkactl import completion, contexts
 from kafkactl.render import Output
 
+#: --isolation's values → Fetch's isolation_level
+_ISOLATION = {"read-uncommitted": 0, "read-committed": 1}
+
 
 def consume(
     topic: Annotated[str, typer.Argument(help="Topic to read.", autocompletion=completion.topics)],
@@ -66,6 +69,14 @@ def consume(
             "matches this regular expression (counted by -c too).",
         ),
     ] = None,
+    isolation: Annotated[
+        str,
+        typer.Option(
+            "--isolation",
+            help="read-uncommitted (every message, as Kafka's console consumer) or read-committed (only "
+            "committed transactions' messages, up to the last stable offset).",
+        ),
+    ] = "read-uncommitted",
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json (JSON lines).")] = Output.text,
     fmt: Annotated[
         str | None,
@@ -123,6 +134,9 @@ def consume(
                                  ("--value-decoder", value_decoder, (*shell.DECODERS, "avro"))):  # fmt: skip
         if value not in allowed:
             raise UsageError(f"{name} {value!r}: expected one of {', '.join(allowed)}")
+    if isolation not in _ISOLATION:
+        raise UsageError(f"--isolation {isolation!r}: expected read-uncommitted or read-committed")
+    isolation_level = _ISOLATION[isolation]
     if fmt is not None and output == Output.json:
         raise UsageError("--format shapes text output: give -o text (the default) or drop --format")
     told: set[str] = set()
@@ -170,6 +184,8 @@ def consume(
     props = properties.pairs(prop or [], "--property")
     contexts.command_security(pop_security(props))  # -X security.protocol=SSL ... over the context's
     if group is not None:
+        if isolation_level:
+            props.setdefault("isolation.level", "read_committed")
         _consume_group(topic, group, partition=partition, offset=offset, reset=reset, props=props,
                        follow=not exit_at_end, max_messages=max_messages, emit=emit, summary=summary,
                        bootstrap=bootstrap, zookeeper=zookeeper)  # fmt: skip
@@ -190,7 +206,7 @@ def consume(
         print(f"kafkactl: warning: {describe_partitions(tps)} {has} no leader; {rest}", file=sys.stderr, flush=True)
 
     async def run() -> None:
-        consumer = AsyncConsumer(contexts.bootstrap(bootstrap), fetch_max_wait_ms=500)
+        consumer = AsyncConsumer(contexts.bootstrap(bootstrap), fetch_max_wait_ms=500, isolation_level=isolation_level)
         await consumer.start()
         try:
             parts = await consumer.partitions_for(topic)

@@ -28,6 +28,7 @@ from broker.server.handlers import acls, admin, elections, fetch, groups, metada
 from broker.server.handlers import configs as configs_handlers
 from broker.server.handlers import quotas as quotas_handlers
 from broker.server.handlers import records as records_handlers
+from broker.server.handlers import txn_markers as txn_markers_handlers
 from broker.server.network import BadRequest, Later
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: produce.handle_produce,
     ApiKey.INIT_PRODUCER_ID: produce.handle_init_producer_id,
     ApiKey.DESCRIBE_PRODUCERS: produce.handle_describe_producers,
+    ApiKey.WRITE_TXN_MARKERS: txn_markers_handlers.handle_write_txn_markers,
     ApiKey.FETCH: fetch.handle_fetch,
     ApiKey.LIST_OFFSETS: fetch.handle_list_offsets,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: fetch.handle_offset_for_leader_epoch,

@@ -7,6 +7,13 @@ UNKNOWN_LEADER_EPOCH when newer (this broker has not heard of it yet). With an a
 needs Read on each topic and a follower ClusterAction on the cluster, else TOPIC_AUTHORIZATION_FAILED and
 no records (as Kafka).
 
+A consumer fetching with isolation_level 1 (read_committed) reads only below the last stable offset
+(`last_stable_offset`: the first offset of the oldest open transaction, capped by the high watermark)
+and gets the aborted transactions overlapping what it may read (from the `.txnindex`,
+`broker.log.txn_index`), so it can drop their records; every answer carries the real LSO. A marker
+wakes the fetches waiting on its partition (the LSO moved); ListOffsets' "latest" under isolation 1 is
+the LSO.
+
 A fetch answers at once when `min_bytes` are there (or it asked for no wait); otherwise it waits in
 the purgatory until an append brings enough or `max_wait_ms` passes. Each partition's records
 leave as a `sendfile` of its segment file, at most `partition_max_bytes` (but always one whole batch
@@ -36,9 +43,11 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
     min_bytes = req["min_bytes"]
     wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
     denied = _denied(b, [t["topic"] for t in req["topics"]], req["replica_id"])
+    committed = req.get("isolation_level", 0) == 1 and req["replica_id"] < 0
     note = True  # a follower's position is noted once, as its fetch arrives (not each time it is read again)
     while True:
-        topics, total, errors = await _read_all(b, wanted, req["max_bytes"], req["replica_id"], note, denied)
+        topics, total, errors = await _read_all(b, wanted, req["max_bytes"], req["replica_id"], note, denied,
+                                                committed)  # fmt: skip
         note = False
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0 or not wanted:
@@ -66,8 +75,17 @@ def _release(topics: list[dict[str, Any]]) -> None:
                 os.close(rec.fd)
 
 
+def last_stable_offset(b: Services, plog: Any) -> int:
+    """The partition's last stable offset: below it every transaction is decided (the first offset of the
+    oldest one still open here), and the ISR holds every record (the high watermark)."""
+    hw = b.high_watermark(plog)
+    states = b.producer_states.get((plog.topic, plog.partition))
+    first = states.first_unstable_offset() if states is not None else None
+    return hw if first is None else min(hw, first)
+
+
 async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int, replica: int = -1,
-                    note: bool = True, denied: set[str] | frozenset[str] = frozenset(),
+                    note: bool = True, denied: set[str] | frozenset[str] = frozenset(), committed: bool = False,
                     ) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
     topics: list[dict[str, Any]] = []
     by_name: dict[str, list[dict[str, Any]]] = {}
@@ -104,7 +122,8 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
                 out["error_code"] = code
                 if diverging is not None:
                     out["diverging_epoch"] = diverging
-                out["high_watermark"] = out["last_stable_offset"] = b.high_watermark(plog)
+                out["high_watermark"] = b.high_watermark(plog)
+                out["last_stable_offset"] = last_stable_offset(b, plog)
                 out["log_start_offset"] = plog.log_start_offset
                 errors = True  # (as Kafka: an answer with a diverging epoch does not wait for min_bytes)
                 continue
@@ -115,9 +134,10 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
                 errors = True
                 continue
         hw = b.high_watermark(plog)
+        lso = last_stable_offset(b, plog)
         if replica < 0:
-            limit = hw
-        out["high_watermark"] = out["last_stable_offset"] = hw
+            limit = lso if committed else hw
+        out["high_watermark"], out["last_stable_offset"] = hw, lso
         out["log_start_offset"] = plog.log_start_offset
         budget = min(p["partition_max_bytes"], max_bytes - total)
         if budget <= 0 and total > 0:
@@ -135,6 +155,11 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
             continue  # not even one batch fits in what is left of the response
         out["records"] = FileRegion(os.dup(sl.fd), sl.position, length)
         total += length
+        if committed:
+            out["aborted_transactions"] = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in plog.txn_index.overlapping(p["fetch_offset"], lso)
+            ]
     return topics, total, errors
 
 
@@ -230,8 +255,9 @@ async def handle_list_offsets(b: Services, header: RequestHeader, req: dict[str,
                 continue
             if ts == EARLIEST:
                 offset, found_ts = plog.log_start_offset, -1
-            elif ts == LATEST:
-                offset, found_ts = b.high_watermark(plog), -1
+            elif ts == LATEST:  # (read_committed: the last stable offset)
+                committed = req.get("isolation_level", 0) == 1
+                offset, found_ts = (last_stable_offset(b, plog) if committed else b.high_watermark(plog)), -1
             elif ts < 0:
                 out["error_code"] = ErrorCode.INVALID_REQUEST
                 continue

@@ -28,9 +28,10 @@ from broker.log.config import MAX_LONG
 from broker.log.topic_policy import out_of_window, recompress, window_message
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
-from broker.records.batch import HEADER, LOG_OVERHEAD
+from broker.records.batch import ATTRIBUTES_OFFSET, HEADER, LOG_OVERHEAD, TRANSACTIONAL_BIT
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
+from broker.server.handlers.transactions import init_transactional_producer
 from broker.server.network import BadRequest
 from broker.zk import registry
 
@@ -42,6 +43,13 @@ log = logging.getLogger(__name__)
 
 _NO_PRODUCER = -1
 _ACKS = (0, 1, -1)
+
+
+def _is_transactional(records: memoryview | None) -> bool:
+    """Whether a record set's first batch carries the transactional bit (a producer's sets are all alike)."""
+    if records is None or len(records) < HEADER.size:
+        return False
+    return bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT)
 
 
 def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
@@ -94,12 +102,15 @@ def _produce(b: Services, version: int, req: dict[str, Any]) -> dict[str, Any] |
     failed: list[str] = []
     waits: list[tuple[dict[str, Any], str, int]] = []
     topics_out = []
+    txn_denied = _transactional_denied(b, req)
     for t in req["topics"]:
         name = t["name"]
         parts_out = []
         denied = b.authorizer is not None and not _may_write(b, name)
         for p in t["partitions"]:
-            if denied:  # (nothing about the topic is told, not even whether it exists)
+            if txn_denied:
+                out = {"index": p["index"], "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+            elif denied:  # (nothing about the topic is told, not even whether it exists)
                 out = {"index": p["index"], "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
             else:
                 out = _produce_partition(b, name, p["index"], p["records"], acks, version)
@@ -118,6 +129,16 @@ def _produce(b: Services, version: int, req: dict[str, Any]) -> dict[str, Any] |
     if waits:
         return _replicated(b, answer, waits, req["timeout_ms"] / 1000)
     return answer
+
+
+def _transactional_denied(b: Services, req: dict[str, Any]) -> bool:
+    """Whether transactional batches come without a transactional id, or one the principal may not Write (as
+    Kafka's KafkaApis: the whole request is then TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+    if not any(_is_transactional(p["records"]) for t in req["topics"] for p in t["partitions"]):
+        return False
+    txn_id = req.get("transactional_id")
+    a = b.authorizer
+    return txn_id is None or not allowed(a, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id, "Produce")
 
 
 def _may_write(b: Services, topic: str, *, log_denial: bool = True) -> bool:
@@ -174,7 +195,8 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
         if config.checks_batches and _refused_timestamps(plog, records, validated, version, out):
             return out
         span = _producer_span(records)
-        if span is not None and _answered_by_sequence(b, tp, span, plog.log_start_offset, out):
+        transactional = _is_transactional(records)
+        if span is not None and _answered_by_sequence(b, tp, span, plog.log_start_offset, out, transactional):
             if acks == -1 and not out["error_code"]:  # a duplicate: answered once the ISR holds the original
                 out["_last_offset"] = out["base_offset"] + (span[3] - span[2]) % 2**31
             return out
@@ -200,7 +222,7 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
         b.logs.mark_offline(tp, exc)
         raise  # the connection closes: answers held for it may name offsets the failed write lost
     if span is not None:
-        b.producer_states[tp].record(*span, result.first_offset)
+        b.producer_states[tp].record(*span, result.first_offset, transactional=transactional)
     b.purgatory.notify(tp)
     if acks == -1:
         out["_last_offset"] = result.last_offset
@@ -231,9 +253,9 @@ def _refused_timestamps(plog: PartitionLog, records: memoryview, validated: list
 
 
 def _answered_by_sequence(b: Services, tp: tuple[str, int], span: tuple[int, int, int, int],
-                          log_start_offset: int, out: dict[str, Any]) -> bool:  # fmt: skip
+                          log_start_offset: int, out: dict[str, Any], transactional: bool = False) -> bool:  # fmt: skip
     """Fill `out` for a sequence error or a duplicate (answered with its first offset, not appended)."""
-    err, dup_offset = b.producer_states[tp].check(*span)
+    err, dup_offset = b.producer_states[tp].check(*span, transactional)
     if err:
         out["error_code"] = err
         out["error_message"] = f"producer {span[0]} epoch {span[1]} sequence {span[2]}: {err.name}"
@@ -249,8 +271,8 @@ def _answered_by_sequence(b: Services, tp: tuple[str, int], span: tuple[int, int
 
 
 async def handle_init_producer_id(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    if req["transactional_id"] is not None:
-        return {"error_code": ErrorCode.INVALID_REQUEST}  # transactions are not supported
+    if req["transactional_id"] is not None:  # a transactional producer: the transaction coordinator's
+        return await init_transactional_producer(b, header.api_version, req)
     a = b.authorizer  # an idempotent producer: IdempotentWrite on the cluster, or Write on some topic (as 2.8)
     if a is not None and not (cluster_allowed(a, Operation.IDEMPOTENT_WRITE, log_denial=False)
                               or a.allows_any(Operation.WRITE, ResourceType.TOPIC, "InitProducerId")):  # fmt: skip
@@ -267,9 +289,9 @@ async def handle_init_producer_id(b: Services, header: RequestHeader, req: dict[
 
 
 async def handle_describe_producers(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    """The idempotent producers each partition led here knows (KIP-664), as Kafka 2.8's leader answers: Read
-    on the topic needed, NOT_LEADER_OR_FOLLOWER from another broker. kafkactl has no transactions yet, so
-    no producer has a coordinator epoch or an open transaction (-1 each)."""
+    """The idempotent and transactional producers each partition led here knows (KIP-664), as Kafka 2.8's
+    leader answers: Read on the topic needed, NOT_LEADER_OR_FOLLOWER from another broker; each with the
+    coordinator epoch of its last marker here and the first offset of its open transaction (-1: none)."""
     topics = []
     for t in req["topics"]:
         name, parts = t["name"], []
@@ -288,7 +310,7 @@ async def handle_describe_producers(b: Services, header: RequestHeader, req: dic
             states = b.producer_states.get((name, index))
             out["active_producers"] = [
                 {"producer_id": pid, "producer_epoch": epoch, "last_sequence": seq, "last_timestamp": ms,
-                 "coordinator_epoch": -1, "current_txn_start_offset": -1}
-                for pid, epoch, seq, ms in (states.active() if states is not None else [])
+                 "coordinator_epoch": coordinator_epoch, "current_txn_start_offset": txn_first}
+                for pid, epoch, seq, ms, coordinator_epoch, txn_first in (states.active() if states is not None else [])
             ]  # fmt: skip
     return {"topics": topics}

@@ -57,7 +57,7 @@ LIES = {
     "max timestamp too low": {"max_timestamp": T + 19},
     "base timestamp shifted": {"base_timestamp": T + 1},
     "control": {"attributes": 0x20},
-    "transactional": {"attributes": 0x10},
+    "transactional, no producer id": {"attributes": 0x10},  # (a producer's transactional batches pass: below)
     "LogAppendTime": {"attributes": 0x08},
     "producer id, no sequence": {"producer_id": 9, "producer_epoch": 0, "base_sequence": -1},
 }
@@ -72,6 +72,11 @@ def test_a_header_that_lies_is_an_invalid_record(walker, lie, codec):
     good = three(codec)
     with pytest.raises(InvalidRecordError):
         validate_batches(good + forge(good, **fields), MAX)
+
+
+def test_a_transactional_producers_batch_passes(walker):
+    data = three(producer_id=4, producer_epoch=0, base_sequence=3)
+    assert validate_batches(forge(data, attributes=0x10), MAX)[0][2] == 3
 
 
 def _records_tail(offset_deltas: list[int]) -> bytes:

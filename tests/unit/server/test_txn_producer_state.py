@@ -1,0 +1,86 @@
+"""Producer state for transactions: a transactional batch opens a transaction, a marker closes it, fencing by
+the marker's producer epoch and coordinator epoch, the first unstable offset (LSO), the same state rebuilt
+from the log's batches (a follower, start-up) and kept by the snapshot."""
+
+from __future__ import annotations
+
+from broker.log import producer_snapshot
+from broker.protocol.errors import ErrorCode
+from broker.records.batch import CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader
+from broker.server.producers import CompletedTxn, ProducerStates
+
+E = ErrorCode
+
+
+def _header(offset: int, pid: int, epoch: int, seq: int, n: int = 1, *, txn: bool = True,
+            control: bool = False) -> BatchHeader:  # fmt: skip
+    attrs = (TRANSACTIONAL_BIT if txn else 0) | (CONTROL_BIT if control else 0)
+    return BatchHeader(offset, 0, 0, 2, 0, attrs, n - 1, 0, 1000, pid, epoch, seq, n)
+
+
+def test_a_transaction_opens_with_its_first_batch_and_a_marker_closes_it() -> None:
+    s = ProducerStates()
+    assert s.first_unstable_offset() is None
+    s.record(1, 0, 0, 2, 10, transactional=True)
+    s.record(2, 0, 0, 0, 13, transactional=True)
+    s.record(1, 0, 3, 3, 14, transactional=True)
+    assert s.first_unstable_offset() == 10 and s.open_transactions() == {1: 10, 2: 13}
+    assert s.check_marker(1, 0, 0) == (E.NONE, True)
+    assert s.end_txn(1, 0, 0, 15, commit=True) == CompletedTxn(1, 10, 15, False)
+    assert s.first_unstable_offset() == 13
+    assert s.end_txn(2, 0, 0, 16, commit=False) == CompletedTxn(2, 13, 16, True)
+    assert s.first_unstable_offset() is None
+    # repeated: nothing to close and no newer epoch, so it is answered but not written
+    assert s.check_marker(1, 0, 0) == (E.NONE, False)
+    # an unknown producer's marker is written (it may have raised its epoch elsewhere)
+    assert s.check_marker(99, 0, 0) == (E.NONE, True)
+
+
+def test_fencing_by_producer_epoch_and_coordinator_epoch() -> None:
+    s = ProducerStates()
+    s.record(1, 3, 0, 0, 0, transactional=True)
+    s.end_txn(1, 3, 5, 1, commit=True)
+    s.record(1, 3, 1, 1, 2, transactional=True)
+    assert s.check_marker(1, 3, 4) == (E.TRANSACTION_COORDINATOR_FENCED, False)
+    assert s.check_marker(1, 2, 9) == (E.INVALID_PRODUCER_EPOCH, False)
+    assert s.check_marker(1, 4, 5) == (E.NONE, True)  # the coordinator bumped the epoch: abort, fence
+    s.end_txn(1, 4, 5, 3, commit=False)
+    assert s.check(1, 3, 2, 2, True) == (E.INVALID_PRODUCER_EPOCH, -1)  # the zombie
+    assert s.check(1, 4, 0, 0, True) == (E.NONE, -1)  # the new producer, from sequence 0
+    s.record(1, 4, 0, 0, 4, transactional=True)
+    assert s.check(1, 4, 1, 1, False) == (E.INVALID_TXN_STATE, -1)  # a plain batch inside a transaction
+    assert s.check(1, 4, 1, 1, True) == (E.NONE, -1)
+    assert s.active() == [(1, 4, 0, s.entries[1].last_ms, 5, 4)]
+
+
+def test_the_same_state_from_the_log_batches_and_from_the_snapshot() -> None:
+    markers = {20: (True, 2), 30: (False, 2)}
+    headers = [
+        _header(10, 1, 0, 0, 3),
+        _header(13, 2, 0, 0, 2),
+        _header(15, 3, 0, 0, 1, txn=False),  # an idempotent producer, no transaction
+        _header(16, 1, 0, 3, 4),
+        _header(20, 1, 0, -1, control=True),
+        _header(21, 1, 0, 7, 2),
+        _header(30, 2, 0, -1, control=True),
+    ]
+    s = ProducerStates()
+    done = s.record_batches(headers, lambda h: markers[h.base_offset])
+    assert done == [CompletedTxn(1, 10, 20, False), CompletedTxn(2, 13, 30, True)]
+    assert s.open_transactions() == {1: 21} and s.first_unstable_offset() == 21
+    assert s.entries[1].coordinator_epoch == 2
+    data = producer_snapshot.encode(s.snapshot(now_ms=2000))
+    back = ProducerStates.from_snapshot(producer_snapshot.decode(data), now_ms=2000)
+    assert back.open_transactions() == {1: 21}
+    assert {pid: (e.epoch, e.coordinator_epoch, list(e.batches)[-1:]) for pid, e in back.entries.items()} == {
+        pid: (e.epoch, e.coordinator_epoch, list(e.batches)[-1:]) for pid, e in s.entries.items()}  # fmt: skip
+    # a producer with an open transaction is kept past the expiration; an idle one is not
+    late = ProducerStates.from_snapshot(producer_snapshot.decode(data), now_ms=10**12)
+    assert set(late.entries) == {1}
+
+
+def test_repair_forgets_a_transaction_the_log_no_longer_holds() -> None:
+    s = ProducerStates()
+    s.record(1, 0, 0, 0, 5, transactional=True)
+    s.repair(5, [])
+    assert s.first_unstable_offset() is None
