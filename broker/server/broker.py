@@ -24,6 +24,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.errors import KafkactlError
 from broker.log import producer_snapshot
+from broker.log.cleaner import LogCleaner
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.protocol.errors import ErrorCode
@@ -40,6 +41,7 @@ from broker.server.producers import ProducerIdPool, ProducerStates, load_states
 from broker.server.purgatory import Purgatory
 from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context
+from broker.server.txn_coordinator import TxnCoordinator, take_producer_id
 from broker.topics import topic_name_error
 from broker.zk import client as zkclient
 from broker.zk import paths, registry
@@ -78,6 +80,13 @@ class Broker:
         self.zk: KazooClient | None = None
         self.authorizer = Authorizer.from_props(config.props)
         self.quotas = QuotaManager()
+        self.cleaner: LogCleaner | None = None  # the log cleaner's threads (log.cleaner.enable)
+        self.txn_coordinator = TxnCoordinator(  # (commits a transaction's held offsets as OffsetCommit's)
+            self.id, config, self.cache, zk=lambda: self.zk, blocking=self.blocking,
+            new_producer_id=lambda: take_producer_id(self),
+            commit_offsets=self.group_store.commit,
+            endpoint=self.inter_broker_endpoint,
+        )  # fmt: skip
         self.replicas = ReplicaManager(
             self.id, config, self.cache, self.logs, self.producer_states, self.purgatory,
             log_for=self._replica_log, blocking=self.blocking, zk=lambda: self.zk,
@@ -159,11 +168,16 @@ class Broker:
             raise
         self.group_store.start(self.loop)
         self.coordinator.start()
+        self.txn_coordinator.start()
         self._tasks = [
             self.loop.create_task(self._every(cfg.retention_check_interval_ms, self._retention)),
             self.loop.create_task(self._every(min(cfg.flush_scheduler_interval_ms, 2**31), self._flush)),
             self.loop.create_task(self._every(60_000, self.checkpoint)),
         ]
+        if _flag(cfg.props.get("log.cleaner.enable", "true")):
+            self.cleaner = LogCleaner.from_props(self.logs, cfg.props, self.loop)
+            self.logs.before_removal = self.cleaner.abort
+            self.cleaner.start()
         stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))
         if stray:
             log.warning("logs of topics unknown to ZooKeeper are kept but not served: %s", ", ".join(stray))
@@ -231,6 +245,7 @@ class Broker:
             self.controller.deactivate()
         await self.replicas.close()
         self.coordinator.close()
+        await self.txn_coordinator.close()
         await self.group_store.close(5)  # what it holds written, for the coordinators taking over
         zk = self.zk
         if zk is not None and self._registered:
@@ -238,6 +253,8 @@ class Broker:
                 await asyncio.wait_for(self.blocking(registry.deregister_broker, zk, self.id), 5)
         for server in self.servers.values():
             await server.close()
+        if self.cleaner is not None:  # (off the loop: a clean waiting for its swap there gives up)
+            await self.blocking(self.cleaner.stop)
         self._record_high_watermarks()
         self._save_producer_states()
         problems = self.logs.shutdown()
@@ -393,6 +410,7 @@ class Broker:
         for gid in [g for g in self.coordinator.groups if coordinator_for(g, brokers) != self.id]:
             log.info("group %s moved to broker %d", gid, coordinator_for(gid, brokers))
             self.coordinator.unload(gid)
+        self.txn_coordinator.brokers_changed()
 
     def _on_topics(self, children: list[str]) -> None:
         names = set(children)
@@ -564,6 +582,8 @@ class Broker:
             plog = self.logs.get(topic, p)
             if plog is not None:
                 plog.config = lc
+        if self.cleaner is not None and lc.compact:
+            self.cleaner.wake()
 
     def forget_topic(self, topic: str) -> None:
         self._assignment_watched.discard(topic)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from broker.server.producers import ProducerIdPool, ProducerStates
     from broker.server.purgatory import Purgatory
     from broker.server.quotas import QuotaManager
+    from broker.server.txn_coordinator import TxnCoordinator
 
 TopicPartition = tuple[str, int]
 
@@ -46,6 +47,7 @@ class Services(Protocol):
     zk: KazooClient | None
     authorizer: Authorizer | None  # None: no `authorizer.class.name`, everything allowed
     quotas: QuotaManager  # client quotas (broker.server.quotas)
+    txn_coordinator: TxnCoordinator  # the transaction coordinator (broker.server.txn_coordinator)
 
     async def blocking(self, fn: Callable, *args: Any) -> Any:
         """Run a blocking call (ZooKeeper) off the event loop."""

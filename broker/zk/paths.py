@@ -50,6 +50,17 @@ The schema registry (`kafkactl schema-registry`, broker/schema/store.py) keeps i
 | /kafkactl/schema-registry/config | persistent | {"compatibilityLevel"} |
 | /kafkactl/schema-registry/subject_configs/<subject> | persistent | {"compatibilityLevel"} |
 
+The transaction coordinators (broker/server/txn_store.py; Kafka keeps this in its `__transaction_state` topic):
+
+| znode | mode | data |
+|---|---|---|
+| /kafkactl/transactions/<txn id> | persistent | {"version":1,"producer_id","producer_epoch","last_producer_epoch",
+  "timeout_ms","state","partitions":[[t,p]],"groups":[g],"start_ms","update_ms"}; every change conditional on its
+  znode version, which is the markers' coordinator epoch |
+| /kafkactl/txn_offsets/<g>/<txn id> | persistent | {"version":1,"producer_id","producer_epoch","offsets":[[t,p,
+  offset,leader_epoch,metadata]]}: TxnOffsetCommit's offsets, the group's committed offsets once the transaction
+  commits (deleted when it ends) |
+
 ACLs (`broker/security/acl_store.py` documents their JSON), where ZooKeeper-mode Kafka keeps them:
 
 | znode | mode | data |
@@ -117,6 +128,9 @@ ACL_EXTENDED = "/kafka-acl-extended"
 ACL_CHANGES = "/kafka-acl-changes"
 ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 ACL_CHANGE_PREFIX = "acl_changes_"
+#: the transaction coordinators' state (broker/server/txn_store.py documents the JSON)
+TRANSACTIONS = "/kafkactl/transactions"
+TXN_OFFSETS = "/kafkactl/txn_offsets"
 #: the persistent parents a cluster needs (Kafka creates the same set)
 ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE, "/cluster", CONSUMERS, CONFIG_CHANGES)
 #: the resource types' names in ACL znodes, as Kafka writes them
@@ -185,6 +199,21 @@ def group_node(name: str) -> str:
     if name in (".", ".."):
         return name.replace(".", "%2E")
     return "".join(_quote(c) if c in "%/" or not _znode_safe(c) else c for c in name)
+
+
+def transaction(txn_id: str) -> str:
+    """A transactional id's coordinator state (the id quoted as a group's znode name is)."""
+    return f"{TRANSACTIONS}/{group_node(txn_id)}"
+
+
+def txn_offsets(group_id: str) -> str:
+    """The parent of a group's pending transactional offset commits, one child per transactional id."""
+    return f"{TXN_OFFSETS}/{group_node(group_id)}"
+
+
+def txn_group_offsets(group_id: str, txn_id: str) -> str:
+    """A transaction's pending offsets for one group (TxnOffsetCommit), applied or dropped when it ends."""
+    return f"{txn_offsets(group_id)}/{group_node(txn_id)}"
 
 
 def group_name(node: str) -> str:

@@ -149,7 +149,7 @@ OFFSET_COMMIT_RESPONSE = Struct(
 OFFSET_FETCH_REQUEST = Struct(
     F("group_id", STRING),
     F("topics", Array(Struct(F("name", STRING), F("partition_indexes", Array(INT32))), nullable_from=2)),
-    F("require_stable", BOOLEAN, "7+"),  # (no transactions here: no offset is ever pending)
+    F("require_stable", BOOLEAN, "7+"),  # (offsets a transaction holds: UNSTABLE_OFFSET_COMMIT)
     flexible_from=6,
 )
 

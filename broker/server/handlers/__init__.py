@@ -28,6 +28,7 @@ from broker.server.handlers import acls, admin, elections, fetch, groups, metada
 from broker.server.handlers import configs as configs_handlers
 from broker.server.handlers import quotas as quotas_handlers
 from broker.server.handlers import records as records_handlers
+from broker.server.handlers import transactions as txn_handlers
 from broker.server.handlers import txn_markers as txn_markers_handlers
 from broker.server.network import BadRequest, Later
 
@@ -75,6 +76,12 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SASL_HANDSHAKE: sasl.handle_sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
     ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
+    ApiKey.ADD_PARTITIONS_TO_TXN: txn_handlers.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: txn_handlers.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: txn_handlers.handle_end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: txn_handlers.handle_txn_offset_commit,
+    ApiKey.DESCRIBE_TRANSACTIONS: txn_handlers.handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: txn_handlers.handle_list_transactions,
     ApiKey.CREATE_ACLS: acls.handle_create_acls,
     ApiKey.DELETE_ACLS: acls.handle_delete_acls,
 }

@@ -24,8 +24,9 @@ COORDINATOR_NOT_AVAILABLE and the client retries.
 
 Versions are Kafka 2.8's (flexible ones included): JoinGroup v7 and SyncGroup v5 answer the group's protocol
 type (and name), SyncGroup v5 requires both and checks them against the group's (INCONSISTENT_GROUP_PROTOCOL),
-ListGroups v4 answers each group's state and filters by state, and OffsetFetch v7's require_stable changes
-nothing: without transactions no offset is ever pending (Kafka answers the same with none pending).
+ListGroups v4 answers each group's state and filters by state, and OffsetFetch v7's require_stable answers
+UNSTABLE_OFFSET_COMMIT for a partition with offsets a transaction's TxnOffsetCommit holds until it ends
+(`broker.server.txn_store`; TxnOffsetCommit itself is in `handlers/transactions.py`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.security.session import current
 from broker.server.coordinator import GroupState, coordinator_for
 from broker.server.group_store import NO_OFFSET
+from broker.server.handlers.transactions import find_txn_coordinator
 from broker.server.network import current_peer
+from broker.server.txn_store import pending_partitions
 from broker.zk.paths import StoredOffset, offset_metadata_json
 
 if TYPE_CHECKING:
@@ -53,9 +56,10 @@ MAX_OFFSET_ZNODE = 1_000_000
 
 
 async def handle_find_coordinator(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    if req.get("key_type", 0) != 0:  # a transaction coordinator: none yet. Not a retriable error (a client
-        # would ask until its timeout): Java-style clients give up at once; librdkafka retries all but auth errors
-        return {"error_code": ErrorCode.INVALID_REQUEST, "error_message": "transactions are not supported"}
+    if req.get("key_type", 0) == 1:  # a transactional id's coordinator
+        return find_txn_coordinator(b, req["key"])
+    if req.get("key_type", 0) != 0:
+        return {"error_code": ErrorCode.INVALID_REQUEST, "error_message": f"unknown key type {req['key_type']}"}
     if not _group_allowed(b, Operation.DESCRIBE, req["key"], "FindCoordinator"):
         return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "node_id": -1, "host": "", "port": -1}
     node = coordinator_for(req["key"], b.cache.brokers)
@@ -177,6 +181,7 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
         error = ErrorCode.NOT_COORDINATOR if _not_coordinator(b, gid) else ErrorCode.NONE
     wanted = req["topics"]
     committed: dict[tuple[str, int], StoredOffset] = {}
+    pending: set[tuple[str, int]] = set()
     if not error:
         asked: dict[str, list[int]] | None = None
         if wanted is not None:
@@ -184,6 +189,8 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
             for t in wanted:
                 asked.setdefault(t["name"], []).extend(t["partition_indexes"])
         found = await b.group_store.fetch(gid, asked)
+        if req.get("require_stable") and b.zk is not None:  # (v7) offsets a transaction holds are not answered
+            pending = await b.blocking(pending_partitions, b.zk, gid)
         if found is None:  # ZooKeeper unreachable and not all in memory: the client retries (see fetch)
             error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         else:
@@ -202,6 +209,8 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
         for p in t["partition_indexes"]:
             stored = NO_OFFSET if denied else committed.get((t["name"], p), NO_OFFSET)
             code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied else part_error
+            if not code and (t["name"], p) in pending:
+                code, stored = ErrorCode.UNSTABLE_OFFSET_COMMIT, NO_OFFSET
             parts.append({"partition_index": p, "committed_offset": stored.offset, "error_code": code,
                           "committed_leader_epoch": stored.leader_epoch, "metadata": stored.metadata})  # fmt: skip
         topics_out.append({"name": t["name"], "partitions": parts})

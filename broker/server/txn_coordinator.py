@@ -1,0 +1,407 @@
+"""The transaction coordinator (KIP-98): InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, the timeout sweep and the completion of ended transactions.
+
+A transactional id is coordinated by `coordinator_for(id, live brokers)`, the hash groups use. Its state
+(`broker.server.txn_state.TxnMeta`) lives in ZooKeeper (`broker.server.txn_store`), cached here with the
+znode version it was read or written at; every change is a write conditional on that version, so a broker
+that lost the id to another (the live brokers changed) fails its write and answers NOT_COORDINATOR. Changes
+of one id are serialised by a lock of its own.
+
+Ending a transaction (EndTxn, a timeout, an InitProducerId that finds it open) writes PrepareCommit or
+PrepareAbort, then the markers (`broker.server.txn_markers_sender`: WriteTxnMarkers to every partition's
+leader, with the Prepare write's znode version as coordinator epoch), then, on commit, the offsets
+TxnOffsetCommit held become the groups' committed offsets (through the group store, as OffsetCommit's), and
+last CompleteCommit or CompleteAbort. Requests of the id meanwhile get CONCURRENT_TRANSACTIONS. EndTxn is
+answered once its transaction is complete (or after `END_WAIT_S`, while completion goes on).
+
+A broker that becomes an id's coordinator (start-up, a change of the live brokers) reads its state and
+finishes a Prepare it finds (sending the markers again: a repeated marker is harmless). The sweep, every
+`transaction.abort.timed.out.transaction.cleanup.interval.ms`, aborts Ongoing transactions older than their
+timeout with the producer epoch raised (Kafka 2.8: the producer is fenced), and removes ids unused for
+`transactional.id.expiration.ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from broker.protocol.errors import ErrorCode
+from broker.server import txn_state as st
+from broker.server import txn_store
+from broker.server.coordinator import coordinator_for
+from broker.server.txn_markers_sender import MarkerSender, Superseded
+from broker.server.txn_state import TopicPartition, TxnMeta, TxnState
+from broker.zk import registry
+from broker.zk.paths import StoredOffset
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from broker.server.cache import MetadataCache
+    from broker.server.config import BrokerConfig
+    from broker.server.services import Services
+
+log = logging.getLogger(__name__)
+
+#: how long EndTxn waits for its markers before answering (completion goes on after)
+END_WAIT_S = 10.0
+
+
+async def take_producer_id(b: Services) -> int:
+    """A producer id from the broker's block (a new block from ZooKeeper when it is used up); RuntimeError
+    while ZooKeeper cannot be asked."""
+    pid = b.pid_pool.take()
+    if pid is None:
+        if b.zookeeper_problem() or b.zk is None:
+            raise RuntimeError("ZooKeeper unavailable")
+        first, last = await b.blocking(registry.allocate_producer_ids, b.zk, b.id)
+        b.pid_pool.add_block(first, last)
+        pid = b.pid_pool.take()
+    assert pid is not None
+    return pid
+
+
+class NotCoordinator(Exception):
+    """This broker does not (or no longer) coordinate the id."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TxnCoordinator:
+    """One broker's transaction coordinator."""
+
+    def __init__(self, broker_id: int, config: BrokerConfig, cache: MetadataCache, *,
+                 zk: Callable[[], KazooClient | None], blocking: Callable[..., Awaitable[Any]],
+                 new_producer_id: Callable[[], Awaitable[int]],
+                 commit_offsets: Callable[[str, dict[TopicPartition, Any]], Awaitable[None]],
+                 endpoint: Callable[[int], tuple[str, int] | None]) -> None:  # fmt: skip
+        self.id = broker_id
+        self.cache = cache
+        self._zk = zk
+        self._blocking = blocking
+        self._new_pid = new_producer_id
+        self._commit_offsets = commit_offsets
+        props = config.props
+        self.max_timeout_ms = int(props.get("transaction.max.timeout.ms", 900000))
+        self.expiration_ms = int(props.get("transactional.id.expiration.ms", 604800000))
+        self.sweep_interval_ms = int(props.get("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000))
+        self.markers = MarkerSender(broker_id, config, cache, endpoint)
+        self._txns: dict[str, tuple[TxnMeta, int]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._completing: dict[str, asyncio.Task] = {}
+        self._sweeper: asyncio.Task | None = None
+        self.closing = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
+
+    async def close(self) -> None:
+        self.closing = True
+        tasks = [t for t in (self._sweeper, *self._completing.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        await self.markers.close()
+
+    def coordinates(self, txn_id: str) -> bool:
+        return not self.closing and coordinator_for(txn_id, self.cache.brokers) == self.id
+
+    def brokers_changed(self) -> None:
+        """The live brokers changed: forget the ids now coordinated elsewhere; take over (at the next sweep,
+        run now) those that moved here."""
+        for txn_id in [t for t in self._txns if not self.coordinates(t)]:
+            log.info("transactional id %s moved to broker %d", txn_id, coordinator_for(txn_id, self.cache.brokers))
+            self._txns.pop(txn_id, None)
+        if self._sweeper is not None and not self.closing:
+            asyncio.get_running_loop().create_task(self._take_over())
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def _lock(self, txn_id: str) -> asyncio.Lock:
+        lock = self._locks.get(txn_id)
+        if lock is None:
+            lock = self._locks[txn_id] = asyncio.Lock()
+        return lock
+
+    async def _get(self, txn_id: str) -> tuple[TxnMeta, int] | None:
+        """The id's state (read from ZooKeeper when not cached; a Prepare found there is completed)."""
+        if not self.coordinates(txn_id):
+            raise NotCoordinator(txn_id)
+        got = self._txns.get(txn_id)
+        if got is None:
+            zk = self._zk()
+            if zk is None:
+                raise NotCoordinator(txn_id)
+            got = await self._blocking(txn_store.load, zk, txn_id)
+            if got is None:
+                return None
+            if not self.coordinates(txn_id):
+                raise NotCoordinator(txn_id)
+            self._txns[txn_id] = got
+            if got[0].state.preparing:
+                log.info("transactional id %s: taken over in %s; completing it", txn_id, got[0].state)
+                self._complete_later(txn_id)
+        return got
+
+    async def _put(self, txn_id: str, meta: TxnMeta, version: int | None) -> int:
+        """Write the id's next state (version None: create it); NotCoordinator when another broker won."""
+        zk = self._zk()
+        if zk is None:
+            raise NotCoordinator(txn_id)
+        try:
+            if version is None:
+                new_version = await self._blocking(txn_store.create, zk, txn_id, meta)
+            else:
+                new_version = await self._blocking(txn_store.update, zk, txn_id, meta, version)
+        except txn_store.Fenced:
+            self._txns.pop(txn_id, None)
+            log.info("transactional id %s: changed by another coordinator; not coordinating it here", txn_id)
+            raise NotCoordinator(txn_id) from None
+        self._txns[txn_id] = (meta, new_version)
+        return new_version
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    async def init_producer_id(self, txn_id: str, timeout_ms: int, producer_id: int = -1,
+                               producer_epoch: int = -1) -> tuple[ErrorCode, int, int]:  # fmt: skip
+        """(error, producer id, epoch) for InitProducerId with a transactional id."""
+        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        try:
+            async with self._lock(txn_id):
+                got = await self._get(txn_id)
+                now = _now_ms()
+                if got is None:
+                    meta = st.next_producer(None, await self._new_pid(), timeout_ms, now)
+                    await self._put(txn_id, meta, None)
+                    log.info("transactional id %s: producer id %d epoch 0", txn_id, meta.producer_id)
+                    return ErrorCode.NONE, meta.producer_id, 0
+                meta, version = got
+                if (
+                    producer_id >= 0
+                    and (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch)
+                    and (producer_id, producer_epoch) != (meta.producer_id, meta.last_producer_epoch)
+                ):
+                    return ErrorCode.PRODUCER_FENCED, -1, -1  # (KIP-360: not the id's producer any more)
+                if meta.state.preparing:
+                    return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+                if meta.state == TxnState.ONGOING:  # abort it first, fencing its producer
+                    aborting = st.abort_with_bump(meta, now)
+                    await self._put(txn_id, aborting, version)
+                    log.info("transactional id %s: open transaction aborted for a new producer", txn_id)
+                    self._complete_later(txn_id)
+                    return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+                new_pid = -1
+                if meta.producer_epoch + 1 >= st.MAX_EPOCH:
+                    new_pid = await self._new_pid()
+                nxt = st.next_producer(meta, new_pid, timeout_ms, now)
+                await self._put(txn_id, nxt, version)
+                return ErrorCode.NONE, nxt.producer_id, nxt.producer_epoch
+        except NotCoordinator:
+            return ErrorCode.NOT_COORDINATOR, -1, -1
+
+    async def add_to_txn(self, txn_id: str, producer_id: int, producer_epoch: int,
+                         partitions: set[TopicPartition], groups: set[str]) -> ErrorCode:  # fmt: skip
+        """AddPartitionsToTxn (partitions) or AddOffsetsToTxn (a group): PRODUCER_FENCED is the caller's to map."""
+        try:
+            async with self._lock(txn_id):
+                got = await self._get(txn_id)
+                meta, version = got if got is not None else (None, -1)
+                error = st.check_producer(meta, producer_id, producer_epoch)
+                if error or meta is None:
+                    return error or ErrorCode.INVALID_PRODUCER_ID_MAPPING
+                error, nxt = st.add_to_txn(meta, partitions, groups, _now_ms())
+                if nxt is not None:
+                    await self._put(txn_id, nxt, version)
+                return error
+        except NotCoordinator:
+            return ErrorCode.NOT_COORDINATOR
+
+    async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        try:
+            async with self._lock(txn_id):
+                got = await self._get(txn_id)
+                meta, version = got if got is not None else (None, -1)
+                error = st.check_producer(meta, producer_id, producer_epoch)
+                if error or meta is None:
+                    return error or ErrorCode.INVALID_PRODUCER_ID_MAPPING
+                error, nxt = st.end_txn(meta, commit, _now_ms())
+                if nxt is None:
+                    return error
+                await self._put(txn_id, nxt, version)
+                task = self._complete_later(txn_id)
+        except NotCoordinator:
+            return ErrorCode.NOT_COORDINATOR
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.shield(task), END_WAIT_S)
+        return ErrorCode.NONE  # (the Prepare state is durable: the outcome is decided)
+
+    async def txn_offsets_allowed(self, txn_id: str, group: str, producer_id: int, producer_epoch: int) -> ErrorCode:
+        """Whether a TxnOffsetCommit of (producer id, epoch) may hold offsets for `group` in `txn_id`'s
+        transaction: the group coordinator asks ZooKeeper (it may not coordinate the transaction)."""
+        zk = self._zk()
+        if zk is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        got = await self._blocking(txn_store.load, zk, txn_id)
+        meta = got[0] if got is not None else None
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if meta.state != TxnState.ONGOING or group not in meta.groups:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    # -- completion --------------------------------------------------------------------------------
+
+    def _complete_later(self, txn_id: str) -> asyncio.Task:
+        task = self._completing.get(txn_id)
+        if task is None or task.done():
+            task = self._completing[txn_id] = asyncio.get_running_loop().create_task(self._complete(txn_id))
+        return task
+
+    async def _complete(self, txn_id: str) -> None:
+        """Markers, then (commit) the held offsets, then the Complete state."""
+        try:
+            got = self._txns.get(txn_id)
+            if got is None or not got[0].state.preparing:
+                return
+            meta, version = got
+            commit = meta.state == TxnState.PREPARE_COMMIT
+            await self.markers.write(txn_id, meta.producer_id, meta.producer_epoch, commit, version,
+                                     set(meta.partitions), lambda: self.coordinates(txn_id))  # fmt: skip
+            zk = self._zk()
+            if zk is None:
+                raise NotCoordinator(txn_id)
+            for group in sorted(meta.groups):
+                if commit:
+                    offsets = await self._blocking(txn_store.take_offsets, zk, group, txn_id, meta.producer_id)
+                    if offsets:
+                        await self._commit_offsets(group, {tp: StoredOffset(o.offset, o.leader_epoch, o.metadata)
+                                                           for tp, o in offsets.items()})  # fmt: skip
+                await self._blocking(txn_store.drop_offsets, zk, group, txn_id)
+            async with self._lock(txn_id):
+                now_got = self._txns.get(txn_id)
+                if now_got is None or now_got[1] != version:
+                    return
+                await self._put(txn_id, st.completed(meta, _now_ms()), version)
+            log.info("transactional id %s: transaction %s (producer %d epoch %d, %d partitions)", txn_id,
+                     "committed" if commit else "aborted", meta.producer_id, meta.producer_epoch,
+                     len(meta.partitions))  # fmt: skip
+        except (Superseded, NotCoordinator):
+            self._txns.pop(txn_id, None)
+            log.info("transactional id %s: completion left to its new coordinator", txn_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("transactional id %s: completing the transaction failed (retried by the sweep)", txn_id)
+            self._txns.pop(txn_id, None)  # (read again, and completed, at the next sweep)
+        finally:
+            if self._completing.get(txn_id) is asyncio.current_task():
+                self._completing.pop(txn_id, None)
+
+    # -- the sweep ---------------------------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        await self._take_over()
+        while True:
+            await asyncio.sleep(self.sweep_interval_ms / 1000)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction sweep failed")
+
+    async def _take_over(self) -> None:
+        """Read every id this broker coordinates and does not hold yet (completing its Prepare states)."""
+        zk = self._zk()
+        if zk is None:
+            return
+        try:
+            for txn_id in await self._blocking(txn_store.ids, zk):
+                if self.coordinates(txn_id) and txn_id not in self._txns:
+                    with contextlib.suppress(NotCoordinator):
+                        await self._get(txn_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("transaction coordinator: reading the transactional ids failed: %s", exc)
+
+    async def sweep(self) -> None:
+        """Abort timed-out transactions (epoch raised), remove expired ids, retry stuck completions."""
+        await self._take_over()
+        now = _now_ms()
+        for txn_id, (meta, version) in list(self._txns.items()):
+            if not self.coordinates(txn_id):
+                self._txns.pop(txn_id, None)
+                continue
+            if meta.state.preparing:
+                self._complete_later(txn_id)
+            elif st.timed_out(meta, now):
+                with contextlib.suppress(NotCoordinator):
+                    async with self._lock(txn_id):
+                        cur = self._txns.get(txn_id)
+                        if cur is None or cur[1] != version:
+                            continue
+                        log.info("transactional id %s: transaction open %d ms, over its timeout %d ms: aborting",
+                                 txn_id, now - meta.start_ms, meta.timeout_ms)  # fmt: skip
+                        await self._put(txn_id, st.abort_with_bump(meta, now), version)
+                        self._complete_later(txn_id)
+            elif st.expired(meta, now, self.expiration_ms):
+                zk = self._zk()
+                with contextlib.suppress(txn_store.Fenced):
+                    if zk is not None:
+                        await self._blocking(txn_store.delete, zk, txn_id, version)
+                        log.info("transactional id %s expired (unused %d ms)", txn_id, now - meta.update_ms)
+                self._txns.pop(txn_id, None)
+
+    # -- description -------------------------------------------------------------------------------
+
+    async def describe(self, txn_id: str) -> dict[str, Any]:
+        """DescribeTransactions' entry for one id."""
+        out: dict[str, Any] = {"transactional_id": txn_id, "error_code": ErrorCode.NONE, "transaction_state": "",
+                               "transaction_timeout_ms": 0, "topics": []}  # fmt: skip
+        try:
+            got = await self._get(txn_id)
+        except NotCoordinator:
+            out["error_code"] = ErrorCode.NOT_COORDINATOR
+            return out
+        if got is None:
+            out["error_code"] = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+            return out
+        meta = got[0]
+        topics: dict[str, list[int]] = {}
+        for t, p in sorted(meta.partitions):
+            topics.setdefault(t, []).append(p)
+        out.update(transaction_state=str(meta.state), transaction_timeout_ms=meta.timeout_ms,
+                   transaction_start_time_ms=meta.start_ms if meta.state == TxnState.ONGOING else -1,
+                   producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+                   topics=[{"topic": t, "partitions": ps} for t, ps in topics.items()])  # fmt: skip
+        return out
+
+    async def listing(self) -> list[tuple[str, TxnMeta]]:
+        """The ids this broker coordinates, with their states (read from ZooKeeper)."""
+        zk = self._zk()
+        if zk is None:
+            return []
+        out = []
+        for txn_id in await self._blocking(txn_store.ids, zk):
+            if not self.coordinates(txn_id):
+                continue
+            with contextlib.suppress(NotCoordinator):
+                got = await self._get(txn_id)
+                if got is not None:
+                    out.append((txn_id, got[0]))
+        return out
