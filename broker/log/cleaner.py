@@ -46,14 +46,19 @@ The cleaner's progress is `cleaner-offset-checkpoint` in each log dir, in Kafka'
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import concurrent.futures
+import contextlib
 import logging
+import mmap
 import operator
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 from broker.errors import CorruptRecordError
@@ -85,6 +90,7 @@ TXNINDEX_SUFFIX = ".txnindex"
 SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX)
 _SKIP = TRANSACTIONAL_BIT | CONTROL_BIT
 _MAX_RELATIVE = 2**31 - 1
+_WRITE_BYTES = 1 << 20  # what the rewrite holds before it writes (Kafka's log.cleaner.io.buffer.size is 512 KB)
 _KEY = operator.itemgetter(2)
 _VALUE = operator.itemgetter(3)
 _OFFSET = operator.itemgetter(0)
@@ -207,24 +213,28 @@ class Throttler:
             self.start, self.done = self.clock(), 0
 
 
-class _SegmentReader:
-    """A non-active segment's bytes read through the cleaner's own descriptor (so that a segment deleted
-    meanwhile cannot turn into another file under a reused descriptor number)."""
-
-    @staticmethod
-    def read(seg: LogSegment) -> bytes:
-        size = seg.size
-        try:
-            fd = os.open(seg.log_path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise CleanAborted(f"{seg.log_path.name} is gone") from None
-        try:
-            data = os.pread(fd, size, 0)
-        finally:
-            os.close(fd)
-        if len(data) != size:
+@contextlib.contextmanager
+def _mapped(seg: LogSegment) -> Iterator[mmap.mmap | bytes]:
+    """A non-active segment's bytes, mapped read-only through the cleaner's own descriptor (so that a segment
+    deleted meanwhile cannot turn into another file under a reused descriptor number). Mapped, not read: the
+    pages are the page cache's, so a 1 GB segment does not cost the cleaner 1 GB of memory."""
+    size = seg.size
+    try:
+        fd = os.open(seg.log_path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise CleanAborted(f"{seg.log_path.name} is gone") from None
+    try:
+        if os.fstat(fd).st_size < size:
             raise CleanAborted(f"{seg.log_path.name} was cut under the cleaner")
-        return data
+        buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else b""
+    finally:
+        os.close(fd)
+    try:
+        yield buf
+    finally:
+        if isinstance(buf, mmap.mmap):
+            with contextlib.suppress(BufferError):  # a view still held: the mapping goes with the last one
+                buf.close()
 
 
 def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: OffsetMap, stats: CleanStats,
@@ -235,29 +245,28 @@ def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: Offse
     segments = dict(plog.segments)
     i = max(bisect.bisect_right(bases, start) - 1, 0)
     for base in bases[i:]:
-        seg = segments[base]
-        data = _SegmentReader.read(seg)
-        stats.map_bytes_read += len(data)
-        if throttler:
-            throttler.tick(len(data))
-        for item in scan(data, 0, verify_crc=False):
-            if isinstance(item, Damage):
-                break
-            if item.last_offset < start:
-                continue
-            if item.base_offset >= end:
-                return end
-            h = item.header
-            if h is None or h.attributes & _SKIP:
-                continue  # legacy, transactional and control batches go in no map
-            records = decode_records(data, item.position, h)
-            if start > h.base_offset:
-                records = [r for r in records if r.offset >= start]
-            keyed = [r for r in records if r.key is not None]
-            if not offset_map.room_for(len(keyed)):
-                return h.base_offset
-            offset_map.put_hashes(list(map(hash, map(_KEY, keyed))), list(map(_OFFSET, keyed)))
-            stats.map_messages += len(records)
+        with _mapped(segments[base]) as data:
+            stats.map_bytes_read += len(data)
+            if throttler:
+                throttler.tick(len(data))
+            for item in scan(data, 0, verify_crc=False):
+                if isinstance(item, Damage):
+                    break
+                if item.last_offset < start:
+                    continue
+                if item.base_offset >= end:
+                    return end
+                h = item.header
+                if h is None or h.attributes & _SKIP:
+                    continue  # legacy, transactional and control batches go in no map
+                records = decode_records(data, item.position, h)
+                if start > h.base_offset:
+                    records = [r for r in records if r.offset >= start]
+                keyed = [r for r in records if r.key is not None]
+                if not offset_map.room_for(len(keyed)):
+                    return h.base_offset
+                offset_map.put_hashes(list(map(hash, map(_KEY, keyed))), list(map(_OFFSET, keyed)))
+                stats.map_messages += len(records)
         if stop():
             raise CleanAborted("stopped")
     return end
@@ -312,59 +321,65 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
     out.paths = {LOG_SUFFIX: log_path, INDEX_SUFFIX: index.path, TIMEINDEX_SUFFIX: time_index.path}
     interval = plog.config.index_interval_bytes
     position, since_index, max_ts, last_offset = 0, 0, -1, base - 1
-    lookup = offset_map.get_hash
+    get = offset_map.raw_get  # the dict's own get (C): key hash, default -> offset
     try:
         with open(log_path, "wb") as f:
             for seg in group:
-                data = _SegmentReader.read(seg)
-                if throttler:
-                    throttler.tick(len(data))
-                stats.bytes_read += len(data)
-                pieces: list[bytes | memoryview] = []
-                mv = memoryview(data)
-                for item in scan(data, 0, verify_crc=False):
-                    if isinstance(item, Damage):
-                        raise CleanAborted(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
-                    h = item.header
-                    kept: bytes | memoryview | None
-                    count = item.record_count
-                    stats.messages_read += count
-                    rebuilt = False
-                    if h is None or h.attributes & _SKIP:
-                        kept, kept_count = mv[item.position : item.end], count
-                    else:
-                        retain_deletes = h.max_timestamp > delete_horizon_ms
-                        records = decode_records(data, item.position, h)
-                        keys = list(map(_KEY, records))
-                        latest = list(map(lookup, map(hash, keys))) if None not in keys else None
-                        whole = latest is not None and all(map(operator.le, latest, map(_OFFSET, records)))
-                        if whole and (retain_deletes or None not in map(_VALUE, records)):
+                with _mapped(seg) as data:
+                    if throttler:
+                        throttler.tick(len(data))
+                    stats.bytes_read += len(data)
+                    pieces: list[bytes | memoryview] = []
+                    pending = 0
+                    mv = memoryview(data)
+                    for item in scan(data, 0, verify_crc=False):
+                        if isinstance(item, Damage):
+                            raise CleanAborted(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
+                        h = item.header
+                        kept: bytes | memoryview | None
+                        count = item.record_count
+                        stats.messages_read += count
+                        rebuilt = False
+                        if h is None or h.attributes & _SKIP:
                             kept, kept_count = mv[item.position : item.end], count
                         else:
-                            keep = [r for r in records if r.key is not None and lookup(hash(r.key)) <= r.offset
-                                    and (retain_deletes or r.value is not None)]  # fmt: skip
-                            kept_count, rebuilt = len(keep), True
-                            kept = _rebuild(h, keep) if keep else None
-                    if kept is None:
-                        continue
-                    size = len(kept)
-                    stats.messages_written += kept_count
-                    if rebuilt:
-                        fields = HEADER.unpack_from(kept, 0)
-                        h_last, h_max = fields[0] + fields[6], fields[8]
-                    else:
-                        h_last, h_max = item.last_offset, item.max_timestamp
-                    # the segment's index rule (`LogSegment._note_batch`)
-                    max_ts = max(max_ts, h_max)
-                    if since_index > interval:
-                        index.append(h_last, position)
-                        time_index.maybe_append(max_ts, h_last)
-                        since_index = 0
-                    since_index += size
-                    position += size
-                    last_offset = h_last
-                    pieces.append(kept)
-                f.write(b"".join(pieces))
+                            retain_deletes = h.max_timestamp > delete_horizon_ms
+                            records = decode_records(data, item.position, h)
+                            keys = list(map(_KEY, records))
+                            latest = list(map(get, map(hash, keys), repeat(-1))) if None not in keys else None
+                            whole = latest is not None and all(map(operator.le, latest, map(_OFFSET, records)))
+                            if whole and (retain_deletes or None not in map(_VALUE, records)):
+                                kept, kept_count = mv[item.position : item.end], count
+                            else:
+                                keep = [r for r in records if r.key is not None and get(hash(r.key), -1) <= r.offset
+                                        and (retain_deletes or r.value is not None)]  # fmt: skip
+                                kept_count, rebuilt = len(keep), True
+                                kept = _rebuild(h, keep) if keep else None
+                        if kept is None:
+                            continue
+                        size = len(kept)
+                        stats.messages_written += kept_count
+                        if rebuilt:
+                            fields = HEADER.unpack_from(kept, 0)
+                            h_last, h_max = fields[0] + fields[6], fields[8]
+                        else:
+                            h_last, h_max = item.last_offset, item.max_timestamp
+                        # the segment's index rule (`LogSegment._note_batch`)
+                        max_ts = max(max_ts, h_max)
+                        if since_index > interval:
+                            index.append(h_last, position)
+                            time_index.maybe_append(max_ts, h_last)
+                            since_index = 0
+                        since_index += size
+                        position += size
+                        last_offset = h_last
+                        pieces.append(kept)
+                        pending += size
+                        if pending >= _WRITE_BYTES:
+                            f.write(b"".join(pieces))
+                            pieces, pending = [], 0
+                    f.write(b"".join(pieces))
+                    pieces = mv = kept = None  # type: ignore[assignment]  # (no view into the mapping outlives it)
                 if stop():
                     raise CleanAborted("stopped")
             f.flush()
@@ -512,7 +527,12 @@ def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap,
     to_clean = [segments[b] for b in bases[:-1] if b < end]
     for group in group_segments(to_clean, plog.config.segment_bytes):
         cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler)
-        old = run_locked(lambda c=cleaned: swap_in(plog, c))
+        try:
+            old = run_locked(lambda c=cleaned: swap_in(plog, c))
+        except CleanAborted:
+            for p in cleaned.paths.values():  # (unless the swap had begun: then they are .swap files)
+                p.unlink(missing_ok=True)
+            raise
         stats.segments_in += len(group)
         stats.segments_out += 1
         if retire is not None:
@@ -539,8 +559,7 @@ class LogCleaner:
 
     def __init__(self, manager, *, threads: int = 1, dedupe_buffer_bytes: int = 134217728,
                  load_factor: float = 0.9, backoff_ms: int = 15000, io_max_bytes_per_second: float = 1.7e308,
-                 delete_delay_ms: int = 60000,
-                 run_locked: Callable[[Callable[[], object]], object] = lambda fn: fn(),
+                 delete_delay_ms: int = 60000, loop: asyncio.AbstractEventLoop | None = None,
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.manager = manager
         self.threads = max(1, threads)
@@ -549,7 +568,7 @@ class LogCleaner:
         self.backoff_s = backoff_ms / 1000
         self.io_rate = io_max_bytes_per_second
         self.delete_delay_s = delete_delay_ms / 1000
-        self.run_locked = run_locked
+        self.loop = loop  # where the logs are changed (the broker's event loop); None: the calling thread
         self.clock = clock
         self.progress: dict[TopicPartition, PartitionProgress] = {}
         self._lock = threading.Lock()
@@ -698,12 +717,50 @@ class LogCleaner:
         return True
 
     def _locked_for(self, tp: TopicPartition) -> Callable[[Callable[[], object]], object]:
+        """`run_locked` of a clean of `tp`: runs the swap on the event loop and waits for it, giving up when
+        the cleaner stops or the clean is aborted (the loop may be waiting for exactly that)."""
+
+        def stopped() -> bool:
+            return self._stop.is_set() or tp in self._aborted or self.manager.get(*tp) is None
+
         def locked(fn: Callable[[], object]) -> object:
             def guarded() -> object:
-                if tp in self._aborted or self.manager.get(*tp) is None:
-                    raise CleanAborted("the log was removed")
+                if stopped():
+                    raise CleanAborted("the cleaner stopped, or the log was removed")
                 return fn()
 
-            return self.run_locked(guarded)
+            if self.loop is None:
+                return guarded()
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+
+            def run() -> None:
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(guarded())
+                    except BaseException as exc:  # handed to the waiting cleaner thread
+                        fut.set_exception(exc)
+
+            try:
+                self.loop.call_soon_threadsafe(run)
+            except RuntimeError:  # the loop is closed
+                raise CleanAborted("the broker stopped") from None
+            while True:
+                try:
+                    return fut.result(timeout=0.05)
+                except concurrent.futures.TimeoutError:
+                    if stopped() and fut.cancel():
+                        raise CleanAborted("the cleaner stopped, or the log was removed") from None
 
         return locked
+
+    @classmethod
+    def from_props(cls, manager, props: dict[str, str], loop: asyncio.AbstractEventLoop | None = None) -> LogCleaner:
+        """The cleaner of a broker's config (Kafka's `log.cleaner.*` keys)."""
+        return cls(
+            manager, threads=int(props.get("log.cleaner.threads", "1")),
+            dedupe_buffer_bytes=int(props.get("log.cleaner.dedupe.buffer.size", "134217728")),
+            load_factor=float(props.get("log.cleaner.io.buffer.load.factor", "0.9")),
+            backoff_ms=int(props.get("log.cleaner.backoff.ms", "15000")),
+            io_max_bytes_per_second=float(props.get("log.cleaner.io.max.bytes.per.second", "1.7e308")),
+            delete_delay_ms=int(props.get("log.segment.delete.delay.ms", "60000")), loop=loop,
+        )  # fmt: skip

@@ -29,6 +29,7 @@ from broker.log.checkpoint import (
     fsync_dir,
     write_atomically,
 )
+from broker.log.cleaner import recover_swaps
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog, parse_partition_dir
 
@@ -83,6 +84,8 @@ class LogManager:
         self.logs: dict[TopicPartition, PartitionLog] = {}
         #: told when a partition's log is set aside (stray, or deleted): what the broker kept about it goes
         self.on_set_aside: Callable[[TopicPartition], None] | None = None
+        #: told before a partition's log is closed and set aside: the log cleaner drops its clean of it
+        self.before_removal: Callable[[TopicPartition], None] | None = None
         self._dir_of: dict[TopicPartition, Path] = {}
         self._locks: list[int] = []
         self.unclean_dirs: list[Path] = []
@@ -122,6 +125,8 @@ class LogManager:
                 if tp is None:
                     continue
                 cfg = topic_configs.get(tp[0], self.config)
+                for done in recover_swaps(Path(entry.path), self.clock):  # a cleaner's swap cut short by a stop
+                    log.warning("%s: %s", entry.name, done)
                 self.logs[tp] = PartitionLog(
                     Path(entry.path), cfg, recovery_point=recovery.get(tp, 0),
                     log_start_offset=starts.get(tp, 0), clean=clean, clock=self.clock,
@@ -206,6 +211,8 @@ class LogManager:
 
     def _move_away(self, tp: TopicPartition, suffix: str) -> Path | None:
         """Close a partition's log, forget it and rename its dir to `<dir>.<ms>-<suffix>` (returned)."""
+        if self.before_removal is not None and tp in self.logs:
+            self.before_removal(tp)
         plog = self.logs.pop(tp, None)
         if self.on_set_aside is not None:
             self.on_set_aside(tp)

@@ -72,6 +72,11 @@ class OffsetMap:
     def get_hash(self, h: int) -> int:
         return self._map.get(h, -1)
 
+    @property
+    def raw_get(self):
+        """The map's `get(hash, default)` itself, for the cleaner's per-record loops (no Python frame a call)."""
+        return self._map.get
+
     def clear(self) -> None:
         self._map.clear()
         self.latest_offset = -1

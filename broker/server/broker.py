@@ -24,6 +24,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.errors import KafkactlError
 from broker.log import producer_snapshot
+from broker.log.cleaner import LogCleaner
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.protocol.errors import ErrorCode
@@ -79,6 +80,7 @@ class Broker:
         self.zk: KazooClient | None = None
         self.authorizer = Authorizer.from_props(config.props)
         self.quotas = QuotaManager()
+        self.cleaner: LogCleaner | None = None  # the log cleaner's threads (log.cleaner.enable)
         self.txn_coordinator = TxnCoordinator(  # (commits a transaction's held offsets as OffsetCommit's)
             self.id, config, self.cache, zk=lambda: self.zk, blocking=self.blocking,
             new_producer_id=lambda: take_producer_id(self),
@@ -172,6 +174,10 @@ class Broker:
             self.loop.create_task(self._every(min(cfg.flush_scheduler_interval_ms, 2**31), self._flush)),
             self.loop.create_task(self._every(60_000, self.checkpoint)),
         ]
+        if _flag(cfg.props.get("log.cleaner.enable", "true")):
+            self.cleaner = LogCleaner.from_props(self.logs, cfg.props, self.loop)
+            self.logs.before_removal = self.cleaner.abort
+            self.cleaner.start()
         stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))
         if stray:
             log.warning("logs of topics unknown to ZooKeeper are kept but not served: %s", ", ".join(stray))
@@ -247,6 +253,8 @@ class Broker:
                 await asyncio.wait_for(self.blocking(registry.deregister_broker, zk, self.id), 5)
         for server in self.servers.values():
             await server.close()
+        if self.cleaner is not None:  # (off the loop: a clean waiting for its swap there gives up)
+            await self.blocking(self.cleaner.stop)
         self._record_high_watermarks()
         self._save_producer_states()
         problems = self.logs.shutdown()
@@ -574,6 +582,8 @@ class Broker:
             plog = self.logs.get(topic, p)
             if plog is not None:
                 plog.config = lc
+        if self.cleaner is not None and lc.compact:
+            self.cleaner.wake()
 
     def forget_topic(self, topic: str) -> None:
         self._assignment_watched.discard(topic)
