@@ -127,7 +127,7 @@ class CleanStats:
         return max(self.finished - self.started, 1e-9)
 
     def summary(self, thread: int = 0) -> str:
-        """Kafka's LogCleaner report of a clean."""
+        """Kafka's LogCleaner report of a clean, on one line (the broker log is one line a record)."""
         mb = 1024 * 1024
         read = self.bytes_read + self.map_bytes_read
         size_cut = 100 * (1 - self.bytes_written / self.bytes_read) if self.bytes_read else 0.0
@@ -140,10 +140,10 @@ class CleanStats:
             self.bytes_read / mb,
             self.bytes_written / mb,
         )
-        return "\n\t".join((
+        return "; ".join((
             f"Log cleaner thread {thread} cleaned log {self.topic}-{self.partition} (dirty section = "
             f"[{self.first_dirty}, {self.end_offset}], dirty ratio {self.dirty_ratio:.3f})",
-            f"{read_mb:.1f} MB of log processed in {self.elapsed:.1f} seconds ({read_mb / self.elapsed:.1f} MB/sec).",
+            f"{read_mb:.1f} MB of log processed in {self.elapsed:.1f} seconds ({read_mb / self.elapsed:.1f} MB/sec)",
             f"Indexed {map_mb:.1f} MB in {map_s:.1f} seconds ({map_mb / map_s:.1f} MB/sec, {self.map_keys} keys "
             "in the offset map)",
             f"Cleaned {clean_mb:.1f} MB in {clean_s:.1f} seconds ({clean_mb / clean_s:.1f} MB/sec)",
@@ -562,6 +562,8 @@ class LogCleaner:
                  delete_delay_ms: int = 60000, loop: asyncio.AbstractEventLoop | None = None,
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.manager = manager
+        if log.getEffectiveLevel() > logging.INFO:  # each clean is reported, as Kafka's log-cleaner.log is
+            log.setLevel(logging.INFO)
         self.threads = max(1, threads)
         self.map_bytes = dedupe_buffer_bytes // self.threads  # shared by the threads, as Kafka's
         self.load_factor = load_factor

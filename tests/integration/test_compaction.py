@@ -1,0 +1,162 @@
+"""Log compaction on a real broker (broker/log/cleaner.py): a compacted topic read back as exactly the last
+value per key after cleaning — by kafkactl's consumer and by confluent-kafka — with the broker killed with
+kill -9 mid-clean and restarted; tombstones kept `delete.retention.ms`, then gone; `compact,delete`
+retention; offsets preserved with gaps.
+
+Every record's value names its own offset (one producer, one partition, from offset 0), so a record read
+back at another offset would show.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.log.checkpoint import OffsetCheckpointFile
+from broker.log.cleaner import CHECKPOINT
+from broker.protocol.api import ApiKey
+from broker.records.builder import BatchBuilder
+from tests.integration.clientkit import create_topic, disk_batches, read_all, unique
+from tests.integration.helpers import connect, produce_body, wait_until
+
+FAST = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "300"}
+
+
+def send(bootstrap: str, topic: str, pairs: list[tuple[bytes, bytes | None]], per_batch: int = 10_000) -> None:
+    """Produce (key, value) pairs to partition 0 in batches of `per_batch`, acks=1, in order."""
+    with connect(bootstrap) as conn:
+        for i in range(0, len(pairs), per_batch):
+            b = BatchBuilder()
+            ts = int(time.time() * 1000)
+            for k, v in pairs[i : i + per_batch]:
+                b.append(ts, k, v)
+            answer = conn.request(ApiKey.PRODUCE, produce_body(topic, 0, b.build()))
+            assert answer["topics"][0]["partitions"][0]["error_code"] == 0, answer
+
+
+def cleaner_checkpoint(log_dir: Path, topic: str) -> int:
+    try:
+        return OffsetCheckpointFile(log_dir / CHECKPOINT).read().get((topic, 0), -1)
+    except Exception:
+        return -1
+
+
+def segment_bases(log_dir: Path, topic: str) -> list[int]:
+    return sorted(int(p.name[:20]) for p in (log_dir / f"{topic}-0").glob("*.log"))
+
+
+def roll_with_sentinel(bootstrap: str, topic: str, segment_ms: int, key: bytes = b"~sentinel") -> None:
+    """Wait out segment.ms, then append one record: the active segment rolls and everything before is cleanable."""
+    time.sleep(segment_ms / 1000 + 0.1)
+    send(bootstrap, topic, [(key, b"roll")])
+
+
+def confluent_read(bootstrap: str, topic: str, end: int) -> list[tuple[int, bytes, bytes | None]]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("compaction"), "enable.auto.commit": False})
+    out: list[tuple[int, bytes, bytes | None]] = []
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 60
+        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.5):
+                assert not m.error(), m.error()
+                out.append((m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    return out
+
+
+@pytest.mark.slow
+def test_a_million_updates_over_ten_thousand_keys_compact_to_the_last_values_across_a_kill(start_broker):
+    keys, updates = 10_000, 1_000_000
+    b = start_broker(1, {**FAST, "log.cleaner.io.max.bytes.per.second": str(8 * 1024 * 1024)})
+    topic = create_topic(b.bootstrap, unique("compacted"), 1, {
+        "cleanup.policy": "compact", "segment.bytes": str(1 << 20), "segment.ms": "1000",
+        "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "600000",
+    })  # fmt: skip
+    pairs = [(b"key-%05d" % (i % keys), b"%07d" % i) for i in range(updates)]  # value: its own offset
+    send(b.bootstrap, topic, pairs)
+    roll_with_sentinel(b.bootstrap, topic, 1000)
+    end = updates + 1
+    d = b.log_dir / f"{topic}-0"
+    # the cleaner is throttled: kill -9 while it writes a cleaned segment of the clean that reaches the end
+    wait_until(lambda: cleaner_checkpoint(b.log_dir, topic) < updates
+               and any(n.endswith(".cleaned") for n in os.listdir(d)), 60, "a clean under way")  # fmt: skip
+    b.kill()
+    b.overrides.pop("log.cleaner.io.max.bytes.per.second")
+    b.start()
+    assert not any(n.endswith((".cleaned", ".swap", ".deleted")) for n in os.listdir(d))
+    active = segment_bases(b.log_dir, topic)[-1]
+    wait_until(lambda: cleaner_checkpoint(b.log_dir, topic) == active, 60, "the cleaner to resume and finish")
+    assert "cleaned log" in b.log_text()
+    want = {}
+    for i, (k, _) in enumerate(pairs):
+        want[k] = i
+    want[b"~sentinel"] = updates
+    for name, got in (("kafkactl", [(r.offset, r.key, r.value) for r in read_all(b.bootstrap, topic, 60)]),
+                      ("confluent-kafka", confluent_read(b.bootstrap, topic, end))):  # fmt: skip
+        assert len(got) == keys + 1, (name, len(got))  # no duplicate key left, none lost
+        assert {k: o for o, k, _ in got} == want, name  # each key's last value...
+        assert all(o == int(v) for o, k, v in got if k != b"~sentinel"), name  # ...at its own offset
+    on_disk = [r for _, recs in disk_batches(b.log_dir, topic, 0) for r in recs]
+    assert len(on_disk) == keys + 1
+
+
+def test_offsets_preserved_with_gaps_and_read_across_them(start_broker):
+    b = start_broker(1, FAST)
+    topic = create_topic(b.bootstrap, unique("gaps"), 1, {
+        "cleanup.policy": "compact", "segment.bytes": "4096", "segment.ms": "500", "min.cleanable.dirty.ratio": "0.01",
+    })  # fmt: skip
+    pairs = [(b"k%d" % (i % 10), b"%d" % i) for i in range(2000)]
+    send(b.bootstrap, topic, pairs, per_batch=50)
+    roll_with_sentinel(b.bootstrap, topic, 500)
+    active = wait_until(lambda: segment_bases(b.log_dir, topic)[-1], 5, "segments")
+    wait_until(lambda: cleaner_checkpoint(b.log_dir, topic) == active, 30, "a clean")
+    got = read_all(b.bootstrap, topic)
+    assert [r.offset for r in got] == [1990 + i for i in range(10)] + [2000]
+    assert [int(r.value) for r in got[:-1]] == [r.offset for r in got[:-1]]
+    assert confluent_read(b.bootstrap, topic, 2001)[0][0] == 1990  # a librdkafka consumer jumps the gap too
+
+
+def test_tombstones_are_kept_delete_retention_ms_then_removed(start_broker):
+    b = start_broker(1, FAST)
+    topic = create_topic(b.bootstrap, unique("tombstones"), 1, {
+        "cleanup.policy": "compact", "segment.ms": "400", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "1500",
+    })  # fmt: skip
+    send(b.bootstrap, topic, [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")])
+    send(b.bootstrap, topic, [(b"a", None), (b"b", None)])  # tombstones for a and b
+    checkpoints = []
+    for round_ in range(1, 5):
+        roll_with_sentinel(b.bootstrap, topic, 400, key=b"round-%d" % round_)
+        active = segment_bases(b.log_dir, topic)[-1]
+        wait_until(lambda a=active: cleaner_checkpoint(b.log_dir, topic) == a, 20, f"clean {round_}")
+        live = {r.key: r.value for r in read_all(b.bootstrap, topic)}
+        checkpoints.append(live)
+        if round_ == 1:  # just cleaned: the tombstones stay (a consumer still sees the deletes)
+            assert live[b"a"] is None and live[b"b"] is None and live[b"c"] == b"1"
+        time.sleep(0.6)
+    last = checkpoints[-1]
+    assert b"a" not in last and b"b" not in last and last[b"c"] == b"1"  # past delete.retention.ms: gone
+
+
+def test_compact_delete_applies_retention_and_compact_alone_does_not(start_broker):
+    b = start_broker(1, FAST)
+    both = create_topic(b.bootstrap, unique("compact-delete"), 1, {
+        "cleanup.policy": "compact,delete", "segment.bytes": "1024", "retention.ms": "1000",
+    })  # fmt: skip
+    only = create_topic(b.bootstrap, unique("compact-only"), 1, {
+        "cleanup.policy": "compact", "segment.bytes": "1024", "retention.ms": "1000",
+        "min.cleanable.dirty.ratio": "0.99",
+    })  # fmt: skip
+    for t in (both, only):
+        send(b.bootstrap, t, [(b"k%d" % i, b"v" * 50) for i in range(100)], per_batch=5)
+    wait_until(lambda: segment_bases(b.log_dir, both)[0] > 0, 20, "retention of the compact,delete topic")
+    time.sleep(1.0)
+    assert segment_bases(b.log_dir, only)[0] == 0  # compact alone: retention.ms deletes nothing
+    assert len(read_all(b.bootstrap, only)) == 100
