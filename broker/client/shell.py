@@ -475,6 +475,8 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
                     yield recs
                 if not remaining and not follow:
                     break
+            if not follow:  # read past its end with no record there: its last offsets were markers or aborted
+                remaining -= {tp for tp in remaining if (pos := consumer.position(tp)) is not None and pos >= ends[tp]}
             if not follow and not remaining and not waiting:
                 break
     finally:

@@ -10,6 +10,7 @@ events: `recover` and start-up recovery leave such a partition as it is.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,9 @@ from broker.log.log import parse_partition_dir
 from broker.log.recovery import resolves_outside
 from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, scan
 from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_name
+from broker.log.txn_index import SUFFIX as TXN_INDEX_SUFFIX
+from broker.log.txn_index import parse_marker
+from broker.log.txn_index import read_file as read_txn_index
 from broker.records.batch import TIMESTAMP_TYPE_BIT, iter_records
 from broker.records.compression import Codec
 from broker.records.legacy import inner_messages
@@ -71,7 +75,7 @@ def codec_name(codec: int) -> str:
         return f"unknown({codec})"
 
 
-def batch_event(path: Path, b: ScannedBatch) -> Event:
+def batch_event(path: Path, b: ScannedBatch, buf: Any = None) -> Event:
     ev: Event = {
         "type": "batch",
         "file": str(path),
@@ -96,6 +100,12 @@ def batch_event(path: Path, b: ScannedBatch) -> Event:
             base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
             transactional=h.is_transactional, control=h.is_control,
         )  # fmt: skip
+        if h.is_control and buf is not None:  # a transaction marker: COMMIT or ABORT, and its coordinator epoch
+            with contextlib.suppress(CorruptRecordError, struct.error):
+                for r in iter_records(buf, b.position, h):
+                    marker = parse_marker(r.key, r.value)
+                    if marker is not None:
+                        ev.update(marker="COMMIT" if marker[0] else "ABORT", coordinator_epoch=marker[1])
     else:
         m = b.legacy
         ev.update(create_time=m.timestamp, max_timestamp=b.max_timestamp, codec=codec_name(m.codec))
@@ -155,7 +165,7 @@ def inspect_segment(path: Path, *, deep: bool, print_data: bool, verify_index: b
                 tally["batches"] += 1
                 tally["records"] += item.record_count
                 tally["invalid"] += not item.valid
-                yield batch_event(path, item)
+                yield batch_event(path, item, buf)
                 if deep or print_data:
                     for ev in record_events(path, buf, item, print_data):
                         tally["errors"] += ev["type"] == "error"
@@ -163,6 +173,8 @@ def inspect_segment(path: Path, *, deep: bool, print_data: bool, verify_index: b
             if resume is None:
                 break
             pos = resume
+    for e in read_txn_index(path.with_suffix(TXN_INDEX_SUFFIX)):  # the segment's aborted transactions
+        yield {"type": "aborted_txn", "file": str(path.with_suffix(TXN_INDEX_SUFFIX)), **e._asdict()}
     if verify_index and base is not None:
         for ev in verify_indexes(path, base, batches, size):
             tally["errors"] += 1

@@ -166,6 +166,7 @@ class PartitionLog:
             self._open_segment(max(log_start_offset, recovery_point if not clean else 0))
         self.log_start_offset = max(log_start_offset, self.bases[0])
         self.txn_index = TxnIndex(self.dir, self.bases)  # aborted transactions (broker/log/txn_index.py)
+        self.txn_index.truncate(self.log_end_offset)  # (entries of markers recovery cut away)
         self.recovery_point = self.log_end_offset if not clean else max(recovery_point, self.bases[0])
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()

@@ -73,6 +73,11 @@ class TxnIndex:
     def __init__(self, directory: Path, bases: list[int]) -> None:
         self.dir = Path(directory)
         self.by_segment: dict[int, list[AbortedTxn]] = {}
+        kept = set(bases)
+        for path in self.dir.glob(f"*{SUFFIX}"):
+            stem = path.name[: -len(SUFFIX)]
+            if len(stem) == 20 and stem.isdigit() and int(stem) not in kept:
+                path.unlink(missing_ok=True)  # its segment is gone (recovery moved it to quarantine)
         for base in bases:
             entries = read_file(index_path(self.dir, base))
             if entries:

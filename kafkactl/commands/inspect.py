@@ -46,6 +46,8 @@ def _text(ev: dict[str, Any]) -> str:
         for flag in ("transactional", "control"):
             if ev.get(flag):
                 parts.append(f"{flag}: true")
+        if "marker" in ev:
+            parts.append(f"marker: {ev['marker']} coordinator_epoch: {ev['coordinator_epoch']}")
         parts.append(f"valid: {str(ev['valid']).lower()}")
         if ev.get("problem"):
             parts.append(f"problem: {ev['problem']}")
@@ -59,6 +61,9 @@ def _text(ev: dict[str, Any]) -> str:
     if t == "error":
         where = f" at byte {ev['position']}" if ev.get("position") is not None else ""
         return f"ERROR {ev['file']}{where}: {ev['message']}"
+    if t == "aborted_txn":
+        return (f"ABORTED {ev['file']}: producer_id: {ev['producer_id']} first_offset: {ev['first_offset']} "
+                f"last_offset: {ev['last_offset']} last_stable_offset: {ev['last_stable_offset']}")  # fmt: skip
     if t == "index":
         return f"INDEX {ev['kind']} {ev['file']}: {ev['message']}"
     if t == "outside":

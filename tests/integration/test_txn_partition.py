@@ -4,10 +4,14 @@ lists, fencing, restarts, a follower taking over, and what kafkactl and third-pa
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from tests.integration.clientkit import create_topic, unique
-from tests.integration.helpers import connect
+from tests.integration.helpers import cli, connect, json_lines, metadata, ok, wait_until
 from tests.integration.txn_raw import batches_of, fetch, produce_txn, read_values, write_markers
 
 PID, PID2 = 4000, 4001
@@ -75,7 +79,8 @@ def test_markers_are_refused_from_a_stale_coordinator_or_an_old_producer_epoch(s
         assert produce_txn(conn, "t", topic, 0, [b"y"], PID, 3, 1)["error_code"] == 0
         # a coordinator with an older epoch than the last marker's is fenced; the transaction stays open
         assert write_markers(conn, PID, 3, False, 4, [(topic, 0)]) == {
-            (topic, 0): ErrorCode.TRANSACTION_COORDINATOR_FENCED}
+            (topic, 0): ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        }
         assert fetch(conn, topic, 0, committed=True)["last_stable_offset"] == 2
         # a new producer epoch's abort (the coordinator fenced the producer) closes it and raises the epoch
         assert write_markers(conn, PID, 4, False, 6, [(topic, 0)]) == {(topic, 0): 0}
@@ -91,7 +96,8 @@ def test_markers_are_refused_from_a_stale_coordinator_or_an_old_producer_epoch(s
         assert read_values(conn, topic, 0, committed=True) == [b"x", b"w"]
         # transactional batches need a transactional id; a producer in a transaction writes only transactional ones
         assert produce_txn(conn, None, topic, 0, [b"v"], PID2, 0, 0)["error_code"] == (
-            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
         assert produce_txn(conn, "t", topic, 0, [b"v"], PID, 4, 1)["error_code"] == 0
         plain = produce_txn(conn, None, topic, 0, [b"u"], PID, 4, 2, transactional=False)
         assert plain["error_code"] == ErrorCode.INVALID_TXN_STATE
@@ -100,3 +106,114 @@ def test_markers_are_refused_from_a_stale_coordinator_or_an_old_producer_epoch(s
         (t,) = conn.request(ApiKey.DESCRIBE_PRODUCERS, body)["topics"]
         (prod,) = [a for a in t["partitions"][0]["active_producers"] if a["producer_id"] == PID]
         assert (prod["producer_epoch"], prod["coordinator_epoch"], prod["current_txn_start_offset"]) == (4, 6, 6)
+
+
+def _state_after(conn, topic: str) -> tuple[int, int, list[dict[str, int]], list[bytes]]:
+    """(high watermark, LSO, aborted list from 0, read_committed values) of partition 0."""
+    p = fetch(conn, topic, 0, committed=True)
+    assert p["error_code"] == 0, p
+    return p["high_watermark"], p["last_stable_offset"], p["aborted_transactions"], read_values(
+        conn, topic, 0, committed=True)  # fmt: skip
+
+
+def _aborted_then_open(conn, topic: str) -> None:
+    """PID aborts offsets 0-1 (marker 2), commits 3-4 (marker 5); PID2 opens a transaction at 6."""
+    assert produce_txn(conn, "t", topic, 0, [b"a0", b"a1"], PID, 0, 0)["error_code"] == 0
+    assert write_markers(conn, PID, 0, False, 0, [(topic, 0)]) == {(topic, 0): 0}
+    assert produce_txn(conn, "t", topic, 0, [b"c0", b"c1"], PID, 0, 2)["error_code"] == 0
+    assert write_markers(conn, PID, 0, True, 0, [(topic, 0)]) == {(topic, 0): 0}
+    assert produce_txn(conn, "t2", topic, 0, [b"o0"], PID2, 0, 0)["error_code"] == 0
+
+
+@pytest.mark.parametrize("how", ["clean", "kill -9"])
+def test_a_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker, how):
+    b = start_broker(1)
+    topic = create_topic(b.bootstrap, unique("restart"))
+    with connect(b.bootstrap) as conn:
+        _aborted_then_open(conn, topic)
+        before = _state_after(conn, topic)
+    assert before == (7, 6, [{"producer_id": PID, "first_offset": 0}], [b"c0", b"c1"])
+    b.stop() if how == "clean" else b.kill()
+    b.start()
+
+    def answered():
+        with connect(b.bootstrap) as conn:
+            return _state_after(conn, topic)
+
+    assert wait_until(lambda: _quietly(answered), 30, "the restarted broker leading") == before
+    with connect(b.bootstrap) as conn:  # the open transaction is still there to close, with its sequence
+        assert produce_txn(conn, "t2", topic, 0, [b"o1"], PID2, 0, 1)["error_code"] == 0
+        assert write_markers(conn, PID2, 0, True, 0, [(topic, 0)]) == {(topic, 0): 0}
+        assert read_values(conn, topic, 0, committed=True) == [b"c0", b"c1", b"o0", b"o1"]
+
+
+def _quietly(fn):
+    try:
+        return fn()
+    except AssertionError:
+        return None
+    except Exception:
+        return None
+
+
+def test_a_follower_taking_over_has_the_same_lso_and_aborted_list(cluster3, zk_chroot):
+    topic = unique("follow")
+    ok(cli("topic", "create", topic, "-p", 1, "-r", 3, "-b", cluster3[0].bootstrap))
+    md = wait_until(lambda: _leader_with_isr(cluster3[0].bootstrap, topic, 3), 30, "three in-sync replicas")
+    leader = next(b for b in cluster3 if b.broker_id == md)
+    with connect(leader.bootstrap) as conn:
+        _aborted_then_open(conn, topic)
+        before = _state_after(conn, topic)
+    assert before[:3] == (7, 6, [{"producer_id": PID, "first_offset": 0}])
+    time.sleep(0.5)  # the followers fetch what the high watermark already counts
+    leader.kill()
+    others = [b for b in cluster3 if b is not leader]
+
+    def new_leader_state():
+        new = _leader_with_isr(others[0].bootstrap, topic, 1)
+        if new in (None, leader.broker_id):
+            return None
+        with connect(next(b for b in others if b.broker_id == new).bootstrap) as conn:
+            state = _state_after(conn, topic)
+            return (new, state) if state[0] == before[0] else None  # (a new leader's high watermark catches up)
+
+    new, after = wait_until(lambda: _quietly(new_leader_state), 40, "a new leader")
+    assert after == before
+    with connect(next(b for b in others if b.broker_id == new).bootstrap) as conn:
+        # its producer state came from the copied batches: the open transaction goes on, and closes
+        assert produce_txn(conn, "t2", topic, 0, [b"o1"], PID2, 0, 1)["error_code"] == 0
+        assert write_markers(conn, PID2, 0, False, 1, [(topic, 0)]) == {(topic, 0): 0}
+        assert _state_after(conn, topic)[1:] == (
+            9,
+            [{"producer_id": PID, "first_offset": 0}, {"producer_id": PID2, "first_offset": 6}],
+            [b"c0", b"c1"],
+        )
+
+
+def _leader_with_isr(bootstrap: str, topic: str, isr: int) -> int | None:
+    md = metadata(bootstrap, [topic])
+    (t,) = [t for t in md["topics"] if t["name"] == topic]
+    if t["error_code"] or not t["partitions"]:
+        return None
+    p = t["partitions"][0]
+    return p["leader_id"] if p["leader_id"] >= 0 and len(p["isr_nodes"]) >= isr else None
+
+
+def test_kafkactl_consume_isolation_and_inspect_segments(broker):
+    topic = create_topic(broker.bootstrap, unique("cli"))
+    with connect(broker.bootstrap) as conn:
+        _aborted_then_open(conn, topic)
+    b = broker.bootstrap
+    committed = json_lines(ok(cli("consume", topic, "--isolation", "read-committed", "-o", "json", "-b", b)))
+    assert [(r["offset"], r["value"]) for r in committed] == [(3, "c0"), (4, "c1")]
+    everything = json_lines(ok(cli("consume", topic, "-o", "json", "-b", b)))
+    assert [r["value"] for r in everything] == ["a0", "a1", "c0", "c1", "o0"]  # never a marker
+    assert "expected read-uncommitted or read-committed" in cli("consume", topic, "--isolation", "x", "-b", b).stderr
+    part = broker.log_dir / f"{topic}-0"
+    text = ok(cli("inspect", "segments", part))
+    batches = [ln for ln in text.splitlines() if ln.startswith("base_offset")]
+    assert len(batches) == 5
+    assert "control: true" in batches[1] and "marker: ABORT coordinator_epoch: 0" in batches[1]
+    assert "marker: COMMIT coordinator_epoch: 0" in batches[3]
+    assert "transactional: true" in batches[4] and "control" not in batches[4]
+    assert f"producer_id: {PID} first_offset: 0 last_offset: 2" in text
