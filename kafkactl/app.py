@@ -37,6 +37,7 @@ from kafkactl.commands import (
     schema_registry,
     spark_load,
     topic,
+    txn,
     user,
     zk,
     zookeeper,
@@ -71,6 +72,7 @@ app.add_typer(schema_registry.app, name="schema-registry")
 app.add_typer(user.app, name="user")
 app.add_typer(acl.app, name="acl")
 app.add_typer(quota.app, name="quota")
+app.add_typer(txn.app, name="txn")
 
 _state = {"debug": False}
 

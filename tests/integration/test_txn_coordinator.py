@@ -14,7 +14,7 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.server.coordinator import coordinator_for
 from tests.integration.clientkit import create_topic, unique
-from tests.integration.helpers import connect, wait_until
+from tests.integration.helpers import cli, connect, error_line, json_lines, ok, wait_until
 from tests.integration.test_replication import create, start3
 from tests.integration.txn_raw import produce_txn, read_values
 
@@ -185,3 +185,34 @@ def test_the_coordinator_killed_mid_transaction(start_broker) -> None:
     assert p.flush(30) == 0
     p.abort_transaction(60)
     assert b"never" not in _read_committed(bootstrap, topic, 3, 120)
+
+
+def test_kafkactl_txn_list_and_describe(shared_broker) -> None:
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs, unique("txcli"), partitions=2)
+    done_id, open_id = unique("cli-done"), unique("cli-open")
+    with connect(bs) as conn:
+        done = _init(conn, done_id)
+        assert _add(conn, done_id, done["producer_id"], 0, {topic: [0]}) == {(topic, 0): 0}
+        assert _end(conn, done_id, done["producer_id"], 0, True) == 0
+        opened = _init(conn, open_id)
+        assert _add(conn, open_id, opened["producer_id"], 0, {topic: [0, 1]}) == {(topic, 0): 0, (topic, 1): 0}
+
+    rows = {r["transactional_id"]: r for r in json_lines(ok(cli("txn", "list", "-o", "json", "-b", bs)))}
+    assert rows[done_id] == {"transactional_id": done_id, "coordinator": 1, "producer_id": done["producer_id"],
+                             "state": "CompleteCommit"}  # fmt: skip
+    assert rows[open_id]["state"] == "Ongoing"
+    ongoing = json_lines(ok(cli("txn", "list", "--state", "Ongoing", "-o", "json", "-b", bs)))
+    assert open_id in {r["transactional_id"] for r in ongoing} and done_id not in {
+        r["transactional_id"] for r in ongoing
+    }
+    text = ok(cli("txn", "list", "-b", bs))
+    assert text.splitlines()[0].split("\t") == ["TRANSACTIONAL-ID", "COORDINATOR", "PRODUCER-ID", "STATE"]
+    assert f"{open_id}\t1\t{opened['producer_id']}\tOngoing" in text
+
+    (d,) = json_lines(ok(cli("txn", "describe", open_id, "-o", "json", "-b", bs)))
+    assert d["state"] == "Ongoing" and d["producer_epoch"] == 0 and d["timeout_ms"] == 60000 and d["start_time_ms"] > 0
+    assert d["partitions"] == [{"topic": topic, "partition": 0}, {"topic": topic, "partition": 1}]
+    assert f"{topic}-0,{topic}-1" in ok(cli("txn", "describe", open_id, "-b", bs))
+    error_line(cli("txn", "describe", "no-such-txn-id", "-b", bs), "not found")
+    error_line(cli("txn", "list", "--state", "Bogus", "-b", bs), "unknown transaction state 'Bogus'")
