@@ -289,21 +289,23 @@ class Admin:
         leaders = {(t["name"], p["partition_index"]): p["leader_id"] for t in md["topics"] for p in t["partitions"]}
         return [tp for tp in tps if leaders.get(tp, -1) < 0]
 
-    def list_offsets(self, tps: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+    def list_offsets(self, tps: list[tuple[str, int]], timestamp: int, *,
+                     isolation_level: int = 0) -> dict[tuple[str, int], int]:  # fmt: skip
         """Each partition's offset at `timestamp` (EARLIEST, LATEST or epoch ms; -1: none that late),
-        asked of its leader; AdminError naming the first partition that cannot answer."""
+        asked of its leader; AdminError naming the first partition that cannot answer. With
+        `isolation_level` 1 (read_committed) LATEST is the last stable offset."""
         md = self.cluster.metadata(sorted({t for t, _ in tps}))
         leaders = {(t["name"], p["partition_index"]): p["leader_id"] for t in md["topics"] for p in t["partitions"]}
         missing = [tp for tp in tps if leaders.get(tp, -1) < 0]
         if missing:
             raise AdminError(f"no leader for {missing[0][0]}-{missing[0][1]} (unknown partition or broker down)")
-        found, errors = self._list_offsets({tp: leaders[tp] for tp in tps}, timestamp)
+        found, errors = self._list_offsets({tp: leaders[tp] for tp in tps}, timestamp, isolation_level)
         if errors:
             (t, p), why = next(iter(errors.items()))
             raise AdminError(f"cannot list offsets of {t}-{p}: {why}")
         return found
 
-    def _list_offsets(self, leaders: dict[tuple[str, int], int], timestamp: int
+    def _list_offsets(self, leaders: dict[tuple[str, int], int], timestamp: int, isolation_level: int = 0,
                       ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], str]]:  # fmt: skip
         """ListOffsets to each leader: ({tp: offset}, {tp: error text})."""
         found: dict[tuple[str, int], int] = {}
@@ -314,7 +316,7 @@ class Admin:
         for leader, topics in by_leader.items():
             try:
                 conn = self.cluster.connection(leader)
-                body = {"replica_id": -1, "topics": [
+                body = {"replica_id": -1, "isolation_level": isolation_level, "topics": [
                     {"name": t, "partitions": [{"partition_index": p, "timestamp": timestamp} for p in ps]}
                     for t, ps in topics.items()]}  # fmt: skip
                 answer = conn.request(ApiKey.LIST_OFFSETS, body)

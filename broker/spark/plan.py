@@ -176,7 +176,7 @@ def plan_load(out: OutputDir, opts: LoadOptions, *, admin: Any = None) -> Plan:
             skipped = f"skipped {names}: no leader (brokers down); a later load takes them from their committed offsets"
             tps = [tp for tp in tps if tp not in offline]
         earliest = admin.list_offsets(tps, EARLIEST)
-        latest = admin.list_offsets(tps, LATEST)
+        latest = admin.list_offsets(tps, LATEST, isolation_level=1)  # committed data only: up to the LSO
         at_time = admin.list_offsets(tps, opts.until) if opts.until is not None else {}
     finally:
         if own:

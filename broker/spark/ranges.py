@@ -59,7 +59,7 @@ def plan_ranges(bootstrap: str | None, options: Mapping[str, str] | SourceOption
         if not tps:
             return []
         earliest = admin.list_offsets(tps, EARLIEST)
-        latest = admin.list_offsets(tps, LATEST)
+        latest = admin.list_offsets(tps, LATEST, isolation_level=1)  # committed data only: up to the LSO
         starts = _resolve(admin, opts.starting, tps, earliest, latest, "starting", opts.starting_by_timestamp_strategy)
         ends = _resolve(admin, opts.ending, tps, earliest, latest, "ending", "latest")
     out = []

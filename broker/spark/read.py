@@ -3,7 +3,9 @@
 Each executor task reads its one range with kafkactl's consumer (a `RawConsumer` assigned to that
 partition, seeked to `start`), decodes each fetched record set straight into Arrow buffers
 (`broker.records.columnar`: no Python object per record), stops exactly at `end`, and yields one Arrow
-record batch per fetch.
+record batch per fetch. It reads committed data only (isolation read_committed: aborted transactions'
+records are dropped, transaction markers skipped), and ranges end at the last stable offset
+(`ranges.py`, `plan.py`).
 """
 
 from __future__ import annotations
@@ -138,8 +140,8 @@ def read_range(bootstrap: str, rng: OffsetRange, *, fail_on_data_loss: bool = Tr
         return
     tp = (rng.topic, rng.partition)
     where = f"reading {rng.topic}-{rng.partition} [{rng.start}, {rng.end})"
-    settings = {"max_partition_fetch_bytes": 4 << 20, "fetch_max_bytes": 16 << 20, **(consumer or {}),
-                "auto_offset_reset": "none"}  # fmt: skip
+    settings = {"max_partition_fetch_bytes": 4 << 20, "fetch_max_bytes": 16 << 20, "isolation_level": 1,
+                **(consumer or {}), "auto_offset_reset": "none"}  # fmt: skip
     position = rng.start
     c: _PartitionConsumer | None = _PartitionConsumer(bootstrap, tp, position, settings)
     try:

@@ -217,3 +217,103 @@ def test_kafkactl_consume_isolation_and_inspect_segments(broker):
     assert "marker: COMMIT coordinator_epoch: 0" in batches[3]
     assert "transactional: true" in batches[4] and "control" not in batches[4]
     assert f"producer_id: {PID} first_offset: 0 last_offset: 2" in text
+
+
+def _confluent_values(bootstrap: str, topic: str, want: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("ck"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )  # (isolation.level: read_committed, librdkafka's default)
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        out: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == -191 and len(out) >= want:  # _PARTITION_EOF
+                    break
+                continue
+            out.append(m.value())
+        return out
+    finally:
+        c.close()
+
+
+def _kafka_python_values(bootstrap: str, topic: str) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
+                      consumer_timeout_ms=3000)  # fmt: skip
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        c.seek_to_beginning()
+        return [m.value for m in c]
+    finally:
+        c.close()
+
+
+def _aiokafka_values(bootstrap: str, topic: str, want: int) -> list[bytes]:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def run() -> list[bytes]:
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, auto_offset_reset="earliest")  # fmt: skip
+        await c.start()
+        try:
+            c.assign([TopicPartition(topic, 0)])
+            await c.seek_to_beginning()
+            out: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and len(out) < want:
+                for msgs in (await c.getmany(timeout_ms=500)).values():
+                    out += [m.value for m in msgs]
+            await asyncio.sleep(1)  # nothing more comes (the aborted records stay away)
+            for msgs in (await c.getmany(timeout_ms=500)).values():
+                out += [m.value for m in msgs]
+            return out
+        finally:
+            await c.stop()
+
+    return asyncio.run(run())
+
+
+def test_third_party_read_committed_consumers_read_only_committed_data(shared_broker):
+    topic = create_topic(shared_broker.bootstrap, unique("clients"))
+    with connect(shared_broker.bootstrap) as conn:
+        committed, _ = _interleaved(conn, topic)
+        assert write_markers(conn, PID, 0, True, 0, [(topic, 0)]) == {(topic, 0): 0}
+        assert write_markers(conn, PID2, 0, False, 0, [(topic, 0)]) == {(topic, 0): 0}
+        assert produce_txn(conn, "t3", topic, 0, [b"open"], PID + 10, 0, 0)["error_code"] == 0  # stays open
+    bs = shared_broker.bootstrap
+    assert _confluent_values(bs, topic, len(committed)) == committed
+    assert _kafka_python_values(bs, topic) == committed
+    assert _aiokafka_values(bs, topic, len(committed)) == committed
+
+
+def test_the_spark_source_reads_committed_data_up_to_the_last_stable_offset(shared_broker):
+    """spark-load's planning and reading (no Spark needed for them): ranges end at the LSO, aborted
+    transactions' records and markers never come out."""
+    from broker.spark.ranges import OffsetRange, plan_ranges
+    from broker.spark.read import read_range
+
+    topic = create_topic(shared_broker.bootstrap, unique("spark"))
+    with connect(shared_broker.bootstrap) as conn:
+        committed, _ = _interleaved(conn, topic)
+        assert write_markers(conn, PID, 0, True, 0, [(topic, 0)]) == {(topic, 0): 0}
+        assert write_markers(conn, PID2, 0, False, 0, [(topic, 0)]) == {(topic, 0): 0}
+        assert produce_txn(conn, "t3", topic, 0, [b"open"], PID + 10, 0, 0)["error_code"] == 0  # offset 13
+    assert plan_ranges(shared_broker.bootstrap, {"subscribe": topic}) == [OffsetRange(topic, 0, 0, 13)]
+    got = [v for b in read_range(shared_broker.bootstrap, OffsetRange(topic, 0, 0, 13))
+           for v in b.column("value").to_pylist()]  # fmt: skip
+    assert got == committed
