@@ -1,8 +1,10 @@
-"""`kafkactl inspect segments`: dump and check segment files, as Kafka's DumpLogSegments does."""
+"""`kafkactl inspect segments`: dump and check segment files, as Kafka's DumpLogSegments does;
+`kafkactl inspect cleaner`: the log cleaner's progress per partition."""
 
 from __future__ import annotations
 
 import base64
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from typer.exceptions import Exit
 
-from broker.log.inspection import inspect_paths
+from broker.log.inspection import inspect_cleaner, inspect_paths
 from kafkactl.render import Output, json_line
 
 app = typer.Typer(help="Inspect what kafkactl (or Apache Kafka) stored.", no_args_is_help=True)
@@ -112,4 +114,45 @@ def segments(
     if damaged:
         raise Exit(3)
     if unreadable:
+        raise Exit(2)
+
+
+def _cleaner_text(ev: dict[str, Any]) -> str:
+    if ev["type"] == "error":
+        return f"ERROR {ev['path']}: {ev['message']}"
+    if ev["type"] == "summary":
+        return (f"Summary: {ev['partitions']} partitions, {ev['with_checkpoint']} with a cleaner checkpoint, "
+                f"{ev['leftovers']} files left by a clean")  # fmt: skip
+    ckpt = "none" if ev["cleaner_checkpoint"] is None else ev["cleaner_checkpoint"]
+    when = "-" if ev["checkpointed_ms"] is None else time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(ev["checkpointed_ms"] / 1000))  # fmt: skip
+    line = (f"{ev['topic']}-{ev['partition']}: cleaner checkpoint {ckpt} (written {when}), offsets "
+            f"[{ev['log_start']}, {ev['log_end']}), {ev['segments']} segments, clean {ev['clean_bytes']} bytes, "
+            f"dirty {ev['dirty_bytes']} bytes, dirty ratio {ev['dirty_ratio']:.4f}")  # fmt: skip
+    kinds: dict[str, int] = {}
+    for name in ev["leftovers"]:  # (.deleted: replaced segments, kept log.segment.delete.delay.ms)
+        kinds[name.rsplit(".", 1)[-1]] = kinds.get(name.rsplit(".", 1)[-1], 0) + 1
+    return line + (", left by a clean: " + ", ".join(f"{n} .{k}" for k, n in sorted(kinds.items())) if kinds else "")
+
+
+@app.command("cleaner")
+def cleaner(
+    paths: Annotated[list[Path], typer.Argument(help="Log dirs or partition dirs.")],
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="text, or json (one object per line).")
+    ] = Output.text,
+) -> None:
+    """The log cleaner's progress per partition: its checkpoint (first dirty offset), the clean and dirty bytes
+    and dirty ratio by segment, when the checkpoint was written, files a clean left behind.
+
+    Read from the files (a running broker's log dirs too). Exit code 2 when a path given is not a log dir.
+    """
+    bad = False
+    for ev in inspect_cleaner(paths):
+        bad = bad or ev["type"] == "error"
+        if output == Output.json:
+            json_line(ev)
+        else:
+            print(_cleaner_text(ev))
+    if bad:
         raise Exit(2)

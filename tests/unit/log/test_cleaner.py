@@ -285,3 +285,24 @@ def test_log_cleaner_checkpoints_and_resumes(tmp_path):
     mgr.shutdown()
     again = LogCleaner(LogManager([tmp_path / "d"], cfg))
     assert again.progress[("t", 0)].checkpoint == first
+
+
+def test_progress_events_report_the_checkpoint_and_dirty_ratio(tmp_path):
+    from broker.log.cleaner import progress_events
+    from broker.log.config import LogConfig
+
+    cfg = LogConfig(segment_bytes=800, cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)
+    mgr = LogManager([tmp_path / "d"], cfg)
+    mgr.startup()
+    log = mgr.get_or_create("t", 0, cfg)
+    _fill(log, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(100)])
+    cleaner = LogCleaner(mgr, delete_delay_ms=0)
+    cleaner.clean_once(OffsetMap(1 << 20))
+    _fill(log, [(b"k1", b"again")] * 60)
+    cleaner.stop()
+    mgr.shutdown()
+    (part, summary) = list(progress_events([tmp_path / "d"]))
+    assert part["cleaner_checkpoint"] == cleaner.progress[("t", 0)].checkpoint and part["log_end"] == 160
+    assert 0 < part["dirty_ratio"] < 1 and part["clean_bytes"] > 0 and part["leftovers"] == []
+    assert summary == {"type": "summary", "partitions": 1, "with_checkpoint": 1, "leftovers": 0}
+    assert list(progress_events([tmp_path / "nothing"]))[0]["type"] == "error"
