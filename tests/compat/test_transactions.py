@@ -10,16 +10,32 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from broker.protocol.api import ApiKey
+from tests.integration.cluster import BrokerProcess, new_chroot
 from tests.integration.helpers import connect
+
+
+@pytest.fixture(scope="module")
+def txn_broker(zk_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module, its timeout sweep every 300 ms (Kafka's default: 10 s)."""
+    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}
+    with BrokerProcess(1, new_chroot(zk_server.connect_string), tmp_path_factory.mktemp("txn-broker"),
+                       overrides=overrides) as b:  # fmt: skip
+        yield b
+
+
+#: what the clients' errors for a fenced producer say (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH)
+FENCED = r"(?i)fenced|epoch"
 
 
 def _topic(prefix: str) -> str:
@@ -72,8 +88,8 @@ def _seed(bootstrap: str, topic: str, values: list[bytes]) -> None:
 # --- commit and abort -------------------------------------------------------------------------------
 
 
-def test_kafka_python_commit_and_abort(shared_broker) -> None:
-    bs, topic = shared_broker.bootstrap, _topic("kp-tx")
+def test_kafka_python_commit_and_abort(txn_broker) -> None:
+    bs, topic = txn_broker.bootstrap, _topic("kp-tx")
     p = KafkaProducer(bootstrap_servers=bs, transactional_id=f"kp-{topic}")
     try:
         p.init_transactions()
@@ -97,8 +113,8 @@ def test_kafka_python_commit_and_abort(shared_broker) -> None:
     assert state["transaction_state"] == "CompleteCommit" and state["producer_epoch"] == 0
 
 
-def test_confluent_commit_and_abort(shared_broker) -> None:
-    bs, topic = shared_broker.bootstrap, _topic("ck-tx")
+def test_confluent_commit_and_abort(txn_broker) -> None:
+    bs, topic = txn_broker.bootstrap, _topic("ck-tx")
     p = Producer({"bootstrap.servers": bs, "transactional.id": f"ck-{topic}", "linger.ms": 5})
     p.init_transactions(30)
     p.begin_transaction()
@@ -118,8 +134,8 @@ def test_confluent_commit_and_abort(shared_broker) -> None:
     assert _read(bs, topic, "read_uncommitted") == committed[:100] + [b"a%03d" % i for i in range(50)] + [b"c100"]
 
 
-def test_aiokafka_commit_and_abort(shared_broker) -> None:
-    bs, topic = shared_broker.bootstrap, _topic("aio-tx")
+def test_aiokafka_commit_and_abort(txn_broker) -> None:
+    bs, topic = txn_broker.bootstrap, _topic("aio-tx")
 
     async def go() -> None:
         p = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=f"aio-{topic}")
@@ -146,8 +162,8 @@ def test_aiokafka_commit_and_abort(shared_broker) -> None:
 # --- consume-transform-produce: offsets in the transaction ---------------------------------------------
 
 
-def test_confluent_send_offsets_moves_the_group_only_on_commit(shared_broker) -> None:
-    bs, src, out = shared_broker.bootstrap, _topic("ck-src"), _topic("ck-out")
+def test_confluent_send_offsets_moves_the_group_only_on_commit(txn_broker) -> None:
+    bs, src, out = txn_broker.bootstrap, _topic("ck-src"), _topic("ck-out")
     group = f"g-{src}"
     _seed(bs, src, [b"in%02d" % i for i in range(20)])
     consumer = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
@@ -186,8 +202,8 @@ def test_confluent_send_offsets_moves_the_group_only_on_commit(shared_broker) ->
     assert _read(bs, out, "read_committed") == [b"IN%02d" % i for i in range(20)]
 
 
-def test_kafka_python_send_offsets_to_transaction(shared_broker) -> None:
-    bs, src, out = shared_broker.bootstrap, _topic("kp-src"), _topic("kp-out")
+def test_kafka_python_send_offsets_to_transaction(txn_broker) -> None:
+    bs, src, out = txn_broker.bootstrap, _topic("kp-src"), _topic("kp-out")
     group = f"g-{src}"
     _seed(bs, src, [b"x"] * 8)
     p = KafkaProducer(bootstrap_servers=bs, transactional_id=f"kp-ctp-{src}")
@@ -215,8 +231,8 @@ def test_kafka_python_send_offsets_to_transaction(shared_broker) -> None:
 # --- fencing and the timeout ------------------------------------------------------------------------
 
 
-def test_a_second_producer_fences_the_first(shared_broker) -> None:
-    bs, topic = shared_broker.bootstrap, _topic("fence")
+def test_a_second_producer_fences_the_first(txn_broker) -> None:
+    bs, topic = txn_broker.bootstrap, _topic("fence")
     txn_id = f"fence-{topic}"
     first = Producer({"bootstrap.servers": bs, "transactional.id": txn_id})
     first.init_transactions(30)
@@ -238,8 +254,8 @@ def test_a_second_producer_fences_the_first(shared_broker) -> None:
     assert state["transaction_state"] == "CompleteCommit" and state["producer_epoch"] == 2  # (abort, then init)
 
 
-def test_kafka_python_fenced_producer_fails(shared_broker) -> None:
-    bs, topic = shared_broker.bootstrap, _topic("kp-fence")
+def test_kafka_python_fenced_producer_fails(txn_broker) -> None:
+    bs, topic = txn_broker.bootstrap, _topic("kp-fence")
     txn_id = f"kpf-{topic}"
     first = KafkaProducer(bootstrap_servers=bs, transactional_id=txn_id)
     second = KafkaProducer(bootstrap_servers=bs, transactional_id=txn_id)
@@ -258,9 +274,24 @@ def test_kafka_python_fenced_producer_fails(shared_broker) -> None:
     assert _read(bs, topic, "read_committed") == []
 
 
-def test_the_transaction_timeout_aborts_an_abandoned_transaction(start_broker) -> None:
-    b = start_broker(1, {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"})
-    bs, topic = b.bootstrap, _topic("timeout")
+def _wait_aborted(bs: str, txn_id: str) -> dict:
+    deadline = time.monotonic() + 20
+    while (state := _describe(bs, txn_id))["transaction_state"] != "CompleteAbort":
+        assert time.monotonic() < deadline, state
+        time.sleep(0.2)
+    return state
+
+
+def _commit_one(bs: str, topic: str, value: bytes) -> None:
+    later = Producer({"bootstrap.servers": bs, "transactional.id": f"later-{topic}"})
+    later.init_transactions(30)
+    later.begin_transaction()
+    later.produce(topic, value, partition=0)
+    later.commit_transaction(30)
+
+
+def test_confluent_transaction_timeout_aborts_an_abandoned_transaction(txn_broker) -> None:
+    bs, topic = txn_broker.bootstrap, _topic("timeout")
     txn_id = f"abandoned-{topic}"
     p = Producer({"bootstrap.servers": bs, "transactional.id": txn_id, "transaction.timeout.ms": 1500})
     p.init_transactions(30)
@@ -268,16 +299,81 @@ def test_the_transaction_timeout_aborts_an_abandoned_transaction(start_broker) -
     for i in range(3):
         p.produce(topic, b"lost%d" % i, partition=0)
     assert p.flush(30) == 0
-    deadline = time.monotonic() + 20
-    while _describe(bs, txn_id)["transaction_state"] != "CompleteAbort":
-        assert time.monotonic() < deadline, _describe(bs, txn_id)
-        time.sleep(0.2)
-    assert _describe(bs, txn_id)["producer_epoch"] == 1  # (raised: the abandoning producer is fenced)
-    later = Producer({"bootstrap.servers": bs, "transactional.id": f"later-{topic}"})
-    later.init_transactions(30)
-    later.begin_transaction()
-    later.produce(topic, b"after", partition=0)
-    later.commit_transaction(30)
+    assert _wait_aborted(bs, txn_id)["producer_epoch"] == 1  # (raised: the abandoning producer is fenced)
+    _commit_one(bs, topic, b"after")
     assert _read(bs, topic, "read_committed") == [b"after"]  # (the abort released the last stable offset)
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
+
+
+def test_kafka_python_transaction_timeout(txn_broker) -> None:
+    bs, topic = txn_broker.bootstrap, _topic("kp-timeout")
+    txn_id = f"kp-abandoned-{topic}"
+    p = KafkaProducer(bootstrap_servers=bs, transactional_id=txn_id, transaction_timeout_ms=1500)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, value=b"lost", partition=0)
+        p.flush()
+        _wait_aborted(bs, txn_id)
+        with pytest.raises(Exception, match=FENCED):
+            p.commit_transaction()
+    finally:
+        p.close(timeout=2)
+    _commit_one(bs, topic, b"after")
+    assert _read(bs, topic, "read_committed") == [b"after"]
+    assert _read(bs, topic, "read_uncommitted") == [b"lost", b"after"]
+
+
+def test_aiokafka_transaction_timeout(txn_broker) -> None:
+    bs, topic = txn_broker.bootstrap, _topic("aio-timeout")
+    txn_id = f"aio-abandoned-{topic}"
+
+    async def go() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=txn_id, transaction_timeout_ms=1500)
+        await p.start()
+        try:
+            await p.begin_transaction()
+            await (await p.send(topic, b"lost", partition=0))
+            await asyncio.to_thread(_wait_aborted, bs, txn_id)
+            with pytest.raises(Exception, match=FENCED):
+                await p.commit_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(asyncio.wait_for(go(), 60))
+    _commit_one(bs, topic, b"after")
+    assert _read(bs, topic, "read_committed") == [b"after"]
+
+
+def test_aiokafka_send_offsets_and_fencing(txn_broker) -> None:
+    bs, src, out = txn_broker.bootstrap, _topic("aio-src"), _topic("aio-out")
+    group, txn_id = f"g-{src}", f"aio-ctp-{src}"
+    _seed(bs, src, [b"x"] * 6)
+
+    async def go() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=txn_id)
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send(out, b"y", partition=0)
+                await p.send_offsets_to_transaction({AioTopicPartition(src, 0): 4}, group)
+            assert await asyncio.to_thread(_committed, bs, group, src) == 4
+            await p.begin_transaction()
+            await (await p.send(out, b"z", partition=0))
+            await p.send_offsets_to_transaction({AioTopicPartition(src, 0): 6}, group)
+            second = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=txn_id)
+            await second.start()  # (init: aborts the first one's transaction and fences it)
+            try:
+                with pytest.raises(Exception, match=FENCED):
+                    await p.commit_transaction()
+                async with second.transaction():
+                    await second.send(out, b"w", partition=0)
+            finally:
+                await second.stop()
+        finally:
+            await p.stop()
+
+    asyncio.run(asyncio.wait_for(go(), 90))
+    assert _committed(bs, group, src) == 4  # (the fenced transaction's offsets were dropped)
+    assert _read(bs, out, "read_committed") == [b"y", b"w"]
