@@ -37,7 +37,8 @@ class LogConfig:
     #: the codec batches are recompressed to (-1: kept as produced)
     target_codec: int = field(init=False, compare=False, default=-1)
     #: whether a leader must look into produced batches beyond validation (a timestamp window, a codec to
-    #: enforce, LogAppendTime): one attribute the produce paths read, so the usual case costs no more
+    #: enforce, LogAppendTime, keys a compacted log needs): one attribute the produce paths read, so the usual
+    #: case costs no more
     checks_batches: bool = field(init=False, compare=False, default=False)
 
     #: topic-level key → field
@@ -66,7 +67,7 @@ class LogConfig:
         codec = CODECS.get(self.compression_type, -1)
         object.__setattr__(self, "target_codec", codec)
         checks = (codec >= 0 or self.message_timestamp_difference_max_ms < MAX_LONG
-                  or self.message_timestamp_type != "CreateTime")  # fmt: skip
+                  or self.message_timestamp_type != "CreateTime" or self.compact)  # fmt: skip
         object.__setattr__(self, "checks_batches", checks)
 
     def with_overrides(self, overrides: dict[str, Any]) -> LogConfig:

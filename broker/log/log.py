@@ -333,8 +333,16 @@ class PartitionLog:
         return headers
 
     def validate(self, data: Buffer, *, client: bool = True) -> list[tuple[int, int, int, int, int]]:
-        """`validate_batches` under this log's `max.message.bytes`: the check `append` makes first."""
-        return validate_batches(data, self.config.max_message_bytes, client=client)
+        """`validate_batches` under this log's `max.message.bytes`: the check `append` makes first. A client's
+        records to a compacted log must have keys (Kafka's LogValidator: the cleaner could keep no other)."""
+        batches = validate_batches(data, self.config.max_message_bytes, client=client)
+        if client and self.config.compact:
+            for pos, *_ in batches:
+                h = BatchHeader._make(struct.unpack_from(">qiibIhiqqqhii", data, pos))
+                if not h.attributes & CONTROL_BIT and any(r.key is None for r in iter_records(data, pos, h)):
+                    raise InvalidRecordError("Compacted topic cannot accept message without key in topic "
+                                             f"partition {self.topic}-{self.partition}.")  # fmt: skip
+        return batches
 
     def _maybe_roll(self, incoming: int, now_ms: int, first_offset: int, last_offset: int) -> None:
         """Roll before an append of `incoming` bytes, offsets `first_offset`..`last_offset`, when Kafka would."""

@@ -18,6 +18,7 @@ import pytest
 from broker.log.checkpoint import OffsetCheckpointFile
 from broker.log.cleaner import CHECKPOINT
 from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
 from broker.records.builder import BatchBuilder
 from tests.integration.clientkit import create_topic, disk_batches, read_all, unique
 from tests.integration.helpers import cli, connect, ok, produce_body, wait_until
@@ -121,6 +122,11 @@ def test_offsets_preserved_with_gaps_and_read_across_them(start_broker):
     assert [r.offset for r in got] == [1990 + i for i in range(10)] + [2000]
     assert [int(r.value) for r in got[:-1]] == [r.offset for r in got[:-1]]
     assert confluent_read(b.bootstrap, topic, 2001)[0][0] == 1990  # a librdkafka consumer jumps the gap too
+    with connect(b.bootstrap) as conn:  # a record without a key: refused, as Kafka refuses it
+        bb = BatchBuilder()
+        bb.append(int(time.time() * 1000), None, b"no key")
+        (p,) = conn.request(ApiKey.PRODUCE, produce_body(topic, 0, bb.build()))["topics"][0]["partitions"]
+    assert p["error_code"] == ErrorCode.INVALID_RECORD and "without key" in p["error_message"]
     line = ok(cli("inspect", "cleaner", b.log_dir))  # the cleaner's progress, read from the files
     assert f"{topic}-0: cleaner checkpoint {active} " in line and "dirty ratio 0.0000" in line
 

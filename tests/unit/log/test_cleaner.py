@@ -306,3 +306,16 @@ def test_progress_events_report_the_checkpoint_and_dirty_ratio(tmp_path):
     assert 0 < part["dirty_ratio"] < 1 and part["clean_bytes"] > 0 and part["leftovers"] == []
     assert summary == {"type": "summary", "partitions": 1, "with_checkpoint": 1, "leftovers": 0}
     assert list(progress_events([tmp_path / "nothing"]))[0]["type"] == "error"
+
+
+def test_a_compacted_log_refuses_a_clients_record_without_key(open_log):
+    from broker.errors import InvalidRecordError
+
+    log = open_log(cleanup_policy="compact")
+    assert log.config.checks_batches  # (so the produce paths take the one that validates)
+    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key"):
+        log.append(build_batch([Record(0, T0, b"k", b"v"), Record(1, T0, None, b"v")]))
+    assert log.log_end_offset == 0
+    log.append(build_batch([Record(0, T0, b"k", None)]))  # a tombstone has a key: fine
+    follower = open_log(Path(str(log.dir) + "-copy").with_name("orders-1"), cleanup_policy="compact")
+    follower.append(build_batch([Record(0, T0, None, b"v")]), assign_offsets=False)  # a copy is not checked
