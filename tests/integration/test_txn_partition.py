@@ -125,9 +125,12 @@ def _aborted_then_open(conn, topic: str) -> None:
     assert produce_txn(conn, "t2", topic, 0, [b"o0"], PID2, 0, 0)["error_code"] == 0
 
 
-@pytest.mark.parametrize("how", ["clean", "kill -9"])
+FAST_SESSION = {"zookeeper.session.timeout.ms": "6000"}  # a killed broker's registration goes sooner
+
+
+@pytest.mark.parametrize("how", ["clean", pytest.param("kill -9", marks=pytest.mark.slow)])
 def test_a_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker, how):
-    b = start_broker(1)
+    b = start_broker(1, FAST_SESSION)
     topic = create_topic(b.bootstrap, unique("restart"))
     with connect(b.bootstrap) as conn:
         _aborted_then_open(conn, topic)
@@ -156,7 +159,9 @@ def _quietly(fn):
         return None
 
 
-def test_a_follower_taking_over_has_the_same_lso_and_aborted_list(cluster3, zk_chroot):
+@pytest.mark.slow
+def test_a_follower_taking_over_has_the_same_lso_and_aborted_list(start_broker):
+    cluster3 = [start_broker(i, FAST_SESSION) for i in (1, 2, 3)]
     topic = unique("follow")
     ok(cli("topic", "create", topic, "-p", 1, "-r", 3, "-b", cluster3[0].bootstrap))
     md = wait_until(lambda: _leader_with_isr(cluster3[0].bootstrap, topic, 3), 30, "three in-sync replicas")
@@ -317,3 +322,52 @@ def test_the_spark_source_reads_committed_data_up_to_the_last_stable_offset(shar
     got = [v for b in read_range(shared_broker.bootstrap, OffsetRange(topic, 0, 0, 13))
            for v in b.column("value").to_pylist()]  # fmt: skip
     assert got == committed
+
+
+def test_markers_need_cluster_action_and_transactional_batches_write_on_the_transactional_id(start_broker, zk_chroot):
+    """With the authorizer on (as Kafka's KafkaApis): WriteTxnMarkers needs ClusterAction on the cluster, a
+    Produce of transactional batches Write on its TransactionalId; alice (SCRAM) has neither at first."""
+    from broker.client.connection import Connection
+    from broker.client.security import ClientSecurity
+    from broker.daemon import free_port
+    from broker.security import credentials
+    from broker.security.scram import make_credential
+    from tests.integration.helpers import zk_session
+
+    with zk_session(zk_chroot) as zk:
+        credentials.write_user(zk, "alice", {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", "alice-secret")})
+    port, sasl_port = free_port(), free_port()
+    b = start_broker(1, {
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "inter.broker.listener.name": "PLAINTEXT", "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "false"}, port=port)  # fmt: skip
+    topic = create_topic(b.bootstrap, unique("acl"))
+    ok(cli("acl", "add", "--allow-principal", "User:alice", "--operation", "Write", "--topic", topic,
+           "-b", b.bootstrap))  # fmt: skip
+    sec = ClientSecurity(protocol="SASL_PLAINTEXT", mechanism="SCRAM-SHA-256", username="alice",
+                         password="alice-secret")  # fmt: skip
+
+    def alice() -> Connection:
+        return Connection("127.0.0.1", sasl_port, client_id="alice", timeout=15, security=sec)
+
+    with alice() as conn:
+        assert write_markers(conn, PID, 0, True, 0, [(topic, 0)]) == {
+            (topic, 0): ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        }
+        assert produce_txn(conn, "tx-a", topic, 0, [b"x"], PID, 0, 0)["error_code"] == (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
+    ok(cli("acl", "add", "--allow-principal", "User:alice", "--operation", "Write", "--transactional-id", "tx-a",
+           "-b", b.bootstrap))  # fmt: skip
+    ok(cli("acl", "add", "--allow-principal", "User:alice", "--operation", "ClusterAction", "--cluster",
+           "-b", b.bootstrap))  # fmt: skip
+    wait_until(lambda: _quietly(lambda: _alice_writes(alice, topic)), 10, "alice's grants in force")
+    with connect(b.bootstrap) as conn:
+        assert read_values(conn, topic, 0, committed=True) == [b"x"]
+
+
+def _alice_writes(alice, topic: str) -> bool:
+    with alice() as conn:
+        assert produce_txn(conn, "tx-a", topic, 0, [b"x"], PID, 0, 0)["error_code"] == 0
+        assert write_markers(conn, PID, 0, True, 0, [(topic, 0)]) == {(topic, 0): 0}
+    return True
