@@ -73,6 +73,7 @@ class TxnIndex:
     def __init__(self, directory: Path, bases: list[int]) -> None:
         self.dir = Path(directory)
         self.by_segment: dict[int, list[AbortedTxn]] = {}
+        self._sorted: list[AbortedTxn] | None = None  # every entry by last offset (rebuilt after a change)
         kept = set(bases)
         for path in self.dir.glob(f"*{SUFFIX}"):
             stem = path.name[: -len(SUFFIX)]
@@ -85,7 +86,9 @@ class TxnIndex:
 
     def all(self) -> list[AbortedTxn]:
         """Every entry, in marker order."""
-        return sorted((e for es in self.by_segment.values() for e in es), key=lambda e: e.last_offset)
+        if self._sorted is None:
+            self._sorted = sorted((e for es in self.by_segment.values() for e in es), key=lambda e: e.last_offset)
+        return self._sorted
 
     def add(self, segment_base: int, entry: AbortedTxn) -> bool:
         """Append `entry` to the segment's file, unless an entry for the same marker is held; returns whether
@@ -99,16 +102,20 @@ class TxnIndex:
         finally:
             os.close(fd)
         self.by_segment.setdefault(segment_base, []).append(entry)
+        self._sorted = None
         return True
 
     def overlapping(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions holding an offset in [start, end): last offset >= start, first < end
         (Kafka's collectAbortedTransactions), oldest first."""
-        return [e for e in self.all() if e.last_offset >= start and e.first_offset < end]
+        entries = self.all()
+        i = bisect.bisect_left(entries, start, key=lambda e: e.last_offset)
+        return [e for e in entries[i:] if e.first_offset < end]
 
     def drop_segment(self, segment_base: int) -> None:
         """The segment was deleted: its file and entries go too."""
-        self.by_segment.pop(segment_base, None)
+        if self.by_segment.pop(segment_base, None) is not None:
+            self._sorted = None
         index_path(self.dir, segment_base).unlink(missing_ok=True)
 
     def truncate(self, offset: int) -> None:
@@ -118,6 +125,7 @@ class TxnIndex:
             kept = [e for e in es if e.last_offset < offset]
             if len(kept) == len(es):
                 continue
+            self._sorted = None
             path = index_path(self.dir, base)
             if kept:
                 self.by_segment[base] = kept

@@ -51,6 +51,7 @@ class _Entry:
     last_ms: int = 0  # when it last wrote (epoch ms)
     txn_first: int = -1  # first offset of its open transaction here, -1 without one
     coordinator_epoch: int = -1  # of the last marker for it here
+    closed: tuple[int, int] | None = None  # (first offset, marker offset) of the transaction it last closed here
 
 
 class CompletedTxn(NamedTuple):
@@ -134,6 +135,7 @@ class ProducerStates:
                 e.coordinator_epoch = old.coordinator_epoch
                 e.txn_first = old.txn_first
         first = e.txn_first if e.txn_first >= 0 else marker_offset
+        e.closed = (e.txn_first, marker_offset)
         e.txn_first = -1
         e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)
         e.last_ms = int(time.time() * 1000) if when_ms is None else when_ms
@@ -153,6 +155,8 @@ class ProducerStates:
         and record the `written` ones (the log's batches from where the failed append began) that are not."""
         for e in self.entries.values():
             e.batches = deque((b for b in e.batches if b[2] < log_end_offset), maxlen=KEEP)
+            if e.closed is not None and e.closed[1] >= log_end_offset:  # its marker is gone: open again
+                e.txn_first, e.closed = e.closed[0], None
             if e.txn_first >= log_end_offset:
                 e.txn_first = -1
         self.record_batches(written)

@@ -84,3 +84,15 @@ def test_repair_forgets_a_transaction_the_log_no_longer_holds() -> None:
     s.record(1, 0, 0, 0, 5, transactional=True)
     s.repair(5, [])
     assert s.first_unstable_offset() is None
+
+
+def test_repair_reopens_a_transaction_whose_marker_the_log_lost() -> None:
+    """A follower cut back below a marker (its leader never had it): the transaction is open again."""
+    s = ProducerStates()
+    s.record(1, 0, 0, 1, 3, transactional=True)
+    s.end_txn(1, 0, 0, 5, commit=False)
+    s.repair(5, [])
+    assert s.open_transactions() == {1: 3}
+    s.end_txn(1, 0, 0, 5, commit=True)
+    s.repair(3, [])
+    assert s.open_transactions() == {}
