@@ -37,7 +37,7 @@ from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.group_store import GroupStore
 from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
-from broker.server.producers import ProducerIdPool, ProducerStates, load_states
+from broker.server.producers import ProducerIdPool, ProducerStates, load_states, snapshot_open_transactions
 from broker.server.purgatory import Purgatory
 from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context
@@ -304,6 +304,14 @@ class Broker:
         self._record_high_watermarks()
         for problem in self.logs.checkpoint():
             log.error("%s: the log dir is offline until the broker restarts", problem)
+        now_ms = int(time.time() * 1000)
+        for tp, states in list(self.producer_states.items()):  # open transactions survive a crash
+            plog = self.logs.logs.get(tp)
+            try:
+                if plog is not None:
+                    snapshot_open_transactions(plog, states, now_ms)
+            except OSError as exc:
+                log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
 
     def _record_high_watermarks(self) -> None:
         for tp, plog in self.logs.logs.items():

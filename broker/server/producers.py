@@ -238,6 +238,19 @@ def load_states(plog: PartitionLog) -> ProducerStates:
     return states
 
 
+def snapshot_open_transactions(plog: PartitionLog, states: ProducerStates, now_ms: int) -> bool:
+    """Write a snapshot at the log end of a partition with an open transaction whose newest snapshot lies
+    before its active segment (the broker does so every minute): after a crash, start-up reads the log from
+    there, so a transaction opened before the active segment's tail stays open. Returns whether it wrote."""
+    if states.first_unstable_offset() is None:
+        return False
+    snaps = producer_snapshot.snapshots(plog.dir)
+    if snaps and snaps[-1][0] >= plog.bases[-1]:
+        return False
+    producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms))
+    return True
+
+
 def marker_in_log(plog: PartitionLog, h: BatchHeader) -> tuple[bool, int] | None:
     """(commit?, coordinator epoch) of the control batch `h` of the log, read from its file."""
     sl = plog.read(h.base_offset, h.size)

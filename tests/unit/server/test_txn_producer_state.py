@@ -96,3 +96,26 @@ def test_repair_reopens_a_transaction_whose_marker_the_log_lost() -> None:
     s.end_txn(1, 0, 0, 5, commit=True)
     s.repair(3, [])
     assert s.open_transactions() == {}
+
+
+def test_a_transaction_opened_before_the_active_segment_survives_a_crash(tmp_path) -> None:
+    """The broker's minutely snapshot of partitions with open transactions: start-up (no clean shutdown) finds
+    the transaction though its first batch lies in an older segment than the one it reads."""
+    from broker.log.log import PartitionLog
+    from broker.records.batch import Record, build_batch
+    from broker.server.producers import load_states, snapshot_open_transactions
+
+    log = PartitionLog(tmp_path / "t-0")
+    s = ProducerStates()
+    txn = build_batch([Record(0, 1000, None, b"t")], producer_id=1, producer_epoch=0, base_sequence=0,
+                      transactional=True)  # fmt: skip
+    s.record(1, 0, 0, 0, log.append(txn).first_offset, transactional=True)
+    assert not snapshot_open_transactions(log, ProducerStates(), 0)  # nothing open: nothing written
+    log.roll()
+    log.append(build_batch([Record(0, 1000, None, b"plain")]))
+    assert snapshot_open_transactions(log, s, 1000)
+    assert not snapshot_open_transactions(log, s, 1000)  # one per active segment is enough
+    log.close()
+    reopened = PartitionLog(tmp_path / "t-0", clean=False)
+    assert load_states(reopened).open_transactions() == {1: 0}
+    reopened.close()
