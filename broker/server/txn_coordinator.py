@@ -196,6 +196,8 @@ class TxnCoordinator:
                     return ErrorCode.PRODUCER_FENCED, -1, -1  # (KIP-360: not the id's producer any more)
                 if meta.state.preparing:
                     return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+                if producer_id >= 0 and producer_epoch == meta.last_producer_epoch and meta.state.open:
+                    return ErrorCode.NONE, meta.producer_id, meta.producer_epoch  # (a retry of the bump it got)
                 if meta.state == TxnState.ONGOING:  # abort it first, fencing its producer
                     aborting = st.abort_with_bump(meta, now)
                     await self._put(txn_id, aborting, version)

@@ -216,3 +216,24 @@ def test_kafkactl_txn_list_and_describe(shared_broker) -> None:
     assert f"{topic}-0,{topic}-1" in ok(cli("txn", "describe", open_id, "-b", bs))
     error_line(cli("txn", "describe", "no-such-txn-id", "-b", bs), "not found")
     error_line(cli("txn", "list", "--state", "Bogus", "-b", bs), "unknown transaction state 'Bogus'")
+
+
+def test_init_producer_id_with_the_producers_own_id_and_epoch(shared_broker) -> None:
+    """KIP-360 (InitProducerId v3+ naming the producer's id and epoch): the current epoch is bumped, a retry
+    naming the previous epoch gets the same answer again, anything else is PRODUCER_FENCED."""
+    txn_id = unique("kip360")
+    with connect(shared_broker.bootstrap) as conn:
+        first = _init(conn, txn_id)
+        pid = first["producer_id"]
+
+        def init(epoch: int, who: int = pid) -> tuple[int, int, int]:
+            body = {"transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": who,
+                    "producer_epoch": epoch}  # fmt: skip
+            a = conn.request(ApiKey.INIT_PRODUCER_ID, body, 4)
+            return a["error_code"], a["producer_id"], a["producer_epoch"]
+
+        assert init(0) == (0, pid, 1)
+        assert init(0) == (0, pid, 1)  # a retry: the same epoch again, not another bump
+        assert init(1) == (0, pid, 2)
+        assert init(5)[0] == ErrorCode.PRODUCER_FENCED
+        assert init(2, who=pid + 1000)[0] == ErrorCode.PRODUCER_FENCED
