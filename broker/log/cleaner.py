@@ -18,12 +18,14 @@ A compacted log keeps, for each key, at least its latest record. The cleaner che
    segment less `delete.retention.ms` (Kafka 2.8 compares the segment's modification time, which a merge of
    small segments moves on: by batch, a tombstone goes once its own time is past); a record without a key is
    dropped (Kafka's cleaner counts it invalid). Offsets are preserved, leaving gaps: a batch keeps its base
-   offset, producer id, epoch and base sequence, is re-built with its kept records (CRC recomputed; a
-   compressed batch recompressed with its codec) and copied byte for byte when it keeps them all.
-   Transactional and control batches (attributes bits 4 and 5) are copied whole and never go into the map,
-   so an aborted transaction's record never hides a committed value; a segment's `.txnindex` is carried over
-   unchanged (removing aborted data and old markers is not done). Legacy (magic 0/1) batches are copied
-   whole.
+   offset, last offset delta, producer id, epoch and base sequence (Kafka's buildRetainedRecordsInto: the
+   producer's last sequence stays), is re-built with its kept records (CRC recomputed; a compressed batch
+   recompressed with its codec) and copied byte for byte when it keeps them all; each producer's last batch
+   in the cleaned range stays even with no record left, as an empty batch (Kafka keeps one for an active
+   producer; here for every producer id, 61 bytes each). Transactional and control batches (attributes bits
+   4 and 5) are copied whole and never go into the map, so an aborted transaction's record never hides a
+   committed value; a segment's `.txnindex` is carried over unchanged (removing aborted data and old markers
+   is not done). Legacy (magic 0/1) batches are copied whole.
 4. Swaps the cleaned segment in, crash-safely, Kafka's way. The group is written as
    `<base>.log.cleaned` (and `.index.cleaned`, `.timeindex.cleaned`, `.txnindex.cleaned`), fsynced, then,
    under the partition's lock (`run_locked`: the broker's event loop), renamed to `.swap` — the indexes
@@ -54,6 +56,7 @@ import logging
 import mmap
 import operator
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -70,12 +73,17 @@ from broker.log.recovery import QUARANTINE_SUFFIX
 from broker.log.scanner import Damage, scan
 from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
 from broker.records.batch import (
+    BATCH_HEADER_SIZE,
+    CODEC_MASK,
     CONTROL_BIT,
+    CRC_OFFSET,
     HEADER,
     LOG_APPEND_TIME,
+    LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     build_batch,
+    compute_crc,
     decode_records,
 )
 
@@ -90,6 +98,9 @@ TXNINDEX_SUFFIX = ".txnindex"
 SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX)
 _SKIP = TRANSACTIONAL_BIT | CONTROL_BIT
 _MAX_RELATIVE = 2**31 - 1
+_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_AT = 23  # lastOffsetDelta in a batch header
+_CRC = struct.Struct(">I")
 _WRITE_BYTES = 1 << 20  # what the rewrite holds before it writes (Kafka's log.cleaner.io.buffer.size is 512 KB)
 _KEY = operator.itemgetter(2)
 _VALUE = operator.itemgetter(3)
@@ -307,8 +318,8 @@ def _cleaned_path(directory: Path, base: int, suffix: str, state: str = CLEANED)
 
 
 def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetMap, delete_horizon_ms: int,
-                stats: CleanStats, stop: Callable[[], bool] = lambda: False,
-                throttler: Throttler | None = None) -> CleanedSegment:  # fmt: skip
+                stats: CleanStats, stop: Callable[[], bool] = lambda: False, throttler: Throttler | None = None,
+                producers_last: set[int] | frozenset[int] = frozenset()) -> CleanedSegment:  # fmt: skip
     """Write the cleaned copy of `group` as `.cleaned` files (fsynced)."""
     base = group[0].base_offset
     d = plog.dir
@@ -354,7 +365,8 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                                 keep = [r for r in records if r.key is not None and get(hash(r.key), -1) <= r.offset
                                         and (retain_deletes or r.value is not None)]  # fmt: skip
                                 kept_count, rebuilt = len(keep), True
-                                kept = _rebuild(h, keep) if keep else None
+                                keep_empty = not keep and h.base_offset in producers_last
+                                kept = _rebuild(h, keep) if keep or keep_empty else None
                         if kept is None:
                             continue
                         size = len(kept)
@@ -404,14 +416,42 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
 
 
 def _rebuild(h, records: list) -> bytes:
-    """A batch of the kept `records` of the batch `h`: its base offset, producer fields, leader epoch and
-    codec kept; the CRC the builder computes."""
-    ts_type = LOG_APPEND_TIME if h.attributes & TIMESTAMP_TYPE_BIT else 0
-    return build_batch(
-        records, base_offset=h.base_offset, codec=h.codec, timestamp_type=ts_type, producer_id=h.producer_id,
-        producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-        partition_leader_epoch=h.partition_leader_epoch,
-    )  # fmt: skip
+    """A batch of the kept `records` of the batch `h`: its base offset, last offset delta, producer fields,
+    leader epoch and codec kept (Kafka's buildRetainedRecordsInto: the last offset stays, so the producer's last
+    sequence does too), the CRC recomputed. With no record, an empty batch (its header alone, uncompressed):
+    Kafka keeps one for a producer's last batch, whose sequence the broker must still know after a restart."""
+    if records:
+        ts_type = LOG_APPEND_TIME if h.attributes & TIMESTAMP_TYPE_BIT else 0
+        batch = bytearray(build_batch(
+            records, base_offset=h.base_offset, codec=h.codec, timestamp_type=ts_type, producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+            partition_leader_epoch=h.partition_leader_epoch,
+        ))  # fmt: skip
+    else:
+        batch = bytearray(BATCH_HEADER_SIZE)
+        HEADER.pack_into(
+            batch, 0, h.base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD, h.partition_leader_epoch, 2, 0,
+            h.attributes & ~CODEC_MASK, h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id,
+            h.producer_epoch, h.base_sequence, 0,
+        )  # fmt: skip
+    _LAST_DELTA.pack_into(batch, _LAST_DELTA_AT, h.last_offset_delta)
+    _CRC.pack_into(batch, CRC_OFFSET, compute_crc(batch, 0, len(batch)))
+    return bytes(batch)
+
+
+def last_batches_of_producers(segments: list[LogSegment]) -> set[int]:
+    """The base offsets of each producer id's last data batch in `segments` (a header-only pass): a clean keeps
+    that batch, emptied if need be, so that the producer's last sequence survives the clean."""
+    last: dict[int, int] = {}
+    for seg in segments:
+        with _mapped(seg) as data:
+            for item in scan(data, 0, verify_crc=False):
+                if isinstance(item, Damage):
+                    break
+                h = item.header
+                if h is not None and h.producer_id >= 0 and not h.attributes & CONTROL_BIT:
+                    last[h.producer_id] = h.base_offset
+    return set(last.values())
 
 
 def swap_in(plog: PartitionLog, cleaned: CleanedSegment) -> list[LogSegment]:
@@ -525,8 +565,9 @@ def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap,
     below = [segments[b] for b in bases[:-1] if segments[b].next_offset <= first_dirty.first_dirty]
     horizon = (below[-1].max_timestamp if below else 0) - plog.config.delete_retention_ms
     to_clean = [segments[b] for b in bases[:-1] if b < end]
+    producers_last = last_batches_of_producers(to_clean)
     for group in group_segments(to_clean, plog.config.segment_bytes):
-        cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler)
+        cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler, producers_last)
         try:
             old = run_locked(lambda c=cleaned: swap_in(plog, c))
         except CleanAborted:

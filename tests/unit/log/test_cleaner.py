@@ -319,3 +319,31 @@ def test_a_compacted_log_refuses_a_clients_record_without_key(open_log):
     log.append(build_batch([Record(0, T0, b"k", None)]))  # a tombstone has a key: fine
     follower = open_log(Path(str(log.dir) + "-copy").with_name("orders-1"), cleanup_policy="compact")
     follower.append(build_batch([Record(0, T0, None, b"v")]), assign_offsets=False)  # a copy is not checked
+
+
+def test_a_producers_batches_keep_their_last_offset_and_its_last_batch_stays_even_empty(open_log, layout, tmp_path):
+    log = open_log(segment_bytes=300)
+    for i in range(2):  # producer 5: keys a, b, c twice
+        recs = [Record(j, T0, k, b"v%d" % i) for j, k in enumerate((b"a", b"b", b"c"))]
+        log.append(build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=i * 3))
+    log.append(build_batch([Record(0, T0, b"c", b"plain")]))  # offset 6 overwrites c
+    log.roll()
+    _clean(log)
+    assert all(i.crc_ok for _, items in layout(tmp_path / "orders-0") for i in items)
+    heads = [i.header for _, items in layout(tmp_path / "orders-0") for i in items]
+    # the first batch went; the second keeps a and b, and its last offset 5 (so its last sequence, 5)
+    assert [(h.base_offset, h.last_offset, h.record_count, h.base_sequence) for h in heads if h.producer_id == 5] == [
+        (3, 5, 2, 3)
+    ]
+    log2 = open_log(tmp_path / "other-0", segment_bytes=300)
+    for i in range(4):
+        recs = [Record(j, T0, b"k", b"v") for j in range(3)]
+        log2.append(build_batch(recs, producer_id=6, producer_epoch=0, base_sequence=i * 3))
+    log2.append(build_batch([Record(0, T0, b"k", b"new")]))  # a plain producer overwrites k
+    log2.roll()
+    _clean(log2)
+    heads = [i.header for _, items in layout(tmp_path / "other-0") for i in items]
+    (empty,) = [h for h in heads if h.producer_id == 6]  # its last batch, with no record left
+    assert (empty.base_offset, empty.last_offset, empty.record_count, empty.base_sequence) == (9, 11, 0, 9)
+    partial = [h for h in heads if h.producer_id == -1]
+    assert [(h.base_offset, h.record_count) for h in partial] == [(12, 1)]
