@@ -5,6 +5,7 @@ the transaction over from ZooKeeper and completes it."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -13,8 +14,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.server.coordinator import coordinator_for
+from broker.zk import paths
 from tests.integration.clientkit import create_topic, unique
-from tests.integration.helpers import cli, connect, error_line, json_lines, ok, wait_until
+from tests.integration.helpers import cli, connect, error_line, json_lines, ok, wait_until, zk_json, zk_session
 from tests.integration.test_replication import create, start3
 from tests.integration.txn_raw import produce_txn, read_values
 
@@ -237,3 +239,27 @@ def test_init_producer_id_with_the_producers_own_id_and_epoch(shared_broker) -> 
         assert init(1) == (0, pid, 2)
         assert init(5)[0] == ErrorCode.PRODUCER_FENCED
         assert init(2, who=pid + 1000)[0] == ErrorCode.PRODUCER_FENCED
+
+
+def test_a_prepare_state_left_behind_is_completed_by_the_next_coordinator(start_broker, zk_chroot) -> None:
+    """A coordinator that stopped right after writing PrepareCommit (made here by writing the state a
+    coordinator writes, with the broker down): the broker that coordinates the id next finishes it at start-up, writing
+    the markers, so the records become readable read_committed and the id is CompleteCommit."""
+    b = start_broker(1)
+    topic = create_topic(b.bootstrap, unique("prep"))
+    txn_id = unique("prepared")
+    with connect(b.bootstrap) as conn:
+        init = _init(conn, txn_id)
+        pid = init["producer_id"]
+        assert _add(conn, txn_id, pid, 0, {topic: [0]}) == {(topic, 0): 0}
+        assert produce_txn(conn, txn_id, topic, 0, [b"p0", b"p1"], pid, 0, 0)["error_code"] == 0
+    b.stop()
+    with zk_session(zk_chroot) as zk:
+        path = paths.transaction(txn_id)
+        state = zk_json(zk, path)
+        assert state["state"] == "Ongoing" and state["partitions"] == [[topic, 0]]
+        zk.set(path, json.dumps({**state, "state": "PrepareCommit"}).encode())
+    b.start()
+    with connect(b.bootstrap) as conn:
+        wait_until(lambda: _describe(conn, txn_id)["transaction_state"] == "CompleteCommit", 30, "the completion")
+        wait_until(lambda: read_values(conn, topic, 0, committed=True) == [b"p0", b"p1"], 10, "the records")
