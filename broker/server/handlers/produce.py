@@ -28,7 +28,7 @@ from broker.log.config import MAX_LONG
 from broker.log.topic_policy import out_of_window, recompress, window_message
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
-from broker.records.batch import ATTRIBUTES_OFFSET, HEADER, LOG_OVERHEAD, TRANSACTIONAL_BIT
+from broker.records.batch import ATTRIBUTES_OFFSET, HEADER, LOG_OVERHEAD, TRANSACTIONAL_BIT, BatchHeader, crc_ok
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.server.handlers.transactions import init_transactional_producer
@@ -50,6 +50,12 @@ def _is_transactional(records: memoryview | None) -> bool:
     if records is None or len(records) < HEADER.size:
         return False
     return bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT)
+
+
+def _intact(records: memoryview) -> bool:
+    """Whether a record set's first batch is whole and carries its CRC."""
+    h = BatchHeader(*HEADER.unpack_from(records, 0))
+    return LOG_OVERHEAD + h.length <= len(records) and h.length >= HEADER.size - LOG_OVERHEAD and crc_ok(records, 0, h)
 
 
 def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
@@ -134,8 +140,9 @@ def _produce(b: Services, version: int, req: dict[str, Any]) -> dict[str, Any] |
 def _transactional_denied(b: Services, req: dict[str, Any]) -> bool:
     """Whether transactional batches come without a transactional id, or one the principal may not Write (as
     Kafka's KafkaApis: the whole request is then TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
-    if not any(_is_transactional(p["records"]) for t in req["topics"] for p in t["partitions"]):
-        return False
+    sets = [p["records"] for t in req["topics"] for p in t["partitions"]]
+    if not any(_is_transactional(r) and _intact(r) for r in sets):
+        return False  # (a corrupted bit is no transactional batch: validation answers CORRUPT_MESSAGE for it)
     txn_id = req.get("transactional_id")
     a = b.authorizer
     return txn_id is None or not allowed(a, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id, "Produce")
