@@ -315,13 +315,18 @@ def test_find_coordinator_is_the_same_from_every_broker(groups3) -> None:
     assert {coordinator_for(f"spread-{i}", IDS) for i in range(20)} == set(IDS)
 
 
-def test_find_coordinator_for_transactions_is_refused_not_retried(groups3) -> None:
-    """No transaction coordinator yet: INVALID_REQUEST (not retriable, so a client gives up at once)."""
-    with conn_to(groups3[0]) as c:
-        for version in (1, 3):
-            answer = c.request(ApiKey.FIND_COORDINATOR, {"key": "some-transactional-id", "key_type": 1}, version)
+def test_find_coordinator_for_transactions(groups3) -> None:
+    """Key type 1: a transactional id's coordinator, by the groups' hash, the same from every broker; an unknown
+    key type is INVALID_REQUEST."""
+    want = coordinator_for("some-transactional-id", IDS)
+    for b in groups3:
+        with conn_to(b) as c:
+            for version in (1, 3):
+                answer = c.request(ApiKey.FIND_COORDINATOR, {"key": "some-transactional-id", "key_type": 1}, version)
+                assert (answer["error_code"], answer["node_id"]) == (NONE, want)
+                assert answer["port"] == by_id(groups3, want).port
+            answer = c.request(ApiKey.FIND_COORDINATOR, {"key": "x", "key_type": 2}, 3)
             assert answer["error_code"] == ErrorCode.INVALID_REQUEST
-            assert answer["error_message"] == "transactions are not supported"
 
 
 def test_group_requests_to_a_non_coordinator_get_not_coordinator(groups3) -> None:
