@@ -510,8 +510,13 @@ class RawConsumer(AsyncConsumer):
 
     def _queue_committed(self, tp: TopicPartition, data: Any, position: int, aborted: list[dict[str, int]]) -> None:
         next_offset = _next_offset_after(data, position)
-        if next_offset > position:  # (the record set ends where the fetched one did: the gaps are aborted data)
-            self._push(tp, [RecordSet(position, next_offset, memoryview(drop_aborted(data, aborted)))], next_offset)
+        if next_offset <= position:
+            return
+        kept = drop_aborted(data, aborted)
+        if kept:  # (the record set ends where the fetched one did: the gaps are aborted data)
+            self._push(tp, [RecordSet(position, next_offset, memoryview(kept))], next_offset)
+        else:
+            self.positions[tp] = next_offset
 
 
 def describe_partitions(tps: list[TopicPartition]) -> str:
