@@ -99,6 +99,7 @@ class TxnIndex:
         fd = os.open(index_path(self.dir, segment_base), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, encode(entry))
+            os.fsync(fd)  # (an abort is rare; its entry must outlive a power loss as the flushed marker does)
         finally:
             os.close(fd)
         self.by_segment.setdefault(segment_base, []).append(entry)
@@ -130,7 +131,10 @@ class TxnIndex:
             if kept:
                 self.by_segment[base] = kept
                 tmp = path.with_name(path.name + ".tmp")
-                tmp.write_bytes(b"".join(encode(e) for e in kept))
+                with open(tmp, "wb") as f:
+                    f.write(b"".join(encode(e) for e in kept))
+                    f.flush()
+                    os.fsync(f.fileno())
                 os.replace(tmp, path)
             else:
                 self.drop_segment(base)
