@@ -371,3 +371,29 @@ def _alice_writes(alice, topic: str) -> bool:
         assert produce_txn(conn, "tx-a", topic, 0, [b"x"], PID, 0, 0)["error_code"] == 0
         assert write_markers(conn, PID, 0, True, 0, [(topic, 0)]) == {(topic, 0): 0}
     return True
+
+
+def test_a_waiting_read_committed_fetch_wakes_when_a_marker_moves_the_lso(shared_broker):
+    import threading
+
+    topic = create_topic(shared_broker.bootstrap, unique("wake"))
+    with connect(shared_broker.bootstrap) as conn:
+        assert produce_txn(conn, "t", topic, 0, [b"x", b"y"], PID, 0, 0)["error_code"] == 0
+    got: dict[str, object] = {}
+
+    def waiting_fetch() -> None:
+        with connect(shared_broker.bootstrap) as c:
+            t0 = time.monotonic()
+            got["answer"] = fetch(c, topic, 0, committed=True, max_wait_ms=8000)
+            got["seconds"] = time.monotonic() - t0
+
+    th = threading.Thread(target=waiting_fetch)
+    th.start()
+    time.sleep(0.5)  # the fetch waits in the purgatory: nothing below the LSO (0)
+    with connect(shared_broker.bootstrap) as conn:
+        assert write_markers(conn, PID, 0, True, 0, [(topic, 0)]) == {(topic, 0): 0}
+    th.join(15)
+    answer = got["answer"]
+    assert isinstance(answer, dict) and answer["last_stable_offset"] == 3
+    assert [r.value for h, rs in batches_of(answer["records"]) if not h.is_control for r in rs] == [b"x", b"y"]
+    assert got["seconds"] < 4, got["seconds"]
