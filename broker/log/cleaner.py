@@ -51,9 +51,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
-import contextlib
 import logging
-import mmap
 import operator
 import os
 import struct
@@ -70,7 +68,7 @@ from broker.log.index import OffsetIndex, TimeIndex
 from broker.log.log import PartitionLog
 from broker.log.offset_map import OffsetMap
 from broker.log.recovery import QUARANTINE_SUFFIX
-from broker.log.scanner import Damage, scan
+from broker.log.scanner import Damage, ScannedBatch, read_batch, scan
 from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
 from broker.records.batch import (
     BATCH_HEADER_SIZE,
@@ -102,6 +100,8 @@ _LAST_DELTA = struct.Struct(">i")
 _LAST_DELTA_AT = 23  # lastOffsetDelta in a batch header
 _CRC = struct.Struct(">I")
 _WRITE_BYTES = 1 << 20  # what the rewrite holds before it writes (Kafka's log.cleaner.io.buffer.size is 512 KB)
+_READ_BYTES = 4 << 20  # what the cleaner reads of a segment at once (more for a batch larger than that)
+_FRAME_LENGTH = struct.Struct(">i")
 _KEY = operator.itemgetter(2)
 _VALUE = operator.itemgetter(3)
 _OFFSET = operator.itemgetter(0)
@@ -224,28 +224,45 @@ class Throttler:
             self.start, self.done = self.clock(), 0
 
 
-@contextlib.contextmanager
-def _mapped(seg: LogSegment) -> Iterator[mmap.mmap | bytes]:
-    """A non-active segment's bytes, mapped read-only through the cleaner's own descriptor (so that a segment
-    deleted meanwhile cannot turn into another file under a reused descriptor number). Mapped, not read: the
-    pages are the page cache's, so a 1 GB segment does not cost the cleaner 1 GB of memory."""
-    size = seg.size
+def _batches(path: Path, size: int, on_read: Callable[[int], None] | None = None
+             ) -> Iterator[tuple[bytes, ScannedBatch | Damage]]:  # fmt: skip
+    """(chunk, batch) for each batch of the first `size` bytes of a segment file, read in chunks of about
+    `_READ_BYTES` through the cleaner's own descriptor: memory stays bounded whatever segment.bytes is, a
+    segment deleted meanwhile cannot turn into another file under a reused descriptor number, and a file cut
+    under the cleaner (a follower's truncation) is a short read, not the SIGBUS a mapping would get. A
+    `Damage` ends it; `on_read(n)` hears of each read (stats, the throttle)."""
     try:
-        fd = os.open(seg.log_path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        raise CleanAborted(f"{seg.log_path.name} is gone") from None
+        raise CleanAborted(f"{path.name} is gone") from None
     try:
-        if os.fstat(fd).st_size < size:
-            raise CleanAborted(f"{seg.log_path.name} was cut under the cleaner")
-        buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else b""
+        pos, want = 0, _READ_BYTES
+        while pos < size:
+            n = min(want, size - pos)
+            data = os.pread(fd, n, pos)
+            if len(data) < n:
+                raise CleanAborted(f"{path.name} was cut under the cleaner")
+            p, want = 0, _READ_BYTES
+            while p < n:
+                item = read_batch(data, p, n, verify_crc=False)
+                if isinstance(item, Damage):
+                    if pos + n < size:  # the chunk ends before the file does: the batch may run past it
+                        fits = p + LOG_OVERHEAD <= n
+                        need = _FRAME_LENGTH.unpack_from(data, p + 8)[0] + LOG_OVERHEAD if fits else n + 1
+                        if p > 0 or need > n:
+                            want = max(_READ_BYTES, need)
+                            break
+                    yield data, Damage(pos + item.position, item.reason)
+                    return
+                yield data, item
+                p = item.end
+            pos += p
+            if on_read is not None and p:
+                on_read(p)
+            if p == 0 and want == _READ_BYTES:
+                return
     finally:
         os.close(fd)
-    try:
-        yield buf
-    finally:
-        if isinstance(buf, mmap.mmap):
-            with contextlib.suppress(BufferError):  # a view still held: the mapping goes with the last one
-                buf.close()
 
 
 def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: OffsetMap, stats: CleanStats,
@@ -256,28 +273,31 @@ def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: Offse
     segments = dict(plog.segments)
     i = max(bisect.bisect_right(bases, start) - 1, 0)
     for base in bases[i:]:
-        with _mapped(segments[base]) as data:
-            stats.map_bytes_read += len(data)
+
+        def note(n: int) -> None:
+            stats.map_bytes_read += n
             if throttler:
-                throttler.tick(len(data))
-            for item in scan(data, 0, verify_crc=False):
-                if isinstance(item, Damage):
-                    break
-                if item.last_offset < start:
-                    continue
-                if item.base_offset >= end:
-                    return end
-                h = item.header
-                if h is None or h.attributes & _SKIP:
-                    continue  # legacy, transactional and control batches go in no map
-                records = decode_records(data, item.position, h)
-                if start > h.base_offset:
-                    records = [r for r in records if r.offset >= start]
-                keyed = [r for r in records if r.key is not None]
-                if not offset_map.room_for(len(keyed)):
-                    return h.base_offset
-                offset_map.put_hashes(list(map(hash, map(_KEY, keyed))), list(map(_OFFSET, keyed)))
-                stats.map_messages += len(records)
+                throttler.tick(n)
+
+        seg = segments[base]
+        for data, item in _batches(seg.log_path, seg.size, note):
+            if isinstance(item, Damage):
+                break
+            if item.last_offset < start:
+                continue
+            if item.base_offset >= end:
+                return end
+            h = item.header
+            if h is None or h.attributes & _SKIP:
+                continue  # legacy, transactional and control batches go in no map
+            records = decode_records(data, item.position, h)
+            if start > h.base_offset:
+                records = [r for r in records if r.offset >= start]
+            keyed = [r for r in records if r.key is not None]
+            if not offset_map.room_for(len(keyed)):
+                return h.base_offset
+            offset_map.put_hashes(list(map(hash, map(_KEY, keyed))), list(map(_OFFSET, keyed)))
+            stats.map_messages += len(records)
         if stop():
             raise CleanAborted("stopped")
     return end
@@ -333,65 +353,65 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
     interval = plog.config.index_interval_bytes
     position, since_index, max_ts, last_offset = 0, 0, -1, base - 1
     get = offset_map.raw_get  # the dict's own get (C): key hash, default -> offset
+
+    def note(n: int) -> None:
+        stats.bytes_read += n
+        if throttler:
+            throttler.tick(n)
+
     try:
         with open(log_path, "wb") as f:
             for seg in group:
-                with _mapped(seg) as data:
-                    if throttler:
-                        throttler.tick(len(data))
-                    stats.bytes_read += len(data)
-                    pieces: list[bytes | memoryview] = []
-                    pending = 0
-                    mv = memoryview(data)
-                    for item in scan(data, 0, verify_crc=False):
-                        if isinstance(item, Damage):
-                            raise CleanAborted(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
-                        h = item.header
-                        kept: bytes | memoryview | None
-                        count = item.record_count
-                        stats.messages_read += count
-                        rebuilt = False
-                        if h is None or h.attributes & _SKIP:
-                            kept, kept_count = mv[item.position : item.end], count
+                pieces: list[bytes | memoryview] = []
+                pending = 0
+                for data, item in _batches(seg.log_path, seg.size, note):
+                    if isinstance(item, Damage):
+                        raise CleanAborted(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
+                    h = item.header
+                    kept: bytes | memoryview | None
+                    count = item.record_count
+                    stats.messages_read += count
+                    rebuilt = False
+                    if h is None or h.attributes & _SKIP:
+                        kept, kept_count = memoryview(data)[item.position : item.end], count
+                    else:
+                        retain_deletes = h.max_timestamp > delete_horizon_ms
+                        records = decode_records(data, item.position, h)
+                        keys = list(map(_KEY, records))
+                        latest = list(map(get, map(hash, keys), repeat(-1))) if None not in keys else None
+                        whole = latest is not None and all(map(operator.le, latest, map(_OFFSET, records)))
+                        if whole and (retain_deletes or None not in map(_VALUE, records)):
+                            kept, kept_count = memoryview(data)[item.position : item.end], count
                         else:
-                            retain_deletes = h.max_timestamp > delete_horizon_ms
-                            records = decode_records(data, item.position, h)
-                            keys = list(map(_KEY, records))
-                            latest = list(map(get, map(hash, keys), repeat(-1))) if None not in keys else None
-                            whole = latest is not None and all(map(operator.le, latest, map(_OFFSET, records)))
-                            if whole and (retain_deletes or None not in map(_VALUE, records)):
-                                kept, kept_count = mv[item.position : item.end], count
-                            else:
-                                keep = [r for r in records if r.key is not None and get(hash(r.key), -1) <= r.offset
-                                        and (retain_deletes or r.value is not None)]  # fmt: skip
-                                kept_count, rebuilt = len(keep), True
-                                keep_empty = not keep and h.base_offset in producers_last
-                                kept = _rebuild(h, keep) if keep or keep_empty else None
-                        if kept is None:
-                            continue
-                        size = len(kept)
-                        stats.messages_written += kept_count
-                        if rebuilt:
-                            fields = HEADER.unpack_from(kept, 0)
-                            h_last, h_max = fields[0] + fields[6], fields[8]
-                        else:
-                            h_last, h_max = item.last_offset, item.max_timestamp
-                        # the segment's index rule (`LogSegment._note_batch`)
-                        max_ts = max(max_ts, h_max)
-                        if since_index > interval:
-                            index.append(h_last, position)
-                            time_index.maybe_append(max_ts, h_last)
-                            since_index = 0
-                        since_index += size
-                        position += size
-                        last_offset = h_last
-                        pieces.append(kept)
-                        pending += size
-                        if pending >= _WRITE_BYTES:
-                            f.write(b"".join(pieces))
-                            pieces, pending = [], 0
-                    f.write(b"".join(pieces))
-                    pieces = mv = kept = None  # type: ignore[assignment]  # (no view into the mapping outlives it)
+                            keep = [r for r in records if r.key is not None and get(hash(r.key), -1) <= r.offset
+                                    and (retain_deletes or r.value is not None)]  # fmt: skip
+                            kept_count, rebuilt = len(keep), True
+                            keep_empty = not keep and h.base_offset in producers_last
+                            kept = _rebuild(h, keep) if keep or keep_empty else None
+                    if kept is None:
+                        continue
+                    size = len(kept)
+                    stats.messages_written += kept_count
+                    if rebuilt:
+                        fields = HEADER.unpack_from(kept, 0)
+                        h_last, h_max = fields[0] + fields[6], fields[8]
+                    else:
+                        h_last, h_max = item.last_offset, item.max_timestamp
+                    # the segment's index rule (`LogSegment._note_batch`)
+                    max_ts = max(max_ts, h_max)
+                    if since_index > interval:
+                        index.append(h_last, position)
+                        time_index.maybe_append(max_ts, h_last)
+                        since_index = 0
+                    since_index += size
+                    position += size
+                    last_offset = h_last
+                    pieces.append(kept)
+                    pending += size
+                    if pending >= _WRITE_BYTES:
+                        f.write(b"".join(pieces))
+                        pieces, pending = [], 0
+                f.write(b"".join(pieces))
                 if stop():
                     raise CleanAborted("stopped")
             f.flush()
@@ -444,13 +464,12 @@ def last_batches_of_producers(segments: list[LogSegment]) -> set[int]:
     that batch, emptied if need be, so that the producer's last sequence survives the clean."""
     last: dict[int, int] = {}
     for seg in segments:
-        with _mapped(seg) as data:
-            for item in scan(data, 0, verify_crc=False):
-                if isinstance(item, Damage):
-                    break
-                h = item.header
-                if h is not None and h.producer_id >= 0 and not h.attributes & CONTROL_BIT:
-                    last[h.producer_id] = h.base_offset
+        for _, item in _batches(seg.log_path, seg.size):
+            if isinstance(item, Damage):
+                break
+            h = item.header
+            if h is not None and h.producer_id >= 0 and not h.attributes & CONTROL_BIT:
+                last[h.producer_id] = h.base_offset
     return set(last.values())
 
 
@@ -840,10 +859,10 @@ def progress_events(paths: list[Path]) -> Iterator[dict]:
         sizes = [os.path.getsize(part / segment_name(b)) for b in bases]
         log_end = bases[-1] if bases else 0
         if bases:
-            with open(part / segment_name(bases[-1]), "rb") as f:
-                for item in scan(f.read(), 0, verify_crc=False):
-                    if not isinstance(item, Damage):
-                        log_end = item.last_offset + 1
+            last_path = part / segment_name(bases[-1])
+            for _, item in _batches(last_path, last_path.stat().st_size):
+                if not isinstance(item, Damage):
+                    log_end = item.last_offset + 1
         first_dirty = checkpoint if checkpoint is not None and bases and bases[0] <= checkpoint else (
             bases[0] if bases else 0)  # fmt: skip
         i = max(bisect.bisect_right(bases, first_dirty) - 1, 0)

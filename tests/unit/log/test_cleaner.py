@@ -347,3 +347,28 @@ def test_a_producers_batches_keep_their_last_offset_and_its_last_batch_stays_eve
     assert (empty.base_offset, empty.last_offset, empty.record_count, empty.base_sequence) == (9, 11, 0, 9)
     partial = [h for h in heads if h.producer_id == -1]
     assert [(h.base_offset, h.record_count) for h in partial] == [(12, 1)]
+
+
+@pytest.mark.parametrize("read_bytes", [64, 200, 1000])
+def test_segments_are_read_in_chunks_whatever_their_batch_sizes(open_log, read_all, monkeypatch, read_bytes):
+    import broker.log.cleaner as cleaner_module
+
+    monkeypatch.setattr(cleaner_module, "_READ_BYTES", read_bytes)  # batches straddle chunks, or outgrow them
+    log = open_log(segment_bytes=3000)
+    pairs = [(b"k%d" % (i % 6), b"v%03d" % i + b"x" * (i % 40)) for i in range(300)]
+    offsets = _fill(log, pairs, per_batch=7)
+    want = _latest(zip(offsets, pairs, strict=True))
+    stats = _clean(log)
+    assert stats.messages_read == sum(1 for o in offsets if o < stats.end_offset)
+    assert {r.key: (r.offset, r.value) for r in read_all(log)} == want
+
+
+def test_a_segment_cut_under_the_cleaner_aborts_the_clean(open_log):
+    from broker.log.cleaner import CleanAborted, _batches
+
+    log = open_log(segment_bytes=600)
+    _fill(log, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(120)])
+    seg = log.segments[log.bases[0]]
+    os.truncate(seg.log_path, seg.size // 2)
+    with pytest.raises(CleanAborted, match="cut under the cleaner"):
+        list(_batches(seg.log_path, seg.size))
