@@ -21,6 +21,7 @@ open transactions.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -252,9 +253,13 @@ def snapshot_open_transactions(plog: PartitionLog, states: ProducerStates, now_m
 
 
 def marker_in_log(plog: PartitionLog, h: BatchHeader) -> tuple[bool, int] | None:
-    """(commit?, coordinator epoch) of the control batch `h` of the log, read from its file."""
-    sl = plog.read(h.base_offset, h.size)
-    return marker_in(sl.read(), 0) if sl is not None else None
+    """(commit?, coordinator epoch) of the control batch `h` of the log, read from its segment file (below the
+    log start offset too: start-up reads the whole active segment)."""
+    seg = plog.segments[plog.bases[max(bisect.bisect_right(plog.bases, h.base_offset) - 1, 0)]]
+    head = seg.find(h.base_offset)
+    if head is None or head.base_offset != h.base_offset:
+        return None
+    return marker_in(seg.read(head.position, head.size), 0)
 
 
 def marker_in(data: bytes | memoryview, pos: int) -> tuple[bool, int] | None:

@@ -119,3 +119,31 @@ def test_a_transaction_opened_before_the_active_segment_survives_a_crash(tmp_pat
     reopened = PartitionLog(tmp_path / "t-0", clean=False)
     assert load_states(reopened).open_transactions() == {1: 0}
     reopened.close()
+
+
+def test_start_up_reads_markers_below_the_log_start_and_notes_the_aborts(tmp_path) -> None:
+    """DeleteRecords moved the log start past a marker in the active segment: start-up still reads it (the
+    transaction is closed) and the abort is in the .txnindex."""
+    import time
+
+    from broker.log.log import PartitionLog
+    from broker.log.txn_index import AbortedTxn, marker_record
+    from broker.records.batch import Record, build_batch
+    from broker.server.producers import load_states
+
+    now = int(time.time() * 1000)  # (old timestamps would roll a segment per batch: segment.ms)
+    log = PartitionLog(tmp_path / "t-0")
+    log.append(build_batch([Record(0, now, None, b"t")], producer_id=1, producer_epoch=0, base_sequence=0,
+                           transactional=True))  # fmt: skip
+    key, value = marker_record(False, 3)
+    marker = build_batch([Record(0, now, key, value)], producer_id=1, producer_epoch=0, transactional=True,
+                         control=True)  # fmt: skip
+    log.append(marker, validated=log.validate(marker, client=False))
+    log.append(build_batch([Record(0, now, None, b"plain")]))
+    log.advance_log_start(2)
+    log.close()
+    reopened = PartitionLog(tmp_path / "t-0", clean=False, log_start_offset=2)
+    states = load_states(reopened)
+    assert states.open_transactions() == {} and states.entries[1].coordinator_epoch == 3
+    assert reopened.txn_index.all() == [AbortedTxn(1, 0, 1, 2)]
+    reopened.close()
