@@ -235,6 +235,7 @@ async def handle_offset_for_leader_epoch(b: Services, header: RequestHeader, req
 
 async def handle_list_offsets(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     version = header.api_version
+    committed = req.get("isolation_level", 0) == 1  # read_committed: nothing at or past the last stable offset
     topics = []
     for t in req["topics"]:
         parts = []
@@ -256,14 +257,14 @@ async def handle_list_offsets(b: Services, header: RequestHeader, req: dict[str,
             if ts == EARLIEST:
                 offset, found_ts = plog.log_start_offset, -1
             elif ts == LATEST:  # (read_committed: the last stable offset)
-                committed = req.get("isolation_level", 0) == 1
                 offset, found_ts = (last_stable_offset(b, plog) if committed else b.high_watermark(plog)), -1
             elif ts < 0:
                 out["error_code"] = ErrorCode.INVALID_REQUEST
                 continue
             else:
                 hit = plog.offset_for_timestamp(ts)
-                offset, found_ts = hit if hit is not None and hit[0] < b.high_watermark(plog) else (-1, -1)
+                end = last_stable_offset(b, plog) if committed else b.high_watermark(plog)
+                offset, found_ts = hit if hit is not None and hit[0] < end else (-1, -1)
             out["offset"], out["timestamp"], out["leader_epoch"] = offset, found_ts, info.leader_epoch
             if version == 0:
                 out["old_style_offsets"] = [offset] if offset >= 0 else []
