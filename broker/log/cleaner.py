@@ -278,6 +278,8 @@ def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: Offse
             stats.map_bytes_read += n
             if throttler:
                 throttler.tick(n)
+            if stop():  # (a chunk at a time: a removal waiting for this clean waits no longer)
+                raise CleanAborted("stopped")
 
         seg = segments[base]
         for data, item in _batches(seg.log_path, seg.size, note):
@@ -358,6 +360,8 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
         stats.bytes_read += n
         if throttler:
             throttler.tick(n)
+        if stop():
+            raise CleanAborted("stopped")
 
     try:
         with open(log_path, "wb") as f:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.client.admin import Admin
 from broker.log.checkpoint import OffsetCheckpointFile
 from broker.log.cleaner import CHECKPOINT
 from broker.protocol.api import ApiKey
@@ -23,20 +24,21 @@ from broker.records.builder import BatchBuilder
 from broker.spark.ranges import OffsetRange
 from broker.spark.read import read_range
 from tests.integration.clientkit import create_topic, disk_batches, read_all, unique
-from tests.integration.helpers import cli, connect, ok, produce_body, wait_until
+from tests.integration.helpers import cli, connect, leaders, metadata, ok, produce_body, wait_until
 
 FAST = {"log.cleaner.backoff.ms": "100", "log.retention.check.interval.ms": "300"}
 
 
-def send(bootstrap: str, topic: str, pairs: list[tuple[bytes, bytes | None]], per_batch: int = 10_000) -> None:
-    """Produce (key, value) pairs to partition 0 in batches of `per_batch`, acks=1, in order."""
+def send(bootstrap: str, topic: str, pairs: list[tuple[bytes, bytes | None]], per_batch: int = 10_000,
+         acks: int = 1) -> None:  # fmt: skip
+    """Produce (key, value) pairs to partition 0 in batches of `per_batch`, in order."""
     with connect(bootstrap) as conn:
         for i in range(0, len(pairs), per_batch):
             b = BatchBuilder()
             ts = int(time.time() * 1000)
             for k, v in pairs[i : i + per_batch]:
                 b.append(ts, k, v)
-            answer = conn.request(ApiKey.PRODUCE, produce_body(topic, 0, b.build()))
+            answer = conn.request(ApiKey.PRODUCE, produce_body(topic, 0, b.build(), acks))
             assert answer["topics"][0]["partitions"][0]["error_code"] == 0, answer
 
 
@@ -51,10 +53,10 @@ def segment_bases(log_dir: Path, topic: str) -> list[int]:
     return sorted(int(p.name[:20]) for p in (log_dir / f"{topic}-0").glob("*.log"))
 
 
-def roll_with_sentinel(bootstrap: str, topic: str, segment_ms: int, key: bytes = b"~sentinel") -> None:
+def roll_with_sentinel(bootstrap: str, topic: str, segment_ms: int, key: bytes = b"~sentinel", acks: int = 1) -> None:
     """Wait out segment.ms, then append one record: the active segment rolls and everything before is cleanable."""
     time.sleep(segment_ms / 1000 + 0.1)
-    send(bootstrap, topic, [(key, b"roll")])
+    send(bootstrap, topic, [(key, b"roll")], acks=acks)
 
 
 def confluent_read(bootstrap: str, topic: str, end: int) -> list[tuple[int, bytes, bytes | None]]:
@@ -180,3 +182,31 @@ def test_compact_delete_applies_retention_and_compact_alone_does_not(start_broke
     time.sleep(1.0)
     assert segment_bases(b.log_dir, only)[0] == 0  # compact alone: retention.ms deletes nothing
     assert len(read_all(b.bootstrap, only)) == 100
+
+
+@pytest.mark.slow
+def test_each_replica_cleans_its_own_copy_and_a_new_leader_serves_the_compacted_log(cluster3):
+    topic = unique("compacted-rf3")
+    with Admin(cluster3[0].bootstrap) as admin:
+        admin.create_topic(topic, 1, 3, {"cleanup.policy": "compact", "segment.bytes": "4096", "segment.ms": "500",
+                                         "min.cleanable.dirty.ratio": "0.01"})  # fmt: skip
+    leader_id = wait_until(lambda: leaders(metadata(cluster3[0].bootstrap, [topic]), topic).get(0, -1) + 1, 15,
+                           "a leader") - 1  # fmt: skip
+    leader = next(b for b in cluster3 if b.broker_id == leader_id)
+    pairs = [(b"k%02d" % (i % 20), b"%d" % i) for i in range(3000)]
+    send(leader.bootstrap, topic, pairs, per_batch=50, acks=-1)
+    roll_with_sentinel(leader.bootstrap, topic, 500, acks=-1)
+    for b in cluster3:  # each broker cleans its own copy, leader and followers alike
+        wait_until(lambda b=b: cleaner_checkpoint(b.log_dir, topic) == segment_bases(b.log_dir, topic)[-1]
+                   and segment_bases(b.log_dir, topic)[-1] > 0, 30, f"broker {b.broker_id}'s clean")  # fmt: skip
+        on_disk = [r for _, recs in disk_batches(b.log_dir, topic, 0) for r in recs]
+        assert sorted(r.key for r in on_disk) == sorted({r.key for r in on_disk}), b.broker_id
+        assert {r.key: int(r.value) for r in on_disk if r.key != b"~sentinel"} == {
+            b"k%02d" % k: 2980 + k for k in range(20)}, b.broker_id  # fmt: skip
+    leader.kill()
+    survivor = next(b for b in cluster3 if b is not leader)
+    wait_until(lambda: leaders(metadata(survivor.bootstrap, [topic]), topic).get(0, -1) not in (-1, leader_id), 30,
+               "a new leader")  # fmt: skip
+    got = read_all(survivor.bootstrap, topic, 30)
+    assert [(r.offset, r.key) for r in got[:-1]] == [(2980 + k, b"k%02d" % k) for k in range(20)]
+    assert got[-1].key == b"~sentinel"
