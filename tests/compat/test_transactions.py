@@ -43,18 +43,19 @@ def _topic(prefix: str) -> str:
 
 
 def _read(bootstrap: str, topic: str, isolation: str, partitions: int = 1) -> list[bytes]:
-    """Everything a fresh consumer of `isolation` reads from the topic's partitions, in order per partition."""
+    """Everything a fresh consumer of `isolation` reads from the topic's partitions up to their high watermarks
+    (past the markers and aborted records it skips), in order per partition."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "isolation.level": isolation})  # fmt: skip
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
+    c.assign(tps)
+    ends = {tp.partition: c.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in tps}
     out: list[bytes] = []
-    quiet = time.monotonic()
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and time.monotonic() - quiet < 2:
-        msgs = [m for m in c.consume(100, 0.3) if m.error() is None]
-        if msgs:
-            out.extend(m.value() for m in msgs)
-            quiet = time.monotonic()
+    while time.monotonic() < deadline:
+        out.extend(m.value() for m in c.consume(100, 0.2) if m.error() is None)
+        if all(p.offset >= ends[p.partition] for p in c.position(tps)):
+            break
     c.close()
     return out
 

@@ -9,6 +9,7 @@ import json
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker.protocol.api import ApiKey
@@ -154,6 +155,7 @@ def _read_committed(bootstrap: str, topic: str, partitions: int, expect: int) ->
     return out
 
 
+@pytest.mark.slow
 def test_the_coordinator_killed_mid_transaction(start_broker) -> None:
     """kill -9 of the transaction's coordinator between its produces and its commit: the producer's commit
     goes to the new coordinator, which took the Ongoing state over from ZooKeeper, and completes."""
