@@ -30,6 +30,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import KazooException
+
 from broker.protocol.errors import ErrorCode
 from broker.server import txn_state as st
 from broker.server import txn_store
@@ -171,6 +173,15 @@ class TxnCoordinator:
         self._txns[txn_id] = (meta, new_version)
         return new_version
 
+    def _zk_failed(self, txn_id: str | None, exc: Exception) -> ErrorCode:
+        """A ZooKeeper failure mid-request: COORDINATOR_NOT_AVAILABLE (retriable); the id's cached state is
+        dropped (a write whose answer was lost may have landed) and read again at its next request."""
+        if txn_id is not None:
+            self._txns.pop(txn_id, None)
+        log.warning("transaction coordinator: ZooKeeper failed (%s); answering COORDINATOR_NOT_AVAILABLE",
+                    type(exc).__name__)  # fmt: skip
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
     # -- requests ----------------------------------------------------------------------------------
 
     async def init_producer_id(self, txn_id: str, timeout_ms: int, producer_id: int = -1,
@@ -212,6 +223,8 @@ class TxnCoordinator:
                 return ErrorCode.NONE, nxt.producer_id, nxt.producer_epoch
         except NotCoordinator:
             return ErrorCode.NOT_COORDINATOR, -1, -1
+        except KazooException as exc:
+            return self._zk_failed(txn_id, exc), -1, -1
 
     async def add_to_txn(self, txn_id: str, producer_id: int, producer_epoch: int,
                          partitions: set[TopicPartition], groups: set[str]) -> ErrorCode:  # fmt: skip
@@ -229,6 +242,8 @@ class TxnCoordinator:
                 return error
         except NotCoordinator:
             return ErrorCode.NOT_COORDINATOR
+        except KazooException as exc:
+            return self._zk_failed(txn_id, exc)
 
     async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
         try:
@@ -245,6 +260,8 @@ class TxnCoordinator:
                 task = self._complete_later(txn_id)
         except NotCoordinator:
             return ErrorCode.NOT_COORDINATOR
+        except KazooException as exc:
+            return self._zk_failed(txn_id, exc)
         with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(task), END_WAIT_S)
         return ErrorCode.NONE  # (the Prepare state is durable: the outcome is decided)
@@ -255,7 +272,10 @@ class TxnCoordinator:
         zk = self._zk()
         if zk is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        got = await self._blocking(txn_store.load, zk, txn_id)
+        try:
+            got = await self._blocking(txn_store.load, zk, txn_id)
+        except KazooException as exc:
+            return self._zk_failed(None, exc)
         meta = got[0] if got is not None else None
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
@@ -379,6 +399,9 @@ class TxnCoordinator:
             got = await self._get(txn_id)
         except NotCoordinator:
             out["error_code"] = ErrorCode.NOT_COORDINATOR
+            return out
+        except KazooException as exc:
+            out["error_code"] = self._zk_failed(txn_id, exc)
             return out
         if got is None:
             out["error_code"] = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND

@@ -34,6 +34,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import KazooException
+
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.security.acl import Operation, ResourceType
@@ -189,8 +191,13 @@ async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str,
             for t in wanted:
                 asked.setdefault(t["name"], []).extend(t["partition_indexes"])
         found = await b.group_store.fetch(gid, asked)
-        if req.get("require_stable") and b.zk is not None:  # (v7) offsets a transaction holds are not answered
-            pending = await b.blocking(pending_partitions, b.zk, gid)
+        if req.get("require_stable") and found is not None:  # (v7) offsets a transaction holds are not answered
+            try:
+                if b.zk is None:
+                    raise KazooException("no ZooKeeper session")
+                pending = await b.blocking(pending_partitions, b.zk, gid)
+            except KazooException:  # (cannot tell which are stable: the client retries)
+                found = None
         if found is None:  # ZooKeeper unreachable and not all in memory: the client retries (see fetch)
             error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         else:

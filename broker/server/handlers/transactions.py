@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import KazooException
+
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.security.acl import Operation, ResourceType
@@ -156,8 +158,13 @@ async def handle_txn_offset_commit(b: Services, header: RequestHeader, req: dict
                 )
         errors[(t, part["partition_index"])] = code
     if held:
-        assert b.zk is not None
-        await b.blocking(txn_store.add_offsets, b.zk, group, txn_id, req["producer_id"], req["producer_epoch"], held)
+        try:
+            if b.zk is None:
+                raise KazooException("no ZooKeeper session")
+            await b.blocking(txn_store.add_offsets, b.zk, group, txn_id, req["producer_id"], req["producer_epoch"],
+                             held)  # fmt: skip
+        except KazooException:  # (not held: the client retries)
+            errors = {tp: code or ErrorCode.COORDINATOR_NOT_AVAILABLE for tp, code in errors.items()}
     by_topic: dict[str, list[dict[str, int]]] = {}
     for (t, p), code in errors.items():
         by_topic.setdefault(t, []).append({"partition_index": p, "error_code": code})
@@ -181,7 +188,11 @@ async def handle_list_transactions(b: Services, header: RequestHeader, req: dict
     states = set(req["state_filters"] or ())
     pids = set(req["producer_id_filters"] or ())
     rows = []
-    for txn_id, meta in await b.txn_coordinator.listing():
+    try:
+        listing = await b.txn_coordinator.listing()
+    except KazooException:
+        return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "transaction_states": []}
+    for txn_id, meta in listing:
         if states and str(meta.state) not in states or pids and meta.producer_id not in pids:
             continue
         if not allowed(b.authorizer, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id, log_denial=False):
