@@ -318,7 +318,7 @@ class TxnCoordinator:
                 if now_got is None or now_got[1] != version:
                     return
                 await self._put(txn_id, st.completed(meta, _now_ms()), version)
-            log.info("transactional id %s: transaction %s (producer %d epoch %d, %d partitions)", txn_id,
+            log.debug("transactional id %s: transaction %s (producer %d epoch %d, %d partitions)", txn_id,
                      "committed" if commit else "aborted", meta.producer_id, meta.producer_epoch,
                      len(meta.partitions))  # fmt: skip
         except (Superseded, NotCoordinator):
@@ -326,6 +326,10 @@ class TxnCoordinator:
             log.info("transactional id %s: completion left to its new coordinator", txn_id)
         except asyncio.CancelledError:
             raise
+        except KazooException as exc:
+            log.warning("transactional id %s: completing the transaction failed on ZooKeeper (%s); retried by the "
+                        "sweep", txn_id, type(exc).__name__)  # fmt: skip
+            self._txns.pop(txn_id, None)
         except Exception:
             log.exception("transactional id %s: completing the transaction failed (retried by the sweep)", txn_id)
             self._txns.pop(txn_id, None)  # (read again, and completed, at the next sweep)
