@@ -210,3 +210,28 @@ def test_each_replica_cleans_its_own_copy_and_a_new_leader_serves_the_compacted_
     got = read_all(survivor.bootstrap, topic, 30)
     assert [(r.offset, r.key) for r in got[:-1]] == [(2980 + k, b"k%02d" % k) for k in range(20)]
     assert got[-1].key == b"~sentinel"
+
+
+def test_an_idempotent_producers_emptied_last_batch_is_read_past(start_broker):
+    from confluent_kafka import Producer
+
+    b = start_broker(1, FAST)
+    topic = create_topic(b.bootstrap, unique("idempotent"), 1, {
+        "cleanup.policy": "compact", "segment.bytes": "2048", "segment.ms": "500", "min.cleanable.dirty.ratio": "0.01",
+    })  # fmt: skip
+    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(200):
+        p.produce(topic, key=b"k%d" % (i % 5), value=b"idem-%d" % i, partition=0)
+    assert p.flush(15) == 0
+    send(b.bootstrap, topic, [(b"k%d" % i, b"plain") for i in range(5)])  # every key overwritten
+    roll_with_sentinel(b.bootstrap, topic, 500)
+    active = segment_bases(b.log_dir, topic)[-1]
+    wait_until(lambda: cleaner_checkpoint(b.log_dir, topic) == active, 30, "a clean")
+    heads = [h for h, _ in disk_batches(b.log_dir, topic, 0)]
+    assert any(h.producer_id >= 0 and h.record_count == 0 for h in heads)  # the producer's last batch, emptied
+    ours = [(r.key, r.value) for r in read_all(b.bootstrap, topic)]
+    theirs = [(k, v) for _, k, v in confluent_read(b.bootstrap, topic, 206)]
+    for name, got in (("kafkactl", ours), ("confluent-kafka", theirs)):
+        assert got == [(b"k%d" % i, b"plain") for i in range(5)] + [(b"~sentinel", b"roll")], name
+    p.produce(topic, key=b"k0", value=b"after", partition=0)  # its sequence goes on from the emptied batch
+    assert p.flush(15) == 0

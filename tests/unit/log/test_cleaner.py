@@ -54,6 +54,22 @@ def _latest(pairs_with_offsets):
     return out
 
 
+def _read(log):
+    """Every record from the log start through `PartitionLog.read`, a batch at a time: a cleaned log has empty
+    batches (a group's dropped last batch, a producer's last batch) and gaps, and every record comes out once."""
+    from broker.log.scanner import read_batch
+    from broker.records.batch import iter_records
+
+    out, offset = [], log.log_start_offset
+    while (sl := log.read(offset, 1)) is not None:
+        data = sl.read()
+        item = read_batch(data, 0, len(data))
+        assert item.crc_ok
+        out += [r for r in iter_records(data, 0, item.header) if r.offset >= offset]
+        offset = item.last_offset + 1
+    return out
+
+
 def _clean(log, now_ms=T0 + 10, map_bytes=1 << 20):
     c = cleanable(log, None, now_ms)
     return clean_log(log, c, OffsetMap(map_bytes), now_ms=now_ms)
@@ -78,7 +94,7 @@ def test_clean_keeps_the_last_value_per_key_with_offsets_preserved(open_log, rea
     want = _latest(zip(offsets, pairs, strict=True))
     active_base = log.bases[-1]
     stats = _clean(log)
-    got = read_all(log)
+    got = _read(log)
     assert [r.offset for r in got] == sorted(r.offset for r in got)
     cleaned = [r for r in got if r.offset < active_base]
     last = {}
@@ -99,7 +115,7 @@ def test_compressed_batches_are_recompressed_with_their_codec(open_log, read_all
     for _, items in layout(tmp_path / "orders-0"):
         for item in items:
             assert item.crc_ok and item.header.codec == Codec.GZIP
-    got = read_all(log)
+    got = _read(log)
     assert {r.key: r.value for r in got} == {k: v for k, v in pairs}
 
 
@@ -112,7 +128,7 @@ def test_small_cleaned_segments_are_merged_up_to_segment_bytes(open_log, read_al
     log.roll()
     clean_log(log, cleanable(log, stats.end_offset, T0 + 10), OffsetMap(1 << 20), now_ms=T0 + 10)
     assert len(log.bases) < before / 3  # the small cleaned segments went into one
-    assert {r.key for r in read_all(log)} == {b"k0", b"k1", b"k2"}
+    assert {r.key for r in _read(log)} == {b"k0", b"k1", b"k2"}
 
 
 def test_tombstones_kept_until_delete_retention_then_dropped(open_log, read_all, clock):
@@ -121,7 +137,7 @@ def test_tombstones_kept_until_delete_retention_then_dropped(open_log, read_all,
     log.roll()
     c = cleanable(log, None, clock.ms)
     stats = clean_log(log, c, OffsetMap(1 << 20), now_ms=clock.ms)
-    got = {r.key: r.value for r in read_all(log)}
+    got = {r.key: r.value for r in _read(log)}
     assert got == {b"a": None, b"b": b"1"}  # the tombstone is kept: nothing was cleaned before it
     clock.advance(5000)
     _fill(log, [(b"c", b"1")] * 3, ts=clock.ms)
@@ -129,12 +145,12 @@ def test_tombstones_kept_until_delete_retention_then_dropped(open_log, read_all,
     c = cleanable(log, stats.end_offset, clock.ms)
     stats = clean_log(log, c, OffsetMap(1 << 20), now_ms=clock.ms)
     # the horizon is the cleaned section's newest segment (T0 still) less delete.retention.ms: kept
-    assert {r.key: r.value for r in read_all(log)} == {b"a": None, b"b": b"1", b"c": b"1"}
+    assert {r.key: r.value for r in _read(log)} == {b"a": None, b"b": b"1", b"c": b"1"}
     _fill(log, [(b"d", b"1")] * 3, ts=clock.ms)
     log.roll()
     clean_log(log, cleanable(log, stats.end_offset, clock.ms), OffsetMap(1 << 20), now_ms=clock.ms)
     # now the cleaned section ends 5 s after the tombstone's segment: past delete.retention.ms, it goes
-    assert {r.key: r.value for r in read_all(log)} == {b"b": b"1", b"c": b"1", b"d": b"1"}
+    assert {r.key: r.value for r in _read(log)} == {b"b": b"1", b"c": b"1", b"d": b"1"}
 
 
 def test_transactional_batches_are_copied_whole_and_not_mapped(open_log, read_all):
@@ -149,7 +165,7 @@ def test_transactional_batches_are_copied_whole_and_not_mapped(open_log, read_al
     _append_raw(log, [(b"other", b"x")] * 4, 3)
     log.roll()
     _clean(log)
-    got = [(r.offset, r.key, r.value) for r in read_all(log)]
+    got = [(r.offset, r.key, r.value) for r in _read(log)]
     assert (0, b"k", b"committed") in got  # the aborted record did not hide the committed value
     assert (1, b"k", b"aborted") in got and any(o == 2 for o, _, _ in got)
     assert [o for o, k, _ in got if k == b"other"] == [6]
@@ -170,12 +186,12 @@ def test_a_full_map_cleans_up_to_where_it_reached(open_log, read_all):
     _fill(log, [(b"k%d" % i, b"v") for i in range(100)] + [(b"k%d" % i, b"w") for i in range(100)])
     stats = _clean(log, map_bytes=int(50 * ENTRY_BYTES / 0.9) + 1)
     assert 0 < stats.end_offset <= 50 and stats.map_keys <= 50
-    assert len(read_all(log)) == 200  # nothing dropped yet: each key's later value lies past the map
+    assert len(_read(log)) == 200  # nothing dropped yet: each key's later value lies past the map
     c = cleanable(log, stats.end_offset, T0 + 10)
     while c.cleanable_bytes and c.first_dirty < c.uncleanable:
         stats = clean_log(log, c, OffsetMap(int(50 * ENTRY_BYTES / 0.9) + 1), now_ms=T0 + 10)
         c = cleanable(log, stats.end_offset, T0 + 10)
-    got = read_all(log)
+    got = _read(log)
     latest = {r.key: r.value for r in got}
     assert latest == {b"k%d" % i: b"w" for i in range(100)}
 
@@ -216,7 +232,7 @@ def test_swap_is_finished_or_rolled_back_at_start_up(open_log, read_all, tmp_pat
     recover_swaps(d)
     assert not any(n.endswith(".cleaned") for n in os.listdir(d))
     log = open_log(segment_bytes=600)
-    assert {r.key: r.value for r in read_all(log)} == want and len(read_all(log)) == 120
+    assert {r.key: r.value for r in _read(log)} == want and len(_read(log)) == 120
     # a crash after the .log.swap: the swap is finished at start-up
     end = build_offset_map(log, 0, log.bases[-1], m, CleanStats())
     groups = group_segments([log.segments[b] for b in log.bases[:-1] if b < end], 10_000)
@@ -230,7 +246,7 @@ def test_swap_is_finished_or_rolled_back_at_start_up(open_log, read_all, tmp_pat
     assert any("completed" in x for x in done)
     assert not any(n.endswith((".swap", ".deleted", ".cleaned")) for n in os.listdir(d))
     log = open_log(segment_bytes=600)
-    got = read_all(log)
+    got = _read(log)
     assert {r.key: r.value for r in got} == want
     assert len(got) < 120 and [r.offset for r in got] == sorted({r.offset for r in got})
 
@@ -249,7 +265,7 @@ def test_a_corrupt_swap_is_quarantined_and_rolled_back(open_log, read_all, tmp_p
     assert (d / f"{second:020d}.log").exists()
     assert any(n.endswith(".quarantined") for n in os.listdir(d))
     log = open_log(segment_bytes=600)
-    assert len(read_all(log)) == 120
+    assert len(_read(log)) == 120
 
 
 def test_swap_refuses_a_group_that_changed(open_log):
@@ -360,7 +376,7 @@ def test_segments_are_read_in_chunks_whatever_their_batch_sizes(open_log, read_a
     want = _latest(zip(offsets, pairs, strict=True))
     stats = _clean(log)
     assert stats.messages_read == sum(1 for o in offsets if o < stats.end_offset)
-    assert {r.key: (r.offset, r.value) for r in read_all(log)} == want
+    assert {r.key: (r.offset, r.value) for r in _read(log)} == want
 
 
 def test_a_segment_cut_under_the_cleaner_aborts_the_clean(open_log):
