@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from broker.server.txn_state import TopicPartition, TxnMeta
+from broker.server.txn_state import TopicPartition, TxnMeta, TxnState
 from broker.zk import paths
 
 
@@ -146,5 +146,13 @@ def pending_partitions(zk: KazooClient, group: str) -> set[TopicPartition]:
             data, _ = zk.get(f"{paths.txn_offsets(group)}/{child}")
         except NoNodeError:
             continue
-        out.update(_offsets(paths.loads(data)))
+        d = paths.loads(data)
+        txn = load(zk, paths.group_name(child))
+        meta = txn[0] if txn is not None else None
+        if meta is None or (meta.producer_id, meta.producer_epoch) != (d.get("producer_id"), d.get("producer_epoch")) \
+                or not (meta.state == TxnState.ONGOING or meta.state.preparing):  # fmt: skip
+            # left behind (a TxnOffsetCommit that landed after its transaction ended): not pending, removed
+            drop_offsets(zk, group, paths.group_name(child))
+            continue
+        out.update(_offsets(d))
     return out

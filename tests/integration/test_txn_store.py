@@ -35,6 +35,8 @@ def test_held_offsets(zk_chroot: str) -> None:
     po = txn_store.PendingOffset
     with zk_session(zk_chroot) as zk:
         assert txn_store.pending_partitions(zk, "g") == set()
+        for txn_id, pid in (("tx", 5), ("tx2", 9)):  # (their transactions, under way)
+            txn_store.create(zk, txn_id, TxnMeta(pid, 0, 60000, TxnState.ONGOING, groups=frozenset({"g"})))
         txn_store.add_offsets(zk, "g", "tx", 5, 0, {("t", 0): po(10, -1, "m")})
         txn_store.add_offsets(zk, "g", "tx", 5, 0, {("t", 1): po(20, 3, "")})  # (merged)
         assert txn_store.take_offsets(zk, "g", "tx", 5) == {("t", 0): po(10, -1, "m"), ("t", 1): po(20, 3, "")}
@@ -43,6 +45,9 @@ def test_held_offsets(zk_chroot: str) -> None:
         assert txn_store.pending_partitions(zk, "g") == {("t", 0), ("t", 1), ("u", 0)}
         txn_store.add_offsets(zk, "g", "tx", 5, 1, {("t", 2): po(30, -1, "")})  # a new epoch starts afresh
         assert txn_store.take_offsets(zk, "g", "tx", 5) == {("t", 2): po(30, -1, "")}
+        # offsets of an epoch the transaction no longer has (held after it ended) are not pending, and go
+        assert txn_store.pending_partitions(zk, "g") == {("u", 0)}
+        assert txn_store.take_offsets(zk, "g", "tx", 5) == {}
         txn_store.drop_offsets(zk, "g", "tx")
         txn_store.drop_offsets(zk, "g", "tx2")
         assert txn_store.pending_partitions(zk, "g") == set()
