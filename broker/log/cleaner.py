@@ -111,6 +111,11 @@ class CleanAborted(Exception):
     """A clean given up: the log changed under it (segments removed or cut), or it was told to stop."""
 
 
+class CleanDamage(CleanAborted):
+    """A clean given up on damage in a segment (a framing break, a CRC mismatch): the log is left uncleaned
+    until the broker restarts (Kafka's uncleanable partitions); `kafkactl recover` mends it."""
+
+
 @dataclass
 class CleanStats:
     """What one clean did, for the broker log and `kafkactl inspect`."""
@@ -224,7 +229,7 @@ class Throttler:
             self.start, self.done = self.clock(), 0
 
 
-def _batches(path: Path, size: int, on_read: Callable[[int], None] | None = None
+def _batches(path: Path, size: int, on_read: Callable[[int], None] | None = None, *, verify: bool = False
              ) -> Iterator[tuple[bytes, ScannedBatch | Damage]]:  # fmt: skip
     """(chunk, batch) for each batch of the first `size` bytes of a segment file, read in chunks of about
     `_READ_BYTES` through the cleaner's own descriptor: memory stays bounded whatever segment.bytes is, a
@@ -244,7 +249,7 @@ def _batches(path: Path, size: int, on_read: Callable[[int], None] | None = None
                 raise CleanAborted(f"{path.name} was cut under the cleaner")
             p, want = 0, _READ_BYTES
             while p < n:
-                item = read_batch(data, p, n, verify_crc=False)
+                item = read_batch(data, p, n, verify_crc=verify)
                 if isinstance(item, Damage):
                     if pos + n < size:  # the chunk ends before the file does: the batch may run past it
                         fits = p + LOG_OVERHEAD <= n
@@ -253,6 +258,9 @@ def _batches(path: Path, size: int, on_read: Callable[[int], None] | None = None
                             want = max(_READ_BYTES, need)
                             break
                     yield data, Damage(pos + item.position, item.reason)
+                    return
+                if not item.crc_ok:
+                    yield data, Damage(pos + p, f"CRC mismatch in the batch at offset {item.base_offset}")
                     return
                 yield data, item
                 p = item.end
@@ -282,9 +290,9 @@ def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: Offse
                 raise CleanAborted("stopped")
 
         seg = segments[base]
-        for data, item in _batches(seg.log_path, seg.size, note):
-            if isinstance(item, Damage):
-                break
+        for data, item in _batches(seg.log_path, seg.size, note, verify=True):
+            if isinstance(item, Damage):  # (its keys would drop good records: nothing of it is cleaned)
+                raise CleanDamage(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
             if item.last_offset < start:
                 continue
             if item.base_offset >= end:
@@ -368,9 +376,9 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
             for seg in group:
                 pieces: list[bytes | memoryview] = []
                 pending = 0
-                for data, item in _batches(seg.log_path, seg.size, note):
-                    if isinstance(item, Damage):
-                        raise CleanAborted(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
+                for data, item in _batches(seg.log_path, seg.size, note, verify=True):
+                    if isinstance(item, Damage):  # (a batch re-built would get a good CRC: damage would pass)
+                        raise CleanDamage(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
                     h = item.header
                     kept: bytes | memoryview | None
                     count = item.record_count
@@ -639,6 +647,8 @@ class LogCleaner:
         self.progress: dict[TopicPartition, PartitionProgress] = {}
         self._lock = threading.Lock()
         self._in_progress: set[TopicPartition] = set()
+        #: logs a clean found damaged: not cleaned again until the broker restarts (Kafka's uncleanable partitions)
+        self.uncleanable: set[TopicPartition] = set()
         self._aborted: set[TopicPartition] = set()
         self._retired: list[tuple[float, list[LogSegment]]] = []
         self._stop = threading.Event()
@@ -740,7 +750,9 @@ class LogCleaner:
         """The compacted log to clean next (Kafka's grabFilthiestCompactedLog), or None."""
         best = None
         for tp, plog in list(self.manager.logs.items()):
-            if not plog.config.compact or tp in self._in_progress or self.manager.is_offline(tp):
+            if not plog.config.compact or tp in self._in_progress or tp in self.uncleanable:
+                continue
+            if self.manager.is_offline(tp):
                 continue
             prog = self.progress.get(tp)
             c = cleanable(plog, prog.checkpoint if prog else None, now_ms)
@@ -764,7 +776,14 @@ class LogCleaner:
             stats = clean_log(plog, c, omap, now_ms=now_ms, run_locked=self._locked_for(tp),
                               stop=lambda: self._stop.is_set() or tp in self._aborted,
                               throttler=self._throttler, retire=self._retire)  # fmt: skip
-        except (CleanAborted, CorruptRecordError, OSError) as exc:
+        except (CleanDamage, CorruptRecordError) as exc:
+            log.error("log cleaner thread %d: %s-%d is damaged and is not cleaned until the broker restarts "
+                      "(kafkactl recover mends it): %s", thread, tp[0], tp[1], exc)  # fmt: skip
+            with self._lock:
+                self.uncleanable.add(tp)
+                self.progress.setdefault(tp, PartitionProgress()).last_error = str(exc)
+            return False
+        except (CleanAborted, OSError) as exc:
             log.warning("log cleaner thread %d: the clean of %s-%d was dropped: %s", thread, tp[0], tp[1], exc)
             with self._lock:
                 self.progress.setdefault(tp, PartitionProgress()).last_error = str(exc)

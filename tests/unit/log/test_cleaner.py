@@ -388,3 +388,29 @@ def test_a_segment_cut_under_the_cleaner_aborts_the_clean(open_log):
     os.truncate(seg.log_path, seg.size // 2)
     with pytest.raises(CleanAborted, match="cut under the cleaner"):
         list(_batches(seg.log_path, seg.size))
+
+
+def test_damage_stops_the_clean_and_the_log_is_left_uncleanable(tmp_path):
+    from broker.log.cleaner import CleanDamage
+    from broker.log.config import LogConfig
+
+    cfg = LogConfig(segment_bytes=800, cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)
+    mgr = LogManager([tmp_path / "d"], cfg)
+    mgr.startup()
+    log = mgr.get_or_create("t", 0, cfg)
+    _fill(log, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(100)])
+    seg = log.segments[log.bases[1]]
+    with open(seg.log_path, "r+b") as f:  # one byte of a record value flipped: the batch's CRC no longer holds
+        f.seek(seg.size - 3)
+        byte = f.read(1)
+        f.seek(seg.size - 3)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(CleanDamage, match="CRC mismatch"):
+        _clean(log)
+    assert not any(n.endswith(".cleaned") for n in os.listdir(log.dir))
+    cleaner = LogCleaner(mgr, delete_delay_ms=0)
+    assert not cleaner.clean_once(OffsetMap(1 << 20))
+    assert ("t", 0) in cleaner.uncleanable and "CRC mismatch" in cleaner.progress[("t", 0)].last_error
+    assert not cleaner.clean_once(OffsetMap(1 << 20))  # not tried again
+    cleaner.stop()
+    mgr.shutdown()
