@@ -36,6 +36,9 @@ A compacted log keeps, for each key, at least its latest record. The cleaner che
    stay) and removes `.deleted` files; a `.log.swap` that does not scan whole is moved to quarantine
    (`.quarantined`) and the `.deleted` segments it would have replaced are renamed back.
 
+Both passes check every batch's CRC: damage stops the clean (a re-built batch would get a good CRC, a bad
+batch's keys could drop good records) and leaves the log uncleanable until the broker restarts.
+
 The old segments' descriptors stay open `file.delete.delay.ms` after a swap (a fetch may still be sending
 from them), then close. Appends never wait for the cleaner: it reads only non-active segments through its
 own descriptors, and the swap checks that the segments it replaces are still the log's, unchanged
