@@ -170,6 +170,8 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset if not clean else max(recovery_point, self.bases[0])
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
+        #: told after a roll, at the new active segment's base (the broker snapshots the producers there)
+        self.on_roll: Callable[[PartitionLog], None] | None = None
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -367,7 +369,10 @@ class PartitionLog:
             return old
         old.time_index.maybe_append(old.max_timestamp, old.next_offset - 1)
         old.flush()
-        return self._open_segment(old.next_offset if base is None else max(base, old.next_offset))
+        seg = self._open_segment(old.next_offset if base is None else max(base, old.next_offset))
+        if self.on_roll is not None:
+            self.on_roll(self)
+        return seg
 
     # -- flush ---------------------------------------------------------------------------------
 

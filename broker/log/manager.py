@@ -86,6 +86,8 @@ class LogManager:
         self.on_set_aside: Callable[[TopicPartition], None] | None = None
         #: told before a partition's log is closed and set aside: the log cleaner drops its clean of it
         self.before_removal: Callable[[TopicPartition], None] | None = None
+        #: told when a partition's log rolled a new segment (the broker snapshots its producers there)
+        self.on_roll: Callable[[PartitionLog], None] | None = None
         self._dir_of: dict[TopicPartition, Path] = {}
         self._locks: list[int] = []
         self.unclean_dirs: list[Path] = []
@@ -96,6 +98,10 @@ class LogManager:
         #: partitions whose damage start-up recovery refused to cut (it would have written outside their log
         #: dir, through a symlink): served up to the damage, but nothing is appended after it
         self.offline_partitions: dict[TopicPartition, str] = {}
+
+    def _rolled(self, plog: PartitionLog) -> None:
+        if self.on_roll is not None:
+            self.on_roll(plog)
 
     def startup(self, topic_configs: dict[str, LogConfig] | None = None, cluster_id: str | None = None) -> None:
         """Lock every log dir and load its logs, recovering those of a dir that was not shut down cleanly.
@@ -131,6 +137,7 @@ class LogManager:
                     Path(entry.path), cfg, recovery_point=recovery.get(tp, 0),
                     log_start_offset=starts.get(tp, 0), clean=clean, clock=self.clock,
                 )  # fmt: skip
+                self.logs[tp].on_roll = self._rolled
                 self._dir_of[tp] = d
                 plan = self.logs[tp].recovery_plan
                 if plan is not None and plan.refused and plan.needs_cut:
@@ -189,6 +196,7 @@ class LogManager:
                     counts[owner] += 1
             d = min(online, key=lambda x: counts[x])
             self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
+            self.logs[tp].on_roll = self._rolled
             self._dir_of[tp] = d
             fsync_dir(d)
         plog = self.logs[tp]

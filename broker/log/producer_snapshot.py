@@ -17,8 +17,11 @@ state the log's batches below `offset` leave. All integers are big-endian.
 | · coordinator_epoch | int32: of the last transaction marker for it here (-1: none) |
 | · current_txn_first_offset | int64: first offset of its open transaction here (-1: none) |
 
-The broker writes one for every partition at a clean shutdown, and reads it back at start-up; a file
-that fails its CRC or its layout is no snapshot (the log's last segment is read instead).
+The broker writes one at every segment roll (at the new segment's base, as Kafka's onSegmentRoll), every
+minute while the log end moves, and for every partition at a clean shutdown; it keeps those at segment
+bases and the newest. Start-up reads the newest at or below the log end back and the log after it (from the
+log start without one); a truncation does the same from the newest below its point. A file that fails its
+CRC or its layout is no snapshot (an older one, or the whole log, is read instead).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -85,12 +89,21 @@ def snapshots(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def write(directory: Path, offset: int, entries: list[SnapshotEntry]) -> None:
-    """Write the snapshot at `offset` (atomically) and delete every other one of the partition."""
+def write(directory: Path, offset: int, entries: list[SnapshotEntry],
+          keep: Callable[[int], bool] = lambda offset: False) -> None:  # fmt: skip
+    """Write the snapshot at `offset` (atomically) and delete every other one of the partition but those at
+    the offsets `keep` names (the broker keeps those at segment bases: a truncation reloads from them)."""
     path = snapshot_path(directory, offset)
     write_atomically(path, encode(entries))
-    for _, other in snapshots(directory):
-        if other != path:
+    for other_offset, other in snapshots(directory):
+        if other != path and not keep(other_offset):
+            other.unlink(missing_ok=True)
+
+
+def delete_from(directory: Path, offset: int) -> None:
+    """Delete the snapshots at or past `offset` (the log was emptied and restarts there)."""
+    for other_offset, other in snapshots(directory):
+        if other_offset >= offset:
             other.unlink(missing_ok=True)
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from broker.log import producer_snapshot
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import HEADER, BatchHeader
 from broker.replication.epochs import UNDEFINED, LeaderEpochCache
@@ -27,7 +28,7 @@ from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.isr import LeaderPartition
 from broker.replication.reassignment import throttled
 from broker.replication.throttle import Throttle
-from broker.server.producers import marker_in, note_completed
+from broker.server.producers import load_states, marker_in, note_completed
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -431,12 +432,13 @@ class ReplicaManager:
         log.info("%s-%d %s: truncating its log from %d to %d", *tp, why, end, offset)
         plog.truncate_to(offset)
         self.epoch_cache(tp, plog).truncate_from_end(plog.log_end_offset)
-        states = self.producer_states.get(tp)
-        if states is not None:
-            states.repair(plog.log_end_offset, [])
+        # as Kafka's truncateTo: the producers' state (open transactions, the markers that closed them) as
+        # the log now leaves it, from the newest snapshot below the cut and the batches after it
+        self.producer_states[tp] = load_states(plog)
 
     def reset_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int) -> None:
         plog.reset_to(offset)
         self.epoch_cache(tp, plog).clear()
         self.producer_states.pop(tp, None)
+        producer_snapshot.delete_from(plog.dir, 0)  # (they describe the log that is gone)
         self.follower_hw[tp] = offset

@@ -23,7 +23,6 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.errors import KafkactlError
-from broker.log import producer_snapshot
 from broker.log.cleaner import LogCleaner
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
@@ -37,7 +36,7 @@ from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.group_store import GroupStore
 from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
-from broker.server.producers import ProducerIdPool, ProducerStates, load_states, snapshot_open_transactions
+from broker.server.producers import ProducerIdPool, ProducerStates, load_states, maybe_snapshot, take_snapshot
 from broker.server.purgatory import Purgatory
 from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context
@@ -61,6 +60,7 @@ class Broker:
         self.cache = MetadataCache()
         self.logs = LogManager(config.log_dirs, config.log, broker_id=self.id)
         self.logs.on_set_aside = lambda tp: self.producer_states.pop(tp, None)
+        self.logs.on_roll = self._snapshot_at_roll
         self.purgatory = Purgatory()
         self.producer_states: dict[TopicPartition, ProducerStates] = defaultdict(ProducerStates)
         self.deferred_logs: set[PartitionLog] = set()  # logs with appends deferred until `write_deferred`
@@ -305,11 +305,9 @@ class Broker:
         for problem in self.logs.checkpoint():
             log.error("%s: the log dir is offline until the broker restarts", problem)
         now_ms = int(time.time() * 1000)
-        for tp, states in list(self.producer_states.items()):  # open transactions survive a crash
-            plog = self.logs.logs.get(tp)
+        for tp, plog in list(self.logs.logs.items()):  # start-up after a crash reads from there on
             try:
-                if plog is not None:
-                    snapshot_open_transactions(plog, states, now_ms)
+                maybe_snapshot(plog, self.producer_states.get(tp), now_ms)
             except OSError as exc:
                 log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
 
@@ -732,11 +730,18 @@ class Broker:
         """At a clean shutdown: a snapshot of every partition's producers at its log end."""
         now_ms = int(time.time() * 1000)
         for tp, plog in self.logs.logs.items():
-            states = self.producer_states.get(tp)
             try:
-                producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms) if states else [])
+                take_snapshot(plog, self.producer_states.get(tp), now_ms)
             except OSError as exc:
                 log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
+
+    def _snapshot_at_roll(self, plog: PartitionLog) -> None:
+        """A log rolled: snapshot its producers at the new segment's base (Kafka's onSegmentRoll), so that
+        start-up and a truncation read at most the segments after it."""
+        try:
+            take_snapshot(plog, self.producer_states.get((plog.topic, plog.partition)), int(time.time() * 1000))
+        except OSError as exc:  # (start-up then reads from an older snapshot: slower, as correct)
+            log.warning("writing the producer snapshot of %s-%d failed: %s", plog.topic, plog.partition, exc)
 
     def reload_producer_states(self, plog: PartitionLog, since: int | None = None) -> None:
         """After a write or fsync failed, make a partition's sequence state what its file holds: a retry of

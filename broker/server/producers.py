@@ -22,14 +22,17 @@ open transactions.
 from __future__ import annotations
 
 import bisect
+import mmap
+import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.log import producer_snapshot
 from broker.log.producer_snapshot import SnapshotEntry
+from broker.log.scanner import ScannedBatch, scan
 from broker.log.txn_index import AbortedTxn, parse_marker
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import HEADER, BatchHeader, iter_records
@@ -53,6 +56,7 @@ class _Entry:
     txn_first: int = -1  # first offset of its open transaction here, -1 without one
     coordinator_epoch: int = -1  # of the last marker for it here
     closed: tuple[int, int] | None = None  # (first offset, marker offset) of the transaction it last closed here
+    marker_offset: int = -1  # offset of the last marker for it here that this broker saw written, -1 unknown
 
 
 class CompletedTxn(NamedTuple):
@@ -82,15 +86,16 @@ class ProducerStates:
             return ErrorCode.NONE, -1
         if epoch < e.epoch:
             return ErrorCode.INVALID_PRODUCER_EPOCH, -1
+        if e.txn_first >= 0 and not transactional:  # (Kafka: "Expected transactional write from producer")
+            return ErrorCode.INVALID_TXN_STATE, -1  # (whatever the epoch: an open transaction waits for its marker)
         if epoch > e.epoch:
             return (ErrorCode.NONE, -1) if first_seq == 0 else (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
         for f, last, offset in e.batches:
             if f == first_seq and last == last_seq:
                 return ErrorCode.NONE, offset
-        if e.txn_first >= 0 and not transactional:  # (Kafka: "Expected transactional write from producer")
-            return ErrorCode.INVALID_TXN_STATE, -1
-        if not e.batches:
-            return ErrorCode.NONE, -1
+        if not e.batches:  # (an epoch a marker raised: the producer starts it at sequence 0, as Kafka's checkSequence)
+            ok = first_seq == 0 or e.coordinator_epoch < 0
+            return (ErrorCode.NONE, -1) if ok else (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
         expected = (e.batches[-1][1] + 1) % (MAX_SEQ + 1)
         if first_seq != expected:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
@@ -109,19 +114,24 @@ class ProducerStates:
         if transactional and e.txn_first < 0:
             e.txn_first = first_offset
 
-    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> tuple[ErrorCode, bool]:
-        """Whether a coordinator's marker for the producer may be written: (NONE, True) to append it,
-        (NONE, False) when it closes nothing and raises no epoch here (a repeated marker: answered, not
-        written), else the error to answer (the producer's epoch is older than this partition's, or the
-        coordinator's epoch is older than the last marker's)."""
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> tuple[ErrorCode, int]:
+        """Whether a coordinator's marker for the producer may be written: (NONE, -1) to append it; (NONE,
+        offset) for a repeat of the last marker, at `offset` (it closes nothing and raises no epoch here): not
+        written again, but answered only once the in-sync replicas hold that marker (a first attempt that
+        timed out waiting for them must not be taken as done); else the error to answer (the producer's epoch
+        is older than this partition's, or the coordinator's epoch is older than the last marker's). A repeat
+        whose first marker's offset is unknown here (it lies before the snapshot start-up read) is appended
+        again, as Kafka appends every marker: an abort closes an empty transaction then, harmless."""
         e = self.entries.get(producer_id)
         if e is None:
-            return ErrorCode.NONE, True
+            return ErrorCode.NONE, -1
         if epoch < e.epoch:
-            return ErrorCode.INVALID_PRODUCER_EPOCH, False
+            return ErrorCode.INVALID_PRODUCER_EPOCH, -1
         if coordinator_epoch < e.coordinator_epoch:
-            return ErrorCode.TRANSACTION_COORDINATOR_FENCED, False
-        return ErrorCode.NONE, e.txn_first >= 0 or epoch > e.epoch
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED, -1
+        if e.txn_first >= 0 or epoch > e.epoch:
+            return ErrorCode.NONE, -1
+        return ErrorCode.NONE, e.marker_offset
 
     def end_txn(self, producer_id: int, epoch: int, coordinator_epoch: int, marker_offset: int, commit: bool,
                 when_ms: int | None = None) -> CompletedTxn:  # fmt: skip
@@ -137,6 +147,7 @@ class ProducerStates:
                 e.txn_first = old.txn_first
         first = e.txn_first if e.txn_first >= 0 else marker_offset
         e.closed = (e.txn_first, marker_offset)
+        e.marker_offset = marker_offset
         e.txn_first = -1
         e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)
         e.last_ms = int(time.time() * 1000) if when_ms is None else when_ms
@@ -158,6 +169,8 @@ class ProducerStates:
             e.batches = deque((b for b in e.batches if b[2] < log_end_offset), maxlen=KEEP)
             if e.closed is not None and e.closed[1] >= log_end_offset:  # its marker is gone: open again
                 e.txn_first, e.closed = e.closed[0], None
+            if e.marker_offset >= log_end_offset:
+                e.marker_offset = -1
             if e.txn_first >= log_end_offset:
                 e.txn_first = -1
         self.record_batches(written)
@@ -219,42 +232,69 @@ class ProducerStates:
         return states
 
 
-#: after a crash, start-up reads at most about this much of a partition's log end for its producers
-LOAD_TAIL_BYTES = 16 << 20
-
-
 def load_states(plog: PartitionLog) -> ProducerStates:
-    """A partition's producer state at start-up: its snapshot (written at the last clean shutdown) and the
-    batches after it; without a snapshot in the active segment, the batches of the active segment's last
-    LOAD_TAIL_BYTES (bounded work after a crash, a few seconds at most: a producer that wrote only
-    further back is taken as new, as one was before snapshots)."""
+    """A partition's producer state as its log leaves it (at start-up, and after a truncation): the newest
+    snapshot at or below the log end (snapshots past it are deleted) and every batch after it; without one,
+    every batch from the log start. No range is ever skipped (as Kafka's loadProducerState), so each open
+    transaction is found and each marker closes its own; the aborted ones are noted in the `.txnindex` again
+    (once each: an entry the file holds is not added twice), which rebuilds what a crash lost of it. The cost
+    is bounded by the snapshots: one at every segment roll and one a minute while the log end moves
+    (`take_snapshot`), so at most about a segment is read."""
     snap = producer_snapshot.latest(plog.dir, plog.log_end_offset)
-    active_base = plog.bases[-1]
-    if snap is not None and snap[0] >= active_base:
+    if snap is not None:
         states, since = ProducerStates.from_snapshot(snap[1], int(time.time() * 1000)), snap[0]
     else:
-        states, since = ProducerStates(), active_base
-    note_completed(plog, states, states.record_batches(plog.batch_headers_from(since, LOAD_TAIL_BYTES),
-                                                       lambda h: marker_in_log(plog, h)))  # fmt: skip
+        states, since = ProducerStates(), plog.bases[0]
+    note_completed(plog, states, states.record_batches(iter_headers(plog, since), lambda h: marker_in_log(plog, h)))
     return states
 
 
-def snapshot_open_transactions(plog: PartitionLog, states: ProducerStates, now_ms: int) -> bool:
-    """Write a snapshot at the log end of a partition with an open transaction whose newest snapshot lies
-    before its active segment (the broker does so every minute): after a crash, start-up reads the log from
-    there, so a transaction opened before the active segment's tail stays open. Returns whether it wrote."""
-    if states.first_unstable_offset() is None:
-        return False
+def iter_headers(plog: PartitionLog, offset: int) -> Iterator[BatchHeader]:
+    """The v2 batch headers of the log whose last offset is at or past `offset`, to its end, as the files hold
+    them (below the log start offset too), one segment mapped at a time: memory stays small for any log."""
+    for base in plog.bases[max(bisect.bisect_right(plog.bases, offset) - 1, 0) :]:
+        seg = plog.segments[base]
+        seg.write_deferred()
+        start = 0
+        if offset > base:
+            head = seg.find(offset)
+            if head is None:
+                continue  # every batch of it lies before `offset`
+            start = head.position
+        size = min(seg.size, os.fstat(seg.fd).st_size)
+        if size <= start:
+            continue
+        with mmap.mmap(seg.fd, size, access=mmap.ACCESS_READ) as buf:
+            item = None
+            for item in scan(buf, start, size, verify_crc=False):
+                if isinstance(item, ScannedBatch) and item.header is not None:
+                    yield item.header
+            item = None  # (no view into the map may outlive it)
+
+
+def take_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int) -> None:
+    """Write the snapshot of the producers at the log end (at a segment roll, every minute while the log end
+    moves, at a clean shutdown), keeping the ones at segment bases (a truncation reloads from the newest one
+    below its point) and deleting every other older one and those below the first segment."""
+    end = plog.log_end_offset
+    keep = {b for b in plog.bases if b >= plog.bases[0]}
+    producer_snapshot.write(plog.dir, end, states.snapshot(now_ms) if states is not None else [],
+                            keep=lambda offset: offset in keep)  # fmt: skip
+
+
+def maybe_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int) -> bool:
+    """`take_snapshot` if the log end moved since the newest snapshot (the broker asks every minute), so that
+    start-up and truncations read at most about a minute of writes past a snapshot. Returns whether it wrote."""
     snaps = producer_snapshot.snapshots(plog.dir)
-    if snaps and snaps[-1][0] >= plog.bases[-1]:
+    if snaps and snaps[-1][0] == plog.log_end_offset:
         return False
-    producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms))
+    take_snapshot(plog, states, now_ms)
     return True
 
 
 def marker_in_log(plog: PartitionLog, h: BatchHeader) -> tuple[bool, int] | None:
     """(commit?, coordinator epoch) of the control batch `h` of the log, read from its segment file (below the
-    log start offset too: start-up reads the whole active segment)."""
+    log start offset too: start-up reads whole segments)."""
     seg = plog.segments[plog.bases[max(bisect.bisect_right(plog.bases, h.base_offset) - 1, 0)]]
     head = seg.find(h.base_offset)
     if head is None or head.base_offset != h.base_offset:

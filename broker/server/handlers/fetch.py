@@ -77,11 +77,13 @@ def _release(topics: list[dict[str, Any]]) -> None:
 
 def last_stable_offset(b: Services, plog: Any) -> int:
     """The partition's last stable offset: below it every transaction is decided (the first offset of the
-    oldest one still open here), and the ISR holds every record (the high watermark)."""
+    oldest one still open here, but never below the log start offset: retention or DeleteRecords may remove
+    an open transaction's first records, as Kafka's updateFirstUnstableOffset), and the ISR holds every
+    record (the high watermark)."""
     hw = b.high_watermark(plog)
     states = b.producer_states.get((plog.topic, plog.partition))
     first = states.first_unstable_offset() if states is not None else None
-    return hw if first is None else min(hw, first)
+    return hw if first is None else min(hw, max(first, plog.log_start_offset))
 
 
 async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int, replica: int = -1,

@@ -6,8 +6,11 @@ the producer's open transaction there (`ProducerStates.end_txn`), notes an abort
 `.txnindex`, and answers once the high watermark passes the marker (as Kafka appends markers with
 acks=-1), so a read_committed consumer's last stable offset moves only past replicated markers.
 
-A marker for a producer with no open transaction here and no newer epoch is answered NONE without
-being written (a coordinator that took over repeats the markers of a transaction it finds prepared).
+A marker for a producer with no open transaction here and no newer epoch is a repeat (a coordinator that
+took over, or one whose first attempt timed out, sends the markers again): it is not written again, but
+answered NONE only once the high watermark passes the producer's last marker here, so that the coordinator
+never completes a transaction whose marker the followers lack; if that marker's offset is unknown here (it
+lies before the producer snapshot start-up read) the marker is appended again, as Kafka appends every one.
 A marker from an older producer epoch than the partition's answers INVALID_PRODUCER_EPOCH, one from an
 older coordinator epoch than the last marker's TRANSACTION_COORDINATOR_FENCED. Only brokers send it:
 ClusterAction on the cluster is needed (CLUSTER_AUTHORIZATION_FAILED for every partition otherwise).
@@ -79,13 +82,14 @@ async def write_marker(b: Services, topic: str, partition: int, producer_id: int
     if b.logs.why_offline(tp) is not None:
         return ErrorCode.KAFKA_STORAGE_ERROR, -1
     states = b.producer_states[tp]
-    err, write = states.check_marker(producer_id, producer_epoch, coordinator_epoch)
-    if err or not write:
-        if err:
-            log.info("%s-%d: refused the %s marker of producer %d epoch %d (coordinator epoch %d): %s", topic,
-                     partition, "commit" if commit else "abort", producer_id, producer_epoch, coordinator_epoch,
-                     err.name)  # fmt: skip
+    err, repeat_of = states.check_marker(producer_id, producer_epoch, coordinator_epoch)
+    if err:
+        log.info("%s-%d: refused the %s marker of producer %d epoch %d (coordinator epoch %d): %s", topic,
+                 partition, "commit" if commit else "abort", producer_id, producer_epoch, coordinator_epoch,
+                 err.name)  # fmt: skip
         return err, -1
+    if repeat_of >= 0:  # a retry: answered once the in-sync replicas hold the marker written first
+        return ErrorCode.NONE, repeat_of
     now = int(time.time() * 1000)
     key, value = marker_record(commit, coordinator_epoch)
     data = build_batch([Record(0, now, key, value)], producer_id=producer_id, producer_epoch=producer_epoch,

@@ -95,16 +95,13 @@ def test_load_states_after_a_clean_shutdown_and_after_a_crash(open_log, tmp_path
     assert load_states(log).check(5, 0, 32, 33) == (NONE, more[1])
 
 
-def test_after_a_crash_only_the_active_segments_tail_is_read(open_log, monkeypatch) -> None:
-    import broker.server.producers as producers
-
+def test_after_a_crash_without_a_snapshot_the_whole_log_is_read(open_log) -> None:
     log = open_log(index_interval_bytes=100)
     early = _append(log, 1, 0)  # producer 1 wrote only at the start
     late = [_append(log, 2, seq) for seq in range(100)]
-    monkeypatch.setattr(producers, "LOAD_TAIL_BYTES", 1000)
     loaded = load_states(log)
     assert loaded.check(2, 0, 99, 99) == (NONE, late[99])  # the recent writer is known
-    assert 1 not in loaded.entries and early == 0  # the early one is taken as new (any sequence goes)
+    assert loaded.check(1, 0, 0, 0) == (NONE, early)  # and the early one (no range is skipped)
 
 
 def test_producers_silent_for_the_expiration_time_are_neither_saved_nor_loaded() -> None:

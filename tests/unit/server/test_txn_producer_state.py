@@ -25,15 +25,16 @@ def test_a_transaction_opens_with_its_first_batch_and_a_marker_closes_it() -> No
     s.record(2, 0, 0, 0, 13, transactional=True)
     s.record(1, 0, 3, 3, 14, transactional=True)
     assert s.first_unstable_offset() == 10 and s.open_transactions() == {1: 10, 2: 13}
-    assert s.check_marker(1, 0, 0) == (E.NONE, True)
+    assert s.check_marker(1, 0, 0) == (E.NONE, -1)
     assert s.end_txn(1, 0, 0, 15, commit=True) == CompletedTxn(1, 10, 15, False)
     assert s.first_unstable_offset() == 13
     assert s.end_txn(2, 0, 0, 16, commit=False) == CompletedTxn(2, 13, 16, True)
     assert s.first_unstable_offset() is None
-    # repeated: nothing to close and no newer epoch, so it is answered but not written
-    assert s.check_marker(1, 0, 0) == (E.NONE, False)
+    # repeated: nothing to close and no newer epoch, so it is not written again but answered once the
+    # replicas hold the first one (its offset)
+    assert s.check_marker(1, 0, 0) == (E.NONE, 15)
     # an unknown producer's marker is written (it may have raised its epoch elsewhere)
-    assert s.check_marker(99, 0, 0) == (E.NONE, True)
+    assert s.check_marker(99, 0, 0) == (E.NONE, -1)
 
 
 def test_fencing_by_producer_epoch_and_coordinator_epoch() -> None:
@@ -41,9 +42,9 @@ def test_fencing_by_producer_epoch_and_coordinator_epoch() -> None:
     s.record(1, 3, 0, 0, 0, transactional=True)
     s.end_txn(1, 3, 5, 1, commit=True)
     s.record(1, 3, 1, 1, 2, transactional=True)
-    assert s.check_marker(1, 3, 4) == (E.TRANSACTION_COORDINATOR_FENCED, False)
-    assert s.check_marker(1, 2, 9) == (E.INVALID_PRODUCER_EPOCH, False)
-    assert s.check_marker(1, 4, 5) == (E.NONE, True)  # the coordinator bumped the epoch: abort, fence
+    assert s.check_marker(1, 3, 4) == (E.TRANSACTION_COORDINATOR_FENCED, -1)
+    assert s.check_marker(1, 2, 9) == (E.INVALID_PRODUCER_EPOCH, -1)
+    assert s.check_marker(1, 4, 5) == (E.NONE, -1)  # the coordinator bumped the epoch: abort, fence
     s.end_txn(1, 4, 5, 3, commit=False)
     assert s.check(1, 3, 2, 2, True) == (E.INVALID_PRODUCER_EPOCH, -1)  # the zombie
     assert s.check(1, 4, 0, 0, True) == (E.NONE, -1)  # the new producer, from sequence 0
@@ -99,22 +100,21 @@ def test_repair_reopens_a_transaction_whose_marker_the_log_lost() -> None:
 
 
 def test_a_transaction_opened_before_the_active_segment_survives_a_crash(tmp_path) -> None:
-    """The broker's minutely snapshot of partitions with open transactions: start-up (no clean shutdown) finds
-    the transaction though its first batch lies in an older segment than the one it reads."""
+    """The broker's minutely snapshot (when the log end moved): start-up (no clean shutdown) reads the log from
+    there and finds the transaction though its first batch lies in an older segment."""
     from broker.log.log import PartitionLog
     from broker.records.batch import Record, build_batch
-    from broker.server.producers import load_states, snapshot_open_transactions
+    from broker.server.producers import load_states, maybe_snapshot
 
     log = PartitionLog(tmp_path / "t-0")
     s = ProducerStates()
     txn = build_batch([Record(0, 1000, None, b"t")], producer_id=1, producer_epoch=0, base_sequence=0,
                       transactional=True)  # fmt: skip
     s.record(1, 0, 0, 0, log.append(txn).first_offset, transactional=True)
-    assert not snapshot_open_transactions(log, ProducerStates(), 0)  # nothing open: nothing written
     log.roll()
     log.append(build_batch([Record(0, 1000, None, b"plain")]))
-    assert snapshot_open_transactions(log, s, 1000)
-    assert not snapshot_open_transactions(log, s, 1000)  # one per active segment is enough
+    assert maybe_snapshot(log, s, 1000)
+    assert not maybe_snapshot(log, s, 1000)  # the log end did not move
     log.close()
     reopened = PartitionLog(tmp_path / "t-0", clean=False)
     assert load_states(reopened).open_transactions() == {1: 0}
