@@ -235,3 +235,23 @@ def test_an_idempotent_producers_emptied_last_batch_is_read_past(start_broker):
         assert got == [(b"k%d" % i, b"plain") for i in range(5)] + [(b"~sentinel", b"roll")], name
     p.produce(topic, key=b"k0", value=b"after", partition=0)  # its sequence goes on from the emptied batch
     assert p.flush(15) == 0
+
+
+def test_deleting_a_topic_mid_clean_drops_the_clean(start_broker):
+    b = start_broker(1, {**FAST, "log.cleaner.io.max.bytes.per.second": str(1 << 20)})
+    topic = create_topic(b.bootstrap, unique("doomed"), 1, {
+        "cleanup.policy": "compact", "segment.bytes": str(256 << 10), "segment.ms": "500",
+        "min.cleanable.dirty.ratio": "0.01",
+    })  # fmt: skip
+    send(b.bootstrap, topic, [(b"k%03d" % (i % 500), b"v" * 100) for i in range(30_000)], per_batch=1000)
+    roll_with_sentinel(b.bootstrap, topic, 500)
+    d = b.log_dir / f"{topic}-0"
+    wait_until(lambda: any(n.endswith(".cleaned") for n in os.listdir(d)), 30, "a clean under way")
+    t0 = time.monotonic()
+    ok(cli("topic", "delete", topic, "--execute", "-b", b.bootstrap))
+    wait_until(lambda: not d.exists(), 20, "the partition dir to go")
+    assert time.monotonic() - t0 < 10
+    assert not [p for p in b.log_dir.iterdir() if p.name.startswith(topic)]  # nothing of it left behind
+    other = create_topic(b.bootstrap, unique("after"), 1)  # the broker goes on serving
+    send(b.bootstrap, other, [(b"k", b"v")])
+    assert b.alive and "Traceback" not in b.log_text()
