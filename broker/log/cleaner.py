@@ -787,7 +787,9 @@ class LogCleaner:
                 self.progress.setdefault(tp, PartitionProgress()).last_error = str(exc)
             return False
         except (CleanAborted, OSError) as exc:
-            log.warning("log cleaner thread %d: the clean of %s-%d was dropped: %s", thread, tp[0], tp[1], exc)
+            asked = self._stop.is_set() or tp in self._aborted  # (a stop, a log removed: as asked, no warning)
+            log.log(logging.INFO if asked else logging.WARNING, "log cleaner thread %d: the clean of %s-%d was "
+                    "dropped: %s", thread, tp[0], tp[1], exc)  # fmt: skip
             with self._lock:
                 self.progress.setdefault(tp, PartitionProgress()).last_error = str(exc)
             return False
