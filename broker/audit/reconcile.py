@@ -14,7 +14,8 @@ between which it happened; but where retention has cut a log, a loss at or befor
 log still holds is "expired", since that log no longer holds all of it. Loads run now and then, so
 fewer loaded than stored is a load still to come, not a loss. Every tier counts only the batches an
 audited producer stamped (`broker.audit.counts`), each in the window of its base timestamp: messages of
-producers without `audit.enabled` are left out.
+producers without `audit.enabled` are left out. The stored tiers count committed data only, below the
+last stable offset (as the mirror copies it): aborted transactions' records and markers are not messages.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ async def _audit_records(bootstrap: str) -> tuple[list[AuditRecord], str | None]
 async def _stored(bootstrap: str, topic: str, window_ms: int) -> tuple[dict[int, int], bool]:
     """Stamped messages of `topic` per window (none when the cluster has no such topic), and whether retention
     has removed the start of its log."""
-    async with RawConsumer(bootstrap, client_id="kafkactl-audit") as c:
+    async with RawConsumer(bootstrap, client_id="kafkactl-audit", isolation_level=1) as c:  # ends: last stable
         try:
             parts = await c.partitions_for(topic)
         except KafkactlError as exc:

@@ -3,7 +3,8 @@
 `count_ranges` reads offset ranges as raw batches and counts the stamped ones per window without
 decoding their records (`broker.audit.counts.count_stamped`); only a batch cut by a range's edge is
 decoded, to count the records inside the range. `kafkactl audit` counts the stored tiers with it,
-and spark-load counts what it committed.
+and spark-load counts what it committed. It reads read_committed, as the mirror and spark-load do:
+aborted transactions' records and the transaction markers are no messages of any tier.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ async def count_ranges(bootstrap: str, ranges: list[Range], window_ms: int,
     if not wanted:
         return counts
     async with RawConsumer(bootstrap, auto_offset_reset="earliest", client_id="kafkactl-audit",
-                           max_partition_fetch_bytes=4 << 20) as c:  # fmt: skip
+                           max_partition_fetch_bytes=4 << 20, isolation_level=1) as c:  # fmt: skip
         await c.assign(list(wanted))
         done = {tp: s for tp, (s, _) in wanted.items()}
         for tp, s in done.items():
@@ -61,6 +62,9 @@ async def count_ranges(bootstrap: str, ranges: list[Range], window_ms: int,
                     done[tp] = max(done[tp], rs.next_offset)
                 for w, n in per_window.items():
                     counts[(tp[0], w)] += n
+            for tp in wanted:  # past record sets left with no batch (all aborted or markers): never handed out
+                if tp not in c.buffers:
+                    done[tp] = max(done[tp], c.position(tp) or 0)
     return counts
 
 
