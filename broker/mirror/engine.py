@@ -7,6 +7,14 @@ target's last batch (`broker.mirror.stamp`). A lane never has more than five bat
 window within which a broker recognises a resent batch as a duplicate, so everything a killed mirror
 left in flight is either in the target's log or resent exactly once. Produce requests go with
 acks=all: what is answered is committed, and the tail read back is what the target will keep.
+
+The source is read as Kafka's MirrorMaker 2 with isolation.level=read_committed reads it: below each
+partition's last stable offset, without the batches of aborted transactions and without the
+transaction markers, so the target receives committed data only. The mirror's own writes stay
+idempotent, not transactional: a batch it copies loses its transactional bit, and its exactly-once
+comes from the stamps and sequences above, not from transactions of its own. A lane is caught up
+once it has everything below the source's last stable offset: the markers and aborted records in
+between are skipped, never copied, and an open transaction waits for its end.
 """
 
 from __future__ import annotations
@@ -18,14 +26,21 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from broker.audit.counts import AUDIT_TOPIC, DEFAULT_WINDOW_MS, WindowCounts, count_stamped
 from broker.audit.counts import records as audit_records
 from broker.client.admin import Admin
 from broker.client.aio import AsyncCluster
 from broker.client.connection import ProtocolError
-from broker.client.consumer import ConsumeError, ConsumerConfig, RawConsumer, RecordSet
+from broker.client.consumer import (
+    ConsumeError,
+    ConsumerConfig,
+    RawConsumer,
+    RecordSet,
+    _next_offset_after,
+    drop_aborted,
+)
 from broker.client.producer import AsyncProducer
 from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError, UsageError
@@ -71,6 +86,29 @@ class MirrorConfig:
     target_security: ClientSecurity | None = None
 
 
+class CommittedSource(RawConsumer):
+    """The mirror's source reader: read_committed, with each partition's last stable offset (as fetched last),
+    and a record set for every step of the position, also one whose batches were all aborted or markers (an
+    empty one), so a lane moves past what it will never copy."""
+
+    def __init__(self, bootstrap: str, config: ConsumerConfig) -> None:
+        config.isolation_level = 1
+        super().__init__(bootstrap, config)
+        self.last_stable_offsets: dict[TopicPartition, int] = {}
+
+    def _take(self, topic: str, p: dict) -> bool:
+        lso = p.get("last_stable_offset", -1)
+        if not p["error_code"] and (topic, p["partition_index"]) in self.positions:
+            self.last_stable_offsets[(topic, p["partition_index"])] = lso if lso >= 0 else p["high_watermark"]
+        return super()._take(topic, p)
+
+    def _queue_committed(self, tp: TopicPartition, data: Any, position: int, aborted: list[dict[str, int]]) -> None:
+        next_offset = _next_offset_after(data, position)
+        if next_offset > position:
+            kept = drop_aborted(data, aborted)
+            self._push(tp, [RecordSet(position, next_offset, memoryview(kept))], next_offset)
+
+
 class Tail(NamedTuple):
     """A target partition's offsets and where its mirroring resumes (None: empty, or not the mirror's)."""
 
@@ -94,7 +132,7 @@ class Lane:
     producer_epoch: int
     sequence: int
     position: int  # the next source offset to restamp
-    acked: int  # the source offset after the last batch the target acknowledged
+    acked: int  # the source offset below which the target acknowledged everything the mirror copies
     origin: int  # where an empty target partition starts from
     queue: collections.deque[Pending] = field(default_factory=collections.deque)
     in_flight: collections.deque[Pending] = field(default_factory=collections.deque)
@@ -123,7 +161,7 @@ class Mirror:
         self.cfg = cfg
         self.say = say
         self.lanes: dict[TopicPartition, Lane] = {}
-        self.source: RawConsumer | None = None
+        self.source: CommittedSource | None = None
         self.target = AsyncCluster(cfg.target, client_id=CLIENT_ID, timeout=cfg.request_timeout_ms / 1000 + 5,
                                    security=cfg.target_security)  # fmt: skip
         self.queued = 0
@@ -218,7 +256,7 @@ class Mirror:
                                   max_partition_fetch_bytes=cfg.fetch_bytes, request_timeout_ms=cfg.request_timeout_ms,
                                   fetch_max_bytes=max(cfg.queued_bytes // 2, cfg.fetch_bytes),
                                   security=cfg.source_security)  # fmt: skip
-        self.source = RawConsumer(cfg.source, fetching)
+        self.source = CommittedSource(cfg.source, fetching)
         try:
             await self.source.start()
             await self.target.refresh([])  # its cluster id names the producer ids kept (broker.mirror.state)
@@ -260,13 +298,15 @@ class Mirror:
         return sum(lane.mirrored for lane in self.lanes.values())
 
     def lag(self) -> int:
-        """Source messages not yet acknowledged by the target, by the high watermarks fetched last."""
-        hw = self.source.high_watermarks if self.source is not None else {}
-        return sum(max(0, hw.get(tp, lane.acked) - lane.acked) for tp, lane in self.lanes.items())
+        """Source offsets not yet acknowledged by the target, by the last stable offsets fetched last (offsets, not
+        messages: markers and aborted records not yet passed count too)."""
+        lso = self.source.last_stable_offsets if self.source is not None else {}
+        return sum(max(0, lso.get(tp, lane.acked) - lane.acked) for tp, lane in self.lanes.items())
 
     def _caught_up(self) -> bool:
-        hw = self.source.high_watermarks if self.source is not None else {}
-        return all(lane.idle and not lane.broken and tp in hw and lane.acked >= hw[tp]
+        """Every lane has all the source's committed data below its last stable offset acknowledged."""
+        lso = self.source.last_stable_offsets if self.source is not None else {}
+        return all(lane.idle and not lane.broken and tp in lso and lane.acked >= lso[tp]
                    for tp, lane in self.lanes.items())  # fmt: skip
 
     async def _step(self) -> None:
@@ -329,10 +369,12 @@ class Mirror:
                         count_stamped(windows, data, 0, decode_header(data), self.audit.window_ms)
                     lane.queue.append(Pending(data, h.next_offset, count, windows))
                     self.queued += len(data)
-                elif lane.idle:  # nothing to copy (a transaction marker) and nothing before it unanswered
-                    lane.acked = h.next_offset
                 lane.position = h.next_offset
             pos += h.size
+        # past the dropped batches after its last kept one (aborted, markers: the record set's end says where)
+        lane.position = max(lane.position, rs.next_offset)
+        if lane.idle:  # nothing unanswered: all below the position is acknowledged or never copied
+            lane.acked = max(lane.acked, lane.position)
 
     def _source_id(self) -> str:
         """The source cluster as the audit names it: its cluster id (else its bootstrap servers)."""
@@ -425,6 +467,8 @@ class Mirror:
                                    else f"{type(error).__name__}: {error}" if error else "no answer")  # fmt: skip
             else:  # stored, also when an earlier batch failed: recovery resumes after it
                 lane.acked = max(lane.acked, p.next_offset)
+                if lane.idle and not lane.broken:  # the markers and aborted records after it were passed too
+                    lane.acked = max(lane.acked, lane.position)
                 lane.mirrored += p.count
                 if p.windows and self.audit is not None:
                     self.audit.add_windows(lane.source[0], p.windows)
@@ -492,7 +536,8 @@ class Mirror:
 
 async def read_tails(bootstrap: str, tps: list[TopicPartition], security: ClientSecurity | None = None,
                      timeout_s: float = 30.0) -> dict[TopicPartition, Tail]:  # fmt: skip
-    """Each partition's log start and high watermark, and the stamp of its last committed batch."""
+    """Each partition's log start and high watermark, and the stamp of its last data batch: transaction markers
+    after it (the mirror writes none: another producer's) are no batch of the mirror's, and are stepped over."""
     consumer = RawConsumer(bootstrap, ConsumerConfig(client_id=CLIENT_ID, auto_offset_reset="earliest",
                                                      fetch_max_wait_ms=50, security=security))  # fmt: skip
     out: dict[TopicPartition, Tail] = {}
@@ -506,8 +551,9 @@ async def read_tails(bootstrap: str, tps: list[TopicPartition], security: Client
         if not want:
             return out
         await consumer.assign(want)
-        for tp in want:
-            consumer.seek(tp, ends[tp] - 1)
+        probes = {tp: _TailProbe(ends[tp] - 1, ends[tp]) for tp in want}
+        for tp, probe in probes.items():
+            consumer.seek(tp, probe.low)
         deadline = time.monotonic() + timeout_s
         while any(tp not in out for tp in want):
             if time.monotonic() > deadline:
@@ -515,26 +561,50 @@ async def read_tails(bootstrap: str, tps: list[TopicPartition], security: Client
                 raise KafkactlError(f"no answer from the target for {missing[0][0]} partition {missing[0][1]}'s "
                                     f"last batch within {timeout_s:g}s")  # fmt: skip
             for tp, record_sets in (await consumer.getmany(timeout_ms=200)).items():
-                if tp in out:
-                    continue
+                probe = probes[tp]
                 for rs in record_sets:
-                    last = _last_batch(rs.data, ends[tp])
-                    if last is not None:
-                        pos, h = last
-                        out[tp] = Tail(starts[tp], ends[tp], read_stamp(rs.data, pos, h))
+                    if tp in out or not probe.low <= rs.offset <= probe.reached:
+                        continue  # done, or fetched for an earlier window
+                    probe.take(rs)
+                    if probe.reached < probe.below:
+                        continue
+                    if probe.found or probe.low <= starts[tp]:
+                        out[tp] = Tail(starts[tp], ends[tp], probe.resume)
+                    else:  # only markers in the window: look further back, twice as far
+                        probe.back(starts[tp])
+                        consumer.seek(tp, probe.low)
+                        break
     finally:
         await consumer.close()
     return out
 
 
-def _last_batch(data: memoryview, end: int) -> tuple[int, object] | None:
-    """(position, header) of the whole batch in `data` that holds offset end - 1."""
-    pos, found = 0, None
-    while len(data) - pos >= BATCH_HEADER_SIZE:
-        h = decode_header(data, pos)
-        if pos + h.size > len(data):
-            break
-        if h.base_offset <= end - 1 <= h.last_offset:
-            found = (pos, h)
-        pos += h.size
-    return found
+@dataclass
+class _TailProbe:
+    """The offsets [low, below) of a target partition read for its last data batch (those after `below`: markers)."""
+
+    low: int
+    below: int
+    reached: int = -1  # the offset after the last whole batch read of the window
+    found: bool = False
+    resume: Resume | None = None  # the stamp of the last data batch found
+
+    def __post_init__(self) -> None:
+        self.reached = self.low
+
+    def take(self, rs: RecordSet) -> None:
+        data, pos = rs.data, 0
+        while len(data) - pos >= BATCH_HEADER_SIZE:
+            h = decode_header(data, pos)
+            if pos + h.size > len(data):
+                break
+            if h.base_offset < self.below and not is_control(h):
+                self.found, self.resume = True, read_stamp(data, pos, h)
+            pos += h.size
+        self.reached = max(self.reached, rs.next_offset)
+
+    def back(self, start: int) -> None:
+        """The window before this one, twice as wide (not before the log start)."""
+        width = self.below - self.low
+        self.below, self.low = self.low, max(start, self.low - 2 * width)
+        self.reached = self.low

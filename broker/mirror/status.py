@@ -1,16 +1,24 @@
 """How far a mirror is, read from the two clusters alone: each source partition's end against the source
-offset its target partition's last batch carries. It needs no running mirror and no state of its own."""
+offset its target partition's last batch carries. It needs no running mirror and no state of its own.
+
+The source's end is its last stable offset, as far as the mirror copies (read_committed). Where the
+offsets after the mirrored one hold no committed data (transaction markers, aborted records), the lag
+is 0: the mirror has nothing left to copy; else it counts from the first committed batch not mirrored."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from broker.client.admin import Admin
+from broker.client.consumer import ConsumerConfig
 from broker.client.security import ClientSecurity
-from broker.mirror.engine import read_tails
+from broker.errors import KafkactlError
+from broker.mirror.engine import CLIENT_ID, CommittedSource, TopicPartition, read_tails
 from broker.mirror.topics import Selection
 from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.records.batch import BATCH_HEADER_SIZE, decode_header
 
 
 @dataclass
@@ -34,7 +42,7 @@ def mirror_status(source: str, target: str, selection: Selection, source_securit
         topics = selection.pick(src.list_topics())
         tps = [(t, p) for t, n in topics.items() for p in range(n)]
         starts = src.list_offsets(tps, EARLIEST) if tps else {}
-        ends = src.list_offsets(tps, LATEST) if tps else {}
+        ends = src.list_offsets(tps, LATEST, isolation_level=1) if tps else {}
     with Admin(target, security=target_security) as dst:
         existing = dst.list_topics()
     present = [(selection.target(t), p) for t, p in tps if p < existing.get(selection.target(t), 0)]
@@ -44,7 +52,57 @@ def mirror_status(source: str, target: str, selection: Selection, source_securit
         tail = tails.get((selection.target(t), p))
         mirrored = tail.resume.source_offset if tail is not None and tail.resume is not None else None
         foreign = tail is not None and tail.resume is None and tail.end > tail.start
-        done = mirrored if mirrored is not None else starts[(t, p)]
+        done = max(mirrored if mirrored is not None else starts[(t, p)], starts[(t, p)])
         rows.append(PartitionStatus(t, p, selection.target(t), starts[(t, p)], ends[(t, p)], mirrored,
                                     max(0, ends[(t, p)] - done), foreign))  # fmt: skip
+    lagging = {(r.topic, r.partition): (r.source_end - r.lag, r.source_end) for r in rows if r.lag and not r.foreign}
+    if lagging:
+        firsts = asyncio.run(first_committed(source, lagging, source_security))
+        for r in rows:
+            if (r.topic, r.partition) in firsts:
+                first = firsts[(r.topic, r.partition)]
+                r.lag = 0 if first is None else r.source_end - first
     return rows
+
+
+async def first_committed(bootstrap: str, ranges: dict[TopicPartition, tuple[int, int]],
+                          security: ClientSecurity | None = None,
+                          timeout_s: float = 30.0) -> dict[TopicPartition, int | None]:  # fmt: skip
+    """Per partition, the offset of the first committed record in [from, end) (None: there is none, only markers
+    and aborted records), read read_committed up to the first data batch."""
+    out: dict[TopicPartition, int | None] = {}
+    cfg = ConsumerConfig(client_id=CLIENT_ID, auto_offset_reset="earliest", fetch_max_wait_ms=50, security=security)
+    consumer = CommittedSource(bootstrap, cfg)
+    try:
+        await consumer.start()
+        await consumer.assign(list(ranges))
+        for tp, (first, _) in ranges.items():
+            consumer.seek(tp, first)
+        deadline = time.monotonic() + timeout_s
+        while len(out) < len(ranges):
+            if time.monotonic() > deadline:
+                raise KafkactlError(f"reading the source's committed offsets took over {timeout_s:g}s")
+            for tp, record_sets in (await consumer.getmany(timeout_ms=200)).items():
+                first, end = ranges[tp]
+                for rs in record_sets:
+                    if tp in out:
+                        break
+                    found = _first_data(rs.data, first, end)
+                    if found is not None or rs.next_offset >= end:
+                        out[tp] = found
+    finally:
+        await consumer.close()
+    return out
+
+
+def _first_data(data: memoryview, first: int, end: int) -> int | None:
+    """The first offset in [first, end) of a data batch of the record set (None: none there)."""
+    pos = 0
+    while len(data) - pos >= BATCH_HEADER_SIZE:
+        h = decode_header(data, pos)
+        if pos + h.size > len(data) or h.base_offset >= end:
+            break
+        if not h.is_control and h.last_offset >= first:
+            return max(h.base_offset, first)
+        pos += h.size
+    return None
