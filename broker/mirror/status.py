@@ -27,7 +27,7 @@ class PartitionStatus:
     partition: int
     target_topic: str
     source_start: int
-    source_end: int
+    source_end: int  # its last stable offset: where committed data ends (the high watermark but for open transactions)
     #: the source offset mirrored up to (None: nothing yet)
     mirrored: int | None
     lag: int
