@@ -62,7 +62,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import compress, repeat
 from pathlib import Path
 
 from broker.errors import CorruptRecordError
@@ -306,10 +306,13 @@ def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: Offse
             records = decode_records(data, item.position, h)
             if start > h.base_offset:
                 records = [r for r in records if r.offset >= start]
-            keyed = [r for r in records if r.key is not None]
-            if not offset_map.room_for(len(keyed)):
+            keys = list(map(_KEY, records))
+            if None in keys:  # (records without a key: never mapped, a clean drops them)
+                records = [r for r in records if r.key is not None]
+                keys = list(map(_KEY, records))
+            if not offset_map.room_for(len(keys)):
                 return h.base_offset
-            offset_map.put_hashes(list(map(hash, map(_KEY, keyed))), list(map(_OFFSET, keyed)))
+            offset_map.put_hashes(list(map(hash, keys)), list(map(_OFFSET, records)))
             stats.map_messages += len(records)
         if stop():
             raise CleanAborted("stopped")
@@ -393,13 +396,22 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                         retain_deletes = h.max_timestamp > delete_horizon_ms
                         records = decode_records(data, item.position, h)
                         keys = list(map(_KEY, records))
-                        latest = list(map(get, map(hash, keys), repeat(-1))) if None not in keys else None
-                        whole = latest is not None and all(map(operator.le, latest, map(_OFFSET, records)))
-                        if whole and (retain_deletes or None not in map(_VALUE, records)):
-                            kept, kept_count = memoryview(data)[item.position : item.end], count
-                        else:
+                        if None in keys:  # (records without a key go: a slow path, Kafka refuses them now)
                             keep = [r for r in records if r.key is not None and get(hash(r.key), -1) <= r.offset
                                     and (retain_deletes or r.value is not None)]  # fmt: skip
+                        else:  # per batch, in C: a record stays when no later offset of its key is in the map
+                            latest = map(get, map(hash, keys), repeat(-1))
+                            mask = list(map(operator.le, latest, map(_OFFSET, records)))
+                            deletes = not retain_deletes and None in map(_VALUE, records)
+                            if not deletes and all(mask):
+                                keep = records
+                            else:
+                                keep = list(compress(records, mask)) if any(mask) else []
+                                if deletes:
+                                    keep = [r for r in keep if r.value is not None]
+                        if keep is records:
+                            kept, kept_count = memoryview(data)[item.position : item.end], count
+                        else:
                             kept_count, rebuilt = len(keep), True
                             keep_empty = not keep and h.base_offset in producers_last
                             kept = _rebuild(h, keep) if keep or keep_empty else None
