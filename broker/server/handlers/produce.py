@@ -46,7 +46,8 @@ _ACKS = (0, 1, -1)
 
 
 def _is_transactional(records: memoryview | None) -> bool:
-    """Whether a record set's first batch carries the transactional bit (a producer's sets are all alike)."""
+    """Whether a record set's first batch carries the transactional bit (a set holds one batch: Produce refuses
+    more, as Kafka's)."""
     if records is None or len(records) < HEADER.size:
         return False
     return bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT)
@@ -198,6 +199,10 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
     end_before = plog.log_end_offset
     try:  # validate before the sequence check: a corrupted retry of a stored batch is no duplicate
         validated = plog.validate(records)
+        if len(validated) > 1:  # (Kafka's ProduceRequest.validateRecords: a producer's fields, its transaction and
+            # its TransactionalId ACL are those of the one batch; kafkactl's producers send one too)
+            raise InvalidRecordError(f"Produce requests with version {version} are only allowed to contain "
+                                     "exactly one record batch")  # fmt: skip
         config = plog.config
         if config.checks_batches and _refused_timestamps(plog, records, validated, version, out):
             return out

@@ -294,8 +294,9 @@ def _mixed_frames(seed: int) -> tuple[list[bytes], int]:
             data = rng.choice(sent[-3:])
         elif kind == "gap":  # sequences skipped: OUT_OF_ORDER_SEQUENCE_NUMBER
             data = build_batch(recs, producer_id=7, producer_epoch=epoch, base_sequence=sequence + 3)
-        elif kind == "two-batches":
+        elif kind == "two-batches":  # refused (one batch a partition, as Kafka): an acks=0 error closes
             data = data + build_batch(recs)
+            acks = acks or 1
         elif kind in ("log-append", "too-big", "isr", "uncached"):
             topic = {"log-append": "appendtime", "too-big": "small", "isr": "isr", "uncached": "elsewhere"}[kind]
             if kind == "too-big":
