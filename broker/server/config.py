@@ -538,6 +538,16 @@ class BrokerConfig:
                 why = topic_configs.value_error(topic_key, p[broker_key], broker_key)
                 if why:
                     raise KafkactlError(f"config: {why}")
+        for key, low in (("log.cleaner.threads", 1), ("log.cleaner.backoff.ms", 0),
+                         ("log.cleaner.dedupe.buffer.size", 1)):  # fmt: skip
+            if _int(p, key) < low:
+                raise KafkactlError(f"config {key}={p[key]!r}: must be at least {low}")
+        for key in ("log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second"):
+            try:
+                if float(p[key]) <= 0:
+                    raise ValueError
+            except ValueError:
+                raise KafkactlError(f"config {key}={p[key]!r}: expected a positive number") from None
         return lc.with_overrides({k: p[b] for b, k in _CLEANER_DEFAULTS.items() if p.get(b)})
 
     #: topic-level key → the broker key whose value is its default (None: none, empty by default); every key

@@ -671,3 +671,12 @@ def test_topic_defaults(tmp_path: Path) -> None:
     assert set(d) == set(BrokerConfig.TOPIC_DEFAULTS)
     assert topic_config_error(d) is None  # defaults are valid overrides
     assert log_config_for(c.log, d) == c.log  # and applying them changes nothing
+
+
+def test_the_log_cleaner_keys_are_checked() -> None:
+    for key, value, why in (("log.cleaner.threads", "abc", "not an integer"),
+                            ("log.cleaner.threads", "0", "at least 1"), ("log.cleaner.backoff.ms", "-1", "at least 0"),
+                            ("log.cleaner.io.max.bytes.per.second", "fast", "a positive number")):  # fmt: skip
+        with pytest.raises(KafkactlError, match=why):
+            BrokerConfig.load(None, {key: value})
+    assert BrokerConfig.load(None, {"log.cleaner.threads": "2"}).props["log.cleaner.threads"] == "2"
