@@ -73,7 +73,8 @@ def start(
     replication_factor: Annotated[int, typer.Option("--replication-factor", "-r", help="Replicas of the topics "
                                                     "made on the target (-1: its default).")] = -1,  # fmt: skip
     exit_at_end: Annotated[bool, typer.Option("--exit", "-e", help="Exit once every partition is mirrored up to "
-                                              "its end (else run until Ctrl-C or SIGTERM).")] = False,  # fmt: skip
+                                              "its last stable offset (its end, less an open transaction; else "
+                                              "run until Ctrl-C or SIGTERM).")] = False,  # fmt: skip
     report: Annotated[float, typer.Option("--report-interval", min=0.5, help="Seconds between progress lines "
                                           "on stderr.")] = 10.0,  # fmt: skip
     refresh: Annotated[float, typer.Option("--refresh-interval", min=1, help="Seconds between looks for new "
