@@ -397,3 +397,36 @@ def test_a_waiting_read_committed_fetch_wakes_when_a_marker_moves_the_lso(shared
     assert isinstance(answer, dict) and answer["last_stable_offset"] == 3
     assert [r.value for h, rs in batches_of(answer["records"]) if not h.is_control for r in rs] == [b"x", b"y"]
     assert got["seconds"] < 4, got["seconds"]
+
+
+@pytest.mark.slow
+def test_after_kill_9_a_transaction_begun_segments_back_stays_open_and_aborts_whole(start_broker):
+    """Start-up reads the producers from the newest snapshot (one at each roll) or the log start, never only the
+    active segment's tail: the open transaction whose first batch lies several segments back holds the last
+    stable offset after a kill -9, and its abort hides its records from read_committed."""
+    b = start_broker(1, FAST_SESSION)
+    topic = create_topic(b.bootstrap, unique("segs"), config={"segment.bytes": "4096"})
+    plain = [b"p%03d" % i + b"." * 1000 for i in range(24)]
+    with connect(b.bootstrap) as conn:
+        assert produce_txn(conn, "t", topic, 0, [b"x0"], PID, 0, 0)["error_code"] == 0  # open at offset 0
+        for i, v in enumerate(plain):
+            assert produce_txn(conn, None, topic, 0, [v], -1, -1, -1, transactional=False)["error_code"] == 0
+            if i == 12:  # another producer's transaction, committed between
+                assert produce_txn(conn, "t2", topic, 0, [b"c0"], PID2, 0, 0)["error_code"] == 0
+                assert write_markers(conn, PID2, 0, True, 0, [(topic, 0)]) == {(topic, 0): 0}
+        hw, lso, _, _ = _state_after(conn, topic)
+    assert (hw, lso) == (27, 0)
+    b.kill()
+    b.start()
+
+    def restarted():
+        with connect(b.bootstrap) as conn:
+            return _state_after(conn, topic)[:2]
+
+    assert wait_until(lambda: _quietly(restarted), 30, "the restarted broker leading") == (27, 0)
+    with connect(b.bootstrap) as conn:
+        assert write_markers(conn, PID, 0, False, 0, [(topic, 0)]) == {(topic, 0): 0}
+        hw, lso, aborted, committed = _state_after(conn, topic)
+        assert (hw, lso, aborted) == (28, 28, [{"producer_id": PID, "first_offset": 0}])
+        assert committed == plain[:13] + [b"c0"] + plain[13:]
+        assert b"x0" in read_values(conn, topic, 0, committed=False)
