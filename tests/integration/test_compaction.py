@@ -79,7 +79,9 @@ def confluent_read(bootstrap: str, topic: str, end: int) -> list[tuple[int, byte
 @pytest.mark.slow
 def test_a_million_updates_over_ten_thousand_keys_compact_to_the_last_values_across_a_kill(start_broker):
     keys, updates = 10_000, 1_000_000
-    b = start_broker(1, {**FAST, "log.cleaner.io.max.bytes.per.second": str(8 * 1024 * 1024)})
+    # (a short ZooKeeper session: the restarted broker waits for the killed one's to expire)
+    b = start_broker(1, {**FAST, "log.cleaner.io.max.bytes.per.second": str(8 * 1024 * 1024),
+                         "zookeeper.session.timeout.ms": "6000"})  # fmt: skip
     topic = create_topic(b.bootstrap, unique("compacted"), 1, {
         "cleanup.policy": "compact", "segment.bytes": str(1 << 20), "segment.ms": "1000",
         "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "600000",
@@ -186,6 +188,7 @@ def test_compact_delete_applies_retention_and_compact_alone_does_not(start_broke
 
 @pytest.mark.slow
 def test_each_replica_cleans_its_own_copy_and_a_new_leader_serves_the_compacted_log(cluster3):
+    """Leader and followers each clean their own copy; once the leader stops, a follower leads with its own."""
     topic = unique("compacted-rf3")
     with Admin(cluster3[0].bootstrap) as admin:
         admin.create_topic(topic, 1, 3, {"cleanup.policy": "compact", "segment.bytes": "4096", "segment.ms": "500",
@@ -203,7 +206,7 @@ def test_each_replica_cleans_its_own_copy_and_a_new_leader_serves_the_compacted_
         assert sorted(r.key for r in on_disk) == sorted({r.key for r in on_disk}), b.broker_id
         assert {r.key: int(r.value) for r in on_disk if r.key != b"~sentinel"} == {
             b"k%02d" % k: 2980 + k for k in range(20)}, b.broker_id  # fmt: skip
-    leader.kill()
+    leader.stop()  # (a controlled shutdown: leadership moves at once)
     survivor = next(b for b in cluster3 if b is not leader)
     wait_until(lambda: leaders(metadata(survivor.bootstrap, [topic]), topic).get(0, -1) not in (-1, leader_id), 30,
                "a new leader")  # fmt: skip
