@@ -39,8 +39,8 @@ A compacted log keeps, for each key, at least its latest record. The cleaner che
 Both passes check every batch's CRC: damage stops the clean (a re-built batch would get a good CRC, a bad
 batch's keys could drop good records) and leaves the log uncleanable until the broker restarts.
 
-The old segments' descriptors stay open `file.delete.delay.ms` after a swap (a fetch may still be sending
-from them), then close. Appends never wait for the cleaner: it reads only non-active segments through its
+The old segments' descriptors stay open `log.segment.delete.delay.ms` after a swap (a fetch may still be
+sending from them), then close. Appends never wait for the cleaner: it reads only non-active segments through its
 own descriptors, and the swap checks that the segments it replaces are still the log's, unchanged
 (retention, DeleteRecords or a follower's truncation may have removed them meanwhile: the clean is then
 dropped). Leader and followers each clean their own copy.
