@@ -4,9 +4,10 @@ Each partition remembers, per producer id, its epoch and the sequence ranges and
 last five batches (as Kafka does). A batch repeating one of them is a duplicate: it is not
 appended again and its first answer is repeated. A batch that skips sequences is refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A producer the partition
-has no state for (a new one) is accepted at any sequence. A clean shutdown writes each partition's
-state to a snapshot file (`broker.log.producer_snapshot`) that start-up reads back (`load_states`).
-After a failed write or fsync a partition's state is `repair`ed to what its log holds.
+has no state for (a new one) is accepted at any sequence. The state is written to snapshot files
+(`broker.log.producer_snapshot`) at each segment roll, every minute while the log end moves and at a clean
+shutdown; start-up and a follower's truncation rebuild it from the newest one at or below the log end and
+every batch after it (`load_states`). After a failed write or fsync it is `repair`ed to what the log holds.
 
 Transactions (KIP-98): a producer's first transactional batch opens its transaction here (its first
 offset is kept); the coordinator's marker (WriteTxnMarkers, a control batch) closes it. While it is open
@@ -14,9 +15,9 @@ the producer may write only transactional batches (INVALID_TXN_STATE otherwise).
 producer epoch raises the partition's (the fenced producer's later batches get INVALID_PRODUCER_EPOCH),
 one from an older coordinator epoch than the last seen for the producer is refused
 (TRANSACTION_COORDINATOR_FENCED). The last stable offset is the first offset of the oldest open
-transaction (`first_unstable_offset`), capped by the high watermark. Leaders, followers and start-up all
-feed the same state from the batches (`record_batches`), so a follower that becomes leader has the same
-open transactions.
+transaction (`first_unstable_offset`), at least the log start offset, capped by the high watermark.
+Leaders, followers and start-up all feed the same state from the batches (`record_batches`), so a follower
+that becomes leader has the same open transactions.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ needs Read on each topic and a follower ClusterAction on the cluster, else TOPIC
 no records (as Kafka).
 
 A consumer fetching with isolation_level 1 (read_committed) reads only below the last stable offset
-(`last_stable_offset`: the first offset of the oldest open transaction, capped by the high watermark)
+(`last_stable_offset`: the first offset of the oldest open transaction, at least the log start offset,
+capped by the high watermark)
 and gets the aborted transactions overlapping what it may read (from the `.txnindex`,
 `broker.log.txn_index`), so it can drop their records; every answer carries the real LSO. A marker
 wakes the fetches waiting on its partition (the LSO moved); ListOffsets' "latest" under isolation 1 is

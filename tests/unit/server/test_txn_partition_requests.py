@@ -70,3 +70,25 @@ def test_a_record_set_of_two_batches_is_refused_whole(broker) -> None:
     )
     assert broker.producer_states[(TOPIC, 0)].open_transactions() == {7: 1}
     assert last_stable_offset(broker, plog) == 1
+
+
+def _marker(broker: Any, commit: bool) -> int:
+    body = {"markers": [{"producer_id": 7, "producer_epoch": 0, "transaction_result": commit, "coordinator_epoch": 3,
+                         "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]}  # fmt: skip
+    hdr = RequestHeader(ApiKey.WRITE_TXN_MARKERS, 1, 2, "c")
+    out = asyncio.run(txn_markers.handle_write_txn_markers(broker, hdr, body))
+    return out["markers"][0]["topics"][0]["partitions"][0]["error_code"]
+
+
+def test_a_follower_truncated_below_two_markers_has_the_first_transaction_open_again(broker) -> None:
+    """ReplicaManager.truncate_copy rebuilds the producers from the log (Kafka's truncateTo), not one marker deep."""
+    assert _produce(broker, _txn_batch(0))["base_offset"] == 0
+    assert _marker(broker, commit=True) == 0  # offset 1
+    assert _produce(broker, _txn_batch(1))["base_offset"] == 2
+    assert _marker(broker, commit=False) == 0  # offset 3
+    tp, plog = (TOPIC, 0), broker.logs.get(TOPIC, 0)
+    assert broker.producer_states[tp].open_transactions() == {} and len(plog.txn_index.all()) == 1
+    broker.replicas.truncate_copy(tp, plog, 1, "as a test")
+    assert plog.log_end_offset == 1 and plog.txn_index.all() == []
+    assert broker.producer_states[tp].open_transactions() == {7: 0}
+    assert last_stable_offset(broker, plog) == 0
