@@ -188,14 +188,18 @@ class Cleanable:
         return self.cleanable_bytes / total if total else 0.0
 
 
-def cleanable(plog: PartitionLog, checkpoint: int | None, now_ms: int) -> Cleanable:
-    """The cleanable section of `plog` given its checkpointed first dirty offset (None: none yet)."""
+def cleanable(plog: PartitionLog, checkpoint: int | None, now_ms: int, stable_end: int | None = None) -> Cleanable:
+    """The cleanable section of `plog` given its checkpointed first dirty offset (None: none yet). With
+    `stable_end` (the high watermark), no segment holding it or anything above is cleaned or mapped, as
+    Kafka's cleaner stops below it: a record a new leader may truncate away must not replace an older one."""
     bases = list(plog.bases)
     segments = dict(plog.segments)
     start = plog.log_start_offset
     first_dirty = checkpoint if checkpoint is not None and start <= checkpoint <= plog.log_end_offset else start
     cfg = plog.config
     uncleanable = bases[-1]  # the active segment
+    if stable_end is not None:
+        uncleanable = min(uncleanable, bases[max(bisect.bisect_right(bases, stable_end) - 1, 0)])
     lag = cfg.min_compaction_lag_ms
     i = max(bisect.bisect_right(bases, first_dirty) - 1, 0)
     must = False
@@ -647,8 +651,11 @@ class LogCleaner:
     def __init__(self, manager, *, threads: int = 1, dedupe_buffer_bytes: int = 134217728,
                  load_factor: float = 0.9, backoff_ms: int = 15000, io_max_bytes_per_second: float = 1.7e308,
                  delete_delay_ms: int = 60000, loop: asyncio.AbstractEventLoop | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.time,
+                 stable_end: Callable[[PartitionLog], int] | None = None) -> None:  # fmt: skip
         self.manager = manager
+        #: a log's high watermark (the broker's); None: the whole log is stable (a broker-less test)
+        self.stable_end = stable_end
         if log.getEffectiveLevel() > logging.INFO:  # each clean is reported, as Kafka's log-cleaner.log is
             log.setLevel(logging.INFO)
         self.threads = max(1, threads)
@@ -770,7 +777,8 @@ class LogCleaner:
             if self.manager.is_offline(tp):
                 continue
             prog = self.progress.get(tp)
-            c = cleanable(plog, prog.checkpoint if prog else None, now_ms)
+            end = self.stable_end(plog) if self.stable_end is not None else None
+            c = cleanable(plog, prog.checkpoint if prog else None, now_ms, end)
             if c.cleanable_bytes <= 0:
                 continue
             if (c.must_clean or c.ratio > plog.config.min_cleanable_dirty_ratio) and (
@@ -856,7 +864,8 @@ class LogCleaner:
         return locked
 
     @classmethod
-    def from_props(cls, manager, props: dict[str, str], loop: asyncio.AbstractEventLoop | None = None) -> LogCleaner:
+    def from_props(cls, manager, props: dict[str, str], loop: asyncio.AbstractEventLoop | None = None,
+                   stable_end: Callable[[PartitionLog], int] | None = None) -> LogCleaner:  # fmt: skip
         """The cleaner of a broker's config (Kafka's `log.cleaner.*` keys)."""
         return cls(
             manager, threads=int(props.get("log.cleaner.threads", "1")),
@@ -864,7 +873,7 @@ class LogCleaner:
             load_factor=float(props.get("log.cleaner.io.buffer.load.factor", "0.9")),
             backoff_ms=int(props.get("log.cleaner.backoff.ms", "15000")),
             io_max_bytes_per_second=float(props.get("log.cleaner.io.max.bytes.per.second", "1.7e308")),
-            delete_delay_ms=int(props.get("log.segment.delete.delay.ms", "60000")), loop=loop,
+            delete_delay_ms=int(props.get("log.segment.delete.delay.ms", "60000")), loop=loop, stable_end=stable_end,
         )  # fmt: skip
 
 

@@ -175,7 +175,7 @@ class Broker:
             self.loop.create_task(self._every(60_000, self.checkpoint)),
         ]
         if _flag(cfg.props.get("log.cleaner.enable", "true")):
-            self.cleaner = LogCleaner.from_props(self.logs, cfg.props, self.loop)
+            self.cleaner = LogCleaner.from_props(self.logs, cfg.props, self.loop, stable_end=self.high_watermark)
             self.logs.before_removal = self.cleaner.abort
             self.cleaner.start()
         stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))

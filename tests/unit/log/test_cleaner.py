@@ -414,3 +414,19 @@ def test_damage_stops_the_clean_and_the_log_is_left_uncleanable(tmp_path):
     assert not cleaner.clean_once(OffsetMap(1 << 20))  # not tried again
     cleaner.stop()
     mgr.shutdown()
+
+
+def test_nothing_at_or_above_the_high_watermark_is_cleaned_or_mapped(open_log, read_all):
+    """A record a follower has not copied yet (above the high watermark) must not replace an older one: a new
+    leader may truncate it away, and the older value would be gone with it."""
+    log = open_log(segment_bytes=500)
+    _fill(log, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(200)])
+    assert len(log.bases) > 4
+    hw = log.bases[2] + 3  # inside the third segment
+    c = cleanable(log, None, T0 + 10, stable_end=hw)
+    assert c.uncleanable == log.bases[2]  # the segment holding the high watermark is left whole
+    stats = clean_log(log, c, OffsetMap(1 << 20), now_ms=T0 + 10)
+    assert stats.end_offset <= log.bases[2]
+    kept = {r.offset for r in _read(log)}
+    assert set(range(log.bases[2], 200)) <= kept  # nothing from the high watermark's segment on was dropped
+    assert cleanable(log, None, T0 + 10).uncleanable == log.bases[-1]  # without one: up to the active segment
