@@ -81,10 +81,10 @@ class Broker:
         self.authorizer = Authorizer.from_props(config.props)
         self.quotas = QuotaManager()
         self.cleaner: LogCleaner | None = None  # the log cleaner's threads (log.cleaner.enable)
-        self.txn_coordinator = TxnCoordinator(  # (commits a transaction's held offsets as OffsetCommit's)
+        self.txn_coordinator = TxnCoordinator(  # (tells the group store the offsets a commit wrote to ZooKeeper)
             self.id, config, self.cache, zk=lambda: self.zk, blocking=self.blocking,
             new_producer_id=lambda: take_producer_id(self),
-            commit_offsets=self.group_store.commit,
+            committed=self.group_store.note_committed,
             endpoint=self.inter_broker_endpoint,
         )  # fmt: skip
         self.replicas = ReplicaManager(

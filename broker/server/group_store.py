@@ -226,6 +226,12 @@ class GroupStore:
         except TimeoutError:  # still held: written when the writer gets to it
             self._waiters = [(s, f) for s, f in self._waiters if not f.done()]
 
+    def note_committed(self, group: str, offsets: dict[TopicPartition, StoredOffset]) -> None:
+        """A transaction's commit wrote these offsets to ZooKeeper itself (`txn_store.finish`): what memory
+        answers for a group with members here (during an outage) is them from now on."""
+        if self.live(group):
+            self._known.setdefault(group, {}).update(offsets)
+
     def held_commits(self, group: str | None = None) -> dict[OffsetKey, int]:
         """The offsets of the commits not written to ZooKeeper yet (of one group, or all)."""
         return {k: stored.offset for k, stored in self._held_stored(group).items()}

@@ -9,13 +9,21 @@ of one id are serialised by a lock of its own.
 
 Ending a transaction (EndTxn, a timeout, an InitProducerId that finds it open) writes PrepareCommit or
 PrepareAbort, then the markers (`broker.server.txn_markers_sender`: WriteTxnMarkers to every partition's
-leader, with the Prepare write's znode version as coordinator epoch), then, on commit, the offsets
-TxnOffsetCommit held become the groups' committed offsets (through the group store, as OffsetCommit's), and
-last CompleteCommit or CompleteAbort. Requests of the id meanwhile get CONCURRENT_TRANSACTIONS. EndTxn is
-answered once its transaction is complete (or after `END_WAIT_S`, while completion goes on).
+leader, with the Prepare write's znode version as coordinator epoch), then, in one ZooKeeper multi-op
+(`txn_store.finish`), on commit the offsets TxnOffsetCommit held become the groups' committed offsets, the
+held copies go, and CompleteCommit or CompleteAbort is written. Until that multi-op succeeds (a slow or
+failing ZooKeeper: the sweep retries) the id stays in its Prepare state: requests of the id meanwhile get
+CONCURRENT_TRANSACTIONS, OffsetFetch require_stable UNSTABLE_OFFSET_COMMIT. EndTxn is answered once its
+transaction is complete (or after `END_WAIT_S`, while completion goes on).
 
 A broker that becomes an id's coordinator (start-up, a change of the live brokers) reads its state and
-finishes a Prepare it finds (sending the markers again: a repeated marker is harmless). The sweep, every
+finishes a Prepare it finds, sending the markers again (a repeated marker is harmless) after a conditional
+write of its own (the Prepare state written again), whose version is its markers' coordinator epoch: above
+the one the previous coordinator used, so the partitions fence that one's markers still in flight (a zombie
+coordinator's late COMMIT would otherwise close the producer's next transaction). A completion is cancelled
+when its id moves to another broker; the states cached here are forgotten (read again) when the ZooKeeper
+session changes (it expired: others may have taken the ids over), and between retry rounds a completion
+checks that the session is the one it began in and that the id's znode is still at its own version. The sweep, every
 `transaction.abort.timed.out.transaction.cleanup.interval.ms`, aborts Ongoing transactions older than their
 timeout with the producer epoch raised (Kafka 2.8: the producer is fenced), and removes ids unused for
 `transactional.id.expiration.ms`.
@@ -28,6 +36,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import KazooException
@@ -72,6 +81,12 @@ class NotCoordinator(Exception):
     """This broker does not (or no longer) coordinate the id."""
 
 
+def _session_of(zk: KazooClient | None) -> int | None:
+    """The ZooKeeper session's id: kept through a connection loss, a new one after an expiry; None: none. (kazoo's
+    `client_id` is None while merely disconnected, which is no reason to drop what is cached.)"""
+    return getattr(zk, "_session_id", None) if zk is not None else None
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -82,14 +97,14 @@ class TxnCoordinator:
     def __init__(self, broker_id: int, config: BrokerConfig, cache: MetadataCache, *,
                  zk: Callable[[], KazooClient | None], blocking: Callable[..., Awaitable[Any]],
                  new_producer_id: Callable[[], Awaitable[int]],
-                 commit_offsets: Callable[[str, dict[TopicPartition, Any]], Awaitable[None]],
+                 committed: Callable[[str, dict[TopicPartition, StoredOffset]], None] = lambda g, o: None,
                  endpoint: Callable[[int], tuple[str, int] | None]) -> None:  # fmt: skip
         self.id = broker_id
         self.cache = cache
         self._zk = zk
         self._blocking = blocking
         self._new_pid = new_producer_id
-        self._commit_offsets = commit_offsets
+        self._committed = committed  # told a group's offsets a commit wrote (the group store's memory of them)
         props = config.props
         self.max_timeout_ms = int(props.get("transaction.max.timeout.ms", 900000))
         self.expiration_ms = int(props.get("transactional.id.expiration.ms", 604800000))
@@ -99,6 +114,7 @@ class TxnCoordinator:
         self._locks: dict[str, asyncio.Lock] = {}
         self._completing: dict[str, asyncio.Task] = {}
         self._sweeper: asyncio.Task | None = None
+        self._session: int | None = None  # the ZooKeeper session the cached states were read in
         self.closing = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -125,6 +141,9 @@ class TxnCoordinator:
         for txn_id in [t for t in self._txns if not self.coordinates(t)]:
             log.info("transactional id %s moved to broker %d", txn_id, coordinator_for(txn_id, self.cache.brokers))
             self._txns.pop(txn_id, None)
+        for txn_id, task in list(self._completing.items()):  # (its new coordinator completes it)
+            if not self.coordinates(txn_id):
+                task.cancel()
         if self._sweeper is not None and not self.closing:
             asyncio.get_running_loop().create_task(self._take_over())
 
@@ -136,10 +155,25 @@ class TxnCoordinator:
             lock = self._locks[txn_id] = asyncio.Lock()
         return lock
 
+    def _check_session(self) -> None:
+        """A new ZooKeeper session (the last one expired: other brokers may have taken ids over and changed
+        them): forget every cached state and stop the completions under way; states are read again."""
+        session = _session_of(self._zk())
+        if session == self._session:
+            return
+        if self._txns or self._completing:
+            log.info("transaction coordinator: ZooKeeper session changed; %d cached states dropped, %d completions "
+                     "stopped (read again from ZooKeeper)", len(self._txns), len(self._completing))  # fmt: skip
+        self._txns.clear()
+        for task in self._completing.values():
+            task.cancel()
+        self._session = session
+
     async def _get(self, txn_id: str) -> tuple[TxnMeta, int] | None:
         """The id's state (read from ZooKeeper when not cached; a Prepare found there is completed)."""
         if not self.coordinates(txn_id):
             raise NotCoordinator(txn_id)
+        self._check_session()
         got = self._txns.get(txn_id)
         if got is None:
             zk = self._zk()
@@ -153,7 +187,7 @@ class TxnCoordinator:
             self._txns[txn_id] = got
             if got[0].state.preparing:
                 log.info("transactional id %s: taken over in %s; completing it", txn_id, got[0].state)
-                self._complete_later(txn_id)
+                self._complete_later(txn_id, fresh=False)
         return got
 
     async def _put(self, txn_id: str, meta: TxnMeta, version: int | None) -> int:
@@ -213,7 +247,7 @@ class TxnCoordinator:
                     aborting = st.abort_with_bump(meta, now)
                     await self._put(txn_id, aborting, version)
                     log.info("transactional id %s: open transaction aborted for a new producer", txn_id)
-                    self._complete_later(txn_id)
+                    self._complete_later(txn_id, fresh=True)
                     return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
                 new_pid = -1
                 if meta.producer_epoch + 1 >= st.MAX_EPOCH:
@@ -257,7 +291,7 @@ class TxnCoordinator:
                 if nxt is None:
                     return error
                 await self._put(txn_id, nxt, version)
-                task = self._complete_later(txn_id)
+                task = self._complete_later(txn_id, fresh=True)
         except NotCoordinator:
             return ErrorCode.NOT_COORDINATOR
         except KazooException as exc:
@@ -276,55 +310,74 @@ class TxnCoordinator:
             got = await self._blocking(txn_store.load, zk, txn_id)
         except KazooException as exc:
             return self._zk_failed(None, exc)
-        meta = got[0] if got is not None else None
-        if meta is None or meta.producer_id != producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if meta.producer_epoch != producer_epoch:
-            return ErrorCode.INVALID_PRODUCER_EPOCH
-        if meta.state != TxnState.ONGOING or group not in meta.groups:
-            return ErrorCode.INVALID_TXN_STATE
-        return ErrorCode.NONE
+        return st.txn_offsets_error(got[0] if got is not None else None, group, producer_id, producer_epoch)
 
     # -- completion --------------------------------------------------------------------------------
 
-    def _complete_later(self, txn_id: str) -> asyncio.Task:
+    def _complete_later(self, txn_id: str, *, fresh: bool) -> asyncio.Task:
+        """Complete the id's Prepare state in a task (the one under way, if any). `fresh`: this broker has just
+        written that state (its version is this coordinator's epoch); otherwise (taken over, or a completion
+        that failed) it is written again first."""
         task = self._completing.get(txn_id)
         if task is None or task.done():
-            task = self._completing[txn_id] = asyncio.get_running_loop().create_task(self._complete(txn_id))
+            task = self._completing[txn_id] = asyncio.get_running_loop().create_task(self._complete(txn_id, fresh))
         return task
 
-    async def _complete(self, txn_id: str) -> None:
-        """Markers, then (commit) the held offsets, then the Complete state."""
+    async def _complete(self, txn_id: str, fresh: bool) -> None:
+        """A write of its own unless `fresh`, the markers, then the held offsets, their drop and the Complete
+        state in one multi-op."""
         try:
-            got = self._txns.get(txn_id)
-            if got is None or not got[0].state.preparing:
-                return
-            meta, version = got
-            commit = meta.state == TxnState.PREPARE_COMMIT
-            await self.markers.write(txn_id, meta.producer_id, meta.producer_epoch, commit, version,
-                                     set(meta.partitions), lambda: self.coordinates(txn_id))  # fmt: skip
             zk = self._zk()
             if zk is None:
                 raise NotCoordinator(txn_id)
-            for group in sorted(meta.groups):
-                if commit:
-                    offsets = await self._blocking(txn_store.take_offsets, zk, group, txn_id, meta.producer_id)
-                    if offsets:
-                        await self._commit_offsets(group, {tp: StoredOffset(o.offset, o.leader_epoch, o.metadata)
-                                                           for tp, o in offsets.items()})  # fmt: skip
-                await self._blocking(txn_store.drop_offsets, zk, group, txn_id)
+            session = _session_of(zk)
+            async with self._lock(txn_id):
+                got = self._txns.get(txn_id)
+                if got is None or not got[0].state.preparing:
+                    return
+                meta, version = got
+                if not fresh:  # (its version, above any earlier coordinator's, is the markers' coordinator epoch)
+                    meta = replace(meta, update_ms=_now_ms())
+                    version = await self._put(txn_id, meta, version)
+            commit = meta.state == TxnState.PREPARE_COMMIT
+            checks = 0
+
+            async def still_mine() -> bool:
+                nonlocal checks
+                checks += 1
+                cached = self._txns.get(txn_id)
+                if not self.coordinates(txn_id) or cached is None or cached[1] != version:
+                    return False
+                if not zk.connected or _session_of(zk) != session:
+                    return False  # (a session that expired meanwhile: others may own the id now)
+                if checks == 1:
+                    return True  # (its own write, just made)
+                now = await self._blocking(txn_store.load, zk, txn_id)
+                return now is not None and now[1] == version
+
+            await self.markers.write(txn_id, meta.producer_id, meta.producer_epoch, commit, version,
+                                     set(meta.partitions), still_mine)  # fmt: skip
             async with self._lock(txn_id):
                 now_got = self._txns.get(txn_id)
                 if now_got is None or now_got[1] != version:
                     return
-                await self._put(txn_id, st.completed(meta, _now_ms()), version)
+                done = st.completed(meta, _now_ms())
+                try:
+                    new_version, offsets = await self._blocking(txn_store.finish, zk, txn_id, meta, version, done)
+                except txn_store.Fenced:
+                    raise NotCoordinator(txn_id) from None
+                self._txns[txn_id] = (done, new_version)
+            for group, committed in offsets.items():
+                self._committed(group, {tp: StoredOffset(o.offset, o.leader_epoch, o.metadata)
+                                        for tp, o in committed.items()})  # fmt: skip
             log.debug("transactional id %s: transaction %s (producer %d epoch %d, %d partitions)", txn_id,
-                     "committed" if commit else "aborted", meta.producer_id, meta.producer_epoch,
-                     len(meta.partitions))  # fmt: skip
+                      "committed" if commit else "aborted", meta.producer_id, meta.producer_epoch,
+                      len(meta.partitions))  # fmt: skip
         except (Superseded, NotCoordinator):
             self._txns.pop(txn_id, None)
             log.info("transactional id %s: completion left to its new coordinator", txn_id)
         except asyncio.CancelledError:
+            self._txns.pop(txn_id, None)  # (moved away, or the session changed: read again if it comes back)
             raise
         except KazooException as exc:
             log.warning("transactional id %s: completing the transaction failed on ZooKeeper (%s); retried by the "
@@ -367,6 +420,7 @@ class TxnCoordinator:
 
     async def sweep(self) -> None:
         """Abort timed-out transactions (epoch raised), remove expired ids, retry stuck completions."""
+        self._check_session()
         await self._take_over()
         now = _now_ms()
         for txn_id, (meta, version) in list(self._txns.items()):
@@ -374,7 +428,7 @@ class TxnCoordinator:
                 self._txns.pop(txn_id, None)
                 continue
             if meta.state.preparing:
-                self._complete_later(txn_id)
+                self._complete_later(txn_id, fresh=False)  # (a completion that failed: again, with a write of its own)
             elif st.timed_out(meta, now):
                 with contextlib.suppress(NotCoordinator):
                     async with self._lock(txn_id):
@@ -384,7 +438,7 @@ class TxnCoordinator:
                         log.info("transactional id %s: transaction open %d ms, over its timeout %d ms: aborting",
                                  txn_id, now - meta.start_ms, meta.timeout_ms)  # fmt: skip
                         await self._put(txn_id, st.abort_with_bump(meta, now), version)
-                        self._complete_later(txn_id)
+                        self._complete_later(txn_id, fresh=True)
             elif st.expired(meta, now, self.expiration_ms):
                 zk = self._zk()
                 with contextlib.suppress(txn_store.Fenced):

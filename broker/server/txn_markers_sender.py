@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from broker.client.aio import AsyncConnection
@@ -81,13 +81,14 @@ class MarkerSender:
 
     async def write(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
                     coordinator_epoch: int, partitions: set[TopicPartition],
-                    still_mine: Callable[[], bool] = lambda: True) -> None:  # fmt: skip
+                    still_mine: Callable[[], Awaitable[bool]] | None = None) -> None:  # fmt: skip
         """Write the marker to every partition; returns once each took it (or is gone). `still_mine` is
-        asked between rounds: False (the id moved to another coordinator) raises `Superseded`."""
+        asked before each round: False (the id moved to another coordinator, or this one's ZooKeeper session
+        expired) raises `Superseded`."""
         left = set(partitions)
         rounds = 0
         while left:
-            if not still_mine():
+            if still_mine is not None and not await still_mine():
                 raise Superseded(txn_id)
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in sorted(left):

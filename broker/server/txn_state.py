@@ -7,8 +7,11 @@ The state machine is Kafka 2.8's `TransactionMetadata` (KIP-98):
       │                                   ▼
       └──── InitProducerId ◀── CompleteAbort ◀──markers── PrepareAbort
 
-A Complete state takes a new transaction like Empty does. `broker.server.txn_coordinator` applies these
-rules, `broker.server.txn_store` keeps the result in ZooKeeper (its JSON is `TxnMeta.to_json`).
+A Complete state takes a new transaction like Empty does. Each transaction an id begins gets the next
+`txn_number` (kept across epochs of one producer id): TxnOffsetCommit's held offsets carry it, so offsets
+held for a transaction that ended are never taken for a later one of the same producer id and epoch (a
+client's abort does not raise the epoch). `broker.server.txn_coordinator` applies these rules,
+`broker.server.txn_store` keeps the result in ZooKeeper (its JSON is `TxnMeta.to_json`).
 """
 
 from __future__ import annotations
@@ -58,13 +61,14 @@ class TxnMeta:
     groups: frozenset[str] = frozenset()
     start_ms: int = -1
     update_ms: int = -1
+    txn_number: int = 0  # transactions this id began (the current one's number while one is under way)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": 1, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
             "last_producer_epoch": self.last_producer_epoch, "timeout_ms": self.timeout_ms, "state": str(self.state),
             "partitions": sorted([t, p] for t, p in self.partitions), "groups": sorted(self.groups),
-            "start_ms": self.start_ms, "update_ms": self.update_ms,
+            "start_ms": self.start_ms, "update_ms": self.update_ms, "txn_number": self.txn_number,
         }  # fmt: skip
 
     @classmethod
@@ -75,7 +79,7 @@ class TxnMeta:
             last_producer_epoch=int(d.get("last_producer_epoch", -1)),
             partitions=frozenset((str(t), int(p)) for t, p in d.get("partitions", ())),
             groups=frozenset(d.get("groups", ())), start_ms=int(d.get("start_ms", -1)),
-            update_ms=int(d.get("update_ms", -1)),
+            update_ms=int(d.get("update_ms", -1)), txn_number=int(d.get("txn_number", 0)),
         )  # fmt: skip
 
 
@@ -109,7 +113,8 @@ def add_to_txn(meta: TxnMeta, partitions: set[TopicPartition], groups: set[str],
         return ErrorCode.NONE, replace(meta, partitions=meta.partitions | partitions, groups=meta.groups | groups,
                                        update_ms=now_ms)  # fmt: skip
     return ErrorCode.NONE, replace(meta, state=TxnState.ONGOING, partitions=frozenset(partitions),
-                                   groups=frozenset(groups), start_ms=now_ms, update_ms=now_ms)  # fmt: skip
+                                   groups=frozenset(groups), start_ms=now_ms, update_ms=now_ms,
+                                   txn_number=meta.txn_number + 1)  # fmt: skip
 
 
 def end_txn(meta: TxnMeta, commit: bool, now_ms: int) -> tuple[ErrorCode, TxnMeta | None]:
@@ -148,7 +153,31 @@ def next_producer(meta: TxnMeta | None, new_pid: int, timeout_ms: int, now_ms: i
     if meta is None or meta.producer_epoch + 1 >= MAX_EPOCH:
         return TxnMeta(new_pid, 0, timeout_ms, TxnState.EMPTY, -1, update_ms=now_ms)
     return TxnMeta(meta.producer_id, meta.producer_epoch + 1, timeout_ms, TxnState.EMPTY,
-                   last_producer_epoch=meta.producer_epoch, update_ms=now_ms)  # fmt: skip
+                   last_producer_epoch=meta.producer_epoch, update_ms=now_ms, txn_number=meta.txn_number)  # fmt: skip
+
+
+def txn_offsets_error(meta: TxnMeta | None, group: str, producer_id: int, producer_epoch: int) -> ErrorCode:
+    """Whether a TxnOffsetCommit of (producer id, epoch) may hold offsets for `group` in the id's transaction
+    (`meta`: the id's state, None when unknown): only the current producer's, while its transaction is Ongoing
+    with the group added (AddOffsetsToTxn)."""
+    if meta is None or meta.producer_id != producer_id:
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    if meta.producer_epoch != producer_epoch:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if meta.state != TxnState.ONGOING or group not in meta.groups:
+        return ErrorCode.INVALID_TXN_STATE
+    return ErrorCode.NONE
+
+
+def holds_offsets_of(meta: TxnMeta | None, producer_id: int, producer_epoch: int, txn_number: int) -> bool:
+    """Whether offsets held with this tag (the TxnOffsetCommit's producer id and epoch, and the transaction's
+    number when they were held) belong to the id's transaction under way (Ongoing, or being completed); any
+    other are left behind by a transaction that ended."""
+    return (
+        meta is not None
+        and (meta.state == TxnState.ONGOING or meta.state.preparing)
+        and (meta.producer_id, meta.producer_epoch, meta.txn_number) == (producer_id, producer_epoch, txn_number)
+    )
 
 
 def timed_out(meta: TxnMeta, now_ms: int) -> bool:

@@ -10,20 +10,40 @@ coordinate an id cannot both win: the loser gets `Fenced` and answers NOT_COORDI
 Prepare state was written at is the markers' coordinator epoch: it only grows for an id.
 
 TxnOffsetCommit's offsets wait under `/kafkactl/txn_offsets/<group>/<id>` ({"version":1,"producer_id",
-"producer_epoch","offsets":[[topic, partition, offset, leader_epoch, metadata]]}), written by the group's
-coordinator; the transaction's coordinator moves them to the group's committed offsets when the transaction
-commits and deletes them when it ends. Listed by group, so OffsetFetch's require_stable finds them.
+"producer_epoch","txn_number","offsets":[[topic, partition, offset, leader_epoch, metadata]]}), written by the
+group's coordinator (`add_offsets`) in one ZooKeeper multi-op with a check of the transaction's znode at the
+version its Ongoing state was read at: offsets are never held for a transaction that ended meanwhile. The
+tag (producer id, epoch, `TxnMeta.txn_number`) says which transaction they belong to; entries of any other
+(left by an earlier version) are not pending and are removed when found.
+
+A transaction ends (`finish`) in one multi-op: on commit its held offsets become the groups' committed
+offsets (`/consumers/<g>/offsets/<t>/<p>` and the `offset_metadata` znode beside, as `broker.zk.consumers`
+writes them), the held copies are deleted, and the Complete state is written, conditional on the Prepare
+state's version. A ZooKeeper that fails or is slow leaves all of it undone (the id stays in its Prepare state
+and is completed again); never the held copy dropped without the offsets written. Offsets too many for one
+multi-op (`MULTI_MAX_OPS`, `MULTI_MAX_BYTES`) are written first, in multi-ops each checking the Prepare state's
+version; the last one drops the held copies and writes Complete. Listed by group, so OffsetFetch's
+require_stable finds them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 
-from broker.server.txn_state import TopicPartition, TxnMeta, TxnState
+from broker.protocol.errors import ErrorCode
+from broker.server.txn_state import TopicPartition, TxnMeta, TxnState, holds_offsets_of, txn_offsets_error
 from broker.zk import paths
+
+#: the most operations, and about the most bytes (paths and data), of one ZooKeeper multi-op here (ZooKeeper
+#: refuses a request over jute.maxbuffer, 1 MiB by default)
+MULTI_MAX_OPS = 1000
+MULTI_MAX_BYTES = 512 * 1024
+#: attempts of a multi-op that lost a race (a znode changed between its reads and its write)
+MULTI_ATTEMPTS = 50
 
 
 class Fenced(Exception):
@@ -79,80 +99,211 @@ class PendingOffset:
     metadata: str
 
 
+class _Raced(Exception):
+    """A znode a multi-op read changed before it was written: read again and retry."""
+
+
+def _commit(zk: KazooClient, ops: list[tuple[str, str, bytes | None, int]], guard: int) -> list[Any]:
+    """Run `ops` ((kind create|set|delete|check, path, data, version)) as one multi-op; the op at `guard` is
+    the transaction znode's: its failure raises `Fenced`. Another op's race raises `_Raced`; any other
+    failure (NoAuth, …) is raised as kazoo's exception."""
+    t = zk.transaction()
+    for kind, path, data, version in ops:
+        if kind == "create":
+            t.create(path, data or b"")
+        elif kind == "set":
+            t.set_data(path, data or b"", version)
+        elif kind == "delete":
+            t.delete(path, version)
+        else:
+            t.check(path, version)
+    results = t.commit()
+    for i, result in enumerate(results):
+        if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+            if i == guard and isinstance(result, (BadVersionError, NoNodeError)):
+                raise Fenced(ops[i][1])
+            if isinstance(result, (BadVersionError, NoNodeError, NodeExistsError)):
+                raise _Raced(ops[i][1])
+            raise result
+    return results
+
+
+def _retrying(attempt: Any) -> Any:
+    for _ in range(MULTI_ATTEMPTS - 1):
+        try:
+            return attempt()
+        except _Raced:
+            continue
+    try:
+        return attempt()
+    except _Raced as exc:
+        raise KazooException(f"{exc}: changed under every attempt") from None
+
+
+def _tag(d: dict) -> tuple[int, int, int]:
+    return int(d.get("producer_id", -1)), int(d.get("producer_epoch", -1)), int(d.get("txn_number", 0))
+
+
 def add_offsets(zk: KazooClient, group: str, txn_id: str, producer_id: int, producer_epoch: int,
-                offsets: dict[TopicPartition, PendingOffset]) -> None:  # fmt: skip
-    """Hold a transaction's offsets for `group` (merged with those it held already in this producer epoch)."""
+                offsets: dict[TopicPartition, PendingOffset]) -> ErrorCode:  # fmt: skip
+    """Hold a transaction's offsets for `group` (merged with those its transaction holds already), if the
+    id's current transaction is (producer id, epoch)'s, Ongoing, with the group added: the write is one
+    multi-op with a check of the transaction's znode at the version that said so. Returns the error of that
+    check (`txn_state.txn_offsets_error`); NONE once held."""
     path = paths.txn_group_offsets(group, txn_id)
-    while True:
+
+    def attempt() -> ErrorCode:
+        zk.ensure_path(paths.txn_offsets(group))  # (a create in a multi-op makes no parent)
+        got = load(zk, txn_id)
+        meta = got[0] if got is not None else None
+        error = txn_offsets_error(meta, group, producer_id, producer_epoch)
+        if error or meta is None or got is None:
+            return error or ErrorCode.INVALID_PRODUCER_ID_MAPPING
         held: dict[TopicPartition, PendingOffset] = {}
-        version = -1
         try:
             data, stat = zk.get(path)
             d = paths.loads(data)
-            version = stat.version
-            if d["producer_id"] == producer_id and d["producer_epoch"] == producer_epoch:
-                held = _offsets(d)
+            if _tag(d) == (meta.producer_id, meta.producer_epoch, meta.txn_number):
+                held = _offsets(d)  # (else left behind by an earlier transaction: replaced)
+            write = ("set", path, None, stat.version)
         except NoNodeError:
-            pass
+            write = ("create", path, None, -1)
         held.update(offsets)
         body = paths.dumps({"version": 1, "producer_id": producer_id, "producer_epoch": producer_epoch,
+                            "txn_number": meta.txn_number,
                             "offsets": [[t, p, o.offset, o.leader_epoch, o.metadata]
                                         for (t, p), o in sorted(held.items())]})  # fmt: skip
         try:
-            if version < 0:
-                zk.create(path, body, makepath=True)
-            else:
-                zk.set(path, body, version=version)
-            return
-        except (NodeExistsError, BadVersionError, NoNodeError):
-            continue  # (changed meanwhile: merge again)
+            _commit(zk, [("check", paths.transaction(txn_id), None, got[1]), (write[0], path, body, write[3])], 0)
+        except Fenced:  # (the transaction changed meanwhile: its state is checked again)
+            raise _Raced(txn_id) from None
+        return ErrorCode.NONE
+
+    return _retrying(attempt)
 
 
 def _offsets(d: dict) -> dict[TopicPartition, PendingOffset]:
     return {(str(t), int(p)): PendingOffset(int(o), int(e), str(m)) for t, p, o, e, m in d.get("offsets", ())}
 
 
-def take_offsets(zk: KazooClient, group: str, txn_id: str, producer_id: int) -> dict[TopicPartition, PendingOffset]:
-    """The offsets a transaction of `producer_id` holds for `group` (empty: none)."""
+def held_offsets(zk: KazooClient, group: str, txn_id: str, meta: TxnMeta) -> dict[TopicPartition, PendingOffset]:
+    """The offsets `meta`'s transaction under way holds for `group` (empty: none, or only left-behind ones)."""
     try:
         data, _ = zk.get(paths.txn_group_offsets(group, txn_id))
     except NoNodeError:
         return {}
     d = paths.loads(data)
-    return _offsets(d) if d.get("producer_id") == producer_id else {}
+    return _offsets(d) if holds_offsets_of(meta, *_tag(d)) else {}
 
 
-def drop_offsets(zk: KazooClient, group: str, txn_id: str) -> None:
-    """Delete a transaction's held offsets for `group` (and the group's parent once empty)."""
+def _offset_ops(zk: KazooClient, group: str, offsets: dict[TopicPartition, PendingOffset]
+                ) -> list[tuple[str, str, bytes | None, int]]:  # fmt: skip
+    """The writes that make `offsets` the group's committed ones, as `broker.zk.consumers` stores a commit:
+    the offset znode and the `offset_metadata` one beside it (deleted when the commit carries neither)."""
+    ops: list[tuple[str, str, bytes | None, int]] = []
+    ensured: set[str] = set()
+    for (t, p), o in sorted(offsets.items()):
+        stored = paths.StoredOffset(o.offset, o.leader_epoch, o.metadata)
+        for path, data in ((paths.group_offset(group, t, p), paths.offset_data(stored)),
+                           (paths.group_offset_metadata(group, t, p), paths.offset_metadata_json(stored))):  # fmt: skip
+            exists = zk.exists(path) is not None
+            if data is None:
+                if exists:
+                    ops.append(("delete", path, None, -1))
+                continue
+            parent = path.rsplit("/", 1)[0]
+            if not exists and parent not in ensured:
+                zk.ensure_path(parent)
+                ensured.add(parent)
+            ops.append(("set", path, data, -1) if exists else ("create", path, data, -1))
+    return ops
+
+
+def _size(op: tuple[str, str, bytes | None, int]) -> int:
+    return len(op[1]) + len(op[2] or b"") + 16
+
+
+def finish(zk: KazooClient, txn_id: str, prepared: TxnMeta, version: int, done: TxnMeta
+           ) -> tuple[int, dict[str, dict[TopicPartition, PendingOffset]]]:  # fmt: skip
+    """End `prepared`'s transaction (its Prepare state at znode `version`): on commit, its held offsets become
+    the groups' committed offsets, the held copies go, and `done` (its Complete state) is written, all in one
+    multi-op conditional on `version` (more offsets than one multi-op takes go first, in multi-ops checking
+    `version`). Returns the new version and the offsets committed, by group; `Fenced` when the id changed
+    meanwhile (another coordinator)."""
+    commit = prepared.state == TxnState.PREPARE_COMMIT
+    txn_path = paths.transaction(txn_id)
+
+    committed: dict[str, dict[TopicPartition, PendingOffset]] = {}
+
+    def attempt() -> int:
+        committed.clear()
+        writes: list[tuple[str, str, bytes | None, int]] = []
+        drops: list[tuple[str, str, bytes | None, int]] = []
+        for group in sorted(prepared.groups):
+            path = paths.txn_group_offsets(group, txn_id)
+            try:
+                data, stat = zk.get(path)
+            except NoNodeError:
+                continue
+            d = paths.loads(data)
+            if commit and holds_offsets_of(prepared, *_tag(d)):
+                committed[group] = _offsets(d)
+                writes += _offset_ops(zk, group, committed[group])
+            drops.append(("delete", path, None, stat.version))  # (this transaction's, or left behind)
+        last = [*drops, ("set", txn_path, paths.dumps(done.to_json()), version)]
+        chunk: list[tuple[str, str, bytes | None, int]] = []
+        budget = sum(map(_size, last))
+        for op in writes:
+            if len(chunk) + len(last) >= MULTI_MAX_OPS or budget + _size(op) > MULTI_MAX_BYTES:
+                _commit(zk, [("check", txn_path, None, version), *chunk], 0)
+                chunk, budget = [], sum(map(_size, last))
+            chunk.append(op)
+            budget += _size(op)
+        results = _commit(zk, [*chunk, *last], len(chunk) + len(last) - 1)
+        return int(results[-1].version)
+
+    new_version = _retrying(attempt)
+    for group in prepared.groups:  # (the group's parent, once empty)
+        try:
+            zk.delete(paths.txn_offsets(group))
+        except KazooException:  # (not empty, or gone: fine)
+            pass
+    return new_version, dict(committed)
+
+
+def drop_offsets(zk: KazooClient, group: str, txn_id: str, version: int = -1) -> None:
+    """Delete a transaction's held offsets for `group` (at `version`: only if unchanged since read; a changed
+    one stays) and the group's parent once empty."""
     try:
-        zk.delete(paths.txn_group_offsets(group, txn_id))
-    except NoNodeError:
+        zk.delete(paths.txn_group_offsets(group, txn_id), version=version)
+    except (NoNodeError, BadVersionError):
         pass
     try:
         zk.delete(paths.txn_offsets(group))
-    except Exception:  # (not empty, or gone: fine)
+    except KazooException:  # (not empty, or gone: fine)
         pass
 
 
 def pending_partitions(zk: KazooClient, group: str) -> set[TopicPartition]:
-    """The partitions of `group` with transactional offsets not yet committed or dropped."""
+    """The partitions of `group` with transactional offsets not yet committed or dropped: held for their
+    transactional id's transaction under way (Ongoing or being completed). Others (left behind by a
+    transaction that ended, of another producer, epoch or transaction number) are not, and are removed."""
     try:
         children = zk.get_children(paths.txn_offsets(group))
     except NoNodeError:
         return set()
     out: set[TopicPartition] = set()
     for child in children:
+        txn_id = paths.group_name(child)
         try:
-            data, _ = zk.get(f"{paths.txn_offsets(group)}/{child}")
+            data, stat = zk.get(f"{paths.txn_offsets(group)}/{child}")
         except NoNodeError:
             continue
         d = paths.loads(data)
-        txn = load(zk, paths.group_name(child))
+        txn = load(zk, txn_id)
         meta = txn[0] if txn is not None else None
-        if meta is None or (meta.producer_id, meta.producer_epoch) != (d.get("producer_id"), d.get("producer_epoch")) \
-                or not (meta.state == TxnState.ONGOING or meta.state.preparing):  # fmt: skip
-            # left behind (a TxnOffsetCommit that landed after its transaction ended): not pending, removed
-            drop_offsets(zk, group, paths.group_name(child))
+        if not holds_offsets_of(meta, *_tag(d)) or meta is None or group not in meta.groups:
+            drop_offsets(zk, group, txn_id, stat.version)  # (left behind: not pending, removed)
             continue
         out.update(_offsets(d))
     return out

@@ -1,15 +1,26 @@
 """The transaction coordinators' ZooKeeper state (broker.server.txn_store) on a real ZooKeeper: writes are
 conditional on the znode version, so of two brokers that both believe they coordinate an id only one wins;
-TxnOffsetCommit's held offsets merge within a producer epoch, start afresh in a new one, are listed by group
-and dropped."""
+TxnOffsetCommit's held offsets are written only while their transaction is Ongoing (checked in the same
+multi-op), merge within one transaction, are listed by group, and a transaction's end commits them, drops
+them and writes its Complete state all at once, or not at all."""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
+from typing import Any
 
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import OPEN_ACL_UNSAFE, make_acl
+
+from broker.protocol.errors import ErrorCode
 from broker.server import txn_store
 from broker.server.txn_state import TxnMeta, TxnState
-from tests.integration.helpers import zk_session
+from broker.zk import paths
+from tests.integration.helpers import zk_json, zk_session
+
+po = txn_store.PendingOffset
 
 
 def test_two_coordinators_cannot_both_win(zk_chroot: str) -> None:
@@ -31,24 +42,146 @@ def test_two_coordinators_cannot_both_win(zk_chroot: str) -> None:
         assert txn_store.load(zk, "a/b") is None
 
 
+def _ongoing(pid: int, epoch: int = 0, number: int = 1, groups: frozenset[str] = frozenset({"g"})) -> TxnMeta:
+    return TxnMeta(pid, epoch, 60000, TxnState.ONGOING, groups=groups, start_ms=1, txn_number=number)
+
+
 def test_held_offsets(zk_chroot: str) -> None:
-    po = txn_store.PendingOffset
     with zk_session(zk_chroot) as zk:
         assert txn_store.pending_partitions(zk, "g") == set()
         for txn_id, pid in (("tx", 5), ("tx2", 9)):  # (their transactions, under way)
-            txn_store.create(zk, txn_id, TxnMeta(pid, 0, 60000, TxnState.ONGOING, groups=frozenset({"g"})))
-        txn_store.add_offsets(zk, "g", "tx", 5, 0, {("t", 0): po(10, -1, "m")})
-        txn_store.add_offsets(zk, "g", "tx", 5, 0, {("t", 1): po(20, 3, "")})  # (merged)
-        assert txn_store.take_offsets(zk, "g", "tx", 5) == {("t", 0): po(10, -1, "m"), ("t", 1): po(20, 3, "")}
-        assert txn_store.take_offsets(zk, "g", "tx", 6) == {}  # (another producer's: not these)
-        txn_store.add_offsets(zk, "g", "tx2", 9, 0, {("u", 0): po(1, -1, "")})
+            txn_store.create(zk, txn_id, _ongoing(pid))
+        assert txn_store.add_offsets(zk, "g", "tx", 5, 0, {("t", 0): po(10, -1, "m")}) == ErrorCode.NONE
+        assert txn_store.add_offsets(zk, "g", "tx", 5, 0, {("t", 1): po(20, 3, "")}) == ErrorCode.NONE  # (merged)
+        meta, _ = txn_store.load(zk, "tx")
+        assert txn_store.held_offsets(zk, "g", "tx", meta) == {("t", 0): po(10, -1, "m"), ("t", 1): po(20, 3, "")}
+        assert txn_store.add_offsets(zk, "g", "tx2", 9, 0, {("u", 0): po(1, -1, "")}) == ErrorCode.NONE
         assert txn_store.pending_partitions(zk, "g") == {("t", 0), ("t", 1), ("u", 0)}
-        txn_store.add_offsets(zk, "g", "tx", 5, 1, {("t", 2): po(30, -1, "")})  # a new epoch starts afresh
-        assert txn_store.take_offsets(zk, "g", "tx", 5) == {("t", 2): po(30, -1, "")}
-        # offsets of an epoch the transaction no longer has (held after it ended) are not pending, and go
-        assert txn_store.pending_partitions(zk, "g") == {("u", 0)}
-        assert txn_store.take_offsets(zk, "g", "tx", 5) == {}
+        # only the current producer's, while Ongoing with the group added (checked in the write itself)
+        assert txn_store.add_offsets(zk, "g", "tx", 5, 1, {("t", 2): po(1, -1, "")}) == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert (
+            txn_store.add_offsets(zk, "g", "tx", 6, 0, {("t", 2): po(1, -1, "")})
+            == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        )
+        assert txn_store.add_offsets(zk, "h", "tx", 5, 0, {("t", 2): po(1, -1, "")}) == ErrorCode.INVALID_TXN_STATE
+        assert not zk.exists(paths.txn_group_offsets("h", "tx"))
         txn_store.drop_offsets(zk, "g", "tx")
         txn_store.drop_offsets(zk, "g", "tx2")
         assert txn_store.pending_partitions(zk, "g") == set()
         txn_store.drop_offsets(zk, "g", "tx")  # (twice: harmless)
+
+
+class _EndingMeanwhile:
+    """A ZooKeeper session that, when the transaction's znode is first read, has another session end the
+    transaction right after the read: the interleaving of a TxnOffsetCommit with a timeout abort or EndTxn."""
+
+    def __init__(self, zk: KazooClient, other: KazooClient, txn_id: str, ended: TxnMeta) -> None:
+        self._zk, self._other, self._txn_id, self._ended, self.fired = zk, other, txn_id, ended, False
+
+    def get(self, path: str, *args: Any, **kw: Any) -> Any:
+        got = self._zk.get(path, *args, **kw)
+        if path == paths.transaction(self._txn_id) and not self.fired:
+            self.fired = True
+            txn_store.update(self._other, self._txn_id, self._ended, got[1].version)
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._zk, name)
+
+
+def test_offsets_are_not_held_for_a_transaction_that_ended_meanwhile(zk_chroot: str) -> None:
+    """The check and the write are one: a transaction aborted between the TxnOffsetCommit's read of its state
+    and its write leaves no held offsets behind (they would stay pending, or be committed by a later
+    transaction of the same producer id and epoch)."""
+    with zk_session(zk_chroot) as zk, zk_session(zk_chroot) as other:
+        meta = _ongoing(5)
+        txn_store.create(zk, "tx", meta)
+        aborted = replace(meta, state=TxnState.COMPLETE_ABORT, groups=frozenset())
+        racing = _EndingMeanwhile(zk, other, "tx", aborted)
+        assert txn_store.add_offsets(racing, "g", "tx", 5, 0, {("t", 0): po(10, -1, "")}) == ErrorCode.INVALID_TXN_STATE
+        assert racing.fired
+        assert not zk.exists(paths.txn_group_offsets("g", "tx"))
+        assert txn_store.pending_partitions(zk, "g") == set()
+
+
+def test_offsets_left_by_an_earlier_transaction_of_the_same_epoch_are_not_taken(zk_chroot: str) -> None:
+    """Held offsets of transaction 1 (aborted) left behind, and transaction 2 of the same producer id and epoch
+    under way (a client's abort does not raise the epoch): they are not pending, not merged into transaction
+    2's, and not committed with it."""
+    with zk_session(zk_chroot) as zk:
+        second = _ongoing(5, number=2)
+        txn_store.create(zk, "tx", second)
+        left = {"version": 1, "producer_id": 5, "producer_epoch": 0, "txn_number": 1, "offsets": [["t", 0, 99, -1, ""]]}
+        zk.create(paths.txn_group_offsets("g", "tx"), paths.dumps(left), makepath=True)
+        assert txn_store.pending_partitions(zk, "g") == set()
+        assert not zk.exists(paths.txn_group_offsets("g", "tx"))  # (removed)
+        zk.create(paths.txn_group_offsets("g", "tx"), paths.dumps(left), makepath=True)
+        assert txn_store.add_offsets(zk, "g", "tx", 5, 0, {("t", 1): po(7, -1, "")}) == ErrorCode.NONE
+        assert txn_store.pending_partitions(zk, "g") == {("t", 1)}
+        got, version = txn_store.load(zk, "tx")
+        prepared = replace(got, state=TxnState.PREPARE_COMMIT)
+        version = txn_store.update(zk, "tx", prepared, version)
+        _, committed = txn_store.finish(zk, "tx", prepared, version, replace(prepared, state=TxnState.COMPLETE_COMMIT))
+        assert committed == {"g": {("t", 1): po(7, -1, "")}}
+        assert not zk.exists(paths.group_offset("g", "t", 0))
+
+
+def _prepared(zk: KazooClient, txn_id: str, offsets: dict, commit: bool = True) -> tuple[TxnMeta, int]:
+    meta = _ongoing(5, groups=frozenset({"g", "g2"}))
+    txn_store.create(zk, txn_id, meta)
+    for group, held in offsets.items():
+        assert txn_store.add_offsets(zk, group, txn_id, 5, 0, held) == ErrorCode.NONE
+    prepared = replace(meta, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+    return prepared, txn_store.update(zk, txn_id, prepared, 0)
+
+
+def test_finish_commits_drops_and_completes_at_once(zk_chroot: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with zk_session(zk_chroot) as zk:
+        held = {("t", 0): po(10, 4, "m"), ("t", 1): po(20, -1, "")}
+        zk.create(paths.group_offset_metadata("g", "t", 1), b'{"version":1,"offset":3}', makepath=True)  # (older)
+        prepared, version = _prepared(zk, "tx", {"g": held, "g2": {("u", 0): po(5, -1, "")}})
+        with pytest.raises(txn_store.Fenced):  # (another coordinator wrote since: nothing done)
+            txn_store.finish(zk, "tx", prepared, version - 1, replace(prepared, state=TxnState.COMPLETE_COMMIT))
+        assert zk.exists(paths.txn_group_offsets("g", "tx")) and not zk.exists(paths.group_offset("g", "t", 0))
+        done = replace(prepared, state=TxnState.COMPLETE_COMMIT, groups=frozenset())
+        new_version, committed = txn_store.finish(zk, "tx", prepared, version, done)
+        assert (new_version, set(committed)) == (version + 1, {"g", "g2"})
+        assert txn_store.load(zk, "tx") == (done, version + 1)
+        assert paths.stored_offset(zk.get(paths.group_offset("g", "t", 0))[0],
+                                   zk.get(paths.group_offset_metadata("g", "t", 0))[0]) == (10, 4, "m")  # fmt: skip
+        assert zk.get(paths.group_offset("g", "t", 1))[0] == b"20"
+        assert not zk.exists(paths.group_offset_metadata("g", "t", 1))  # (a commit without: the old one goes)
+        assert zk.get(paths.group_offset("g2", "u", 0))[0] == b"5"
+        assert txn_store.pending_partitions(zk, "g") == set() and not zk.exists(paths.txn_offsets("g"))
+
+        # an abort drops them only; more offsets than one multi-op takes are written in several
+        prepared, version = _prepared(zk, "ab", {"g": {("t", 0): po(99, -1, "")}}, commit=False)
+        txn_store.finish(zk, "ab", prepared, version, replace(prepared, state=TxnState.COMPLETE_ABORT))
+        assert zk.get(paths.group_offset("g", "t", 0))[0] == b"10" and not zk.exists(paths.txn_offsets("g"))
+        monkeypatch.setattr(txn_store, "MULTI_MAX_OPS", 4)
+        many = {("v", p): po(100 + p, -1, "") for p in range(9)}
+        prepared, version = _prepared(zk, "many", {"g": many})
+        new_version, _ = txn_store.finish(
+            zk, "many", prepared, version, replace(prepared, state=TxnState.COMPLETE_COMMIT)
+        )
+        assert new_version == version + 1
+        assert [zk.get(paths.group_offset("g", "v", p))[0] for p in range(9)] == [b"%d" % (100 + p) for p in range(9)]
+
+
+def test_finish_undone_when_zookeeper_refuses_a_write(zk_chroot: str) -> None:
+    """An offset write ZooKeeper refuses (here: an ACL) leaves the held offsets and the Prepare state as they
+    were, so the completion is retried and no offsets are lost; once it can, it finishes."""
+    with zk_session(zk_chroot) as zk:
+        zk.ensure_path(paths.group_offset("g", "t", 0).rsplit("/", 1)[0])
+        read_only = [make_acl("world", "anyone", read=True, admin=True)]
+        zk.create(paths.group_offset("g", "t", 0), b"1", acl=read_only)
+        prepared, version = _prepared(zk, "tx", {"g": {("t", 0): po(42, -1, "")}})
+        done = replace(prepared, state=TxnState.COMPLETE_COMMIT, groups=frozenset())
+        with pytest.raises(NoAuthError):
+            txn_store.finish(zk, "tx", prepared, version, done)
+        assert txn_store.load(zk, "tx") == (prepared, version)
+        assert txn_store.pending_partitions(zk, "g") == {("t", 0)}
+        zk.set_acls(paths.group_offset("g", "t", 0), OPEN_ACL_UNSAFE)
+        assert txn_store.finish(zk, "tx", prepared, version, done)[0] == version + 1
+        assert zk.get(paths.group_offset("g", "t", 0))[0] == b"42"
+        assert zk_json(zk, paths.transaction("tx"))["state"] == "CompleteCommit"

@@ -119,8 +119,9 @@ async def handle_end_txn(b: Services, header: RequestHeader, req: dict[str, Any]
 
 
 async def handle_txn_offset_commit(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    """TxnOffsetCommit, on the group's coordinator: the offsets are held (durably, `txn_store.add_offsets`)
-    until the transaction ends; its coordinator commits them to the group, or drops them."""
+    """TxnOffsetCommit, on the group's coordinator: the offsets are held (durably, `txn_store.add_offsets`,
+    written only while the transaction is still Ongoing) until the transaction ends; its coordinator commits
+    them to the group, or drops them."""
     txn_id, group = req["transactional_id"], req["group_id"]
     asked = [(t["name"], p) for t in req["topics"] for p in t["partitions"]]
     if not _txn_allowed(b, Operation.WRITE, txn_id, "TxnOffsetCommit"):
@@ -161,10 +162,13 @@ async def handle_txn_offset_commit(b: Services, header: RequestHeader, req: dict
         try:
             if b.zk is None:
                 raise KazooException("no ZooKeeper session")
-            await b.blocking(txn_store.add_offsets, b.zk, group, txn_id, req["producer_id"], req["producer_epoch"],
-                             held)  # fmt: skip
+            # (checked again in the write itself: the transaction may have ended since the check above)
+            late = await b.blocking(txn_store.add_offsets, b.zk, group, txn_id, req["producer_id"],
+                                    req["producer_epoch"], held)  # fmt: skip
         except KazooException:  # (not held: the client retries)
-            errors = {tp: code or ErrorCode.COORDINATOR_NOT_AVAILABLE for tp, code in errors.items()}
+            late = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if late:
+            errors = {tp: code or late for tp, code in errors.items()}
     by_topic: dict[str, list[dict[str, int]]] = {}
     for (t, p), code in errors.items():
         by_topic.setdefault(t, []).append({"partition_index": p, "error_code": code})

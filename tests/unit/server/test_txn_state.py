@@ -99,3 +99,34 @@ def test_timeout_and_expiration() -> None:
     idle = replace(meta, state=TxnState.COMPLETE_COMMIT, update_ms=T0)
     assert st.expired(idle, T0 + 501, 500) and not st.expired(idle, T0 + 500, 500)
     assert not st.expired(meta, T0 + 10**9, 500)  # (a transaction under way never expires)
+
+
+def test_each_transaction_gets_the_next_number_and_offsets_are_tagged_with_it() -> None:
+    """A client's abort keeps the epoch: only the transaction number tells transaction 2's held offsets from
+    the ones transaction 1 left behind."""
+    empty = TxnMeta(7, 3, 60000, TxnState.EMPTY, txn_number=4)
+    _, first = st.add_to_txn(empty, {("t", 0)}, {"g"}, T0)
+    assert first is not None and first.txn_number == 5
+    _, more = st.add_to_txn(first, {("t", 1)}, set(), T0 + 1)
+    assert more is not None and more.txn_number == 5  # (the same transaction)
+    assert st.holds_offsets_of(first, 7, 3, 5)
+    assert not st.holds_offsets_of(first, 7, 3, 4)  # (left by the one before)
+    assert not st.holds_offsets_of(first, 7, 2, 5) and not st.holds_offsets_of(None, 7, 3, 5)
+    _, prepared = st.end_txn(first, False, T0 + 2)
+    assert prepared is not None and st.holds_offsets_of(prepared, 7, 3, 5)
+    done = st.completed(prepared, T0 + 3)
+    assert not st.holds_offsets_of(done, 7, 3, 5)
+    _, second = st.add_to_txn(done, {("t", 0)}, {"g"}, T0 + 4)
+    assert second is not None and second.txn_number == 6 and not st.holds_offsets_of(second, 7, 3, 5)
+    assert st.next_producer(done, -1, 60000, T0).txn_number == 5  # (kept across epochs)
+    assert TxnMeta.from_json(second.to_json()) == second
+
+
+def test_txn_offsets_error() -> None:
+    meta = _ongoing(groups=frozenset({"g"}))
+    assert st.txn_offsets_error(meta, "g", 7, 3) == ErrorCode.NONE
+    assert st.txn_offsets_error(meta, "h", 7, 3) == ErrorCode.INVALID_TXN_STATE
+    assert st.txn_offsets_error(meta, "g", 7, 2) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert st.txn_offsets_error(meta, "g", 8, 3) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert st.txn_offsets_error(None, "g", 7, 3) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert st.txn_offsets_error(replace(meta, state=TxnState.PREPARE_ABORT), "g", 7, 3) == ErrorCode.INVALID_TXN_STATE
