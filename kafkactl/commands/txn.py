@@ -11,7 +11,7 @@ import typer
 
 from broker.client.admin import Admin
 from broker.client.txn_admin import describe_transaction, list_transactions
-from kafkactl import contexts
+from kafkactl import completion, contexts
 from kafkactl.render import Output, json_line, table
 
 app = typer.Typer(help="Transactions: list the transactional ids, describe one.", no_args_is_help=True)
@@ -51,7 +51,15 @@ def list_(
 
 @app.command("describe")
 def describe(
-    txn_id: Annotated[str, typer.Argument(metavar="TXN_ID", help="The transactional id.", show_default=False)],
+    txn_id: Annotated[
+        str,
+        typer.Argument(
+            metavar="TXN_ID",
+            help="The transactional id.",
+            show_default=False,
+            autocompletion=completion.transactional_ids,
+        ),
+    ],
     output: OutputOpt = Output.text,
     bootstrap: contexts.Bootstrap = None,
 ) -> None:

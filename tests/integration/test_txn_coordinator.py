@@ -6,6 +6,8 @@ the transaction over from ZooKeeper and completes it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 
@@ -19,6 +21,7 @@ from broker.zk import paths
 from tests.integration.clientkit import create_topic, unique
 from tests.integration.helpers import cli, connect, error_line, json_lines, ok, wait_until, zk_json, zk_session
 from tests.integration.test_replication import create, start3
+from tests.integration.test_shell_completion import shell_env
 from tests.integration.txn_raw import produce_txn, read_values
 
 OPERATION_NOT_ATTEMPTED = 55
@@ -220,6 +223,14 @@ def test_kafkactl_txn_list_and_describe(shared_broker) -> None:
     assert f"{topic}-0,{topic}-1" in ok(cli("txn", "describe", open_id, "-b", bs))
     error_line(cli("txn", "describe", "no-such-txn-id", "-b", bs), "not found")
     error_line(cli("txn", "list", "--state", "Bogus", "-b", bs), "unknown transaction state 'Bogus'")
+
+    # the shell completes `txn describe`'s id from the coordinators' ids
+    prefix = open_id[: len("cli-open")]
+    env = {**shell_env(bs), "COMP_WORDS": f"kafkactl txn describe {prefix}", "COMP_CWORD": "3",
+           "_KAFKACTL_COMPLETE": "complete_bash"}  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "kafkactl"], capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0 and r.stderr == "", r
+    assert open_id in r.stdout.split() and done_id not in r.stdout.split()
 
 
 def test_init_producer_id_with_the_producers_own_id_and_epoch(shared_broker) -> None:
