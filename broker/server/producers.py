@@ -276,10 +276,9 @@ def iter_headers(plog: PartitionLog, offset: int) -> Iterator[BatchHeader]:
 def take_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int) -> None:
     """Write the snapshot of the producers at the log end (at a segment roll, every minute while the log end
     moves, at a clean shutdown), keeping the ones at segment bases (a truncation reloads from the newest one
-    below its point) and deleting every other older one and those below the first segment."""
-    end = plog.log_end_offset
-    keep = {b for b in plog.bases if b >= plog.bases[0]}
-    producer_snapshot.write(plog.dir, end, states.snapshot(now_ms) if states is not None else [],
+    below its point) and deleting every other one (those of deleted segments too)."""
+    keep = set(plog.bases)
+    producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms) if states is not None else [],
                             keep=lambda offset: offset in keep)  # fmt: skip
 
 
