@@ -86,7 +86,12 @@ def test_a_commit_zookeeper_refuses_stays_prepared_until_its_offsets_are_written
         assert t["partitions"][0]["error_code"] == 0
 
         ended: list[int] = []
-        ending = threading.Thread(target=lambda: ended.append(_end(connect(b1.bootstrap), txn_id, pid, epoch, True)))
+
+        def end() -> None:  # (EndTxn waits for the completion, up to END_WAIT_S)
+            with connect(b1.bootstrap) as conn:
+                ended.append(_end(conn, txn_id, pid, epoch, True))
+
+        ending = threading.Thread(target=end)
         ending.start()
         try:
             with connect(b1.bootstrap) as other:
