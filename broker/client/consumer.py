@@ -376,7 +376,7 @@ class AsyncConsumer:
     def _queue_committed(self, tp: TopicPartition, data: Any, position: int, aborted: list[dict[str, int]]) -> None:
         """Queue a read_committed record set without the batches of its aborted transactions; the position
         moves past every whole batch of it (dropped ones too)."""
-        end = _next_offset_after(data, position)
+        end = next_offset_after(data, position)
         kept = drop_aborted(data, aborted)
         if kept:
             self._queue(tp, kept, position)
@@ -400,7 +400,7 @@ class AsyncConsumer:
                                                     ErrorCode.CORRUPT_MESSAGE)  # fmt: skip
             self._data.set()
         elif not records:
-            next_offset = _next_offset_after(data, position)
+            next_offset = next_offset_after(data, position)
             if next_offset > position:  # only control/aborted records or records below the position
                 self.positions[tp] = next_offset
 
@@ -504,12 +504,12 @@ class RawConsumer(AsyncConsumer):
         return self.buffered >= max(1, cfg.fetch_max_bytes // cfg.max_partition_fetch_bytes)
 
     def _queue(self, tp: TopicPartition, data: Any, position: int) -> None:
-        next_offset = _next_offset_after(data, position)
+        next_offset = next_offset_after(data, position)
         if next_offset > position:
             self._push(tp, [RecordSet(position, next_offset, memoryview(data))], next_offset)
 
     def _queue_committed(self, tp: TopicPartition, data: Any, position: int, aborted: list[dict[str, int]]) -> None:
-        next_offset = _next_offset_after(data, position)
+        next_offset = next_offset_after(data, position)
         if next_offset <= position:
             return
         kept = drop_aborted(data, aborted)
@@ -603,7 +603,7 @@ def _is_abort(buf: Any, pos: int, h: Any) -> bool:
     return False
 
 
-def _next_offset_after(data: Any, position: int) -> int:
+def next_offset_after(data: Any, position: int) -> int:
     """The offset after the last whole batch of a record set (to step over control batches)."""
     buf = memoryview(data)
     pos, nxt = 0, position

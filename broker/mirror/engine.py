@@ -38,8 +38,8 @@ from broker.client.consumer import (
     ConsumerConfig,
     RawConsumer,
     RecordSet,
-    _next_offset_after,
     drop_aborted,
+    next_offset_after,
 )
 from broker.client.producer import AsyncProducer
 from broker.client.security import ClientSecurity
@@ -103,7 +103,7 @@ class CommittedSource(RawConsumer):
         return super()._take(topic, p)
 
     def _queue_committed(self, tp: TopicPartition, data: Any, position: int, aborted: list[dict[str, int]]) -> None:
-        next_offset = _next_offset_after(data, position)
+        next_offset = next_offset_after(data, position)
         if next_offset > position:
             kept = drop_aborted(data, aborted)
             self._push(tp, [RecordSet(position, next_offset, memoryview(kept))], next_offset)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.client.consumer import ConsumerRecord, _decode_until_corrupt, _next_offset_after, decode_records
+from broker.client.consumer import ConsumerRecord, _decode_until_corrupt, decode_records, next_offset_after
 from broker.errors import CorruptRecordError
 from broker.records.batch import LOG_APPEND_TIME, MAGIC_OFFSET, Record, build_batch
 from broker.records.compression import Codec
@@ -95,14 +95,14 @@ def test_control_batches_are_skipped():
     data = batch(0, 5) + control + batch(6, 2)
     assert [r.offset for r in decode_records(data, "t", 0, 0)] == [0, 1, 2, 3, 4, 6, 7]
     assert decode_records(control, "t", 0, 5) == []
-    assert _next_offset_after(control, 5) == 6  # the consumer steps over it
+    assert next_offset_after(control, 5) == 6  # the consumer steps over it
 
 
 def test_next_offset_after_ignores_a_partial_tail():
     data = batch(0, 5) + batch(5, 5)
-    assert _next_offset_after(data, 0) == 10
-    assert _next_offset_after(data[:-1], 0) == 5
-    assert _next_offset_after(b"", 42) == 42
+    assert next_offset_after(data, 0) == 10
+    assert next_offset_after(data[:-1], 0) == 5
+    assert next_offset_after(b"", 42) == 42
 
 
 def test_log_append_time_batches_carry_the_brokers_time():
