@@ -117,12 +117,16 @@ class ProducerStates:
 
     def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> tuple[ErrorCode, int]:
         """Whether a coordinator's marker for the producer may be written: (NONE, -1) to append it; (NONE,
-        offset) for a repeat of the last marker, at `offset` (it closes nothing and raises no epoch here): not
+        offset) for a repeat of the last marker, at `offset` (it closes nothing and raises neither the producer
+        epoch nor the coordinator epoch here): not
         written again, but answered only once the in-sync replicas hold that marker (a first attempt that
         timed out waiting for them must not be taken as done); else the error to answer (the producer's epoch
         is older than this partition's, or the coordinator's epoch is older than the last marker's). A repeat
         whose first marker's offset is unknown here (it lies before the snapshot start-up read) is appended
-        again, as Kafka appends every marker: an abort closes an empty transaction then, harmless."""
+        again, as Kafka appends every marker: an abort closes an empty transaction then, harmless. A marker
+        with a newer coordinator epoch is never a repeat (a coordinator that took the transaction over): it is
+        appended, closing nothing, so that the partition, its log and its followers keep that epoch and fence
+        the old coordinator's late markers (which would otherwise close the producer's next transaction)."""
         e = self.entries.get(producer_id)
         if e is None:
             return ErrorCode.NONE, -1
@@ -130,8 +134,8 @@ class ProducerStates:
             return ErrorCode.INVALID_PRODUCER_EPOCH, -1
         if coordinator_epoch < e.coordinator_epoch:
             return ErrorCode.TRANSACTION_COORDINATOR_FENCED, -1
-        if e.txn_first >= 0 or epoch > e.epoch:
-            return ErrorCode.NONE, -1
+        if e.txn_first >= 0 or epoch > e.epoch or coordinator_epoch > e.coordinator_epoch:
+            return ErrorCode.NONE, -1  # (a newer coordinator's: written, so that its epoch is kept, on disk too)
         return ErrorCode.NONE, e.marker_offset
 
     def end_txn(self, producer_id: int, epoch: int, coordinator_epoch: int, marker_offset: int, commit: bool,
@@ -147,7 +151,8 @@ class ProducerStates:
                 e.coordinator_epoch = old.coordinator_epoch
                 e.txn_first = old.txn_first
         first = e.txn_first if e.txn_first >= 0 else marker_offset
-        e.closed = (e.txn_first, marker_offset)
+        if e.txn_first >= 0 or e.closed is None:  # (a marker closing nothing leaves the last closed one noted)
+            e.closed = (e.txn_first, marker_offset)
         e.marker_offset = marker_offset
         e.txn_first = -1
         e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)

@@ -6,11 +6,15 @@ the producer's open transaction there (`ProducerStates.end_txn`), notes an abort
 `.txnindex`, and answers once the high watermark passes the marker (as Kafka appends markers with
 acks=-1), so a read_committed consumer's last stable offset moves only past replicated markers.
 
-A marker for a producer with no open transaction here and no newer epoch is a repeat (a coordinator that
-took over, or one whose first attempt timed out, sends the markers again): it is not written again, but
+A marker for a producer with no open transaction here, no newer producer epoch and the same coordinator epoch
+as the last marker is a repeat (a coordinator whose first attempt timed out sends the markers again): it is
+not written again, but
 answered NONE only once the high watermark passes the producer's last marker here, so that the coordinator
 never completes a transaction whose marker the followers lack; if that marker's offset is unknown here (it
 lies before the producer snapshot start-up read) the marker is appended again, as Kafka appends every one.
+One with a newer coordinator epoch (a coordinator that took the transaction over) is appended too, closing
+nothing: the partition (and its log, and so its followers and its next start-up) then holds that epoch, and
+the old coordinator's late marker is refused instead of closing the producer's next transaction.
 A marker from an older producer epoch than the partition's answers INVALID_PRODUCER_EPOCH, one from an
 older coordinator epoch than the last marker's TRANSACTION_COORDINATOR_FENCED. Only brokers send it:
 ClusterAction on the cluster is needed (CLUSTER_AUTHORIZATION_FAILED for every partition otherwise).

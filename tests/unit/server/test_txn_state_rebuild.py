@@ -210,3 +210,25 @@ def test_the_last_stable_offset_is_never_below_the_log_start(tmp_path) -> None:
     assert lso == log.log_start_offset
     assert log.read(lso, MIB) is not None  # a read_committed consumer reads from there (no OFFSET_OUT_OF_RANGE)
     log.close()
+
+
+def test_a_takeover_marker_raises_the_coordinator_epoch_so_the_old_coordinators_late_marker_is_fenced(
+    tmp_path,
+) -> None:
+    # coordinator A writes T1's marker (coordinator epoch 3); B takes the Prepare over (epoch 4) and sends its
+    # marker again: it is written (not taken as a repeat), so the partition, its log and its followers hold 4
+    log = PartitionLog(tmp_path / "t-0", LogConfig())
+    states = ProducerStates()
+    _txn(log, states, 5, 0)
+    first = _marker(log, states, 5, commit=False, coordinator_epoch=3)
+    assert states.check_marker(5, 0, 3) == (E.NONE, first)  # A's own retry: a repeat
+    assert states.check_marker(5, 0, 4) == (E.NONE, -1)  # B's: appended
+    _marker(log, states, 5, commit=False, coordinator_epoch=4)
+    assert states.entries[5].coordinator_epoch == 4
+    t2 = _txn(log, states, 5, 1)  # the producer's next transaction, same producer epoch
+    assert states.check_marker(5, 0, 3) == (E.TRANSACTION_COORDINATOR_FENCED, -1)  # A's late marker
+    assert states.open_transactions() == {5: t2}
+    for rebuilt in (load_states(log), ProducerStates.from_snapshot(states.snapshot(_now()), _now())):
+        assert rebuilt.check_marker(5, 0, 3) == (E.TRANSACTION_COORDINATOR_FENCED, -1)
+        assert rebuilt.open_transactions() == {5: t2}
+    log.close()
