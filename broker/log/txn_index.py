@@ -74,6 +74,7 @@ class TxnIndex:
         self.dir = Path(directory)
         self.by_segment: dict[int, list[AbortedTxn]] = {}
         self._sorted: list[AbortedTxn] | None = None  # every entry by last offset (rebuilt after a change)
+        self._keys: set[tuple[int, int]] = set()  # (producer id, last offset) of every entry: `add` looks up here
         kept = set(bases)
         for path in self.dir.glob(f"*{SUFFIX}"):
             stem = path.name[: -len(SUFFIX)]
@@ -83,6 +84,7 @@ class TxnIndex:
             entries = read_file(index_path(self.dir, base))
             if entries:
                 self.by_segment[base] = entries
+                self._keys.update((e.producer_id, e.last_offset) for e in entries)
 
     def all(self) -> list[AbortedTxn]:
         """Every entry, in marker order."""
@@ -92,10 +94,10 @@ class TxnIndex:
 
     def add(self, segment_base: int, entry: AbortedTxn) -> bool:
         """Append `entry` to the segment's file, unless an entry for the same marker is held; returns whether
-        it was added."""
-        for es in self.by_segment.values():
-            if any(e.last_offset == entry.last_offset and e.producer_id == entry.producer_id for e in es):
-                return False
+        it was added (a set look-up, not a scan: a rebuild adds every aborted transaction again)."""
+        key = (entry.producer_id, entry.last_offset)
+        if key in self._keys:
+            return False
         fd = os.open(index_path(self.dir, segment_base), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, encode(entry))
@@ -103,6 +105,7 @@ class TxnIndex:
         finally:
             os.close(fd)
         self.by_segment.setdefault(segment_base, []).append(entry)
+        self._keys.add(key)
         self._sorted = None
         return True
 
@@ -115,8 +118,10 @@ class TxnIndex:
 
     def drop_segment(self, segment_base: int) -> None:
         """The segment was deleted: its file and entries go too."""
-        if self.by_segment.pop(segment_base, None) is not None:
+        dropped = self.by_segment.pop(segment_base, None)
+        if dropped is not None:
             self._sorted = None
+            self._keys.difference_update((e.producer_id, e.last_offset) for e in dropped)
         index_path(self.dir, segment_base).unlink(missing_ok=True)
 
     def truncate(self, offset: int) -> None:
@@ -129,6 +134,7 @@ class TxnIndex:
             self._sorted = None
             path = index_path(self.dir, base)
             if kept:
+                self._keys.difference_update((e.producer_id, e.last_offset) for e in es if e.last_offset >= offset)
                 self.by_segment[base] = kept
                 tmp = path.with_name(path.name + ".tmp")
                 with open(tmp, "wb") as f:
