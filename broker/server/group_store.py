@@ -23,7 +23,11 @@ ZooKeeper's return, and not tied to the broker's registration session).
   longer than `READ_WAIT_S`: the held ones, and those this broker committed or read for a group that has
   members here (nobody else writes them meanwhile: `kafkactl group rewind` refuses a group with members; the
   memory is dropped when the group empties or moves). A partition known neither way is answered
-  COORDINATOR_LOAD_IN_PROGRESS (see `fetch`).
+  COORDINATOR_LOAD_IN_PROGRESS (see `fetch`). Never from memory: a partition with a transaction's offsets
+  held (TxnOffsetCommit: `note_txn_offsets` drops it from memory, and a read keeps no partition that
+  `/kafkactl/txn_offsets/<g>` holds), until a read after its transaction ended: the transaction's
+  coordinator, maybe another broker, commits them straight to ZooKeeper (`txn_store.finish`), and memory
+  would answer the offsets from before the transaction (its input consumed again).
 - A group's stored generation, read when a broker takes a group over, is read within `READ_WAIT_S`;
   unreachable, the group starts afresh at once (it did so before, after a failed read).
 - The outage is logged once, at WARNING ("ZooKeeper unreachable: …, N commits held in memory"), and its end
@@ -62,6 +66,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from broker.server import txn_store
 from broker.zk import client as zkclient
 from broker.zk import consumers, paths
 from broker.zk.paths import StoredOffset
@@ -155,6 +160,8 @@ class GroupStore:
         # -- the event loop's --
         self._waiters: list[tuple[int, asyncio.Future]] = []  # OffsetCommits waiting for their write
         self._known: dict[str, dict[TopicPartition, StoredOffset]] = {}  # group → partition → commit (-1: none)
+        self._txn_noted: dict[str, int] = {}  # group → the number of its last TxnOffsetCommit (see fetch)
+        self._txn_notes = 0
         # -- the writer thread's --
         self._versions: dict[str, int] = {}  # offset znode → its version after this broker's last write
         self._bare: set[str] = set()  # offset znodes this broker wrote last, and with no metadata znode beside
@@ -232,6 +239,17 @@ class GroupStore:
         if self.live(group):
             self._known.setdefault(group, {}).update(offsets)
 
+    def note_txn_offsets(self, group: str, partitions: list[TopicPartition]) -> None:
+        """A TxnOffsetCommit (on this broker, the group's coordinator) is about to hold offsets of these
+        partitions: memory no longer answers them (their transaction may be committed by another broker, which
+        does not tell this one) until a read made after their transaction ended (see `fetch`)."""
+        self._txn_notes += 1
+        self._txn_noted[group] = self._txn_notes
+        known = self._known.get(group)
+        if known is not None:
+            for tp in partitions:
+                known.pop(tp, None)
+
     def held_commits(self, group: str | None = None) -> dict[OffsetKey, int]:
         """The offsets of the commits not written to ZooKeeper yet (of one group, or all)."""
         return {k: stored.offset for k, stored in self._held_stored(group).items()}
@@ -254,16 +272,21 @@ class GroupStore:
         held = {(t, p): o for (g, t, p), o in self._held_stored(group).items() if g == group}
         if self._reachable:
             topics = None if wanted is None else list(wanted)
+            live = self.live(group)
+            noted = self._txn_noted.get(group, 0)
             try:
-                stored = await asyncio.wait_for(self._read_offsets(group, topics), READ_WAIT_S)
+                stored, in_txn = await asyncio.wait_for(self._read_offsets_for(group, topics, live), READ_WAIT_S)
             except (TimeoutError, KazooException):  # (unreachable, or refused: not known now)
                 pass
             else:
                 found = {**stored, **held}
                 if wanted is not None:
                     found = {(t, p): found.get((t, p), NO_OFFSET) for t, ps in wanted.items() for p in ps}
-                if self.live(group):
-                    self._known.setdefault(group, {}).update(found)
+                if live and self._txn_noted.get(group, 0) == noted:  # (else a TxnOffsetCommit came meanwhile)
+                    known = self._known.setdefault(group, {})
+                    known.update((tp, o) for tp, o in found.items() if tp not in in_txn)
+                    for tp in in_txn:
+                        known.pop(tp, None)
                 return found
         if wanted is None:
             return None  # which partitions it committed to is ZooKeeper's to say
@@ -277,6 +300,22 @@ class GroupStore:
         """The coordinator dropped the group (it emptied or moved): its offsets are no longer answered from
         memory during an outage (someone else may change them meanwhile)."""
         self._known.pop(group, None)
+        self._txn_noted.pop(group, None)  # (a read under way sees the change: it keeps nothing)
+
+    async def _read_offsets_for(self, group: str, topics: list[str] | None, live: bool
+                                ) -> tuple[dict[TopicPartition, StoredOffset], set[TopicPartition]]:  # fmt: skip
+        """The group's offsets and, for a group with members here (whose reads memory keeps), the partitions a
+        transaction's held offsets name, read first: a transaction that ends after that read commits only those
+        (in one multi-op with the held copy's deletion), so the other offsets read next are the latest."""
+        in_txn = await self._txn_held_partitions(group) if live else set()
+        return await self._read_offsets(group, topics), in_txn
+
+    async def _txn_held_partitions(self, group: str) -> set[TopicPartition]:
+        """The partitions of `group` named in `/kafkactl/txn_offsets/<g>` (any transaction's, even one left
+        behind: memory is then merely not used for them)."""
+        base = paths.txn_offsets(group)
+        datas = await asyncio.gather(*(self._get(f"{base}/{c}") for c in await self._children(base)))
+        return set().union(*(txn_store.held_partitions(d) for d in datas if d is not None))
 
     async def _read_offsets(self, group: str, topics: list[str] | None) -> dict[TopicPartition, StoredOffset]:
         base = paths.group_offsets(group)

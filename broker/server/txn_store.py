@@ -186,6 +186,14 @@ def _offsets(d: dict) -> dict[TopicPartition, PendingOffset]:
     return {(str(t), int(p)): PendingOffset(int(o), int(e), str(m)) for t, p, o, e, m in d.get("offsets", ())}
 
 
+def held_partitions(data: bytes) -> set[TopicPartition]:
+    """The partitions a held copy (a `txn_group_offsets` znode's data) names; none when unreadable."""
+    try:
+        return set(_offsets(paths.loads(data)))
+    except (ValueError, TypeError, AttributeError):
+        return set()
+
+
 def held_offsets(zk: KazooClient, group: str, txn_id: str, meta: TxnMeta) -> dict[TopicPartition, PendingOffset]:
     """The offsets `meta`'s transaction under way holds for `group` (empty: none, or only left-behind ones)."""
     try:

@@ -162,6 +162,8 @@ async def handle_txn_offset_commit(b: Services, header: RequestHeader, req: dict
         try:
             if b.zk is None:
                 raise KazooException("no ZooKeeper session")
+            # memory stops answering them: their transaction's coordinator commits them without telling us
+            b.group_store.note_txn_offsets(group, list(held))
             # (checked again in the write itself: the transaction may have ended since the check above)
             late = await b.blocking(txn_store.add_offsets, b.zk, group, txn_id, req["producer_id"],
                                     req["producer_epoch"], held)  # fmt: skip
