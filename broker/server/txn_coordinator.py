@@ -271,6 +271,11 @@ class TxnCoordinator:
                 if error or meta is None:
                     return error or ErrorCode.INVALID_PRODUCER_ID_MAPPING
                 error, nxt = st.add_to_txn(meta, partitions, groups, _now_ms())
+                if nxt is not None and not txn_store.fits(nxt):
+                    log.warning("transactional id %s: %d partitions and %d groups would not fit its ZooKeeper "
+                                "znode (%d KiB at most); not added (UNKNOWN_SERVER_ERROR)", txn_id,
+                                len(nxt.partitions), len(nxt.groups), txn_store.STATE_MAX_BYTES // 1024)  # fmt: skip
+                    return ErrorCode.UNKNOWN_SERVER_ERROR
                 if nxt is not None:
                     await self._put(txn_id, nxt, version)
                 return error

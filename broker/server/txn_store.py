@@ -12,7 +12,8 @@ Prepare state was written at is the markers' coordinator epoch: it only grows fo
 TxnOffsetCommit's offsets wait under `/kafkactl/txn_offsets/<group>/<id>` ({"version":1,"producer_id",
 "producer_epoch","txn_number","offsets":[[topic, partition, offset, leader_epoch, metadata]]}), written by the
 group's coordinator (`add_offsets`) in one ZooKeeper multi-op with a check of the transaction's znode at the
-version its Ongoing state was read at: offsets are never held for a transaction that ended meanwhile. The
+version its Ongoing state was read at: offsets are never held for a transaction that ended meanwhile. Neither
+znode is written past `STATE_MAX_BYTES` (ZooKeeper's request limit): the request is refused. The
 tag (producer id, epoch, `TxnMeta.txn_number`) says which transaction they belong to; entries of any other
 (left by an earlier version) are not pending and are removed when found.
 
@@ -42,12 +43,24 @@ from broker.zk import paths
 #: refuses a request over jute.maxbuffer, 1 MiB by default)
 MULTI_MAX_OPS = 1000
 MULTI_MAX_BYTES = 512 * 1024
+#: the most bytes of one state here (a transaction's znode, one group's held offsets): ZooKeeper refuses a
+#: request over jute.maxbuffer (1 MiB by default) by dropping the connection, the broker's shared session's
+#: (and it would again at every retry). A transaction that would grow past it is refused instead, as Kafka
+#: refuses a state record over the transaction or offsets topic's message size: AddPartitionsToTxn and
+#: AddOffsetsToTxn with UNKNOWN_SERVER_ERROR, TxnOffsetCommit with INVALID_COMMIT_OFFSET_SIZE. (The margin
+#: left takes a Prepare or Complete write of a state that fits, a few bytes longer.)
+STATE_MAX_BYTES = 900 * 1024
 #: attempts of a multi-op that lost a race (a znode changed between its reads and its write)
 MULTI_ATTEMPTS = 50
 
 
 class Fenced(Exception):
     """Another broker changed the id's state since it was read here: this broker no longer coordinates it."""
+
+
+def fits(meta: TxnMeta) -> bool:
+    """Whether the id's state is small enough for its znode (`STATE_MAX_BYTES`)."""
+    return len(paths.dumps(meta.to_json())) <= STATE_MAX_BYTES
 
 
 def load(zk: KazooClient, txn_id: str) -> tuple[TxnMeta, int] | None:
@@ -173,6 +186,8 @@ def add_offsets(zk: KazooClient, group: str, txn_id: str, producer_id: int, prod
                             "txn_number": meta.txn_number,
                             "offsets": [[t, p, o.offset, o.leader_epoch, o.metadata]
                                         for (t, p), o in sorted(held.items())]})  # fmt: skip
+        if len(body) > STATE_MAX_BYTES:
+            return ErrorCode.INVALID_COMMIT_OFFSET_SIZE  # (nothing written: what is held stays)
         try:
             _commit(zk, [("check", paths.transaction(txn_id), None, got[1]), (write[0], path, body, write[3])], 0)
         except Fenced:  # (the transaction changed meanwhile: its state is checked again)
