@@ -25,7 +25,10 @@ A compacted log keeps, for each key, at least its latest record. The cleaner che
    producer; here for every producer id, 61 bytes each). Transactional and control batches (attributes bits
    4 and 5) are copied whole and never go into the map, so an aborted transaction's record never hides a
    committed value; a segment's `.txnindex` is carried over unchanged (removing aborted data and old markers
-   is not done). Legacy (magic 0/1) batches are copied whole.
+   is not done). Legacy (magic 0/1) batches are copied whole. Kafka instead maps committed transactional
+   records and removes aborted ones; kafkactl does not yet. So that a value in such an unmapped batch never
+   comes back, the keys of those batches are noted as the rewrite passes them (`OffsetMap.unmapped`, in the
+   map's slots) and a later tombstone of one of those keys is never dropped (past the slots, none is).
 4. Swaps the cleaned segment in, crash-safely, Kafka's way. The group is written as
    `<base>.log.cleaned` (and `.index.cleaned`, `.timeindex.cleaned`, `.txnindex.cleaned`), fsynced, then,
    under the partition's lock (`run_locked`: the broker's event loop), renamed to `.swap` — the indexes
@@ -396,13 +399,15 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                     rebuilt = False
                     if h is None or h.attributes & _SKIP:
                         kept, kept_count = memoryview(data)[item.position : item.end], count
+                        _note_unmapped(offset_map, data, item)
                     else:
-                        retain_deletes = h.max_timestamp > delete_horizon_ms
+                        retain_deletes = h.max_timestamp > delete_horizon_ms or offset_map.unmapped_overflow
+                        unmapped = offset_map.unmapped
                         records = decode_records(data, item.position, h)
                         keys = list(map(_KEY, records))
                         if None in keys:  # (records without a key go: a slow path, Kafka refuses them now)
                             keep = [r for r in records if r.key is not None and get(hash(r.key), -1) <= r.offset
-                                    and (retain_deletes or r.value is not None)]  # fmt: skip
+                                    and (retain_deletes or r.value is not None or hash(r.key) in unmapped)]  # fmt: skip
                         else:  # per batch, in C: a record stays when no later offset of its key is in the map
                             latest = map(get, map(hash, keys), repeat(-1))
                             mask = list(map(operator.le, latest, map(_OFFSET, records)))
@@ -411,8 +416,8 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                                 keep = records
                             else:
                                 keep = list(compress(records, mask)) if any(mask) else []
-                                if deletes:
-                                    keep = [r for r in keep if r.value is not None]
+                                if deletes:  # (a tombstone of an unmapped batch's key stays: see OffsetMap)
+                                    keep = [r for r in keep if r.value is not None or hash(r.key) in unmapped]
                         if keep is records:
                             kept, kept_count = memoryview(data)[item.position : item.end], count
                         else:
@@ -464,6 +469,21 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
             p.unlink(missing_ok=True)
         raise
     return out
+
+
+def _note_unmapped(offset_map: OffsetMap, data: bytes, item: ScannedBatch) -> None:
+    """Note the keys of a batch copied whole and never mapped (transactional data, legacy) in
+    `offset_map.unmapped`, so that a later tombstone of one of them stays (a control batch has none)."""
+    h = item.header
+    if h is not None:
+        if not h.attributes & CONTROL_BIT:
+            offset_map.note_unmapped([hash(k) for k in map(_KEY, decode_records(data, item.position, h))
+                                      if k is not None])  # fmt: skip
+    elif item.legacy is not None and item.legacy.codec == 0:
+        if item.legacy.key is not None:
+            offset_map.note_unmapped([hash(item.legacy.key)])
+    else:  # a compressed legacy wrapper: its keys are not read here, so no tombstone goes in this clean
+        offset_map.unmapped_overflow = True
 
 
 def _rebuild(h, records: list) -> bytes:

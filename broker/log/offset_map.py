@@ -11,6 +11,11 @@ A key is hashed with Python's own 64-bit hash of bytes (SipHash, computed in C a
 object): a map lives for one clean in one process, so its per-process seed does not matter. Two keys of a
 log sharing a 64-bit hash is about as unlikely (n² / 2^65) as an MD5 collision is in Kafka's map; were it
 to happen, the older record of one of the two keys would be dropped, as in Kafka.
+
+Beside it the map holds `unmapped`: the hashes of the keys of batches the clean copies whole and never maps
+(transactional and legacy ones), noted as the rewrite passes them in offset order, so that a later tombstone
+of such a key is never dropped (dropping it would bring the unmapped value back). It shares the map's slots;
+when they run out `unmapped_overflow` is set and the rest of the clean keeps every tombstone.
 """
 
 from __future__ import annotations
@@ -26,19 +31,21 @@ key_hash = hash  #: the map's 64-bit hash of a record key
 class OffsetMap:
     """A bounded map of key hash → offset; `put` refuses a new key once `slots` keys are in."""
 
-    __slots__ = ("slots", "_map", "latest_offset")
+    __slots__ = ("slots", "_map", "latest_offset", "unmapped", "unmapped_overflow")
 
     def __init__(self, memory_bytes: int, load_factor: float = 0.9) -> None:
         self.slots = max(1, int(memory_bytes * load_factor) // ENTRY_BYTES)
         self._map: dict[int, int] = {}
         self.latest_offset = -1  # the largest offset put so far
+        self.unmapped: set[int] = set()  # key hashes of batches copied whole (transactional, legacy)
+        self.unmapped_overflow = False  # more of them than the slots left: every tombstone stays
 
     def __len__(self) -> int:
         return len(self._map)
 
     @property
     def full(self) -> bool:
-        return len(self._map) >= self.slots
+        return len(self._map) + len(self.unmapped) >= self.slots
 
     @property
     def utilization(self) -> float:
@@ -46,13 +53,22 @@ class OffsetMap:
 
     def room_for(self, new_keys: int) -> bool:
         """Whether `new_keys` more keys (at most: some may be in already) still fit."""
-        return len(self._map) + new_keys <= self.slots
+        return len(self._map) + len(self.unmapped) + new_keys <= self.slots
+
+    def note_unmapped(self, hashes: list[int]) -> None:
+        """Remember key hashes of a batch the clean copies whole; past the slots left, `unmapped_overflow`."""
+        if self.unmapped_overflow:
+            return
+        self.unmapped.update(hashes)
+        if len(self._map) + len(self.unmapped) > self.slots:
+            self.unmapped.clear()
+            self.unmapped_overflow = True
 
     def put(self, key: bytes, offset: int) -> bool:
         """Record `offset` as the last of `key`; False (nothing changed) when the key is new and the map full."""
         h = key_hash(key)
         m = self._map
-        if h not in m and len(m) >= self.slots:
+        if h not in m and len(m) + len(self.unmapped) >= self.slots:
             return False
         m[h] = offset
         if offset > self.latest_offset:
@@ -80,3 +96,5 @@ class OffsetMap:
     def clear(self) -> None:
         self._map.clear()
         self.latest_offset = -1
+        self.unmapped.clear()
+        self.unmapped_overflow = False

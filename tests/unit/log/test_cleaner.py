@@ -430,3 +430,35 @@ def test_nothing_at_or_above_the_high_watermark_is_cleaned_or_mapped(open_log, r
     kept = {r.offset for r in _read(log)}
     assert set(range(log.bases[2], 200)) <= kept  # nothing from the high watermark's segment on was dropped
     assert cleanable(log, None, T0 + 10).uncleanable == log.bases[-1]  # without one: up to the active segment
+
+
+def test_a_tombstone_of_a_key_in_a_transactional_batch_is_never_dropped(open_log, clock):
+    """Transactional batches are copied whole and never mapped: a tombstone that deleted a key written in one
+    must stay, or the transactional value would come back once the tombstone passes delete.retention.ms."""
+    log = open_log(segment_bytes=300, delete_retention_ms=1000)
+    log.append(build_batch([Record(0, clock.ms, b"k", b"txn-value")], producer_id=9, producer_epoch=0,
+                           base_sequence=0, transactional=True), assign_offsets=False, leader_epoch=0)  # fmt: skip
+    commit = [Record(1, clock.ms, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")]
+    log.append(build_batch(commit, producer_id=9, producer_epoch=0, transactional=True, control=True),
+               assign_offsets=False, leader_epoch=0)  # fmt: skip
+    _append_raw(log, [(b"k", None)], 2)
+    _append_raw(log, [(b"gone", None)], 3)  # a tombstone of a key no unmapped batch holds: it may go
+    ckpt = None
+    for n in range(3):
+        _fill(log, [(b"f%d-%d" % (n, i), b"x" * 20) for i in range(40)], per_batch=1, ts=clock.ms)
+        log.roll()
+        ckpt = clean_log(log, cleanable(log, ckpt, clock.ms), OffsetMap(1 << 20), now_ms=clock.ms).end_offset
+        clock.advance(5000)
+    got = [(r.offset, r.value) for r in _read(log) if r.key == b"k"]
+    assert got == [(0, b"txn-value"), (2, None)]  # the tombstone still hides the transactional value
+    assert not [r for r in _read(log) if r.key == b"gone"]
+
+
+def test_with_too_many_unmapped_keys_every_tombstone_stays(open_log, clock):
+    from broker.log.offset_map import OffsetMap as Map
+
+    m = Map(4 * ENTRY_BYTES, load_factor=1.0)
+    m.note_unmapped([1, 2, 3, 4, 5])
+    assert m.unmapped_overflow and len(m.unmapped) <= m.slots
+    m.clear()
+    assert not m.unmapped_overflow and not m.unmapped
