@@ -9,7 +9,7 @@ of one id are serialised by a lock of its own.
 
 Ending a transaction (EndTxn, a timeout, an InitProducerId that finds it open) writes PrepareCommit or
 PrepareAbort, then the markers (`broker.server.txn_markers_sender`: WriteTxnMarkers to every partition's
-leader, with the Prepare write's znode version as coordinator epoch), then, in one ZooKeeper multi-op
+leader, with the state's `coordinator_epoch`, see `broker.server.txn_state`), then, in one ZooKeeper multi-op
 (`txn_store.finish`), on commit the offsets TxnOffsetCommit held become the groups' committed offsets, the
 held copies go, and CompleteCommit or CompleteAbort is written. Until that multi-op succeeds (a slow or
 failing ZooKeeper: the sweep retries) the id stays in its Prepare state: requests of the id meanwhile get
@@ -18,8 +18,8 @@ transaction is complete (or after `END_WAIT_S`, while completion goes on).
 
 A broker that becomes an id's coordinator (start-up, a change of the live brokers) reads its state and
 finishes a Prepare it finds, sending the markers again (a repeated marker is harmless) after a conditional
-write of its own (the Prepare state written again), whose version is its markers' coordinator epoch: above
-the one the previous coordinator used, so the partitions fence that one's markers still in flight (a zombie
+write of its own (the Prepare state written again, its coordinator epoch raised by one): above the one the
+previous coordinator used, so the partitions fence that one's markers still in flight (a zombie
 coordinator's late COMMIT would otherwise close the producer's next transaction). A completion is cancelled
 when its id moves to another broker; the states cached here are forgotten (read again) when the ZooKeeper
 session changes (it expired: others may have taken the ids over), and between retry rounds a completion
@@ -195,6 +195,8 @@ class TxnCoordinator:
         zk = self._zk()
         if zk is None:
             raise NotCoordinator(txn_id)
+        if meta.state.preparing and meta.coordinator_epoch < 0 and version is not None:
+            meta = replace(meta, coordinator_epoch=version + 1)  # (first recorded: this write's own version)
         try:
             if version is None:
                 new_version = await self._blocking(txn_store.create, zk, txn_id, meta)
@@ -341,9 +343,10 @@ class TxnCoordinator:
                 if got is None or not got[0].state.preparing:
                     return
                 meta, version = got
-                if not fresh:  # (its version, above any earlier coordinator's, is the markers' coordinator epoch)
-                    meta = replace(meta, update_ms=_now_ms())
+                if not fresh:  # (its coordinator epoch one above any earlier coordinator's markers)
+                    meta = replace(meta, update_ms=_now_ms(), coordinator_epoch=st.marker_epoch(meta, version) + 1)
                     version = await self._put(txn_id, meta, version)
+                epoch = st.marker_epoch(meta, version)
             commit = meta.state == TxnState.PREPARE_COMMIT
             checks = 0
 
@@ -360,7 +363,7 @@ class TxnCoordinator:
                 now = await self._blocking(txn_store.load, zk, txn_id)
                 return now is not None and now[1] == version
 
-            await self.markers.write(txn_id, meta.producer_id, meta.producer_epoch, commit, version,
+            await self.markers.write(txn_id, meta.producer_id, meta.producer_epoch, commit, epoch,
                                      set(meta.partitions), still_mine)  # fmt: skip
             async with self._lock(txn_id):
                 now_got = self._txns.get(txn_id)

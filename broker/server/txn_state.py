@@ -10,8 +10,19 @@ The state machine is Kafka 2.8's `TransactionMetadata` (KIP-98):
 A Complete state takes a new transaction like Empty does. Each transaction an id begins gets the next
 `txn_number` (kept across epochs of one producer id): TxnOffsetCommit's held offsets carry it, so offsets
 held for a transaction that ended are never taken for a later one of the same producer id and epoch (a
-client's abort does not raise the epoch). `broker.server.txn_coordinator` applies these rules,
-`broker.server.txn_store` keeps the result in ZooKeeper (its JSON is `TxnMeta.to_json`).
+client's abort does not raise the epoch).
+
+`coordinator_epoch` is the coordinator epoch of the id's markers (Kafka's is the transaction log partition's
+leader epoch). It only grows: set at a Prepare write to that write's znode version when the state has none
+(-1: written by a kafkactl that used the version itself), kept by every later state, and raised by one only
+when a coordinator writes a Prepare again (it took the id over, or retries a completion that failed), so
+that markers a previous coordinator may still have in flight are fenced by the partitions. It stays at most
+the znode's version (which rises 3-4 times a transaction; an int32 epoch taken from it would overflow after
+about 2^31 / 4 transactions of one id): it rises once per takeover or retried completion, not per
+transaction, so its int32 bound is out of reach.
+
+`broker.server.txn_coordinator` applies these rules, `broker.server.txn_store` keeps the result in ZooKeeper
+(its JSON is `TxnMeta.to_json`).
 """
 
 from __future__ import annotations
@@ -62,6 +73,7 @@ class TxnMeta:
     start_ms: int = -1
     update_ms: int = -1
     txn_number: int = 0  # transactions this id began (the current one's number while one is under way)
+    coordinator_epoch: int = -1  # its markers' coordinator epoch (-1: not recorded, see `marker_epoch`)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +81,7 @@ class TxnMeta:
             "last_producer_epoch": self.last_producer_epoch, "timeout_ms": self.timeout_ms, "state": str(self.state),
             "partitions": sorted([t, p] for t, p in self.partitions), "groups": sorted(self.groups),
             "start_ms": self.start_ms, "update_ms": self.update_ms, "txn_number": self.txn_number,
+            "coordinator_epoch": self.coordinator_epoch,
         }  # fmt: skip
 
     @classmethod
@@ -80,6 +93,7 @@ class TxnMeta:
             partitions=frozenset((str(t), int(p)) for t, p in d.get("partitions", ())),
             groups=frozenset(d.get("groups", ())), start_ms=int(d.get("start_ms", -1)),
             update_ms=int(d.get("update_ms", -1)), txn_number=int(d.get("txn_number", 0)),
+            coordinator_epoch=int(d.get("coordinator_epoch", -1)),
         )  # fmt: skip
 
 
@@ -150,10 +164,20 @@ def next_producer(meta: TxnMeta | None, new_pid: int, timeout_ms: int, now_ms: i
     """InitProducerId of an id with no transaction under way: epoch 0 for a new id, the epoch raised by one for
     a known one (fencing its earlier producer), or a new producer id (`new_pid`) at epoch 0 when the epoch
     would overflow."""
-    if meta is None or meta.producer_epoch + 1 >= MAX_EPOCH:
+    if meta is None:
         return TxnMeta(new_pid, 0, timeout_ms, TxnState.EMPTY, -1, update_ms=now_ms)
+    if meta.producer_epoch + 1 >= MAX_EPOCH:
+        return TxnMeta(new_pid, 0, timeout_ms, TxnState.EMPTY, -1, update_ms=now_ms,
+                       coordinator_epoch=meta.coordinator_epoch)  # fmt: skip
     return TxnMeta(meta.producer_id, meta.producer_epoch + 1, timeout_ms, TxnState.EMPTY,
-                   last_producer_epoch=meta.producer_epoch, update_ms=now_ms, txn_number=meta.txn_number)  # fmt: skip
+                   last_producer_epoch=meta.producer_epoch, update_ms=now_ms, txn_number=meta.txn_number,
+                   coordinator_epoch=meta.coordinator_epoch)  # fmt: skip
+
+
+def marker_epoch(meta: TxnMeta, version: int) -> int:
+    """The coordinator epoch of the markers of `meta`, a Prepare state at znode `version`: the one it records,
+    or (a state an earlier kafkactl wrote, which kept none) the version itself, as that kafkactl used."""
+    return meta.coordinator_epoch if meta.coordinator_epoch >= 0 else version
 
 
 def txn_offsets_error(meta: TxnMeta | None, group: str, producer_id: int, producer_epoch: int) -> ErrorCode:

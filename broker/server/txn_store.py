@@ -6,8 +6,8 @@ ZooKeeper is already kafkactl's replicated store for group offsets, it survives 
 broker that takes an id over reads one znode instead of loading a log.
 
 Every change is conditional on the znode's version (`update`), so two brokers that both believe they
-coordinate an id cannot both win: the loser gets `Fenced` and answers NOT_COORDINATOR. The version a
-Prepare state was written at is the markers' coordinator epoch: it only grows for an id.
+coordinate an id cannot both win: the loser gets `Fenced` and answers NOT_COORDINATOR. The markers'
+coordinator epoch is kept in the JSON (`TxnMeta.coordinator_epoch`; it only grows for an id).
 
 TxnOffsetCommit's offsets wait under `/kafkactl/txn_offsets/<group>/<id>` ({"version":1,"producer_id",
 "producer_epoch","txn_number","offsets":[[topic, partition, offset, leader_epoch, metadata]]}), written by the

@@ -55,8 +55,9 @@ The transaction coordinators (broker/server/txn_store.py; Kafka keeps this in it
 | znode | mode | data |
 |---|---|---|
 | /kafkactl/transactions/<txn id> | persistent | {"version":1,"producer_id","producer_epoch","last_producer_epoch",
-  "timeout_ms","state","partitions":[[t,p]],"groups":[g],"start_ms","update_ms","txn_number"}; every change
-  conditional on its znode version, which is the markers' coordinator epoch |
+  "timeout_ms","state","partitions":[[t,p]],"groups":[g],"start_ms","update_ms","txn_number",
+  "coordinator_epoch"}; every change conditional on its znode version; "coordinator_epoch" is the markers' (set at
+  a Prepare, raised by one when a Prepare is written again; absent: the Prepare's znode version) |
 | /kafkactl/txn_offsets/<g>/<txn id> | persistent | {"version":1,"producer_id","producer_epoch","txn_number",
   "offsets":[[t,p,offset,leader_epoch,metadata]]}: TxnOffsetCommit's offsets, the group's committed offsets once
   the transaction commits (deleted when it ends) |
