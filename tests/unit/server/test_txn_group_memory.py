@@ -6,6 +6,10 @@ stand-in of test_group_store."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from broker.protocol.errors import ErrorCode
+from broker.server.handlers.transactions import handle_txn_offset_commit
 from broker.zk import paths
 from tests.unit.server.test_group_store import FakeZk, G, T, offsets_of, run, short_bounds, started
 
@@ -107,6 +111,40 @@ def test_the_transaction_coordinators_own_note_of_a_commit_is_known() -> None:
         store.note_committed(G, {(T, 0): paths.StoredOffset(9)})  # (finish answered on this broker)
         zk.down()
         assert offsets_of(await store.fetch(G, {T: [0]})) == {(T, 0): 9}
+        await store.close(1)
+
+    run(main())
+
+
+def test_the_txn_offset_commit_handler_drops_them_from_memory_before_holding_them() -> None:
+    """handle_txn_offset_commit (on the group's coordinator) tells the group store before its held write."""
+
+    async def main() -> None:
+        zk = FakeZk()
+        zk.put(paths.group_offset(G, T, 0), b"5")
+        store = await started(zk)
+        assert offsets_of(await store.fetch(G, {T: [0]})) == {(T, 0): 5}
+        known_at_write: list[bool] = []
+
+        async def blocking(fn, *args):  # noqa: ANN001, ANN002, ANN202 - the txn_store call, not run
+            known_at_write.append((T, 0) in store._known.get(G, {}))
+            return ErrorCode.NONE
+
+        async def allowed_offsets(*args):  # noqa: ANN002, ANN202
+            return ErrorCode.NONE
+
+        b = SimpleNamespace(authorizer=None, coordinates=lambda g: True, zk=object(), blocking=blocking,
+                            group_store=store, txn_coordinator=SimpleNamespace(txn_offsets_allowed=allowed_offsets),
+                            cache=SimpleNamespace(partition=lambda t, p: object()),
+                            config=SimpleNamespace(offset_metadata_max_bytes=4096))  # fmt: skip
+        part = {"partition_index": 0, "committed_offset": 9, "committed_leader_epoch": -1, "committed_metadata": ""}
+        req = {"transactional_id": "tx", "group_id": G, "producer_id": 7, "producer_epoch": 0,
+               "topics": [{"name": T, "partitions": [part]}]}  # fmt: skip
+        out = await handle_txn_offset_commit(b, None, req)  # type: ignore[arg-type]
+        assert out["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
+        assert known_at_write == [False]
+        zk.down()
+        assert await store.fetch(G, {T: [0]}) is None  # (not the 5 from before the transaction)
         await store.close(1)
 
     run(main())
