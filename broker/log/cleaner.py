@@ -742,21 +742,44 @@ class LogCleaner:
         self._wake.set()
 
     def abort(self, tp: TopicPartition, timeout: float = 30.0) -> None:
-        """Drop the clean of `tp` in progress, if any, and wait until it stopped (before its log is removed)."""
+        """Drop the clean of `tp` in progress, if any, and wait until it stopped, then forget the log: its
+        checkpoint goes from its dir's file (Kafka's updateCheckpoints(dir, partitionToRemove): a topic
+        re-created under the same name must not take the old first dirty offset) and from `uncleanable`.
+        Called before its log is removed."""
         with self._lock:
-            if tp not in self._in_progress:
-                self.progress.pop(tp, None)
-                return
-            self._aborted.add(tp)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+            running = tp in self._in_progress
+            if running:
+                self._aborted.add(tp)
+        if running:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                with self._lock:
+                    if tp not in self._in_progress:
+                        break
+                time.sleep(0.01)
             with self._lock:
-                if tp not in self._in_progress:
-                    break
-            time.sleep(0.01)
+                self._aborted.discard(tp)
         with self._lock:
-            self._aborted.discard(tp)
-            self.progress.pop(tp, None)
+            had = self.progress.pop(tp, None)
+            self.uncleanable.discard(tp)
+        d = self.manager.dir_of(tp)
+        if had is not None and had.checkpoint is not None and d is not None:
+            self._write_checkpoint(d)
+
+    def truncated(self, tp: TopicPartition, end: int) -> None:
+        """`tp`'s log was cut back to `end` (a follower's truncation or reset): a checkpoint past it comes down
+        to it (Kafka's maybeTruncateCheckpoint; what is appended there again is dirty) and a clean in progress
+        is dropped (its swap refuses, its checkpoint is not taken)."""
+        with self._lock:
+            if tp in self._in_progress:
+                self._aborted.add(tp)  # (removed when that clean exits)
+            prog = self.progress.get(tp)
+            lower = prog is not None and prog.checkpoint is not None and prog.checkpoint > end
+            if lower:
+                prog.checkpoint = end
+        d = self.manager.dir_of(tp)
+        if lower and d is not None:
+            self._write_checkpoint(d)
 
     def _run(self, thread: int) -> None:
         omap = OffsetMap(self.map_bytes, self.load_factor)
@@ -836,6 +859,12 @@ class LogCleaner:
         finally:
             with self._lock:
                 self._in_progress.discard(tp)
+                dropped = tp in self._aborted  # (a truncation or removal meanwhile: its checkpoint is not taken)
+                self._aborted.discard(tp)
+        if dropped:
+            log.info("log cleaner thread %d: the clean of %s-%d was dropped: the log was cut or removed", thread,
+                     tp[0], tp[1])  # fmt: skip
+            return False
         with self._lock:
             prog = self.progress.setdefault(tp, PartitionProgress())
             prog.checkpoint, prog.last_clean, prog.last_clean_ms, prog.last_error = (

@@ -172,6 +172,8 @@ class PartitionLog:
         self._last_flush_ms = self._now_ms()
         #: told after a roll, at the new active segment's base (the broker snapshots the producers there)
         self.on_roll: Callable[[PartitionLog], None] | None = None
+        #: told after a truncation (truncate_to, reset_to): the log cleaner lowers its checkpoint to the new end
+        self.on_truncate: Callable[[PartitionLog], None] | None = None
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -534,6 +536,8 @@ class PartitionLog:
             seg.truncate_to_position(head.position)
         self.txn_index.truncate(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        if self.on_truncate is not None:
+            self.on_truncate(self)
 
     def reset_to(self, offset: int) -> None:
         """Remove every segment and start empty at `offset` (a follower whose leader's log starts past ours)."""
@@ -541,6 +545,8 @@ class PartitionLog:
             self._delete_segment(base)
         self._open_segment(offset)
         self.log_start_offset = self.recovery_point = offset
+        if self.on_truncate is not None:
+            self.on_truncate(self)
 
     def close(self) -> None:
         for seg in self.segments.values():

@@ -88,6 +88,8 @@ class LogManager:
         self.before_removal: Callable[[TopicPartition], None] | None = None
         #: told when a partition's log rolled a new segment (the broker snapshots its producers there)
         self.on_roll: Callable[[PartitionLog], None] | None = None
+        #: told after a partition's log was truncated (the log cleaner lowers its checkpoint to the new end)
+        self.on_truncate: Callable[[TopicPartition, int], None] | None = None
         self._dir_of: dict[TopicPartition, Path] = {}
         self._locks: list[int] = []
         self.unclean_dirs: list[Path] = []
@@ -102,6 +104,10 @@ class LogManager:
     def _rolled(self, plog: PartitionLog) -> None:
         if self.on_roll is not None:
             self.on_roll(plog)
+
+    def _truncated(self, plog: PartitionLog) -> None:
+        if self.on_truncate is not None:
+            self.on_truncate((plog.topic, plog.partition), plog.log_end_offset)
 
     def startup(self, topic_configs: dict[str, LogConfig] | None = None, cluster_id: str | None = None) -> None:
         """Lock every log dir and load its logs, recovering those of a dir that was not shut down cleanly.
@@ -137,7 +143,7 @@ class LogManager:
                     Path(entry.path), cfg, recovery_point=recovery.get(tp, 0),
                     log_start_offset=starts.get(tp, 0), clean=clean, clock=self.clock,
                 )  # fmt: skip
-                self.logs[tp].on_roll = self._rolled
+                self.logs[tp].on_roll, self.logs[tp].on_truncate = self._rolled, self._truncated
                 self._dir_of[tp] = d
                 plan = self.logs[tp].recovery_plan
                 if plan is not None and plan.refused and plan.needs_cut:
@@ -196,7 +202,7 @@ class LogManager:
                     counts[owner] += 1
             d = min(online, key=lambda x: counts[x])
             self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
-            self.logs[tp].on_roll = self._rolled
+            self.logs[tp].on_roll, self.logs[tp].on_truncate = self._rolled, self._truncated
             self._dir_of[tp] = d
             fsync_dir(d)
         plog = self.logs[tp]

@@ -177,6 +177,7 @@ class Broker:
         if _flag(cfg.props.get("log.cleaner.enable", "true")):
             self.cleaner = LogCleaner.from_props(self.logs, cfg.props, self.loop, stable_end=self.high_watermark)
             self.logs.before_removal = self.cleaner.abort
+            self.logs.on_truncate = self.cleaner.truncated
             self.cleaner.start()
         stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))
         if stray:

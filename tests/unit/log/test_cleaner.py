@@ -462,3 +462,46 @@ def test_with_too_many_unmapped_keys_every_tombstone_stays(open_log, clock):
     assert m.unmapped_overflow and len(m.unmapped) <= m.slots
     m.clear()
     assert not m.unmapped_overflow and not m.unmapped
+
+
+def _cleaner_and_log(tmp_path, **cfg_kw):
+    from broker.log.config import LogConfig
+
+    cfg = LogConfig(segment_bytes=800, cleanup_policy="compact", min_cleanable_dirty_ratio=0.1, **cfg_kw)
+    mgr = LogManager([tmp_path / "d"], cfg)
+    mgr.startup()
+    log = mgr.get_or_create("t", 0, cfg)
+    _fill(log, [(b"k%d" % (i % 5), b"v%d" % i) for i in range(100)])
+    cleaner = LogCleaner(mgr, delete_delay_ms=0)
+    mgr.before_removal, mgr.on_truncate = cleaner.abort, cleaner.truncated
+    return cfg, mgr, log, cleaner
+
+
+def test_a_deleted_log_leaves_no_checkpoint_behind(tmp_path):
+    """A re-created topic of the same name must not take [0, old checkpoint) as clean."""
+    cfg, mgr, log, cleaner = _cleaner_and_log(tmp_path)
+    assert cleaner.clean_once(OffsetMap(1 << 20))
+    cleaner.uncleanable.add(("t", 0))
+    mgr.delete("t", 0)
+    assert "t 0" not in (tmp_path / "d" / CHECKPOINT).read_text()
+    assert ("t", 0) not in cleaner.progress and ("t", 0) not in cleaner.uncleanable
+    cleaner.stop()
+    mgr.shutdown()
+    assert ("t", 0) not in LogCleaner(LogManager([tmp_path / "d"], cfg)).progress
+
+
+def test_a_truncation_below_the_checkpoint_lowers_it(tmp_path):
+    cfg, mgr, log, cleaner = _cleaner_and_log(tmp_path)
+    assert cleaner.clean_once(OffsetMap(1 << 20))
+    first = cleaner.progress[("t", 0)].checkpoint
+    cut = log.bases[1]
+    assert cut < first
+    log.truncate_to(cut)  # a follower's truncation
+    assert cleaner.progress[("t", 0)].checkpoint == log.log_end_offset <= cut
+    assert f"t 0 {log.log_end_offset}" in (tmp_path / "d" / CHECKPOINT).read_text()
+    _fill(log, [(b"k%d" % (i % 5), b"w%d" % i) for i in range(100)])
+    assert cleaner.clean_once(OffsetMap(1 << 20)) and cleaner.progress[("t", 0)].checkpoint > 3
+    log.reset_to(3)  # a follower starting over at the leader's log start
+    assert cleaner.progress[("t", 0)].checkpoint == 3
+    cleaner.stop()
+    mgr.shutdown()
