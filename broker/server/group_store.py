@@ -240,9 +240,10 @@ class GroupStore:
             self._known.setdefault(group, {}).update(offsets)
 
     def note_txn_offsets(self, group: str, partitions: list[TopicPartition]) -> None:
-        """A TxnOffsetCommit (on this broker, the group's coordinator) is about to hold offsets of these
-        partitions: memory no longer answers them (their transaction may be committed by another broker, which
-        does not tell this one) until a read made after their transaction ended (see `fetch`)."""
+        """A TxnOffsetCommit (on this broker, the group's coordinator) holds offsets of these partitions: memory
+        no longer answers them (their transaction may be committed by another broker, which does not tell this
+        one) until a read made after their transaction ended (see `fetch`). Called before the held write and
+        again once it is answered: a read that began before the held copy landed keeps nothing it read."""
         self._txn_notes += 1
         self._txn_noted[group] = self._txn_notes
         known = self._known.get(group)

@@ -167,8 +167,10 @@ async def handle_txn_offset_commit(b: Services, header: RequestHeader, req: dict
             # (checked again in the write itself: the transaction may have ended since the check above)
             late = await b.blocking(txn_store.add_offsets, b.zk, group, txn_id, req["producer_id"],
                                     req["producer_epoch"], held)  # fmt: skip
-        except KazooException:  # (not held: the client retries)
+        except KazooException:  # (not held, or held with its answer lost: the client retries)
             late = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        finally:  # again once written (or maybe written): a read that saw no held copy may have ended meanwhile
+            b.group_store.note_txn_offsets(group, list(held))
         if late:
             errors = {tp: code or late for tp, code in errors.items()}
     by_topic: dict[str, list[dict[str, int]]] = {}

@@ -130,17 +130,7 @@ def test_the_txn_offset_commit_handler_drops_them_from_memory_before_holding_the
             known_at_write.append((T, 0) in store._known.get(G, {}))
             return ErrorCode.NONE
 
-        async def allowed_offsets(*args):  # noqa: ANN002, ANN202
-            return ErrorCode.NONE
-
-        b = SimpleNamespace(authorizer=None, coordinates=lambda g: True, zk=object(), blocking=blocking,
-                            group_store=store, txn_coordinator=SimpleNamespace(txn_offsets_allowed=allowed_offsets),
-                            cache=SimpleNamespace(partition=lambda t, p: object()),
-                            config=SimpleNamespace(offset_metadata_max_bytes=4096))  # fmt: skip
-        part = {"partition_index": 0, "committed_offset": 9, "committed_leader_epoch": -1, "committed_metadata": ""}
-        req = {"transactional_id": "tx", "group_id": G, "producer_id": 7, "producer_epoch": 0,
-               "topics": [{"name": T, "partitions": [part]}]}  # fmt: skip
-        out = await handle_txn_offset_commit(b, None, req)  # type: ignore[arg-type]
+        out = await handle_txn_offset_commit(_broker(store, blocking), None, _request())  # type: ignore[arg-type]
         assert out["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
         assert known_at_write == [False]
         zk.down()
@@ -148,3 +138,45 @@ def test_the_txn_offset_commit_handler_drops_them_from_memory_before_holding_the
         await store.close(1)
 
     run(main())
+
+
+def test_a_read_made_while_the_held_write_is_under_way_is_not_kept() -> None:
+    """A fetch that read ZooKeeper after the TxnOffsetCommit began but before its held copy landed (so it saw
+    no transaction) and ended before the write's answer: what it read is dropped once the write is answered."""
+
+    async def main() -> None:
+        zk = FakeZk()
+        zk.put(paths.group_offset(G, T, 0), b"5")
+        store = await started(zk)
+
+        async def blocking(fn, *args):  # noqa: ANN001, ANN002, ANN202 - the held write, done by hand
+            assert offsets_of(await store.fetch(G, {T: [0]})) == {(T, 0): 5}  # (before the held copy lands)
+            held_copy(zk, "tx", {(T, 0): 9})
+            return ErrorCode.NONE
+
+        out = await handle_txn_offset_commit(_broker(store, blocking), None, _request())  # type: ignore[arg-type]
+        assert out["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
+        txn_committed(zk, "tx", {(T, 0): 9})
+        zk.down()
+        assert await store.fetch(G, {T: [0]}) is None  # (not the 5 read meanwhile)
+        await store.close(1)
+
+    run(main())
+
+
+def _broker(store: object, blocking: object) -> SimpleNamespace:
+    """What handle_txn_offset_commit uses of the broker: no authorizer, every partition known."""
+
+    async def allowed_offsets(*args):  # noqa: ANN002, ANN202
+        return ErrorCode.NONE
+
+    return SimpleNamespace(authorizer=None, coordinates=lambda g: True, zk=object(), blocking=blocking,
+                           group_store=store, txn_coordinator=SimpleNamespace(txn_offsets_allowed=allowed_offsets),
+                           cache=SimpleNamespace(partition=lambda t, p: object()),
+                           config=SimpleNamespace(offset_metadata_max_bytes=4096))  # fmt: skip
+
+
+def _request() -> dict:
+    part = {"partition_index": 0, "committed_offset": 9, "committed_leader_epoch": -1, "committed_metadata": ""}
+    return {"transactional_id": "tx", "group_id": G, "producer_id": 7, "producer_epoch": 0,
+            "topics": [{"name": T, "partitions": [part]}]}  # fmt: skip
