@@ -18,10 +18,14 @@ state the log's batches below `offset` leave. All integers are big-endian.
 | · current_txn_first_offset | int64: first offset of its open transaction here (-1: none) |
 
 The broker writes one at every segment roll (at the new segment's base, as Kafka's onSegmentRoll), every
-minute while the log end moves, and for every partition at a clean shutdown; it keeps those at segment
-bases and the newest. Start-up reads the newest at or below the log end back and the log after it (from the
-log start without one); a truncation does the same from the newest below its point. A file that fails its
-CRC or its layout is no snapshot (an older one, or the whole log, is read instead).
+minute for a partition whose producer state changed since its last snapshot (written and fsynced off the
+event loop: `write_unlinked`, then `install`ed on it), and for every partition at a clean shutdown; it keeps
+those at segment bases, the newest at or below the high watermark (a follower's truncation never cuts below
+it, so it reads at most about a minute of log back) and the newest. Start-up reads the newest at or below
+the log end back and the log after it (from the log start without one); a truncation does the same from the
+newest below its point. A file that fails its CRC or its layout is no snapshot (an older one, or the whole
+log, is read instead). A partition whose producers could not be read has no snapshot at all (the next
+start-up reads its whole log).
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.log.checkpoint import write_atomically
+from broker.log.checkpoint import fsync_dir, write_atomically
 from broker.records.crc import crc32c
 
 SUFFIX = ".snapshot"
+UNLINKED = ".snapshot.unlinked"  # a snapshot written off the event loop, not yet installed (a crash may leave one)
 VERSION = 1
 _NAME = re.compile(r"^(\d{20})\.snapshot$")
 _HEAD = struct.Struct(">hIi")  # version, crc, entry count
@@ -90,14 +95,52 @@ def snapshots(directory: Path) -> list[tuple[int, Path]]:
 
 
 def write(directory: Path, offset: int, entries: list[SnapshotEntry],
-          keep: Callable[[int], bool] = lambda offset: False) -> None:  # fmt: skip
+          keep: Callable[[int], bool] = lambda offset: False, keep_newest_to: int = -1) -> None:  # fmt: skip
     """Write the snapshot at `offset` (atomically) and delete every other one of the partition but those at
-    the offsets `keep` names (the broker keeps those at segment bases: a truncation reloads from them)."""
-    path = snapshot_path(directory, offset)
-    write_atomically(path, encode(entries))
-    for other_offset, other in snapshots(directory):
-        if other != path and not keep(other_offset):
+    the offsets `keep` names (the broker keeps those at segment bases: a truncation reloads from them) and the
+    newest at or below `keep_newest_to` (the high watermark)."""
+    write_atomically(snapshot_path(directory, offset), encode(entries))
+    prune(directory, offset, keep, keep_newest_to, sync=False)
+
+
+def prune(directory: Path, offset: int, keep: Callable[[int], bool], keep_newest_to: int = -1,
+          sync: bool = True) -> None:  # fmt: skip
+    """Delete every snapshot of the partition but the one at `offset`, those `keep` names and the newest at or
+    below `keep_newest_to`, and snapshots left unlinked by a crash; `sync`: fsync the dir (the entry of a
+    snapshot `install`ed). Deleting a snapshot is always safe (a load reads more log), so this may run off
+    the event loop."""
+    found = snapshots(directory)
+    below = [o for o, _ in found if o <= keep_newest_to]
+    newest_below = below[-1] if below else -1
+    for other_offset, other in found:
+        if other_offset not in (offset, newest_below) and not keep(other_offset):
             other.unlink(missing_ok=True)
+    for entry in os.scandir(directory):
+        if entry.name.endswith(UNLINKED) and entry.name != f"{offset:020d}{UNLINKED}":
+            Path(entry.path).unlink(missing_ok=True)
+    if sync:
+        fsync_dir(Path(directory))
+
+
+def write_unlinked(directory: Path, offset: int, data: bytes) -> Path:
+    """Write and fsync the snapshot `data` at `offset` under a name no load reads (a blocking call, run off the
+    event loop); `install` gives it its name. A failed write leaves nothing behind and the OSError goes on."""
+    path = Path(directory) / f"{offset:020d}{UNLINKED}"
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def install(unlinked: Path, offset: int) -> None:
+    """Give a snapshot `write_unlinked` wrote its name (on the event loop, once the caller checked that the
+    log still holds `offset` and the state it describes is still the partition's)."""
+    os.replace(unlinked, snapshot_path(unlinked.parent, offset))
 
 
 def delete_from(directory: Path, offset: int) -> None:
@@ -111,7 +154,10 @@ def latest(directory: Path, at_most: int) -> tuple[int, list[SnapshotEntry]] | N
     """The newest intact snapshot at an offset the log still reaches (`at_most`, its end), as (offset,
     entries); snapshots past the log end (it was cut back) and unreadable ones are deleted."""
     for offset, path in reversed(snapshots(directory)):
-        entries = decode(path.read_bytes()) if offset <= at_most else None
+        try:
+            entries = decode(path.read_bytes()) if offset <= at_most else None
+        except FileNotFoundError:  # (deleted meanwhile: a prune off the event loop)
+            continue
         if entries is not None:
             return offset, entries
         path.unlink(missing_ok=True)

@@ -177,8 +177,13 @@ class ReplicaFetcher:
                 if p["error_code"]:
                     f.paused_until = now + 0.2
                     continue
-                point = self.m.truncation_point(tp, plog, asked[tp], p["leader_epoch"], p["end_offset"])
-                self.m.truncate_copy(tp, plog, point, f"follows broker {self.source} at epoch {f.leader_epoch}")
+                try:  # (one copy's failure leaves it truncating, retried; the others of this pass go on)
+                    point = self.m.truncation_point(tp, plog, asked[tp], p["leader_epoch"], p["end_offset"])
+                    self.m.truncate_copy(tp, plog, point, f"follows broker {self.source} at epoch {f.leader_epoch}")
+                except Exception as exc:
+                    log.error("%s-%d: truncating the copy failed (retrying): %s", *tp, exc)
+                    f.paused_until = now + 1.0
+                    continue
                 f.truncating = False
 
     def _request(self, due: dict[TopicPartition, Followed]) -> dict:

@@ -28,7 +28,7 @@ from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.isr import LeaderPartition
 from broker.replication.reassignment import throttled
 from broker.replication.throttle import Throttle
-from broker.server.producers import load_states, marker_in, note_completed
+from broker.server.producers import forget_states, load_states, marker_in, note_completed
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -434,7 +434,12 @@ class ReplicaManager:
         self.epoch_cache(tp, plog).truncate_from_end(plog.log_end_offset)
         # as Kafka's truncateTo: the producers' state (open transactions, the markers that closed them) as
         # the log now leaves it, from the newest snapshot below the cut and the batches after it
-        self.producer_states[tp] = load_states(plog)
+        try:
+            self.producer_states[tp] = load_states(plog)
+        except Exception as exc:  # (an unreadable segment): unknown, not the stale state of the cut log
+            log.error("%s-%d: rebuilding its producers after the truncation failed (%s): their state is unknown "
+                      "until a restart reads the whole log (its snapshots deleted)", *tp, exc)  # fmt: skip
+            self.producer_states[tp] = forget_states(plog)
 
     def reset_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int) -> None:
         plog.reset_to(offset)

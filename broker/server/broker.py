@@ -23,6 +23,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.errors import KafkactlError
+from broker.log import producer_snapshot
 from broker.log.cleaner import LogCleaner
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
@@ -36,7 +37,16 @@ from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.group_store import GroupStore
 from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
-from broker.server.producers import ProducerIdPool, ProducerStates, load_states, maybe_snapshot, take_snapshot
+from broker.server.producers import (
+    ProducerIdPool,
+    ProducerStates,
+    SnapshotJob,
+    forget_states,
+    load_states,
+    prepare_snapshot,
+    snapshot_due,
+    take_snapshot,
+)
 from broker.server.purgatory import Purgatory
 from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context
@@ -99,6 +109,7 @@ class Broker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
+        self._snapshots: asyncio.Task | None = None  # the minute's producer snapshots being written
         self._config_watched: set[str] = set()
         self._session_lost = False
         self._zk_down = False  # the ZooKeeper connection is lost (logged once, and once when it is back)
@@ -242,6 +253,8 @@ class Broker:
         self.quotas.stop()
         for task in self._tasks:
             task.cancel()
+        if self._snapshots is not None:  # (the shutdown writes every partition's snapshot itself)
+            self._snapshots.cancel()
         if self.controller is not None:
             self.controller.deactivate()
         await self.replicas.close()
@@ -305,12 +318,39 @@ class Broker:
         self._record_high_watermarks()
         for problem in self.logs.checkpoint():
             log.error("%s: the log dir is offline until the broker restarts", problem)
-        now_ms = int(time.time() * 1000)
-        for tp, plog in list(self.logs.logs.items()):  # start-up after a crash reads from there on
+        if self.loop is None or (self._snapshots is not None and not self._snapshots.done()):
+            return
+        now_ms = int(time.time() * 1000)  # start-up after a crash reads from there on
+        jobs = [(tp, plog, states, prepare_snapshot(plog, states, now_ms, self.high_watermark(plog)))
+                for tp, plog in self.logs.logs.items()
+                if snapshot_due(states := self.producer_states.get(tp))]  # fmt: skip
+        if jobs:
+            self._snapshots = self.loop.create_task(self._write_snapshots(jobs))
+
+    async def _write_snapshots(self, jobs: list[tuple[TopicPartition, PartitionLog, ProducerStates, SnapshotJob]]
+                               ) -> None:  # fmt: skip
+        """Write the snapshots of the partitions whose producers changed (`checkpoint`): each is written and
+        fsynced off the event loop under a name no load reads, then installed on the loop only if the
+        partition still has that log and that state (no truncation, deletion or failed load meanwhile) and
+        its log still reaches the offset; the older ones are deleted off the loop (deleting is always safe)."""
+        for tp, plog, states, job in jobs:
             try:
-                maybe_snapshot(plog, self.producer_states.get(tp), now_ms)
+                unlinked = await self.blocking(producer_snapshot.write_unlinked, plog.dir, job.offset, job.data)
             except OSError as exc:
-                log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
+                if self.logs.logs.get(tp) is plog:
+                    log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
+                continue
+            current = self.logs.logs.get(tp) is plog and self.producer_states.get(tp) is states
+            if not current or states.unknown or plog.log_end_offset < job.offset:
+                unlinked.unlink(missing_ok=True)
+                continue
+            try:
+                producer_snapshot.install(unlinked, job.offset)
+                states.saved = max(states.saved, job.changes)
+                await self.blocking(producer_snapshot.prune, plog.dir, job.offset, job.kept, job.high_watermark)
+            except OSError as exc:
+                if self.logs.logs.get(tp) is plog:  # (not for a log deleted meanwhile)
+                    log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
 
     def _record_high_watermarks(self) -> None:
         for tp, plog in self.logs.logs.items():
@@ -720,7 +760,9 @@ class Broker:
             try:
                 states = load_states(plog)
             except Exception as exc:  # the producers are taken as new: duplicates of retries possible, no loss
-                log.warning("loading the producers of %s-%d failed: %s", tp[0], tp[1], exc)
+                log.error("loading the producers of %s-%d failed (%s): their state is unknown until a restart reads "
+                          "the whole log (its snapshots deleted)", tp[0], tp[1], exc)  # fmt: skip
+                self.producer_states[tp] = forget_states(plog)
                 continue
             if states.entries:
                 self.producer_states[tp] = states
@@ -732,7 +774,7 @@ class Broker:
         now_ms = int(time.time() * 1000)
         for tp, plog in self.logs.logs.items():
             try:
-                take_snapshot(plog, self.producer_states.get(tp), now_ms)
+                take_snapshot(plog, self.producer_states.get(tp), now_ms, self.high_watermark(plog))
             except OSError as exc:
                 log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
 
@@ -740,7 +782,8 @@ class Broker:
         """A log rolled: snapshot its producers at the new segment's base (Kafka's onSegmentRoll), so that
         start-up and a truncation read at most the segments after it."""
         try:
-            take_snapshot(plog, self.producer_states.get((plog.topic, plog.partition)), int(time.time() * 1000))
+            take_snapshot(plog, self.producer_states.get((plog.topic, plog.partition)), int(time.time() * 1000),
+                          self.high_watermark(plog))  # fmt: skip
         except OSError as exc:  # (start-up then reads from an older snapshot: slower, as correct)
             log.warning("writing the producer snapshot of %s-%d failed: %s", plog.topic, plog.partition, exc)
 
@@ -756,8 +799,9 @@ class Broker:
             if states is not None or written:
                 self.producer_states[tp].repair(plog.log_end_offset, written)
         except Exception as exc:  # (OSError, or a file shorter than the log thinks)
-            log.error("reading back the producers of %s-%d failed: %s", plog.topic, plog.partition, exc)
-            self.producer_states.pop(tp, None)
+            log.error("reading back the producers of %s-%d failed (%s): their state is unknown until a restart "
+                      "reads the whole log (its snapshots deleted)", plog.topic, plog.partition, exc)  # fmt: skip
+            self.producer_states[tp] = forget_states(plog)
 
     def zookeeper_problem(self) -> str | None:
         """Why a topic change cannot be written now: the ZooKeeper session is down (it would wait for it)."""

@@ -5,8 +5,8 @@ last five batches (as Kafka does). A batch repeating one of them is a duplicate:
 appended again and its first answer is repeated. A batch that skips sequences is refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A producer the partition
 has no state for (a new one) is accepted at any sequence. The state is written to snapshot files
-(`broker.log.producer_snapshot`) at each segment roll, every minute while the log end moves and at a clean
-shutdown; start-up and a follower's truncation rebuild it from the newest one at or below the log end and
+(`broker.log.producer_snapshot`) at each segment roll, every minute if it changed (written off the event loop)
+and at a clean shutdown; start-up and a follower's truncation rebuild it from the newest one at or below the log end and
 every batch after it (`load_states`). After a failed write or fsync it is `repair`ed to what the log holds.
 
 Transactions (KIP-98): a producer's first transactional batch opens its transaction here (its first
@@ -23,6 +23,7 @@ that becomes leader has the same open transactions.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import os
 import time
@@ -76,8 +77,14 @@ MarkerOf = Callable[[BatchHeader], "tuple[bool, int] | None"]
 class ProducerStates:
     """Sequence state of every producer writing to one partition."""
 
-    def __init__(self) -> None:
+    def __init__(self, unknown: bool = False) -> None:
         self.entries: dict[int, _Entry] = {}
+        #: the partition's producers could not be read from its log (start-up, a truncation, a failed write's
+        #: repair): what is held here is only what came after, so it is never snapshotted (`take_snapshot`)
+        #: and the partition's snapshots are deleted: the next start-up reads the whole log
+        self.unknown = unknown
+        self.changes = 0  # counts the changes (batches, markers, repairs); `saved`: the count the last snapshot had
+        self.saved = 0
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
               transactional: bool = False) -> tuple[ErrorCode, int]:  # fmt: skip
@@ -112,6 +119,7 @@ class ProducerStates:
                 e.coordinator_epoch, e.txn_first = old.coordinator_epoch, old.txn_first
         e.batches.append((first_seq, last_seq, first_offset))
         e.last_ms = int(time.time() * 1000) if when_ms is None else when_ms
+        self.changes += 1
         if transactional and e.txn_first < 0:
             e.txn_first = first_offset
 
@@ -157,6 +165,7 @@ class ProducerStates:
         e.txn_first = -1
         e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)
         e.last_ms = int(time.time() * 1000) if when_ms is None else when_ms
+        self.changes += 1
         return CompletedTxn(producer_id, first, marker_offset, not commit)
 
     def first_unstable_offset(self) -> int | None:
@@ -171,6 +180,7 @@ class ProducerStates:
     def repair(self, log_end_offset: int, written: Iterable[BatchHeader]) -> None:
         """After a failed write or fsync: forget the batches the log no longer holds (at or past its end),
         and record the `written` ones (the log's batches from where the failed append began) that are not."""
+        self.changes += 1
         for e in self.entries.values():
             e.batches = deque((b for b in e.batches if b[2] < log_end_offset), maxlen=KEEP)
             if e.closed is not None and e.closed[1] >= log_end_offset:  # its marker is gone: open again
@@ -244,8 +254,9 @@ def load_states(plog: PartitionLog) -> ProducerStates:
     every batch from the log start. No range is ever skipped (as Kafka's loadProducerState), so each open
     transaction is found and each marker closes its own; the aborted ones are noted in the `.txnindex` again
     (once each: an entry the file holds is not added twice), which rebuilds what a crash lost of it. The cost
-    is bounded by the snapshots: one at every segment roll and one a minute while the log end moves
-    (`take_snapshot`), so at most about a segment is read."""
+    is bounded by the snapshots: one at every segment roll and one a minute while the producers change
+    (`take_snapshot`, the broker's checkpoint), so at most about a segment is read; a truncation (never below
+    the high watermark) reads from the newest one at or below it, kept for that."""
     snap = producer_snapshot.latest(plog.dir, plog.log_end_offset)
     if snap is not None:
         states, since = ProducerStates.from_snapshot(snap[1], int(time.time() * 1000)), snap[0]
@@ -278,23 +289,63 @@ def iter_headers(plog: PartitionLog, offset: int) -> Iterator[BatchHeader]:
             item = None  # (no view into the map may outlive it)
 
 
-def take_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int) -> None:
-    """Write the snapshot of the producers at the log end (at a segment roll, every minute while the log end
-    moves, at a clean shutdown), keeping the ones at segment bases (a truncation reloads from the newest one
-    below its point) and deleting every other one (those of deleted segments too)."""
+def take_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int, high_watermark: int = -1) -> None:
+    """Write the snapshot of the producers at the log end (at a segment roll, at a clean shutdown), keeping the
+    ones at segment bases and the newest at or below the high watermark (a truncation reloads from the newest
+    one below its point, never below the high watermark) and deleting every other one (those of deleted
+    segments too). Nothing is written for a partition whose producers are unknown (`forget_states`)."""
+    if states is not None and states.unknown:
+        return
+    changes = states.changes if states is not None else 0
     keep = set(plog.bases)
     producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms) if states is not None else [],
-                            keep=lambda offset: offset in keep)  # fmt: skip
+                            keep=lambda offset: offset in keep, keep_newest_to=high_watermark)  # fmt: skip
+    if states is not None:
+        states.saved = max(states.saved, changes)
 
 
-def maybe_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int) -> bool:
-    """`take_snapshot` if the log end moved since the newest snapshot (the broker asks every minute), so that
-    start-up and truncations read at most about a minute of writes past a snapshot. Returns whether it wrote."""
-    snaps = producer_snapshot.snapshots(plog.dir)
-    if snaps and snaps[-1][0] == plog.log_end_offset:
+def snapshot_due(states: ProducerStates | None) -> bool:
+    """Whether the partition's producer state changed since its last snapshot (the broker asks every minute,
+    so that start-up and truncations read at most about a minute of writes past a snapshot; one whose
+    producers did not change needs none: the last snapshot and the log after it give the same state)."""
+    return states is not None and not states.unknown and states.changes != states.saved
+
+
+def maybe_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int, high_watermark: int = -1) -> bool:
+    """`take_snapshot` if `snapshot_due`, on the calling thread. Returns whether it wrote."""
+    if not snapshot_due(states):
         return False
-    take_snapshot(plog, states, now_ms)
+    take_snapshot(plog, states, now_ms, high_watermark)
     return True
+
+
+class SnapshotJob(NamedTuple):
+    """A snapshot encoded on the event loop, to be written off it (`write_unlinked`) and installed on it."""
+
+    offset: int
+    data: bytes
+    changes: int  # the state's change count it holds
+    keep: frozenset[int]  # the segment bases then
+    high_watermark: int
+
+    def kept(self, offset: int) -> bool:
+        """Whether its prune keeps the snapshot at `offset`: one at a segment base, or a newer one (a roll's)."""
+        return offset in self.keep or offset > self.offset
+
+
+def prepare_snapshot(plog: PartitionLog, states: ProducerStates, now_ms: int, high_watermark: int) -> SnapshotJob:
+    """Encode the snapshot of `states` at the log end (cheap: an entry per producer) for an off-loop write."""
+    return SnapshotJob(plog.log_end_offset, producer_snapshot.encode(states.snapshot(now_ms)), states.changes,
+                       frozenset(plog.bases), high_watermark)  # fmt: skip
+
+
+def forget_states(plog: PartitionLog) -> ProducerStates:
+    """The state of a partition whose producers could not be read from its log (a load or a truncation's
+    rebuild raised): an empty one marked unknown, never snapshotted, and the partition's snapshots deleted, so
+    that no snapshot makes "no producer, nothing open" permanent: the next start-up reads the whole log."""
+    with contextlib.suppress(OSError):  # (those left are true states of the log at their offsets: no harm)
+        producer_snapshot.delete_from(plog.dir, 0)
+    return ProducerStates(unknown=True)
 
 
 def marker_in_log(plog: PartitionLog, h: BatchHeader) -> tuple[bool, int] | None:

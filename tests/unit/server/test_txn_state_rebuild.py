@@ -108,13 +108,15 @@ def test_a_snapshot_is_taken_at_every_roll_and_those_at_segment_bases_are_kept(t
     _plain(log, 60)
     snaps = [offset for offset, _ in producer_snapshot.snapshots(log.dir)]
     assert snaps == log.bases[1:]  # one at each roll, at the new segment's base
-    assert maybe_snapshot(log, states, _now())  # the minutely one at the log end (none there yet)
-    _plain(log, 3)
+    assert not maybe_snapshot(log, states, _now())  # no producer changed since the last roll's snapshot
+    second = _txn(log, states, 8, 0)
+    assert maybe_snapshot(log, states, _now())  # the minutely one at the log end
+    _txn(log, states, 8, 1)
     maybe_snapshot(log, states, _now())  # replaces the older minutely one, keeps the segment bases'
     assert [o for o, _ in producer_snapshot.snapshots(log.dir)] == log.bases[1:] + [log.log_end_offset]
     # the newest is read at start-up, with the transaction that began segments before it
     log = _crash_and_reopen(log)
-    assert load_states(log).open_transactions() == {7: 0}
+    assert load_states(log).open_transactions() == {7: 0, 8: second}
     log.close()
 
 
