@@ -100,26 +100,27 @@ def write(directory: Path, offset: int, entries: list[SnapshotEntry],
     the offsets `keep` names (the broker keeps those at segment bases: a truncation reloads from them) and the
     newest at or below `keep_newest_to` (the high watermark)."""
     write_atomically(snapshot_path(directory, offset), encode(entries))
-    prune(directory, offset, keep, keep_newest_to, sync=False)
+    prune(directory, offset, keep, keep_newest_to, off_loop=False)
 
 
 def prune(directory: Path, offset: int, keep: Callable[[int], bool], keep_newest_to: int = -1,
-          sync: bool = True) -> None:  # fmt: skip
+          off_loop: bool = True) -> None:  # fmt: skip
     """Delete every snapshot of the partition but the one at `offset`, those `keep` names and the newest at or
-    below `keep_newest_to`, and snapshots left unlinked by a crash; `sync`: fsync the dir (the entry of a
-    snapshot `install`ed). Deleting a snapshot is always safe (a load reads more log), so this may run off
-    the event loop."""
+    below `keep_newest_to`. Deleting a snapshot is always safe (a load reads more log), so this may run off
+    the event loop; `off_loop` (after an `install`, the partition's only snapshot write in flight): also
+    delete snapshots left unlinked (by a crash, or a write a shutdown cut short) and fsync the dir."""
     found = snapshots(directory)
     below = [o for o, _ in found if o <= keep_newest_to]
     newest_below = below[-1] if below else -1
     for other_offset, other in found:
         if other_offset not in (offset, newest_below) and not keep(other_offset):
             other.unlink(missing_ok=True)
+    if not off_loop:  # (an unlinked snapshot may be one being written: left to the writer's own prune)
+        return
     for entry in os.scandir(directory):
-        if entry.name.endswith(UNLINKED) and entry.name != f"{offset:020d}{UNLINKED}":
+        if entry.name.endswith(UNLINKED):
             Path(entry.path).unlink(missing_ok=True)
-    if sync:
-        fsync_dir(Path(directory))
+    fsync_dir(Path(directory))
 
 
 def write_unlinked(directory: Path, offset: int, data: bytes) -> Path:

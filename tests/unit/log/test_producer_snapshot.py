@@ -112,3 +112,18 @@ def test_producers_silent_for_the_expiration_time_are_neither_saved_nor_loaded()
     assert [e.producer_id for e in s.snapshot(now)] == [2] and s.snapshot(now)[0].timestamp == now - 1000
     entries = [SnapshotEntry(1, 0, 0, 10, 0, now - EXPIRATION_MS), SnapshotEntry(2, 0, 0, 11, 0, now - 1000)]
     assert list(ProducerStates.from_snapshot(entries, now).entries) == [2]
+
+
+def test_an_unlinked_snapshot_is_installed_and_a_left_one_pruned_off_the_loop_only(tmp_path) -> None:
+    """A snapshot written off the event loop is read by no load until installed; a write on the loop (a roll's)
+    leaves another one being written alone; the writer's prune removes what a crash left."""
+    entry = ps.SnapshotEntry(1, 0, 5, 10, 0, 1000)
+    left = ps.write_unlinked(tmp_path, 3, ps.encode([entry]))  # (a crash before its install)
+    unlinked = ps.write_unlinked(tmp_path, 7, ps.encode([entry]))
+    assert ps.snapshots(tmp_path) == []
+    ps.write(tmp_path, 5, [entry])  # a roll's, on the loop, while the other is being written
+    assert unlinked.exists() and left.exists()
+    ps.install(unlinked, 7)
+    ps.prune(tmp_path, 7, keep=lambda offset: False)
+    assert [o for o, _ in ps.snapshots(tmp_path)] == [7] and not list(tmp_path.glob(f"*{ps.UNLINKED}"))
+    assert ps.latest(tmp_path, 7) == (7, [entry])
