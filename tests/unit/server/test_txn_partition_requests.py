@@ -92,3 +92,26 @@ def test_a_follower_truncated_below_two_markers_has_the_first_transaction_open_a
     assert plog.log_end_offset == 1 and plog.txn_index.all() == []
     assert broker.producer_states[tp].open_transactions() == {7: 0}
     assert last_stable_offset(broker, plog) == 0
+
+
+def _marker_of(broker: Any, commit: bool, coordinator_epoch: int) -> int:
+    body = {"markers": [{"producer_id": 7, "producer_epoch": 0, "transaction_result": commit,
+                         "coordinator_epoch": coordinator_epoch,
+                         "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]}  # fmt: skip
+    hdr = RequestHeader(ApiKey.WRITE_TXN_MARKERS, 1, 2, "c")
+    out = asyncio.run(txn_markers.handle_write_txn_markers(broker, hdr, body))
+    return out["markers"][0]["topics"][0]["partitions"][0]["error_code"]
+
+
+def test_a_takeover_coordinators_marker_is_written_and_fences_the_old_ones_late_marker(broker) -> None:
+    """Coordinator A wrote T1's abort (coordinator epoch 3); B took the Prepare over (epoch 4) and sends it again:
+    it is appended (not a repeat), so the producer's next transaction is not closed by A's late marker."""
+    tp, plog = (TOPIC, 0), broker.logs.get(TOPIC, 0)
+    assert _produce(broker, _txn_batch(0))["base_offset"] == 0
+    assert _marker_of(broker, commit=False, coordinator_epoch=3) == 0  # offset 1
+    assert _marker_of(broker, commit=False, coordinator_epoch=3) == 0 and plog.log_end_offset == 2  # A's retry
+    assert _marker_of(broker, commit=False, coordinator_epoch=4) == 0 and plog.log_end_offset == 3  # B's
+    assert _produce(broker, _txn_batch(1))["base_offset"] == 3  # T2, same producer epoch
+    assert _marker_of(broker, commit=False, coordinator_epoch=3) == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert plog.log_end_offset == 4 and broker.producer_states[tp].open_transactions() == {7: 3}
+    assert last_stable_offset(broker, plog) == 3
