@@ -14,9 +14,13 @@ A compacted log keeps, for each key, at least its latest record. The cleaner che
 3. Rewrites the segments below that point, in groups of consecutive segments whose sum fits in
    `segment.bytes` (small cleaned segments are merged), each group into one segment named by its first base
    offset. A record is kept when no later record of its key is in the map; a tombstone (a null value) is
-   kept only while its batch is younger than the delete horizon, the largest timestamp of the last cleaned
-   segment less `delete.retention.ms` (Kafka 2.8 compares the segment's modification time, which a merge of
-   small segments moves on: by batch, a tombstone goes once its own time is past); a record without a key is
+   kept while its segment's modification time is past the delete horizon, the modification time of the last
+   cleaned segment less `delete.retention.ms`, as in Kafka 2.8 (a record's own timestamp would let a producer
+   back-date a tombstone, or stamp it -1, and have it dropped at once; a cleaned segment is given its group's
+   last modification time: as in Kafka 2.8, a tombstone merged into the last cleaned segment stays until a
+   later cleaned segment is `delete.retention.ms` newer, KAFKA-8522), and always when it lies at or past where
+   the map stopped (its key is not in the map: the value it deleted may still be below); a record without a
+   key is
    dropped (Kafka's cleaner counts it invalid). Offsets are preserved, leaving gaps: a batch keeps its base
    offset, last offset delta, producer id, epoch and base sequence (Kafka's buildRetainedRecordsInto: the
    producer's last sequence stays), is re-built with its kept records (CRC recomputed; a compressed batch
@@ -362,8 +366,14 @@ def _cleaned_path(directory: Path, base: int, suffix: str, state: str = CLEANED)
 
 def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetMap, delete_horizon_ms: int,
                 stats: CleanStats, stop: Callable[[], bool] = lambda: False, throttler: Throttler | None = None,
-                producers_last: set[int] | frozenset[int] = frozenset()) -> CleanedSegment:  # fmt: skip
-    """Write the cleaned copy of `group` as `.cleaned` files (fsynced)."""
+                producers_last: set[int] | frozenset[int] = frozenset(), map_end: int | None = None,
+                ) -> CleanedSegment:  # fmt: skip
+    """Write the cleaned copy of `group` as `.cleaned` files (fsynced), its `.log` given the modification time
+    of the group's last segment (Kafka's: the delete horizon is judged by it). A tombstone stays while its
+    segment was modified after `delete_horizon_ms`, and always at or past `map_end` (where the map stopped:
+    the keys there are not in it, so the value a tombstone deleted may still be below)."""
+    if map_end is None:
+        map_end = group[-1].next_offset
     base = group[0].base_offset
     d = plog.dir
     out = CleanedSegment(base, group, [s.size for s in group])
@@ -389,6 +399,7 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
             for seg in group:
                 pieces: list[bytes | memoryview] = []
                 pending = 0
+                seg_retains = _mtime_ns(seg) // 1_000_000 > delete_horizon_ms
                 for data, item in _batches(seg.log_path, seg.size, note, verify=True):
                     if isinstance(item, Damage):  # (a batch re-built would get a good CRC: damage would pass)
                         raise CleanDamage(f"{seg.log_path.name}: {item.reason} at byte {item.position}")
@@ -401,7 +412,7 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                         kept, kept_count = memoryview(data)[item.position : item.end], count
                         _note_unmapped(offset_map, data, item)
                     else:
-                        retain_deletes = h.max_timestamp > delete_horizon_ms or offset_map.unmapped_overflow
+                        retain_deletes = seg_retains or offset_map.unmapped_overflow or h.base_offset >= map_end
                         unmapped = offset_map.unmapped
                         records = decode_records(data, item.position, h)
                         keys = list(map(_KEY, records))
@@ -452,6 +463,8 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                     raise CleanAborted("stopped")
             f.flush()
             os.fsync(f.fileno())
+        mtime = _mtime_ns(group[-1])
+        os.utime(log_path, ns=(mtime, mtime))
         if position:
             time_index.maybe_append(max_ts, last_offset)
         for idx in (index, time_index):
@@ -469,6 +482,14 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
             p.unlink(missing_ok=True)
         raise
     return out
+
+
+def _mtime_ns(seg: LogSegment) -> int:
+    """A segment's modification time (what the delete horizon is judged by: producers cannot back-date it)."""
+    try:
+        return os.stat(seg.log_path).st_mtime_ns
+    except FileNotFoundError:
+        raise CleanAborted(f"{seg.log_path.name} is gone") from None
 
 
 def _note_unmapped(offset_map: OffsetMap, data: bytes, item: ScannedBatch) -> None:
@@ -631,13 +652,13 @@ def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap,
     stats.map_done = time.monotonic()
     bases = list(plog.bases)
     segments = dict(plog.segments)
-    # the delete horizon: the largest timestamp of the last segment cleaned before, less delete.retention.ms
+    # the delete horizon: the modification time of the last segment cleaned before, less delete.retention.ms
     below = [segments[b] for b in bases[:-1] if segments[b].next_offset <= first_dirty.first_dirty]
-    horizon = (below[-1].max_timestamp if below else 0) - plog.config.delete_retention_ms
+    horizon = (_mtime_ns(below[-1]) // 1_000_000 if below else 0) - plog.config.delete_retention_ms
     to_clean = [segments[b] for b in bases[:-1] if b < end]
     producers_last = last_batches_of_producers(to_clean)
     for group in group_segments(to_clean, plog.config.segment_bytes):
-        cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler, producers_last)
+        cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler, producers_last, end)
         try:
             old = run_locked(lambda c=cleaned: swap_in(plog, c))
         except CleanAborted:

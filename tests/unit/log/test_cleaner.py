@@ -132,6 +132,8 @@ def test_small_cleaned_segments_are_merged_up_to_segment_bytes(open_log, read_al
 
 
 def test_tombstones_kept_until_delete_retention_then_dropped(open_log, read_all, clock):
+    """The delete horizon is the last cleaned segment's mtime less delete.retention.ms (Kafka 2.8): a tombstone
+    goes once its segment's mtime is before it."""
     log = open_log(segment_bytes=800, delete_retention_ms=1000)
     _fill(log, [(b"a", b"1"), (b"b", b"1"), (b"a", None)] * 10, per_batch=3, ts=clock.ms)
     log.roll()
@@ -139,18 +141,22 @@ def test_tombstones_kept_until_delete_retention_then_dropped(open_log, read_all,
     stats = clean_log(log, c, OffsetMap(1 << 20), now_ms=clock.ms)
     got = {r.key: r.value for r in _read(log)}
     assert got == {b"a": None, b"b": b"1"}  # the tombstone is kept: nothing was cleaned before it
-    clock.advance(5000)
-    _fill(log, [(b"c", b"1")] * 3, ts=clock.ms)
+    _fill(log, [(b"c%d" % i, b"x" * 60) for i in range(20)], per_batch=1, ts=clock.ms)
     log.roll()
     c = cleanable(log, stats.end_offset, clock.ms)
     stats = clean_log(log, c, OffsetMap(1 << 20), now_ms=clock.ms)
-    # the horizon is the cleaned section's newest segment (T0 still) less delete.retention.ms: kept
-    assert {r.key: r.value for r in _read(log)} == {b"a": None, b"b": b"1", b"c": b"1"}
+    # the horizon is the cleaned section's newest segment (written just now) less delete.retention.ms: kept
+    assert {r.key: r.value for r in _read(log)}[b"a"] is None
+    _age_cleaned(log, stats.end_offset)  # the tombstone's segment is an hour older than the last cleaned one
     _fill(log, [(b"d", b"1")] * 3, ts=clock.ms)
     log.roll()
     clean_log(log, cleanable(log, stats.end_offset, clock.ms), OffsetMap(1 << 20), now_ms=clock.ms)
-    # now the cleaned section ends 5 s after the tombstone's segment: past delete.retention.ms, it goes
-    assert {r.key: r.value for r in _read(log)} == {b"b": b"1", b"c": b"1", b"d": b"1"}
+    got = {r.key: r.value for r in _read(log)}
+    assert b"a" not in got and got[b"b"] == b"1" and got[b"d"] == b"1"
+    import time
+
+    # a cleaned segment keeps its group's last modification time
+    assert all(log.segments[b].log_path.stat().st_mtime < time.time() - 1000 for b in log.bases[:1])
 
 
 def test_transactional_batches_are_copied_whole_and_not_mapped(open_log, read_all):
@@ -447,8 +453,9 @@ def test_a_tombstone_of_a_key_in_a_transactional_batch_is_never_dropped(open_log
     for n in range(3):
         _fill(log, [(b"f%d-%d" % (n, i), b"x" * 20) for i in range(40)], per_batch=1, ts=clock.ms)
         log.roll()
+        if ckpt is not None:
+            _age_cleaned(log, ckpt)
         ckpt = clean_log(log, cleanable(log, ckpt, clock.ms), OffsetMap(1 << 20), now_ms=clock.ms).end_offset
-        clock.advance(5000)
     got = [(r.offset, r.value) for r in _read(log) if r.key == b"k"]
     assert got == [(0, b"txn-value"), (2, None)]  # the tombstone still hides the transactional value
     assert not [r for r in _read(log) if r.key == b"gone"]
@@ -505,3 +512,55 @@ def test_a_truncation_below_the_checkpoint_lowers_it(tmp_path):
     assert cleaner.progress[("t", 0)].checkpoint == 3
     cleaner.stop()
     mgr.shutdown()
+
+
+def _age(log, seconds, below=None, from_=None):
+    """Set the modification time of the log's segments in [from_, below) `seconds` back (the delete horizon is
+    judged by segment mtimes, as Kafka 2.8 does)."""
+    import time
+
+    t = time.time() - seconds
+    for b in log.bases:
+        if (from_ is None or b >= from_) and (below is None or b < below):
+            os.utime(log.segments[b].log_path, (t, t))
+
+
+def _age_cleaned(log, ckpt, seconds=3600):
+    """Age every segment below the last cleaned one (the last wholly below `ckpt`, which sets the horizon)."""
+    last_clean = max(b for b in log.bases[:-1] if log.segments[b].next_offset <= ckpt)
+    _age(log, seconds, below=last_clean)
+
+
+def test_a_back_dated_tombstone_is_kept_delete_retention_ms(open_log, clock):
+    """The horizon is the last cleaned segment's mtime less delete.retention.ms: a tombstone stamped in the
+    past (or -1) is not dropped at its first clean, which would hide the delete from consumers."""
+    log = open_log(segment_bytes=400, delete_retention_ms=60_000)
+    _fill(log, [(b"x%d" % i, b"v" * 20) for i in range(20)], per_batch=1, ts=clock.ms)
+    log.roll()
+    ckpt = clean_log(log, cleanable(log, None, clock.ms), OffsetMap(1 << 20), now_ms=clock.ms).end_offset
+    _fill(log, [(b"a", b"1")], ts=clock.ms)
+    _fill(log, [(b"a", None)], ts=-1)
+    _fill(log, [(b"b", None)], ts=T0 - 86_400_000)
+    log.roll()
+    clean_log(log, cleanable(log, ckpt, clock.ms), OffsetMap(1 << 20), now_ms=clock.ms)
+    got = {r.key: r.value for r in _read(log)}
+    assert b"a" in got and got[b"a"] is None and b"b" in got  # both tombstones still there
+
+
+def test_a_tombstone_past_the_map_end_is_never_dropped(open_log, clock):
+    """When the map fills mid-segment, the rest of that segment is rewritten unmapped: a tombstone there
+    stays, or the value it deleted (which the map does not know of) would come back."""
+    log = open_log(segment_bytes=100_000, delete_retention_ms=1000)
+    _fill(log, [(b"a", b"1")] + [(b"f%d" % i, b"v") for i in range(5)], per_batch=1, ts=clock.ms)
+    log.roll()
+    ckpt = clean_log(log, cleanable(log, None, clock.ms), OffsetMap(1 << 20), now_ms=clock.ms).end_offset
+    dirty = log.bases[-1]
+    _fill(log, [(b"x%d" % i, b"v") for i in range(20)], per_batch=1, ts=clock.ms)
+    _fill(log, [(b"a", None)], ts=T0 - 86_400_000)
+    log.roll()
+    _age(log, 3600, from_=dirty)  # the dirty segment is older than the horizon: its tombstones may go
+    stats = clean_log(log, cleanable(log, ckpt, clock.ms), OffsetMap(int(10 * ENTRY_BYTES / 0.9) + 1),
+                      now_ms=clock.ms)  # fmt: skip
+    assert stats.end_offset < 26  # the map stopped before the tombstone
+    got = [(r.key, r.value) for r in _read(log) if r.key == b"a"]
+    assert got[-1] == (b"a", None)
