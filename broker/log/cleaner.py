@@ -650,6 +650,9 @@ def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap,
                            throttler)  # fmt: skip
     stats.end_offset, stats.map_keys = end, len(offset_map)
     stats.map_done = time.monotonic()
+    if end <= first_dirty.first_dirty:  # (its first dirty batch has more keys than the map has slots)
+        stats.finished = time.monotonic()
+        return stats  # nothing cleaned: no rewrite
     bases = list(plog.bases)
     segments = dict(plog.segments)
     # the delete horizon: the modification time of the last segment cleaned before, less delete.retention.ms
@@ -713,6 +716,7 @@ class LogCleaner:
         #: logs a clean found damaged: not cleaned again until the broker restarts (Kafka's uncleanable partitions)
         self.uncleanable: set[TopicPartition] = set()
         self._aborted: set[TopicPartition] = set()
+        self._stuck: set[TopicPartition] = set()  # logs a clean made no progress on (said once in the log)
         self._retired: list[tuple[float, list[LogSegment]]] = []
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -783,6 +787,7 @@ class LogCleaner:
         with self._lock:
             had = self.progress.pop(tp, None)
             self.uncleanable.discard(tp)
+            self._stuck.discard(tp)
         d = self.manager.dir_of(tp)
         if had is not None and had.checkpoint is not None and d is not None:
             self._write_checkpoint(d)
@@ -886,7 +891,18 @@ class LogCleaner:
             log.info("log cleaner thread %d: the clean of %s-%d was dropped: the log was cut or removed", thread,
                      tp[0], tp[1])  # fmt: skip
             return False
+        if stats.end_offset <= c.first_dirty:  # no progress: back off (no rewrite, no busy loop), said once
+            with self._lock:
+                said = tp in self._stuck
+                self._stuck.add(tp)
+                self.progress.setdefault(tp, PartitionProgress()).last_error = "no progress: the offset map is full"
+            if not said:
+                log.warning("log cleaner thread %d: no progress on %s-%d: the batch at offset %d holds more keys "
+                            "than the offset map has slots (%d; log.cleaner.dedupe.buffer.size)", thread, tp[0],
+                            tp[1], c.first_dirty, omap.slots)  # fmt: skip
+            return False
         with self._lock:
+            self._stuck.discard(tp)
             prog = self.progress.setdefault(tp, PartitionProgress())
             prog.checkpoint, prog.last_clean, prog.last_clean_ms, prog.last_error = (
                 stats.end_offset, stats, int(self.clock() * 1000), None)  # fmt: skip

@@ -564,3 +564,28 @@ def test_a_tombstone_past_the_map_end_is_never_dropped(open_log, clock):
     assert stats.end_offset < 26  # the map stopped before the tombstone
     got = [(r.key, r.value) for r in _read(log) if r.key == b"a"]
     assert got[-1] == (b"a", None)
+
+
+def test_a_clean_that_cannot_progress_backs_off_and_says_so_once(tmp_path, caplog):
+    """A batch with more keys than the map has slots: the map ends where it began, so nothing is cleaned (no
+    rewrite), clean_once answers False (the thread backs off) and the broker log says so once."""
+    from broker.log.config import LogConfig
+
+    cfg = LogConfig(segment_bytes=800, cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)
+    mgr = LogManager([tmp_path / "d"], cfg)
+    mgr.startup()
+    log = mgr.get_or_create("t", 0, cfg)
+    _fill(log, [(b"k%d" % i, b"v") for i in range(8)], per_batch=8)
+    log.roll()
+    _fill(log, [(b"x", b"v")])
+    cleaner = LogCleaner(mgr, delete_delay_ms=0)
+    files = sorted(os.listdir(log.dir))
+    mtimes = [log.segments[b].log_path.stat().st_mtime_ns for b in log.bases]
+    small = OffsetMap(4 * ENTRY_BYTES, load_factor=1.0)
+    assert not cleaner.clean_once(small)
+    assert not cleaner.clean_once(small)
+    assert sorted(os.listdir(log.dir)) == files
+    assert [log.segments[b].log_path.stat().st_mtime_ns for b in log.bases] == mtimes
+    assert len([r for r in caplog.records if "no progress" in r.getMessage()]) == 1
+    cleaner.stop()
+    mgr.shutdown()
