@@ -232,13 +232,22 @@ class Throttler:
         self.start = clock()
         self.done = 0
 
-    def tick(self, n: int) -> None:
+    #: the longest sleep between two looks at `stop` (an abort waits no longer than about this)
+    SLICE_S = 0.05
+
+    def tick(self, n: int, stop: Callable[[], bool] | None = None) -> None:
+        """Account for `n` bytes and sleep as long as the cleaner is ahead of its rate, in slices of at most
+        `SLICE_S` that check `stop` (raising CleanAborted when it says so)."""
         if self.rate >= 1e18:
             return
         self.done += n
         ahead = self.done / self.rate - (self.clock() - self.start)
         if ahead > 0.01:
-            time.sleep(ahead)
+            until = time.monotonic() + ahead
+            while (left := until - time.monotonic()) > 0:
+                if stop is not None and stop():
+                    raise CleanAborted("stopped")
+                time.sleep(min(left, self.SLICE_S))
         if self.clock() - self.start > 1.0:  # a new window, so that a pause is not made up for by a burst
             self.start, self.done = self.clock(), 0
 
@@ -298,8 +307,10 @@ def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: Offse
 
         def note(n: int) -> None:
             stats.map_bytes_read += n
+            if stop():
+                raise CleanAborted("stopped")
             if throttler:
-                throttler.tick(n)
+                throttler.tick(n, stop)
             if stop():  # (a chunk at a time: a removal waiting for this clean waits no longer)
                 raise CleanAborted("stopped")
 
@@ -389,8 +400,10 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
 
     def note(n: int) -> None:
         stats.bytes_read += n
+        if stop():
+            raise CleanAborted("stopped")
         if throttler:
-            throttler.tick(n)
+            throttler.tick(n, stop)
         if stop():
             raise CleanAborted("stopped")
 
@@ -766,24 +779,24 @@ class LogCleaner:
         """Look for work now (tests; a config change)."""
         self._wake.set()
 
-    def abort(self, tp: TopicPartition, timeout: float = 30.0) -> None:
-        """Drop the clean of `tp` in progress, if any, and wait until it stopped, then forget the log: its
-        checkpoint goes from its dir's file (Kafka's updateCheckpoints(dir, partitionToRemove): a topic
-        re-created under the same name must not take the old first dirty offset) and from `uncleanable`.
-        Called before its log is removed."""
+    def abort(self, tp: TopicPartition, timeout: float = 0.5) -> None:
+        """Drop the clean of `tp` in progress, if any, then forget the log: its checkpoint goes from its dir's
+        file (Kafka's updateCheckpoints(dir, partitionToRemove): a topic re-created under the same name must
+        not take the old first dirty offset) and from `uncleanable`. Called on the broker's event loop before
+        the log is removed, so it waits at most `timeout` for the clean to stop (it looks at its stop flag at
+        least every chunk and throttle slice); `tp` stays aborted until that clean has exited, so it neither
+        swaps into nor checkpoints a log of the same name."""
         with self._lock:
             running = tp in self._in_progress
             if running:
-                self._aborted.add(tp)
+                self._aborted.add(tp)  # (removed by the clean as it exits)
         if running:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 with self._lock:
                     if tp not in self._in_progress:
                         break
-                time.sleep(0.01)
-            with self._lock:
-                self._aborted.discard(tp)
+                time.sleep(0.005)
         with self._lock:
             had = self.progress.pop(tp, None)
             self.uncleanable.discard(tp)
@@ -865,7 +878,16 @@ class LogCleaner:
             tp, plog, c = pick
             self._in_progress.add(tp)
         try:
-            stats = clean_log(plog, c, omap, now_ms=now_ms, run_locked=self._locked_for(tp),
+            return self._clean(tp, plog, c, omap, now_ms, thread)
+        finally:
+            with self._lock:  # (only now: a removal or truncation meanwhile finds the clean still running)
+                self._in_progress.discard(tp)
+                self._aborted.discard(tp)
+
+    def _clean(self, tp: TopicPartition, plog: PartitionLog, c: Cleanable, omap: OffsetMap, now_ms: int,
+               thread: int) -> bool:  # fmt: skip
+        try:
+            stats = clean_log(plog, c, omap, now_ms=now_ms, run_locked=self._locked_for(tp, plog),
                               stop=lambda: self._stop.is_set() or tp in self._aborted,
                               throttler=self._throttler, retire=self._retire)  # fmt: skip
         except (CleanDamage, CorruptRecordError) as exc:
@@ -880,13 +902,16 @@ class LogCleaner:
             log.log(logging.INFO if asked else logging.WARNING, "log cleaner thread %d: the clean of %s-%d was "
                     "dropped: %s", thread, tp[0], tp[1], exc)  # fmt: skip
             with self._lock:
-                self.progress.setdefault(tp, PartitionProgress()).last_error = str(exc)
+                if not self._gone(tp, plog):
+                    self.progress.setdefault(tp, PartitionProgress()).last_error = str(exc)
             return False
-        finally:
-            with self._lock:
-                self._in_progress.discard(tp)
-                dropped = tp in self._aborted  # (a truncation or removal meanwhile: its checkpoint is not taken)
-                self._aborted.discard(tp)
+        with self._lock:  # (a truncation or removal meanwhile: its checkpoint is not taken)
+            dropped = self._gone(tp, plog)
+            if not dropped and stats.end_offset > c.first_dirty:
+                self._stuck.discard(tp)
+                prog = self.progress.setdefault(tp, PartitionProgress())
+                prog.checkpoint, prog.last_clean, prog.last_clean_ms, prog.last_error = (
+                    stats.end_offset, stats, int(self.clock() * 1000), None)  # fmt: skip
         if dropped:
             log.info("log cleaner thread %d: the clean of %s-%d was dropped: the log was cut or removed", thread,
                      tp[0], tp[1])  # fmt: skip
@@ -901,23 +926,22 @@ class LogCleaner:
                             "than the offset map has slots (%d; log.cleaner.dedupe.buffer.size)", thread, tp[0],
                             tp[1], c.first_dirty, omap.slots)  # fmt: skip
             return False
-        with self._lock:
-            self._stuck.discard(tp)
-            prog = self.progress.setdefault(tp, PartitionProgress())
-            prog.checkpoint, prog.last_clean, prog.last_clean_ms, prog.last_error = (
-                stats.end_offset, stats, int(self.clock() * 1000), None)  # fmt: skip
         d = self.manager.dir_of(tp)
         if d is not None:
             self._write_checkpoint(d)
         log.info("%s", stats.summary(thread))
         return True
 
-    def _locked_for(self, tp: TopicPartition) -> Callable[[Callable[[], object]], object]:
+    def _gone(self, tp: TopicPartition, plog: PartitionLog) -> bool:
+        """Whether the clean of `plog` was aborted (a removal, a truncation) or its log is no longer `tp`'s."""
+        return tp in self._aborted or self.manager.get(*tp) is not plog
+
+    def _locked_for(self, tp: TopicPartition, plog: PartitionLog) -> Callable[[Callable[[], object]], object]:
         """`run_locked` of a clean of `tp`: runs the swap on the event loop and waits for it, giving up when
         the cleaner stops or the clean is aborted (the loop may be waiting for exactly that)."""
 
         def stopped() -> bool:
-            return self._stop.is_set() or tp in self._aborted or self.manager.get(*tp) is None
+            return self._stop.is_set() or tp in self._aborted or self.manager.get(*tp) is not plog
 
         def locked(fn: Callable[[], object]) -> object:
             def guarded() -> object:

@@ -589,3 +589,46 @@ def test_a_clean_that_cannot_progress_backs_off_and_says_so_once(tmp_path, caplo
     assert len([r for r in caplog.records if "no progress" in r.getMessage()]) == 1
     cleaner.stop()
     mgr.shutdown()
+
+
+def test_a_throttled_clean_stops_within_a_slice():
+    """The throttler sleeps in short slices that check `stop`: an abort never waits out a long throttle."""
+    import time
+
+    from broker.log.cleaner import CleanAborted, Throttler
+
+    t = Throttler(1000.0)
+    began = time.monotonic()
+    with pytest.raises(CleanAborted):
+        t.tick(1_000_000, stop=lambda: time.monotonic() - began > 0.1)  # (1000 s of sleep at that rate)
+    assert time.monotonic() - began < 0.5
+
+
+def test_abort_does_not_wait_on_a_throttled_clean_and_a_stale_swap_is_refused(tmp_path):
+    import time
+
+    from broker.log.cleaner import CleanAborted
+
+    cfg, mgr, log, cleaner = _cleaner_and_log(tmp_path)
+    _fill(log, [(b"k%d" % (i % 5), b"v" * 200) for i in range(400)])
+    slow = LogCleaner(mgr, delete_delay_ms=0, io_max_bytes_per_second=2000.0)  # minutes for this log
+    slow.start()
+    deadline = time.monotonic() + 10
+    while ("t", 0) not in slow._in_progress and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert ("t", 0) in slow._in_progress  # throttled: the first chunk alone is a minute at that rate
+    began = time.monotonic()
+    slow.abort(("t", 0))
+    assert time.monotonic() - began < 1.0
+    while ("t", 0) in slow._in_progress and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ("t", 0) not in slow._aborted and ("t", 0) not in slow.progress
+    slow.stop()
+    # a swap for a log that was replaced (a topic re-created under the same name) is refused
+    mgr.logs[("t", 0)] = object()
+    with pytest.raises(CleanAborted):
+        cleaner._locked_for(("t", 0), log)(lambda: None)
+    mgr.logs[("t", 0)] = log
+    cleaner.stop()
+    mgr.shutdown()
