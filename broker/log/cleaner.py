@@ -711,7 +711,8 @@ class LogCleaner:
                  clock: Callable[[], float] = time.time,
                  stable_end: Callable[[PartitionLog], int] | None = None) -> None:  # fmt: skip
         self.manager = manager
-        #: a log's high watermark (the broker's); None: the whole log is stable (a broker-less test)
+        #: a log's high watermark as last stored, read only (called from the cleaner threads: recomputing it
+        #: would write replication state off the event loop); None: the whole log is stable (a broker-less test)
         self.stable_end = stable_end
         if log.getEffectiveLevel() > logging.INFO:  # each clean is reported, as Kafka's log-cleaner.log is
             log.setLevel(logging.INFO)

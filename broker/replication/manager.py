@@ -180,6 +180,13 @@ class ReplicaManager:
             return min(self.follower_hw.get(tp, 0), plog.log_end_offset)
         return lp.high_watermark(plog.log_end_offset)
 
+    def stable_end(self, tp: TopicPartition, plog: PartitionLog) -> int:
+        """The high watermark as last computed, read only (`high_watermark` recomputes and stores it, which only
+        the event loop may do): the log cleaner's bound, read from its own thread."""
+        lp = self.leaders.get(tp)
+        hw = lp.hw if lp is not None else self.follower_hw.get(tp, 0)
+        return min(hw, plog.log_end_offset)
+
     def offsets_known(self, tp: TopicPartition, plog: PartitionLog) -> bool:
         """Whether this leader's high watermark is established: it reached the log end the leader had when it
         took over (KIP-207; until then ListOffsets answers OFFSET_NOT_AVAILABLE, as the end it knows may be

@@ -186,7 +186,8 @@ class Broker:
             self.loop.create_task(self._every(60_000, self.checkpoint)),
         ]
         if _flag(cfg.props.get("log.cleaner.enable", "true")):
-            self.cleaner = LogCleaner.from_props(self.logs, cfg.props, self.loop, stable_end=self.high_watermark)
+            self.cleaner = LogCleaner.from_props(self.logs, cfg.props, self.loop, stable_end=lambda plog: (
+                self.replicas.stable_end((plog.topic, plog.partition), plog)))  # (read only: another thread)
             self.logs.before_removal = self.cleaner.abort
             self.logs.on_truncate = self.cleaner.truncated
             self.cleaner.start()

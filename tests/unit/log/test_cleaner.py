@@ -632,3 +632,34 @@ def test_abort_does_not_wait_on_a_throttled_clean_and_a_stale_swap_is_refused(tm
     mgr.logs[("t", 0)] = log
     cleaner.stop()
     mgr.shutdown()
+
+
+def test_the_cleaners_high_watermark_is_read_only(tmp_path):
+    """The cleaner thread reads the stored high watermark (ReplicaManager.stable_end) and never recomputes it:
+    recomputing writes the leader's replication state, which only the event loop may do."""
+    from broker.replication.manager import ReplicaManager
+    from broker.server.cache import MetadataCache, PartitionInfo
+    from broker.server.config import BrokerConfig
+    from broker.server.purgatory import Purgatory
+
+    logs = LogManager([tmp_path / "logs"], broker_id=1)
+    logs.startup()
+    cache = MetadataCache(brokers={1: ("h", 1, None)})
+    cache.topics["t"] = {0: PartitionInfo([1], 1, 0, [1])}
+
+    async def blocking(fn, *args):
+        return fn(*args)
+
+    m = ReplicaManager(1, BrokerConfig(), cache, logs, {}, Purgatory(), lambda t, p: logs.get_or_create(t, p),
+                       blocking, lambda: None)  # fmt: skip
+    m.apply(("t", 0), cache.topics["t"][0])
+    plog = logs.get("t", 0)
+    _fill(plog, [(b"k", b"v")] * 10)
+    before = m.leaders[("t", 0)].hw
+    assert m.stable_end(("t", 0), plog) == before < 10 and m.leaders[("t", 0)].hw == before  # nothing written
+    assert m.high_watermark(("t", 0), plog) == 10  # (the event loop's own: recomputed and kept)
+    assert m.stable_end(("t", 0), plog) == 10
+    m.leaders.pop(("t", 0))
+    m.follower_hw[("t", 0)] = 4
+    assert m.stable_end(("t", 0), plog) == 4
+    logs.shutdown()
