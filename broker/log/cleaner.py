@@ -726,6 +726,7 @@ class LogCleaner:
         self.clock = clock
         self.progress: dict[TopicPartition, PartitionProgress] = {}
         self._lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()  # one checkpoint file write at a time (see _write_checkpoint)
         self._in_progress: set[TopicPartition] = set()
         #: logs a clean found damaged: not cleaned again until the broker restarts (Kafka's uncleanable partitions)
         self.uncleanable: set[TopicPartition] = set()
@@ -753,10 +754,14 @@ class LogCleaner:
             return {}
 
     def _write_checkpoint(self, d: Path) -> None:
-        with self._lock:
-            offsets = {tp: p.checkpoint for tp, p in self.progress.items()
-                       if p.checkpoint is not None and self.manager.dir_of(tp) == d}  # fmt: skip
-        OffsetCheckpointFile(d / CHECKPOINT).write(offsets)
+        """Rewrite `d`'s checkpoint file with its logs' checkpoints. Under `_checkpoint_lock`, from the snapshot
+        to the rename: cleaner threads (and a removal or truncation on the event loop) write the same `.tmp`
+        name, and a later snapshot must not be overwritten by an earlier one."""
+        with self._checkpoint_lock:
+            with self._lock:
+                offsets = {tp: p.checkpoint for tp, p in self.progress.items()
+                           if p.checkpoint is not None and self.manager.dir_of(tp) == d}  # fmt: skip
+            OffsetCheckpointFile(d / CHECKPOINT).write(offsets)
 
     # -- threads -------------------------------------------------------------------------------
 

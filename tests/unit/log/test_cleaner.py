@@ -663,3 +663,37 @@ def test_the_cleaners_high_watermark_is_read_only(tmp_path):
     m.follower_hw[("t", 0)] = 4
     assert m.stable_end(("t", 0), plog) == 4
     logs.shutdown()
+
+
+def test_checkpoint_writes_from_several_threads_do_not_race(tmp_path):
+    """With log.cleaner.threads > 1 two cleans may write a dir's checkpoint at once (one .tmp name): a lock
+    keeps them apart, and the file always ends with every log's latest checkpoint."""
+    import threading
+
+    cfg, mgr, log, cleaner = _cleaner_and_log(tmp_path)
+    other = mgr.get_or_create("u", 0, log.config)
+    _fill(other, [(b"k", b"v")] * 10)
+    errors = []
+
+    def writer(tp, n):
+        try:
+            for i in range(n):
+                with cleaner._lock:
+                    cleaner.progress[tp].checkpoint = i
+                cleaner._write_checkpoint(tmp_path / "d")
+        except Exception as exc:  # noqa: BLE001 (what the race raised: reported below)
+            errors.append(exc)
+
+    from broker.log.cleaner import PartitionProgress
+
+    cleaner.progress[("t", 0)], cleaner.progress[("u", 0)] = PartitionProgress(), PartitionProgress()
+    threads = [threading.Thread(target=writer, args=(tp, 150)) for tp in (("t", 0), ("u", 0)) * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    text = (tmp_path / "d" / CHECKPOINT).read_text()
+    assert "t 0 149" in text and "u 0 149" in text
+    cleaner.stop()
+    mgr.shutdown()
