@@ -76,7 +76,7 @@ from broker.errors import CorruptRecordError
 from broker.log.checkpoint import CheckpointError, OffsetCheckpointFile, TopicPartition, fsync_dir
 from broker.log.index import OffsetIndex, TimeIndex
 from broker.log.log import PartitionLog
-from broker.log.offset_map import OffsetMap
+from broker.log.offset_map import OffsetMap, key_hash, key_hashes
 from broker.log.recovery import QUARANTINE_SUFFIX
 from broker.log.scanner import Damage, ScannedBatch, read_batch, scan
 from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
@@ -334,7 +334,7 @@ def build_offset_map(plog: PartitionLog, start: int, end: int, offset_map: Offse
                 keys = list(map(_KEY, records))
             if not offset_map.room_for(len(keys)):
                 return h.base_offset
-            offset_map.put_hashes(list(map(hash, keys)), list(map(_OFFSET, records)))
+            offset_map.put_hashes(list(key_hashes(keys)), list(map(_OFFSET, records)))
             stats.map_messages += len(records)
         if stop():
             raise CleanAborted("stopped")
@@ -430,10 +430,11 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                         records = decode_records(data, item.position, h)
                         keys = list(map(_KEY, records))
                         if None in keys:  # (records without a key go: a slow path, Kafka refuses them now)
-                            keep = [r for r in records if r.key is not None and get(hash(r.key), -1) <= r.offset
-                                    and (retain_deletes or r.value is not None or hash(r.key) in unmapped)]  # fmt: skip
+                            keep = [r for r in records if r.key is not None and get(key_hash(r.key), -1) <= r.offset
+                                    and (retain_deletes or r.value is not None
+                                         or key_hash(r.key) in unmapped)]  # fmt: skip
                         else:  # per batch, in C: a record stays when no later offset of its key is in the map
-                            latest = map(get, map(hash, keys), repeat(-1))
+                            latest = map(get, key_hashes(keys), repeat(-1))
                             mask = list(map(operator.le, latest, map(_OFFSET, records)))
                             deletes = not retain_deletes and None in map(_VALUE, records)
                             if not deletes and all(mask):
@@ -441,7 +442,7 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                             else:
                                 keep = list(compress(records, mask)) if any(mask) else []
                                 if deletes:  # (a tombstone of an unmapped batch's key stays: see OffsetMap)
-                                    keep = [r for r in keep if r.value is not None or hash(r.key) in unmapped]
+                                    keep = [r for r in keep if r.value is not None or key_hash(r.key) in unmapped]
                         if keep is records:
                             kept, kept_count = memoryview(data)[item.position : item.end], count
                         else:
@@ -511,11 +512,11 @@ def _note_unmapped(offset_map: OffsetMap, data: bytes, item: ScannedBatch) -> No
     h = item.header
     if h is not None:
         if not h.attributes & CONTROL_BIT:
-            offset_map.note_unmapped([hash(k) for k in map(_KEY, decode_records(data, item.position, h))
-                                      if k is not None])  # fmt: skip
+            offset_map.note_unmapped(list(key_hashes(k for k in map(_KEY, decode_records(data, item.position, h))
+                                                    if k is not None)))  # fmt: skip
     elif item.legacy is not None and item.legacy.codec == 0:
         if item.legacy.key is not None:
-            offset_map.note_unmapped([hash(item.legacy.key)])
+            offset_map.note_unmapped([key_hash(item.legacy.key)])
     else:  # a compressed legacy wrapper: its keys are not read here, so no tombstone goes in this clean
         offset_map.unmapped_overflow = True
 
