@@ -488,9 +488,12 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
         txn = [s for s in group if (s.dir / segment_name(s.base_offset, TXNINDEX_SUFFIX)).exists()]
         if txn:  # aborted-transaction entries of the group, unchanged (offsets are preserved)
             tpath = _cleaned_path(d, base, TXNINDEX_SUFFIX)
-            tpath.write_bytes(b"".join((s.dir / segment_name(s.base_offset, TXNINDEX_SUFFIX)).read_bytes()
-                                       for s in group if s in txn))  # fmt: skip
             out.paths[TXNINDEX_SUFFIX] = tpath
+            with open(tpath, "wb") as tf:  # (fsynced like the other cleaned files: the swap renames it in)
+                tf.write(b"".join((s.dir / segment_name(s.base_offset, TXNINDEX_SUFFIX)).read_bytes()
+                                  for s in group if s in txn))  # fmt: skip
+                tf.flush()
+                os.fsync(tf.fileno())
     except BaseException:
         for p in out.paths.values():
             p.unlink(missing_ok=True)
@@ -581,6 +584,8 @@ def swap_in(plog: PartitionLog, cleaned: CleanedSegment) -> list[LogSegment]:
             p = d / segment_name(seg.base_offset, suffix)
             if p.exists():
                 os.replace(p, p.with_name(p.name + DELETED))
+    if len(group) > 1:  # (durable before the old names are reused: a crash must not bring them back live)
+        fsync_dir(d)
     jitter = plog._roll_jitter_ms
     first_txn = d / segment_name(base, TXNINDEX_SUFFIX)
     if TXNINDEX_SUFFIX not in cleaned.paths:
@@ -624,8 +629,14 @@ def recover_swaps(directory: Path, clock: Callable[[], float] = time.time) -> li
                 swap = _cleaned_path(d, base, suffix, SWAP)
                 if swap.exists():
                     os.replace(swap, swap.with_name(f"{swap.name}.{int(clock() * 1000)}{QUARANTINE_SUFFIX}"))
+            # only the old segments this swap covers come back: those `.deleted` above its base, below the next
+            # live segment (an earlier group's swap completed: its `.deleted` segments stay deleted)
+            live = [b for b in (parse_segment_name(n) for n in os.listdir(d)) if b is not None and b > base]
+            upto = min(live, default=None)
             for deleted in sorted(n for n in os.listdir(d) if n.endswith(DELETED)):
-                os.replace(d / deleted, d / deleted[: -len(DELETED)])
+                b = parse_segment_name(deleted[: -len(DELETED)].rsplit(".", 1)[0] + LOG_SUFFIX)
+                if b is not None and base < b and (upto is None or b < upto):
+                    os.replace(d / deleted, d / deleted[: -len(DELETED)])
             done.append(f"{name} does not scan whole: quarantined, the swap rolled back")
             continue
         next_offset = max((i.last_offset + 1 for i in items), default=base)

@@ -712,3 +712,58 @@ def test_the_offset_map_hashes_keys_to_128_bits():
     m.put(b"a", 3)
     m.put_hashes([key_hash(b"b")], [4])
     assert m.get(b"a") == 3 and m.raw_get(key_hash(b"b"), -1) == 4 and m.get(b"c") == -1
+
+
+def test_a_quarantine_rollback_restores_only_the_segments_its_swap_covers(tmp_path, open_log):
+    """An earlier group's swap completed (its old segments still `.deleted`, waiting their delay), then the
+    next group's `.log.swap` is damaged: only that group's `.deleted` segments come back."""
+    d = tmp_path / "orders-0"
+    log = open_log(segment_bytes=300)
+    _fill(log, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(120)])
+    b = log.bases
+    assert len(b) > 6
+    log.close()
+    (d / f"{b[0]:020d}.log").write_bytes(b"")  # group 1 [b0, b1] done: b0 is its (here empty) cleaned segment
+    os.replace(d / f"{b[1]:020d}.log", d / f"{b[1]:020d}.log.deleted")
+    (d / f"{b[2]:020d}.log.swap").write_bytes(b"\x00" * 100)  # group 2 [b2, b3, b4]: its swap damaged
+    for x in (b[3], b[4]):
+        os.replace(d / f"{x:020d}.log", d / f"{x:020d}.log.deleted")
+    recover_swaps(d)
+    names = set(os.listdir(d))
+    assert f"{b[3]:020d}.log" in names and f"{b[4]:020d}.log" in names
+    assert f"{b[1]:020d}.log" not in names and not any(n.endswith(".deleted") for n in names)
+
+
+def test_a_swap_makes_its_deleted_renames_durable_before_the_final_rename(open_log, monkeypatch):
+    """The old segments' `.deleted` renames are fsynced before the `.swap` files take the first segment's
+    names (else a crash could leave them live beside the cleaned segment that holds their offsets), and the
+    `.txnindex.cleaned` is fsynced like the other cleaned files."""
+    import broker.log.cleaner as cleaner_mod
+
+    log = open_log(segment_bytes=300)
+    _fill(log, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(60)])
+    for base in log.bases[:-1]:
+        (log.dir / f"{base:020d}.txnindex").write_bytes(bytes(34))
+    events = []
+    real_replace, real_fsync = os.replace, os.fsync
+
+    def replace(a, b):
+        events.append(("replace", str(a), str(b)))
+        return real_replace(a, b)
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    import dataclasses
+
+    log.config = dataclasses.replace(log.config, segment_bytes=100_000)  # (the clean merges the segments)
+    monkeypatch.setattr(cleaner_mod.os, "replace", replace)
+    monkeypatch.setattr(cleaner_mod.os, "fsync", fsync)
+    monkeypatch.setattr(cleaner_mod, "fsync_dir", lambda d: events.append(("fsync_dir", str(d))))
+    _clean(log, map_bytes=1 << 20)
+    assert any(e[0] == "fsync" and e[1].endswith(".txnindex.cleaned") for e in events)
+    last_deleted = max(i for i, e in enumerate(events) if e[0] == "replace" and e[2].endswith(".deleted"))
+    first_final = min(i for i, e in enumerate(events) if e[0] == "replace" and e[1].endswith(".swap")
+                      and i > last_deleted)  # fmt: skip
+    assert any(e[0] == "fsync_dir" for e in events[last_deleted:first_final])
