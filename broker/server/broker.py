@@ -315,7 +315,8 @@ class Broker:
                 log.exception("background task %s failed", getattr(fn, "__name__", fn))
 
     def checkpoint(self) -> None:
-        """Write the log dirs' checkpoints, high watermarks included."""
+        """Write the log dirs' checkpoints, high watermarks included; start writing the producer snapshots of
+        the partitions whose producers changed (off the event loop, `_write_snapshots`)."""
         self._record_high_watermarks()
         for problem in self.logs.checkpoint():
             log.error("%s: the log dir is offline until the broker restarts", problem)
