@@ -548,9 +548,11 @@ def _rebuild(h, records: list) -> bytes:
     return bytes(batch)
 
 
-def last_batches_of_producers(segments: list[LogSegment]) -> set[int]:
+def last_batches_of_producers(segments: list[LogSegment], active: set[int] | None = None) -> set[int]:
     """The base offsets of each producer id's last data batch in `segments` (a header-only pass): a clean keeps
-    that batch, emptied if need be, so that the producer's last sequence survives the clean."""
+    that batch, emptied if need be, so that the producer's last sequence survives the clean. With `active`
+    (the producer ids the partition's producer state holds), only those producers' (Kafka's
+    lastRecordsOfActiveProducers: an expired producer's sequence is not needed)."""
     last: dict[int, int] = {}
     for seg in segments:
         for _, item in _batches(seg.log_path, seg.size):
@@ -559,7 +561,16 @@ def last_batches_of_producers(segments: list[LogSegment]) -> set[int]:
             h = item.header
             if h is not None and h.producer_id >= 0 and not h.attributes & CONTROL_BIT:
                 last[h.producer_id] = h.base_offset
-    return set(last.values())
+    return {base for pid, base in last.items() if active is None or pid in active}
+
+
+def active_producer_ids(states) -> set[int] | None:
+    """The producer ids a partition's producer state (`broker.server.producers.ProducerStates`) holds, read
+    from the cleaner's thread (a dict copy is atomic); None (keep every producer's last batch) when there is
+    no state or it is unknown."""
+    if states is None or getattr(states, "unknown", False):
+        return None
+    return set(states.entries.copy())
 
 
 def swap_in(plog: PartitionLog, cleaned: CleanedSegment) -> list[LogSegment]:
@@ -664,10 +675,12 @@ def recover_swaps(directory: Path, clock: Callable[[], float] = time.time) -> li
 def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap, *, now_ms: int,
               run_locked: Callable[[Callable[[], object]], object] = lambda fn: fn(),
               stop: Callable[[], bool] = lambda: False, throttler: Throttler | None = None,
-              retire: Callable[[list[LogSegment]], None] | None = None) -> CleanStats:  # fmt: skip
+              retire: Callable[[list[LogSegment]], None] | None = None,
+              active_producers: set[int] | None = None) -> CleanStats:  # fmt: skip
     """One clean of `plog` over its cleanable section; returns its stats (`end_offset`: the new first dirty
     offset). `run_locked(fn)` runs `fn` where the partition's log may be changed (the broker's event loop);
-    `retire` is given the replaced segments (closed at once without it)."""
+    `retire` is given the replaced segments (closed at once without it); `active_producers`: the producer ids
+    whose emptied last batch stays (None: every producer's)."""
     stats = CleanStats(plog.topic, plog.partition, first_dirty.first_dirty, started=time.monotonic(),
                        dirty_ratio=first_dirty.ratio)  # fmt: skip
     offset_map.clear()
@@ -684,7 +697,7 @@ def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap,
     below = [segments[b] for b in bases[:-1] if segments[b].next_offset <= first_dirty.first_dirty]
     horizon = (_mtime_ns(below[-1]) // 1_000_000 if below else 0) - plog.config.delete_retention_ms
     to_clean = [segments[b] for b in bases[:-1] if b < end]
-    producers_last = last_batches_of_producers(to_clean)
+    producers_last = last_batches_of_producers(to_clean, active_producers)
     for group in group_segments(to_clean, plog.config.segment_bytes):
         cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler, producers_last, end)
         try:
@@ -721,11 +734,14 @@ class LogCleaner:
                  load_factor: float = 0.9, backoff_ms: int = 15000, io_max_bytes_per_second: float = 1.7e308,
                  delete_delay_ms: int = 60000, loop: asyncio.AbstractEventLoop | None = None,
                  clock: Callable[[], float] = time.time,
-                 stable_end: Callable[[PartitionLog], int] | None = None) -> None:  # fmt: skip
+                 stable_end: Callable[[PartitionLog], int] | None = None,
+                 active_producers: Callable[[PartitionLog], set[int] | None] | None = None) -> None:  # fmt: skip
         self.manager = manager
         #: a log's high watermark as last stored, read only (called from the cleaner threads: recomputing it
         #: would write replication state off the event loop); None: the whole log is stable (a broker-less test)
         self.stable_end = stable_end
+        #: the producer ids a log's producer state holds (`active_producer_ids`); None: keep every producer's
+        self.active_producers = active_producers
         if log.getEffectiveLevel() > logging.INFO:  # each clean is reported, as Kafka's log-cleaner.log is
             log.setLevel(logging.INFO)
         self.threads = max(1, threads)
@@ -904,10 +920,12 @@ class LogCleaner:
 
     def _clean(self, tp: TopicPartition, plog: PartitionLog, c: Cleanable, omap: OffsetMap, now_ms: int,
                thread: int) -> bool:  # fmt: skip
+        active = self.active_producers(plog) if self.active_producers is not None else None
         try:
             stats = clean_log(plog, c, omap, now_ms=now_ms, run_locked=self._locked_for(tp, plog),
                               stop=lambda: self._stop.is_set() or tp in self._aborted,
-                              throttler=self._throttler, retire=self._retire)  # fmt: skip
+                              throttler=self._throttler, retire=self._retire,
+                              active_producers=active)  # fmt: skip
         except (CleanDamage, CorruptRecordError) as exc:
             log.error("log cleaner thread %d: %s-%d is damaged and is not cleaned until the broker restarts "
                       "(kafkactl recover mends it): %s", thread, tp[0], tp[1], exc)  # fmt: skip
@@ -993,7 +1011,9 @@ class LogCleaner:
 
     @classmethod
     def from_props(cls, manager, props: dict[str, str], loop: asyncio.AbstractEventLoop | None = None,
-                   stable_end: Callable[[PartitionLog], int] | None = None) -> LogCleaner:  # fmt: skip
+                   stable_end: Callable[[PartitionLog], int] | None = None,
+                   active_producers: Callable[[PartitionLog], set[int] | None] | None = None,
+                   ) -> LogCleaner:  # fmt: skip
         """The cleaner of a broker's config (Kafka's `log.cleaner.*` keys)."""
         return cls(
             manager, threads=int(props.get("log.cleaner.threads", "1")),
@@ -1002,6 +1022,7 @@ class LogCleaner:
             backoff_ms=int(props.get("log.cleaner.backoff.ms", "15000")),
             io_max_bytes_per_second=float(props.get("log.cleaner.io.max.bytes.per.second", "1.7e308")),
             delete_delay_ms=int(props.get("log.segment.delete.delay.ms", "60000")), loop=loop, stable_end=stable_end,
+            active_producers=active_producers,
         )  # fmt: skip
 
 

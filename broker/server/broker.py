@@ -24,7 +24,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.errors import KafkactlError
 from broker.log import producer_snapshot
-from broker.log.cleaner import LogCleaner
+from broker.log.cleaner import LogCleaner, active_producer_ids
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.protocol.errors import ErrorCode
@@ -190,6 +190,8 @@ class Broker:
                 self.replicas.stable_end((plog.topic, plog.partition), plog)))  # (read only: another thread)
             self.logs.before_removal = self.cleaner.abort
             self.logs.on_truncate = self.cleaner.truncated
+            self.cleaner.active_producers = lambda plog: active_producer_ids(  # (Kafka's active producers)
+                self.producer_states.get((plog.topic, plog.partition)))
             self.cleaner.start()
         stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))
         if stray:

@@ -767,3 +767,33 @@ def test_a_swap_makes_its_deleted_renames_durable_before_the_final_rename(open_l
     first_final = min(i for i, e in enumerate(events) if e[0] == "replace" and e[1].endswith(".swap")
                       and i > last_deleted)  # fmt: skip
     assert any(e[0] == "fsync_dir" for e in events[last_deleted:first_final])
+
+
+def test_only_active_producers_keep_an_empty_last_batch(open_log):
+    """Kafka's lastRecordsOfActiveProducers: a producer's emptied last batch stays only while the partition's
+    producer state still holds that producer (the broker must know its last sequence); others go."""
+    from broker.log.cleaner import active_producer_ids
+
+    log = open_log(segment_bytes=250)
+    off = 0
+    for pid in range(100, 106):  # six short-lived idempotent producers each write key a once
+        log.append(build_batch([Record(off, T0, b"a", b"x" * 20)], producer_id=pid, producer_epoch=0,
+                               base_sequence=0), assign_offsets=False, leader_epoch=0)  # fmt: skip
+        off += 1
+    for _ in range(12):
+        _append_raw(log, [(b"a", b"y" * 20)], off)
+        off += 1
+    log.roll()
+    clean_log(log, cleanable(log, None, T0 + 10), OffsetMap(1 << 20), now_ms=T0 + 10, active_producers={102})
+    from broker.log.scanner import scan
+
+    pids = [it.header.producer_id for b in log.bases for it in scan(log.segments[b].log_path.read_bytes(), 0)
+            if it.header.record_count == 0]  # fmt: skip
+    assert pids == [102]
+
+    class States:  # (the broker's ProducerStates, as the cleaner reads it)
+        def __init__(self, entries, unknown=False):
+            self.entries, self.unknown = entries, unknown
+
+    assert active_producer_ids(States({7: object(), 9: object()})) == {7, 9}
+    assert active_producer_ids(States({7: object()}, unknown=True)) is None and active_producer_ids(None) is None
