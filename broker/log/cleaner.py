@@ -20,13 +20,13 @@ A compacted log keeps, for each key, at least its latest record. The cleaner che
    last modification time: as in Kafka 2.8, a tombstone merged into the last cleaned segment stays until a
    later cleaned segment is `delete.retention.ms` newer, KAFKA-8522), and always when it lies at or past where
    the map stopped (its key is not in the map: the value it deleted may still be below); a record without a
-   key is
-   dropped (Kafka's cleaner counts it invalid). Offsets are preserved, leaving gaps: a batch keeps its base
+   key is dropped (Kafka's cleaner counts it invalid). Offsets are preserved, leaving gaps: a batch keeps its base
    offset, last offset delta, producer id, epoch and base sequence (Kafka's buildRetainedRecordsInto: the
    producer's last sequence stays), is re-built with its kept records (CRC recomputed; a compressed batch
    recompressed with its codec) and copied byte for byte when it keeps them all; each producer's last batch
-   in the cleaned range stays even with no record left, as an empty batch (Kafka keeps one for an active
-   producer; here for every producer id, 61 bytes each). Transactional and control batches (attributes bits
+   in the cleaned range stays even with no record left, as an empty batch of 61 bytes, while the partition's
+   producer state holds that producer (Kafka's lastRecordsOfActiveProducers; every producer's when the
+   state is unknown). Transactional and control batches (attributes bits
    4 and 5) are copied whole and never go into the map, so an aborted transaction's record never hides a
    committed value; a segment's `.txnindex` is carried over unchanged (removing aborted data and old markers
    is not done). Legacy (magic 0/1) batches are copied whole. Kafka instead maps committed transactional
@@ -53,7 +53,11 @@ own descriptors, and the swap checks that the segments it replaces are still the
 dropped). Leader and followers each clean their own copy.
 
 The cleaner's progress is `cleaner-offset-checkpoint` in each log dir, in Kafka's checkpoint format
-(`broker.log.checkpoint`): topic, partition, first dirty offset.
+(`broker.log.checkpoint`): topic, partition, first dirty offset. A removed log's line goes from it (a topic
+re-created under the same name starts dirty), and a truncation below a log's checkpoint lowers it to the
+new log end (what is appended there again is dirty). The cleaner thread reads a log's high watermark as
+stored (it never recomputes replication state off the event loop), and an abort (a removal, a truncation)
+reaches a clean within a read chunk or a 50 ms throttle slice.
 """
 
 from __future__ import annotations
