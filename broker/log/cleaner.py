@@ -98,6 +98,7 @@ from broker.records.batch import (
     compute_crc,
     decode_records,
 )
+from broker.records.legacy import inner_messages
 
 log = logging.getLogger(__name__)
 
@@ -521,11 +522,8 @@ def _note_unmapped(offset_map: OffsetMap, data: bytes, item: ScannedBatch) -> No
         if not h.attributes & CONTROL_BIT:
             offset_map.note_unmapped(list(key_hashes(k for k in map(_KEY, decode_records(data, item.position, h))
                                                     if k is not None)))  # fmt: skip
-    elif item.legacy is not None and item.legacy.codec == 0:
-        if item.legacy.key is not None:
-            offset_map.note_unmapped([key_hash(item.legacy.key)])
-    else:  # a compressed legacy wrapper: its keys are not read here, so no tombstone goes in this clean
-        offset_map.unmapped_overflow = True
+    elif item.legacy is not None:  # (a compressed wrapper: its inner messages' keys)
+        offset_map.note_unmapped(list(key_hashes(m.key for m in inner_messages(item.legacy) if m.key is not None)))
 
 
 def _rebuild(h, records: list) -> bytes:
