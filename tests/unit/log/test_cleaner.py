@@ -807,8 +807,9 @@ def test_a_tombstone_of_a_key_in_a_legacy_batch_is_never_dropped(open_log, codec
 
     d = tmp_path / "orders-0"
     d.mkdir()
-    (d / f"{0:020d}.log").write_bytes(stored_set([(b"k", b"old", T0), (b"j", b"old", T0)], 0, magic=1,
-                                                 codec=codec))  # (a log from before magic 2)
+    (d / f"{0:020d}.log").write_bytes(
+        stored_set([(b"k", b"old", T0), (b"j", b"old", T0)], 0, magic=1, codec=codec)
+    )  # (a log from before magic 2)
     log = open_log(segment_bytes=300, delete_retention_ms=1000)
     _append_raw(log, [(b"k", None)], 2)
     _append_raw(log, [(b"gone", None)], 3)
