@@ -57,16 +57,19 @@ class LeaderPartition:
 
     def high_watermark(self, leader_leo: int) -> int:
         """The smallest log end offset over the ISR, never below what it was (recomputed and kept)."""
+        self.hw = self.peek_high_watermark(leader_leo)
+        return self.hw
+
+    def peek_high_watermark(self, leader_leo: int) -> int:
+        """`high_watermark` without keeping it: what another thread (the log cleaner) may ask."""
         low = leader_leo
-        for r in self.isr:
+        for r in list(self.isr):
             if r != self.leader:
                 f = self.followers.get(r)
                 if f is None or f.leo < 0:
                     return self.hw
                 low = min(low, f.leo)
-        if low > self.hw:
-            self.hw = low
-        return self.hw
+        return max(low, self.hw)
 
     def low_watermark(self, leader_start: int, live: set[int] | dict[int, object]) -> int:
         """The smallest log start offset over the leader and its followers on live brokers (Kafka's

@@ -181,10 +181,11 @@ class ReplicaManager:
         return lp.high_watermark(plog.log_end_offset)
 
     def stable_end(self, tp: TopicPartition, plog: PartitionLog) -> int:
-        """The high watermark as last computed, read only (`high_watermark` recomputes and stores it, which only
-        the event loop may do): the log cleaner's bound, read from its own thread."""
+        """The high watermark computed without being kept (`high_watermark` stores it, which only the event loop
+        may do): the log cleaner's bound, read from its own thread. (The stored one alone can lag far behind:
+        after a restart it is the checkpointed one until a request recomputes it.)"""
         lp = self.leaders.get(tp)
-        hw = lp.hw if lp is not None else self.follower_hw.get(tp, 0)
+        hw = lp.peek_high_watermark(plog.log_end_offset) if lp is not None else self.follower_hw.get(tp, 0)
         return min(hw, plog.log_end_offset)
 
     def offsets_known(self, tp: TopicPartition, plog: PartitionLog) -> bool:
