@@ -185,3 +185,32 @@ def test_finish_undone_when_zookeeper_refuses_a_write(zk_chroot: str) -> None:
         assert txn_store.finish(zk, "tx", prepared, version, done)[0] == version + 1
         assert zk.get(paths.group_offset("g", "t", 0))[0] == b"42"
         assert zk_json(zk, paths.transaction("tx"))["state"] == "CompleteCommit"
+
+
+def test_states_up_to_the_size_bound_are_taken_by_zookeeper_and_larger_ones_never_sent(zk_chroot: str) -> None:
+    """`STATE_MAX_BYTES` is under ZooKeeper's 1 MiB request limit with room for the multi-op around it: held
+    offsets just under it are written (and committed by `finish`), a transaction state just under it takes its
+    Prepare write; held offsets over it are refused (INVALID_COMMIT_OFFSET_SIZE) and the session stays up."""
+    with zk_session(zk_chroot) as zk:
+        name = "a-topic-of-a-fair-length-" * 4
+        entry = len(paths.dumps([name, 99999])) + 1
+        n = (txn_store.STATE_MAX_BYTES - 1000) // entry  # (partitions 10000 and up: every entry that long)
+        big = replace(_ongoing(5), partitions=frozenset((name, p) for p in range(10_000, 10_000 + n)))
+        assert txn_store.STATE_MAX_BYTES * 99 // 100 < len(paths.dumps(big.to_json())) <= txn_store.STATE_MAX_BYTES
+        txn_store.create(zk, "big", big)
+        prepared = replace(big, state=TxnState.PREPARE_COMMIT, coordinator_epoch=1)
+        assert txn_store.update(zk, "big", prepared, 0) == 1  # (a few bytes longer: the margin takes it)
+
+        assert txn_store.create(zk, "tx", _ongoing(7)) == 0
+        one = len(paths.dumps([["t", 0, 0, -1, "x" * 4000]]))
+        fitting = {("t", p): po(p, -1, "x" * 4000) for p in range(txn_store.STATE_MAX_BYTES // one - 2)}
+        assert txn_store.add_offsets(zk, "g", "tx", 7, 0, fitting) == ErrorCode.NONE
+        more = {("u", p): po(p, -1, "y" * 4000) for p in range(10)}
+        assert txn_store.add_offsets(zk, "g", "tx", 7, 0, more) == ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+        assert zk.connected
+        meta, version = txn_store.load(zk, "tx")
+        assert set(txn_store.held_offsets(zk, "g", "tx", meta)) == set(fitting)  # (what was held stays)
+        prepared = replace(meta, state=TxnState.PREPARE_COMMIT)
+        version = txn_store.update(zk, "tx", prepared, version)
+        _, committed = txn_store.finish(zk, "tx", prepared, version, replace(prepared, state=TxnState.COMPLETE_COMMIT))
+        assert set(committed["g"]) == set(fitting)
