@@ -57,9 +57,17 @@ class _SparseIndex:
         return list(zip(self.keys, self.values, strict=True))
 
     def _truncate(self, n: int) -> None:
-        if n < len(self.keys):
-            del self.keys[n:], self.values[n:]
-            self.rewrite()
+        """Keep the first `n` entries. The file is cut in place, never rewritten: a truncation is how a failed
+        append on a full disk is undone, and it must not need room on that disk itself."""
+        if n >= len(self.keys):
+            return
+        written = len(self.keys) - self._unflushed
+        del self.keys[n:], self.values[n:]
+        if n < written:
+            os.truncate(self.path, n * self.entry.size)
+            self._unflushed = 0
+        else:
+            self._unflushed = n - written
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""

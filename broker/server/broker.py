@@ -784,10 +784,12 @@ class Broker:
 
     def _snapshot_at_roll(self, plog: PartitionLog) -> None:
         """A log rolled: snapshot its producers at the new segment's base (Kafka's onSegmentRoll), so that
-        start-up and a truncation read at most the segments after it."""
+        start-up and a truncation read at most the segments after it. The roll comes inside an append whose
+        batch may yet fail to be written: the high watermark is only peeked at here, never kept (a kept one
+        would count that batch, and stay above the log end once the failed append is dropped)."""
         try:
             take_snapshot(plog, self.producer_states.get((plog.topic, plog.partition)), int(time.time() * 1000),
-                          self.high_watermark(plog))  # fmt: skip
+                          self.replicas.stable_end((plog.topic, plog.partition), plog))  # fmt: skip
         except OSError as exc:  # (start-up then reads from an older snapshot: slower, as correct)
             log.warning("writing the producer snapshot of %s-%d failed: %s", plog.topic, plog.partition, exc)
 

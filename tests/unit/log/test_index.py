@@ -75,6 +75,31 @@ def test_offset_index_truncate_to_position_rewrites_the_file(oindex):
     assert oindex.entries() == [] and oindex.path.read_bytes() == b""
 
 
+def test_offset_index_truncation_cuts_the_file_in_place_and_needs_no_room(oindex, monkeypatch):
+    """Undoing a failed append on a full disk truncates the index: it must not write a file to do so (a rewrite
+    through a temporary file failed with ENOSPC there and left the log end past the log's bytes)."""
+    for off, pos in [(1004, 100), (1010, 300)]:
+        oindex.append(off, pos)
+    oindex.flush()
+    oindex.append(1020, 700)  # not yet in the file
+    oindex.append(1030, 900)
+
+    def no_room(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("pathlib.Path.write_bytes", no_room)
+    monkeypatch.setattr("builtins.open", no_room)
+    oindex.truncate_to_position(800)  # only an unflushed entry goes: the file is untouched
+    assert oindex.entries() == [(1004, 100), (1010, 300), (1020, 700)]
+    assert oindex.path.read_bytes() == struct.pack(">iiii", 4, 100, 10, 300)
+    oindex.truncate_to_position(200)  # a flushed one goes: the file is cut in place
+    assert oindex.entries() == [(1004, 100)] and oindex.path.read_bytes() == struct.pack(">ii", 4, 100)
+    monkeypatch.undo()
+    oindex.append(1008, 250)
+    oindex.flush()
+    assert oindex.path.read_bytes() == struct.pack(">iiii", 4, 100, 8, 250)
+
+
 @pytest.mark.parametrize(
     "data, log_size",
     [
