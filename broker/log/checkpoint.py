@@ -16,7 +16,9 @@ fsynced, so a crash at any moment leaves either the old or the new file whole.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.errors import KafkactlError
@@ -95,3 +97,16 @@ class OffsetCheckpointFile:
             return out
         except (IndexError, ValueError):
             raise CheckpointError(f"{self.path}: malformed checkpoint file") from None
+
+
+def read_or_set_aside(path: Path, clock: Callable[[], float], consequence: str) -> dict[TopicPartition, int]:
+    """A checkpoint's offsets; one that does not parse (empty, torn, foreign) is set aside as
+    `<name>.<ms>.corrupt`, never overwritten in place, and read as none (`consequence` says what that costs,
+    in the warning logged)."""
+    try:
+        return OffsetCheckpointFile(path).read()
+    except CheckpointError as exc:
+        aside = path.with_name(f"{path.name}.{int(clock() * 1000)}.corrupt")
+        os.replace(path, aside)
+        logging.getLogger(__name__).warning("%s; kept as %s: %s", exc, aside, consequence)
+        return {}

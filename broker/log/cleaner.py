@@ -77,7 +77,7 @@ from itertools import compress, repeat
 from pathlib import Path
 
 from broker.errors import CorruptRecordError
-from broker.log.checkpoint import CheckpointError, OffsetCheckpointFile, TopicPartition, fsync_dir
+from broker.log.checkpoint import CheckpointError, OffsetCheckpointFile, TopicPartition, fsync_dir, read_or_set_aside
 from broker.log.index import OffsetIndex, TimeIndex
 from broker.log.log import PartitionLog
 from broker.log.offset_map import OffsetMap, key_hash, key_hashes
@@ -774,14 +774,7 @@ class LogCleaner:
     # -- checkpoints ---------------------------------------------------------------------------
 
     def _read_checkpoint(self, d: Path) -> dict[TopicPartition, int]:
-        path = d / CHECKPOINT
-        try:
-            return OffsetCheckpointFile(path).read()
-        except CheckpointError as exc:
-            aside = path.with_name(f"{path.name}.{int(self.clock() * 1000)}.corrupt")
-            os.replace(path, aside)
-            log.warning("%s; kept as %s: the logs are cleaned from their start again", exc, aside)
-            return {}
+        return read_or_set_aside(d / CHECKPOINT, self.clock, "the logs are cleaned from their start again")
 
     def _write_checkpoint(self, d: Path) -> None:
         """Rewrite `d`'s checkpoint file with its logs' checkpoints. Under `_checkpoint_lock`, from the snapshot

@@ -23,10 +23,10 @@ from broker.log.checkpoint import (
     LOG_START,
     RECOVERY_POINT,
     REPLICATION,
-    CheckpointError,
     OffsetCheckpointFile,
     TopicPartition,
     fsync_dir,
+    read_or_set_aside,
     write_atomically,
 )
 from broker.log.cleaner import recover_swaps
@@ -327,16 +327,9 @@ class LogManager:
 
 
 def _read_checkpoint(path: Path, clock: Callable[[], float]) -> dict[TopicPartition, int]:
-    """A checkpoint's offsets; one that does not parse (empty, torn, foreign) is set aside as
-    `<name>.<ms>.corrupt`, never overwritten in place, and read as none: the recovery points start from
-    the logs' beginnings and the log dir is recovered from there, which costs time but no data."""
-    try:
-        return OffsetCheckpointFile(path).read()
-    except CheckpointError as exc:
-        aside = path.with_name(f"{path.name}.{int(clock() * 1000)}.corrupt")
-        os.replace(path, aside)
-        log.warning("%s; kept as %s, and the offsets it held are rebuilt from the logs", exc, aside)
-        return {}
+    """A checkpoint's offsets, or none when it does not parse: the recovery points then start from the logs'
+    beginnings and the log dir is recovered from there, which costs time but no data."""
+    return read_or_set_aside(path, clock, "the offsets it held are rebuilt from the logs")
 
 
 def _read_meta(d: Path) -> dict[str, str]:
