@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -124,6 +125,18 @@ def stop_process(pid: int, timeout: float = 30.0) -> bool:
             break
         time.sleep(0.05)
     return True
+
+
+def kafkactl_command(*args: str) -> list[str]:
+    """The command line that runs `kafkactl args` in a child process: this interpreter, so the child imports
+    the kafkactl (and compiled codecs) this one was installed with.
+
+    `-P` (Python >= 3.11) keeps the child's working directory off its import path: `python -m` would put it
+    first, and a `kafkactl/` or `broker/` package in the directory a daemon is started from (a clone of the
+    project, say) would be run instead. PYTHONPATH and the environment are left as they are (unlike `-I`).
+    Every daemon kafkactl starts (brokers, ZooKeeper launchers, the schema registry, bench brokers) is
+    started through this."""
+    return [sys.executable, "-P", "-m", "kafkactl", *args]
 
 
 def spawn_daemon(argv: list[str], log_path: Path, *, env: dict | None = None) -> subprocess.Popen:

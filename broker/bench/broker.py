@@ -12,7 +12,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from broker.client.admin import Admin
-from broker.daemon import free_port, stop_process, wait_port
+from broker.daemon import free_port, kafkactl_command, stop_process, wait_port
 from broker.errors import KafkactlError
 from broker.records.crc import BACKEND
 from broker.zk.server import ZooKeeperServer
@@ -60,8 +59,8 @@ def bench_broker(workdir: Path, zookeeper: str, name: str = "", *, port: int | N
     suffix = f"-{name}" if name else ""
     port = port or free_port()
     env = {**os.environ, "KAFKACTL_HOME": str(workdir / f"home{suffix}")}
-    argv = [sys.executable, "-m", "kafkactl", "broker", "start", "--broker-id", "1", "--port", str(port),
-            "--log-dirs", str(workdir / f"logs{suffix}"), "-z", zookeeper, "--no-embedded-zookeeper"]  # fmt: skip
+    argv = kafkactl_command("broker", "start", "--broker-id", "1", "--port", str(port), "--log-dirs",
+                            str(workdir / f"logs{suffix}"), "-z", zookeeper, "--no-embedded-zookeeper")  # fmt: skip
     for key, value in (overrides or {}).items():
         argv += ["--override", f"{key}={value}"]
     out_path = workdir / f"broker{suffix}.out"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from broker import home
 from broker.daemon import (
+    kafkactl_command,
     port_open,
     read_pid,
     remove_pid_file,
@@ -63,8 +64,7 @@ def run(zookeeper: str, host: str = "127.0.0.1", port: int = 8081,
 
 def start_daemon_process(zookeeper: str, host: str, port: int, timeout: float = 30.0) -> int:
     """`kafkactl schema-registry start` detached; returns its pid once it listens."""
-    argv = [sys.executable, "-m", "kafkactl", "schema-registry", "start", "-z", zookeeper, "--host", host,
-            "--port", str(port)]  # fmt: skip
+    argv = kafkactl_command("schema-registry", "start", "-z", zookeeper, "--host", host, "--port", str(port))
     name = daemon_name(port)
     return start_daemon(argv, home.log_file(name), home.pid_file(name), lambda: port_open(host, port, 0.2),
                         timeout=timeout, what="the schema registry")  # fmt: skip

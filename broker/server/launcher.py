@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.daemon import (
+    kafkactl_command,
     last_error_line,
     log_lines_since,
     read_pid,
@@ -154,7 +155,7 @@ def start_broker_daemon(argv: list[str], config: BrokerConfig, timeout: float = 
     env = {**os.environ, broker_logging.LOG_PATH_ENV: str(log_path)}  # it logs to the file itself, rotating it
     if home is not None:
         env["KAFKACTL_HOME"] = str(home)
-    return start_daemon([sys.executable, "-m", "kafkactl", *argv], log_path, pid_file(name, home), ready,
+    return start_daemon(kafkactl_command(*argv), log_path, pid_file(name, home), ready,
                         timeout=timeout, what=f"broker {config.broker_id}", env=env)  # fmt: skip
 
 

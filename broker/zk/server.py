@@ -17,13 +17,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 from broker import home
-from broker.daemon import port_open, read_pid_of, remove_pid_file, start_daemon, write_pid_file
+from broker.daemon import kafkactl_command, port_open, read_pid_of, remove_pid_file, start_daemon, write_pid_file
 from broker.errors import KafkactlError
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -328,8 +327,8 @@ def start_server_daemon(port: int, host: str, data_dir: Path, *, timeout: float 
     which `root` also becomes for the daemon); returns its pid once the server serves."""
     if port_open(host, port):
         raise KafkactlError(f"cannot start zookeeper: {host}:{port} is already in use")
-    argv = [sys.executable, "-m", "kafkactl", "zookeeper", "start", "--port", str(port), "--host", host,
-            "--data-dir", str(data_dir), "--timeout", str(timeout)]  # fmt: skip
+    argv = kafkactl_command("zookeeper", "start", "--port", str(port), "--host", host,
+                            "--data-dir", str(data_dir), "--timeout", str(timeout))  # fmt: skip
     env = {**os.environ, "KAFKACTL_HOME": str(root)} if root is not None else None
     return start_daemon(
         argv, home.log_file(daemon_name(port), root), home.pid_file(daemon_name(port), root),
