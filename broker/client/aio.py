@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import re
 import ssl
 import struct
 import time
@@ -30,6 +31,7 @@ from broker.protocol.framing import encode_request, read_response_body
 from broker.protocol.messages.produce import RUN_CODEC, read_produce_response
 from broker.protocol.primitives import I32, DecodeError, Reader
 
+_CANNOT_CONNECT = re.compile(r"^cannot connect to broker \S+: ")
 _REQUEST_HEAD = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
 _READ_CHUNK = 256 * 1024  # the receive buffer; a bigger answer gets a buffer of its own
 _MIN_READ = 64 * 1024  # a receive into less room than this first moves the partial frame to the front
@@ -431,6 +433,79 @@ class TopicMeta:
     partitions: dict[int, PartitionMeta] = field(default_factory=dict)
 
 
+def describe_tps(tps: list[tuple[str, int]]) -> str:
+    """`orders[2,5]` (topic by topic, joined by `, `): partitions in a one-line note."""
+    by_topic: dict[str, list[int]] = collections.defaultdict(list)
+    for t, p in sorted(set(tps)):
+        by_topic[t].append(p)
+    return ", ".join(f"{t}[{','.join(map(str, ps))}]" for t, ps in by_topic.items())
+
+
+@dataclass
+class Unreachable:
+    """A broker a client could not reach (connection refused, reset, no answer in time), and when to try it again."""
+
+    error: str
+    since: float
+    next_try: float
+    delay: float = 0.25
+
+    def backoff(self, now: float, cap: float = 2.0) -> None:
+        self.delay = min(self.delay * 2, cap)
+        self.next_try = now + self.delay
+
+
+_default_wait_report: list[Callable[[str], None] | None] = [None]
+
+
+def set_wait_report(report: Callable[[str], None] | None) -> None:
+    """The process default for `LeaderWaits.report` (the CLI sets one that writes a note on stderr)."""
+    _default_wait_report[0] = report
+
+
+class LeaderWaits:
+    """Partitions a client waits on for a reachable leader, told once when they start waiting and once when
+    they have one again (`report` gets each line; None: the process default, `set_wait_report`, if any).
+    `doing` names what resumes ("reading", "sending")."""
+
+    def __init__(self, report: Callable[[str], None] | None = None, doing: str = "reading") -> None:
+        self.report = report
+        self.doing = doing
+        self._since: dict[tuple[str, int], float] = {}
+
+    @property
+    def waiting(self) -> list[tuple[str, int]]:
+        return sorted(self._since)
+
+    def start(self, tps: list[tuple[str, int]], why: str) -> None:
+        """`tps` wait (because `why`, e.g. "broker 2 unreachable"); only the ones not yet waiting are told."""
+        now = time.monotonic()
+        new = [tp for tp in dict.fromkeys(tps) if tp not in self._since]
+        for tp in new:
+            self._since[tp] = now
+        report = self.report or _default_wait_report[0]
+        if new and report is not None:
+            report(f"waiting for a leader of {describe_tps(new)} ({why}) …")
+
+    def settle(self, cluster: AsyncCluster) -> None:
+        """Tell which waiting partitions have a reachable leader again."""
+        back = [tp for tp in self._since if cluster.reachable_leader(*tp) >= 0]
+        if not back:
+            return
+        now = time.monotonic()
+        waited = max(now - self._since.pop(tp) for tp in back)
+        report = self.report or _default_wait_report[0]
+        if report is not None:
+            nodes = sorted({cluster.leader(*tp) for tp in back})
+            led = f"broker{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))}"
+            report(f"{describe_tps(back)}: a leader again ({led}) after {waited:.1f}s; {self.doing} on")
+
+    def waited_s(self, tps: list[tuple[str, int]]) -> float:
+        """How long the longest waiting of `tps` has waited (0: none waits)."""
+        now = time.monotonic()
+        return max((now - self._since[tp] for tp in tps if tp in self._since), default=0.0)
+
+
 class AsyncCluster:
     """Brokers, topic partitions and leaders, and one connection per broker."""
 
@@ -446,6 +521,11 @@ class AsyncCluster:
         self._bootstrap_conn: AsyncConnection | None = None
         self._refreshing: asyncio.Future | None = None
         self.last_refresh = 0.0
+        #: brokers found unreachable (`mark_unreachable`): the partitions they lead count as leaderless (see
+        #: `reachable_leader`) until a probe connects again or the metadata names another leader
+        self.unreachable: dict[int, Unreachable] = {}
+        self._probes: dict[int, asyncio.Task] = {}
+        self.waits = LeaderWaits()
 
     async def _any(self) -> AsyncConnection:
         for conn in list(self._conns.values()):
@@ -492,6 +572,8 @@ class AsyncCluster:
                 )
             self.topics[t["name"]] = meta
         self.last_refresh = time.monotonic()
+        self._probe_due()
+        self.waits.settle(self)
         return answer
 
     async def topic(self, name: str, *, allow_create: bool = False, wait_s: float = 10.0) -> TopicMeta:
@@ -525,9 +607,74 @@ class AsyncCluster:
         p = meta.partitions.get(partition) if meta else None
         return -1 if p is None else p.leader
 
+    def reachable_leader(self, topic: str, partition: int) -> int:
+        """The partition's leader, or -1 when there is none or its broker was found unreachable."""
+        node = self.leader(topic, partition)
+        return -1 if node in self.unreachable else node
+
     def leaderless(self, tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
-        """Those of `tps` with no leader in the metadata held (their brokers down, or an election under way)."""
-        return [tp for tp in tps if self.leader(*tp) < 0]
+        """Those of `tps` with no leader in the metadata held (their brokers down, or an election under way),
+        or whose leader was found unreachable (`mark_unreachable`) and is not back yet."""
+        return [tp for tp in tps if self.reachable_leader(*tp) < 0]
+
+    def offline(self, tp: tuple[str, int]) -> bool:
+        """No leader because every replica's broker is down (nothing to wait for: see PartitionMeta.offline)."""
+        meta = self.topics.get(tp[0])
+        p = meta.partitions.get(tp[1]) if meta else None
+        return p is not None and p.offline
+
+    def why_leaderless(self, tps: list[tuple[str, int]]) -> str:
+        """Why `tps` have no reachable leader, in a few words: `broker 2 unreachable: Connect call failed`."""
+        reasons: list[str] = []
+        for tp in tps:
+            node = self.leader(*tp)
+            down = self.unreachable.get(node)
+            why = (f"broker {node} unreachable: {down.error}" if down is not None
+                   else "every replica's broker is down" if self.offline(tp) else "no leader elected yet")  # fmt: skip
+            if why not in reasons:
+                reasons.append(why)
+        return "; ".join(reasons)
+
+    def mark_unreachable(self, node_id: int, error: BaseException | str,
+                         tps: list[tuple[str, int]] | None = None) -> None:  # fmt: skip
+        """Note that `node_id` could not be reached (`error`): the partitions it leads are leaderless to
+        `reachable_leader` until a probe (retried with backoff at each metadata refresh) connects again or
+        the metadata names another leader. `tps`: the partitions that now wait on it (told once, see `waits`)."""
+        text = _CANNOT_CONNECT.sub("", str(error))  # "cannot connect to broker H:P: why" → "why"
+        if node_id not in self.unreachable:
+            now = time.monotonic()
+            self.unreachable[node_id] = Unreachable(text, now, now + 0.25)
+        if tps:
+            self.waits.start(tps, self.why_leaderless(tps))
+
+    def _probe_due(self) -> None:
+        """Try each unreachable broker whose backoff is over again, in the background (a refresh never waits on it)."""
+        now = time.monotonic()
+        for node, down in list(self.unreachable.items()):
+            task = self._probes.get(node)
+            if down.next_try <= now and (task is None or task.done()):
+                down.backoff(now)
+                self._probes[node] = asyncio.get_running_loop().create_task(self._probe(node))
+
+    async def _probe(self, node_id: int) -> None:
+        with contextlib.suppress(KafkactlError, OSError):
+            await self.connection(node_id)  # clears the mark when it connects
+
+    async def wait_for_leaders(self, tps: list[tuple[str, int]], timeout_s: float, interval_s: float = 0.25,
+                               cap_s: float = 1.0) -> list[tuple[str, int]]:  # fmt: skip
+        """Refresh metadata (backing off from `interval_s` to `cap_s`) until every one of `tps` has a reachable
+        leader or `timeout_s` passed; returns those still without one. Partitions whose every replica's broker
+        is down are not waited for (returned at once with the others still leaderless then)."""
+        deadline = time.monotonic() + timeout_s
+        delay = interval_s
+        while True:
+            left = self.leaderless(tps)
+            if not left or any(self.offline(tp) for tp in left) or time.monotonic() >= deadline:
+                return left
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, cap_s)
+            with contextlib.suppress(KafkactlError, OSError):
+                await self.refresh(sorted({t for t, _ in left}))
 
     def open_connection(self, node_id: int) -> AsyncConnection | None:
         """The open connection to `node_id`, or None when `connection` would have to connect."""
@@ -546,9 +693,17 @@ class AsyncCluster:
         conn = self._conns[node_id] = await AsyncConnection.open(host, port, client_id=self.client_id,
                                                                  timeout=self.timeout,
                                                                  security=self.security)  # fmt: skip
+        if self.unreachable.pop(node_id, None) is not None:
+            self.waits.settle(self)
         return conn
 
     async def close(self) -> None:
+        for task in self._probes.values():
+            task.cancel()
+        for task in self._probes.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._probes.clear()
         for conn in list(self._conns.values()):
             await conn.close()
         if self._bootstrap_conn is not None:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from broker.client.aio import AsyncCluster
 from broker.client.connection import ProtocolError, apply_settings
-from broker.client.security import ClientSecurity
+from broker.client.security import ClientSecurity, SecurityError
 from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
@@ -33,6 +33,12 @@ from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.records.batch import BATCH_HEADER_SIZE, MAGIC_OFFSET, crc_ok, decode_header, iter_records
 
 TopicPartition = tuple[str, int]
+
+#: a partition's answer that says its leader moved (or is being elected): refresh metadata and ask again
+_LEADER_MOVED = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE,
+    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_ENOUGH_REPLICAS})  # fmt: skip
 
 
 class ConsumerRecord(NamedTuple):
@@ -128,52 +134,74 @@ class AsyncConsumer:
 
     async def list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         """Offsets by ListOffsets: EARLIEST (-2), LATEST (-1) or the first offset at/after a timestamp (-1: none).
-        A partition with no leader (its broker down) is a ConsumeError (LEADER_NOT_AVAILABLE) naming it. A
-        retriable answer (a leader just elected: OFFSET_NOT_AVAILABLE until its high watermark is known; a
-        leader that moved) is asked again, with fresh metadata, for up to the request timeout."""
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        A partition with no leader in the metadata (its brokers down) is a ConsumeError (LEADER_NOT_AVAILABLE)
+        naming it. A leader that cannot be reached (killed, not yet replaced by the controller) or a retriable
+        answer (a leader just elected: OFFSET_NOT_AVAILABLE; a leader that moved) is asked again, with fresh
+        metadata and backoff, for up to the request timeout (the wait is told once, see `AsyncCluster.waits`);
+        then a ConsumeError (LEADER_NOT_AVAILABLE) names the partitions still waiting and why."""
+        timeout_s = self.config.request_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
+        out: dict[TopicPartition, int] = {}
+        pending, delay = list(dict.fromkeys(tps)), 0.1
         while True:
-            try:
-                return await self._list_offsets(tps, timestamp)
-            except ConsumeError as exc:
-                code = exc.code
-                retriable = code in ErrorCode._value2member_map_ and ErrorCode(code).retriable
-                if not retriable or code == ErrorCode.LEADER_NOT_AVAILABLE:
-                    raise
-                if time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.1)
-            for topic in sorted({t for t, _ in tps}):
-                await self.cluster.refresh([topic])
+            found, waiting = await self.offsets_now(pending, timestamp)
+            out.update(found)
+            if not waiting:
+                return out
+            gone = [tp for tp in waiting if self.cluster.leader(*tp) < 0]  # no leader at all: not waited for
+            if gone:
+                raise ConsumeError(f"{describe_partitions(gone)}: no leader (LEADER_NOT_AVAILABLE)",
+                                   ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
+            if time.monotonic() >= deadline:
+                raise ConsumeError(f"{describe_partitions(waiting)}: no reachable leader within {timeout_s:g}s "
+                                   f"({self.cluster.why_leaderless(waiting)})",
+                                   ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+            with contextlib.suppress(KafkactlError, OSError):
+                await self.cluster.refresh(sorted({t for t, _ in waiting}))
+            pending = waiting
 
-    async def _list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-        by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+    async def offsets_now(self, tps: list[TopicPartition], timestamp: int,
+                          ) -> tuple[dict[TopicPartition, int], list[TopicPartition]]:  # fmt: skip
+        """One round of `list_offsets`: the offsets found, and the partitions that must wait for a leader
+        (none in the metadata, one that cannot be reached — marked so in the cluster — or a retriable answer).
+        A non-retriable answer is a ConsumeError."""
         if self.cluster.leaderless(tps):
-            for topic in sorted({t for t, _ in self.cluster.leaderless(tps)}):
+            for topic in sorted({t for t, p in self.cluster.leaderless(tps) if self.cluster.leader(t, p) < 0}):
                 await self.cluster.topic(topic)
-        offline = self.cluster.leaderless(tps)
-        if offline:
-            raise ConsumeError(f"{describe_partitions(offline)}: no leader (LEADER_NOT_AVAILABLE)",
-                               ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
+        waiting = self.cluster.leaderless(tps)
+        by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
         for tp in tps:
-            by_leader[self.cluster.leader(*tp)].append(tp)
+            if tp not in waiting:
+                by_leader[self.cluster.leader(*tp)].append(tp)
         out: dict[TopicPartition, int] = {}
         for leader, group in by_leader.items():
-            conn = await self.cluster.connection(leader)
             topics: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
             for t, p in group:
                 topics[t].append({"partition_index": p, "timestamp": timestamp, "max_num_offsets": 1})
-            answer = await conn.request(ApiKey.LIST_OFFSETS, {
-                "replica_id": -1, "isolation_level": self.config.isolation_level,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})  # fmt: skip
+            try:
+                conn = await self.cluster.connection(leader)
+                answer = await conn.request(ApiKey.LIST_OFFSETS, {
+                    "replica_id": -1, "isolation_level": self.config.isolation_level,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})  # fmt: skip
+            except SecurityError:
+                raise
+            except (KafkactlError, OSError) as exc:  # refused, reset, no answer in time: wait for it or another
+                self.cluster.mark_unreachable(leader, exc, group)
+                waiting += group
+                continue
             for t in answer["topics"]:
                 for p in t["partitions"]:
-                    if p["error_code"]:
-                        raise ConsumeError(f"{t['name']}-{p['partition_index']}: {error_name(p['error_code'])}",
-                                           p["error_code"])  # fmt: skip
-                    off = p["offset"] if "offset" in p else (p["old_style_offsets"] or [-1])[0]
-                    out[(t["name"], p["partition_index"])] = off
-        return out
+                    tp = (t["name"], p["partition_index"])
+                    code = p["error_code"]
+                    if code in _LEADER_MOVED or code == ErrorCode.OFFSET_NOT_AVAILABLE:
+                        waiting.append(tp)
+                    elif code:
+                        raise ConsumeError(f"{tp[0]}-{tp[1]}: {error_name(code)}", code)
+                    else:
+                        out[tp] = p["offset"] if "offset" in p else (p["old_style_offsets"] or [-1])[0]
+        return out, waiting
 
     async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return await self.list_offsets(tps, EARLIEST)
@@ -237,7 +265,7 @@ class AsyncConsumer:
         leaders: dict[int, list[TopicPartition]] = collections.defaultdict(list)
         for tp in self.assignment:
             if tp in self.positions:
-                leaders[self.cluster.leader(*tp)].append(tp)
+                leaders[self.cluster.reachable_leader(*tp)].append(tp)
         loop = asyncio.get_running_loop()
         if any(tp not in self.positions for tp in self.leaderless()):
             leaders.setdefault(-1, [])
@@ -250,6 +278,23 @@ class AsyncConsumer:
             if task is None or task.done():
                 self._tasks[leader] = loop.create_task(self._fetch_loop(leader, self._generation))
 
+    async def check_leaders(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """Connect to the leader of each of `tps` (once per broker); a leader that cannot be reached is marked
+        so (`AsyncCluster.mark_unreachable`) and its partitions wait, told once. Returns those without a
+        reachable leader now."""
+        by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+        for tp in tps:
+            if self.cluster.reachable_leader(*tp) >= 0:
+                by_leader[self.cluster.leader(*tp)].append(tp)
+        for node, group in by_leader.items():
+            try:
+                await self.cluster.connection(node)
+            except SecurityError:
+                raise
+            except (KafkactlError, OSError) as exc:
+                self.cluster.mark_unreachable(node, exc, group)
+        return self.cluster.leaderless(tps)
+
     def leaderless(self) -> list[TopicPartition]:
         """The assigned partitions that have no leader now (their broker is down): not read until it is back."""
         return self.cluster.leaderless(self.assignment)
@@ -257,14 +302,17 @@ class AsyncConsumer:
     async def _watch_leaderless(self) -> None:
         """Refresh metadata every `leaderless_refresh_ms` while an assigned partition has no leader; the
         fetchers take each one up as soon as a leader is known again."""
+        delay = self.config.leaderless_refresh_ms / 1000
         while not self._closed:
             waiting = self.leaderless()
             if not waiting:
                 return
-            await asyncio.sleep(self.config.leaderless_refresh_ms / 1000)
-            with contextlib.suppress(KafkactlError, ProtocolError):
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, max(1.0, self.config.leaderless_refresh_ms / 1000))  # backoff, to 1 s
+            with contextlib.suppress(KafkactlError, OSError):  # (also probes the unreachable brokers again)
                 await self.cluster.refresh(sorted({t for t, _ in waiting}))
-            if any(self.cluster.leader(*tp) >= 0 for tp in waiting):
+            if any(self.cluster.reachable_leader(*tp) >= 0 for tp in waiting):
+                delay = self.config.leaderless_refresh_ms / 1000
                 if any(tp not in self.positions for tp in waiting):
                     with contextlib.suppress(KafkactlError):
                         await self._reset_positions()
@@ -273,14 +321,17 @@ class AsyncConsumer:
     async def _reset_positions(self) -> None:
         """Positions by auto.offset.reset for the assigned partitions that have none (and a leader: the
         others are reset once the watcher finds their leader back)."""
-        missing = [tp for tp in self.assignment if tp not in self.positions and self.cluster.leader(*tp) >= 0]
+        missing = [tp for tp in self.assignment if tp not in self.positions and self.cluster.reachable_leader(*tp) >= 0]
         if not missing:
             return
         policy = self.config.auto_offset_reset
         if policy == "none":
             raise ConsumeError(f"no position for {missing[0][0]}-{missing[0][1]}: seek first")
-        found = await self.list_offsets(missing, EARLIEST if policy == "earliest" else LATEST)
+        # (one round: a partition whose leader cannot be reached is reset by the watcher once it is back)
+        found, _ = await self.offsets_now(missing, EARLIEST if policy == "earliest" else LATEST)
         self.positions.update(found)
+        if any(tp not in self.positions for tp in missing):
+            self._ensure_fetchers_later()
 
     async def _fetch_loop(self, leader: int, generation: int) -> None:
         """One leader's fetcher; an unexpected failure reaches the application through `getmany`."""
@@ -300,7 +351,7 @@ class AsyncConsumer:
                 await self._room.wait()
                 continue
             mine = [tp for tp in self.assignment if tp in self.positions and tp not in self._after_buffered
-                    and self.cluster.leader(*tp) == leader]  # fmt: skip
+                    and self.cluster.reachable_leader(*tp) == leader]  # fmt: skip
             if not mine:
                 return
             try:
@@ -314,14 +365,18 @@ class AsyncConsumer:
                         "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
                         "forgotten_topics_data": [], "rack_id": ""}  # fmt: skip
                 answer = await conn.request(ApiKey.FETCH, body)
-            except (ProtocolError, KafkactlError):
+            except SecurityError:
+                raise
+            except (KafkactlError, OSError) as exc:  # refused, reset, no answer in time: its partitions wait
                 if generation != self._generation:
                     return
-                await asyncio.sleep(0.2)
-                with contextlib.suppress(KafkactlError):
+                if isinstance(exc, ProtocolError) and await self._reconnects(leader):
+                    continue  # only that connection was lost (closed when idle, ...): the broker is there
+                self.cluster.mark_unreachable(leader, exc, mine)  # the watcher takes them up when one leads again
+                with contextlib.suppress(KafkactlError, OSError):
                     await self.cluster.refresh(sorted({t for t, _ in mine}))
                 self._ensure_fetchers_later()
-                continue
+                return
             if generation != self._generation:
                 return
             moved = False
@@ -329,12 +384,22 @@ class AsyncConsumer:
                 for p in t["partitions"]:
                     moved |= self._take(t["topic"], p)
             if moved:  # a partition's leader changed: refresh and let the right fetcher take it
-                with contextlib.suppress(KafkactlError):
+                with contextlib.suppress(KafkactlError, OSError):
                     await self.cluster.refresh(sorted({t for t, _ in mine}))
                 self._ensure_fetchers_later()
-                if all(self.cluster.leader(*tp) != leader for tp in mine):
+                if all(self.cluster.reachable_leader(*tp) != leader for tp in mine):
                     return
                 await asyncio.sleep(0.1)
+
+    async def _reconnects(self, node_id: int, within_s: float = 2.0) -> bool:
+        """Whether a new connection to `node_id` opens at once (a lost connection, not a lost broker)."""
+        try:
+            await asyncio.wait_for(self.cluster.connection(node_id), within_s)
+        except SecurityError:
+            raise
+        except (KafkactlError, OSError, TimeoutError):
+            return False
+        return True
 
     def _ensure_fetchers_later(self) -> None:
         asyncio.get_running_loop().call_soon(self._ensure_fetchers)
@@ -346,8 +411,7 @@ class AsyncConsumer:
             return False
         code = p["error_code"]
         if code:
-            if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH):  # fmt: skip
+            if code in _LEADER_MOVED:
                 return True
             if code == ErrorCode.OFFSET_OUT_OF_RANGE and self.config.auto_offset_reset != "none":
                 self.positions.pop(tp, None)
@@ -431,7 +495,7 @@ class AsyncConsumer:
         self._surface_errors()
         if self._errors:
             raise self._errors.pop(0)
-        if any(tp not in self.positions and self.cluster.leader(*tp) >= 0 for tp in self.assignment):
+        if any(tp not in self.positions and self.cluster.reachable_leader(*tp) >= 0 for tp in self.assignment):
             await self._reset_positions()
         self._ensure_fetchers()
         if self.buffered == 0 and not self._errors and timeout_ms > 0:

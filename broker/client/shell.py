@@ -394,10 +394,14 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
     partition's log is read from the nearest end; `on_clamped(tp, asked, end)` says so. `until` cuts each
     partition's end (without `follow`); only records `match` accepts are handed out (and counted).
     """
-    waiting = consumer.cluster.leaderless(tps)  # not assigned (nothing to look up) until they have a leader
+    cluster = consumer.cluster
+    await consumer.check_leaders(tps)  # a leader that cannot be reached is waited for (told by cluster.waits)
+    waiting = cluster.leaderless(tps)  # not assigned (nothing to look up) until they have a leader
     told = set(waiting)
-    if waiting and on_offline is not None:
-        on_offline(waiting)
+    if on_offline is not None and (unled := [tp for tp in waiting if cluster.leader(*tp) < 0]):
+        on_offline(unled)
+    patience_s = consumer.config.request_timeout_ms / 1000  # without `follow`: how long unreachable leaders are
+    stuck_since: float | None = None  # waited for once nothing else is left to read
     readable = [tp for tp in tps if tp not in told]
     await consumer.assign(readable)
     plan = await start_positions(consumer, readable, spec, until) if readable else {}
@@ -414,9 +418,9 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
         """Assign the waiting partitions that have a leader again, from where `spec` says."""
         nonlocal checked
         checked = time.monotonic()
-        with contextlib.suppress(KafkactlError):
-            await consumer.cluster.refresh(sorted({t for t, _ in waiting}))
-        back = [tp for tp in waiting if consumer.cluster.leader(*tp) >= 0]
+        with contextlib.suppress(KafkactlError, OSError):
+            await cluster.refresh(sorted({t for t, _ in waiting}))
+        back = [tp for tp in waiting if cluster.reachable_leader(*tp) >= 0]
         if not back:
             return
         try:
@@ -439,18 +443,30 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
             if waiting and time.monotonic() - checked >= refresh_s:
                 await take_back()
             if not follow:
-                lost = [tp for tp in remaining if consumer.cluster.leader(*tp) < 0]
+                lost = [tp for tp in remaining if cluster.reachable_leader(*tp) < 0]
                 if len(lost) == len(remaining) and (waiting or lost):
                     if waiting and not lost:  # one last look before giving up on them
                         await take_back()
                         if remaining or not waiting:
                             continue
                     unread = sorted({*waiting, *lost})
-                    raise ConsumeError(f"{describe_partitions(unread)} not read: no leader (LEADER_NOT_AVAILABLE)",
-                                       ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
-                if not remaining:
-                    break
-            new = [tp for tp in consumer.leaderless() if tp not in told and (follow or tp in remaining)]
+                    stuck_since = time.monotonic() if stuck_since is None else stuck_since
+                    patient = [tp for tp in unread if not cluster.offline(tp)]  # a leader may yet be elected/reached
+                    if not patient:
+                        raise ConsumeError(f"{describe_partitions(unread)} not read: no leader (LEADER_NOT_AVAILABLE)",
+                                           ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
+                    if time.monotonic() - stuck_since >= patience_s:
+                        raise ConsumeError(f"{describe_partitions(unread)} not read: no reachable leader within "
+                                           f"{patience_s:g}s ({cluster.why_leaderless(unread)})",
+                                           ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
+                    if waiting:  # (the assigned ones are taken up by the consumer's own watcher)
+                        await take_back()
+                else:
+                    stuck_since = None
+                    if not remaining:
+                        break
+            new = [tp for tp in consumer.leaderless() if tp not in told and (follow or tp in remaining)
+                   and cluster.leader(*tp) < 0]  # (an unreachable leader is told by cluster.waits)
             if new and on_offline is not None:
                 told.update(new)
                 on_offline(new)

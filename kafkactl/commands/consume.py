@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 from broker.client import properties, shell
+from broker.client.aio import set_wait_report
 from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord, describe_partitions
 from broker.client.group import GroupConsumer, check_group_id, describe_assignment, settings_from_properties
 from broker.client.offsets import BEGINNING, END, parse_offset
@@ -140,6 +141,7 @@ def consume(
     if fmt is not None and output == Output.json:
         raise UsageError("--format shapes text output: give -o text (the default) or drop --format")
     told: set[str] = set()
+    set_wait_report(_say)  # partitions waiting for a reachable leader (and --group's), and when they resume
 
     def say_once(what: str, line: str) -> None:
         if what not in told:
@@ -302,6 +304,11 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
             _print_summary(topic, summary)
         raise
     _print_summary(topic, summary)
+
+
+def _say(line: str) -> None:
+    """A note on stderr (partitions waiting for a leader, their return), between the records on stdout."""
+    print(f"kafkactl: {line}", file=sys.stderr, flush=True)
 
 
 def _print_summary(topic: str, summary: shell.ConsumeSummary) -> None:

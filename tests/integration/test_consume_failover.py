@@ -1,0 +1,208 @@
+"""Consumers across a leader's death (issue 26, consumer side): on a 3-broker cluster with a 6-partition RF 3
+topic (min.insync.replicas 2) and an acks=all producer writing throughout, each broker is killed with kill -9
+in turn (and restarted before the next kill). A running `kafkactl consume -f` (and a `--group` member) never
+exits, and reads every acknowledged message exactly once, in offset order per partition; a plain
+`consume --exit` started right after a kill returns every message rather than failing.
+
+The ZooKeeper session is short (the controller moves leadership about SESSION_MS after a kill) so that a
+run is quick, but the window in which the metadata still names the dead broker as a leader is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.client.producer import AsyncProducer
+from tests.integration.helpers import CliProcess, cli, ok, wait_until
+from tests.integration.test_replication import create, full_isr, states
+
+SESSION_MS = 4000
+OVERRIDES = {"zookeeper.session.timeout.ms": str(SESSION_MS), "replica.lag.time.max.ms": "2000"}
+TOPIC = "orders"
+FORMAT = "%p %o %k %s\\n"
+
+
+class Producer(threading.Thread):
+    """Sends keyed, numbered messages (acks=all) until stopped; keeps (partition, offset, value) of each acked."""
+
+    def __init__(self, bootstrap: str, rate_per_tick: int = 10) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.per_tick = rate_per_tick
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.failed: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        producer = await AsyncProducer(self.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=60000,
+                                       request_timeout_ms=10000).start()  # fmt: skip
+        pending: collections.deque = collections.deque()
+        n = 0
+        try:
+            while not self.stop.is_set():
+                for _ in range(self.per_tick):
+                    value = b"m%08d" % n
+                    n += 1
+                    pending.append((value, await producer.send(TOPIC, value, key=value)))
+                await asyncio.sleep(0.02)
+                while pending and pending[0][1].done():
+                    self._take(*pending.popleft())
+            await producer.flush()
+            for value, delivery in pending:
+                with contextlib.suppress(Exception):
+                    await delivery
+                self._take(value, delivery)
+        finally:
+            await producer.close()
+
+    def _take(self, value: bytes, delivery) -> None:
+        error = delivery.exception()
+        if error is None:
+            md = delivery.result()
+            self.acked.append((md.partition, md.offset, value))
+        else:
+            self.failed.append(str(error))
+
+
+def parse(stdout: str) -> list[tuple[int, int, bytes, bytes]]:
+    """(partition, offset, key, value) of each whole line `FORMAT` printed."""
+    out = []
+    for line in stdout.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break  # a line still being written
+        p, o, k, v = line.rstrip("\n").split(" ", 3)
+        out.append((int(p), int(o), k.encode(), v.encode()))
+    return out
+
+
+def check_exactly_once_in_order(read: list[tuple[int, int, bytes, bytes]], acked: list[tuple[int, int, bytes]]):
+    """Every acked message read once at its offset, keys and values as sent; offsets rise per partition."""
+    last: dict[int, int] = {}
+    at: dict[tuple[int, int], bytes] = {}
+    for p, o, k, v in read:
+        assert o > last.get(p, -1), f"partition {p}: offset {o} read after {last.get(p)}"
+        last[p] = o
+        assert k == v, f"{p}@{o}: key {k!r} is not its value {v!r}"
+        at[(p, o)] = v
+    missing = [(p, o, v) for p, o, v in acked if at.get((p, o)) != v]
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages not read, e.g. {missing[:5]}"
+
+
+@pytest.fixture
+def cluster(start_broker, zk_chroot):
+    brokers = [start_broker(i, overrides=OVERRIDES) for i in (1, 2, 3)]
+    create(brokers, TOPIC, 6, 3, 2)
+    wait_until(lambda: full_isr(zk_chroot, TOPIC), 30, "a full ISR")
+    return brokers
+
+
+def kill_each_in_turn(brokers, zk_chroot: str, check_alive) -> None:
+    """kill -9 each broker in turn while the producer writes; restart it and wait for a full ISR before the next."""
+    for b in brokers:
+        time.sleep(1.0)
+        b.kill()
+        time.sleep(SESSION_MS / 1000 + 2)  # through the window where it is still named leader, and past it
+        check_alive()
+        b.start()
+        wait_until(lambda: full_isr(zk_chroot, TOPIC), 60, "a full ISR after the restart")
+        check_alive()
+
+
+def _drain(tail: CliProcess, acked: list[tuple[int, int, bytes]], timeout: float = 60) -> None:
+    """Wait until the tail printed every acknowledged message (or fail with what it printed)."""
+    want = {(p, o) for p, o, _ in acked}
+    deadline = time.monotonic() + timeout
+    while True:
+        got = {(p, o) for p, o, _, _ in parse(tail.stdout())}
+        if want <= got:
+            return
+        assert tail.alive, f"the tail exited with {tail.proc.returncode}:\n{tail.output()[-4000:]}"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(want - got)} acked messages not read after {timeout}s, e.g. "
+                                 f"{sorted(want - got)[:5]}\n{tail.stderr()[-4000:]}")  # fmt: skip
+        time.sleep(0.2)
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(300)
+def test_tail_survives_each_broker_kill_and_reads_every_acked_message_once(cluster, zk_chroot, tmp_path: Path):
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    producer = Producer(bootstrap)
+    tail = CliProcess(["consume", TOPIC, "-f", "--offset", "beginning", "--format", FORMAT, "-b", bootstrap],
+                      tmp_path, name="tail")  # fmt: skip
+    producer.start()
+    with tail:
+        try:
+            wait_until(lambda: len(parse(tail.stdout())) > 100, 30, "the tail reading")
+
+            def alive() -> None:
+                assert tail.alive, f"the tail exited with {tail.proc.returncode}:\n{tail.output()[-4000:]}"
+
+            kill_each_in_turn(cluster, zk_chroot, alive)
+        finally:
+            producer.stop.set()
+            producer.join(90)
+        assert len(producer.acked) > 1000, producer.failed[:5]
+        _drain(tail, producer.acked)
+        tail.terminate()
+    check_exactly_once_in_order(parse(tail.stdout()), producer.acked)
+    assert "Traceback" not in tail.stderr(), tail.stderr()
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(300)
+def test_group_member_survives_each_broker_kill_and_reads_every_acked_message_once(cluster, zk_chroot, tmp_path: Path):
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    producer = Producer(bootstrap)
+    member = CliProcess(["consume", TOPIC, "--group", "g1", "--reset", "earliest", "--format", FORMAT,
+                         "-b", bootstrap, "-z", zk_chroot], tmp_path, name="member")  # fmt: skip
+    producer.start()
+    with member:
+        try:
+            wait_until(lambda: len(parse(member.stdout())) > 100, 60, "the member reading")
+
+            def alive() -> None:
+                assert member.alive, f"the member exited with {member.proc.returncode}:\n{member.output()[-4000:]}"
+
+            kill_each_in_turn(cluster, zk_chroot, alive)
+        finally:
+            producer.stop.set()
+            producer.join(90)
+        assert len(producer.acked) > 1000, producer.failed[:5]
+        _drain(member, producer.acked)
+        member.terminate()
+    check_exactly_once_in_order(parse(member.stdout()), producer.acked)
+    assert "Traceback" not in member.stderr(), member.stderr()
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(180)
+def test_plain_consume_right_after_a_kill_waits_for_the_leaders_and_returns_everything(cluster, zk_chroot):
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    producer = Producer(bootstrap)
+    producer.start()
+    time.sleep(2)
+    producer.stop.set()
+    producer.join(60)
+    assert producer.acked, producer.failed[:5]
+    leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
+    victim = next(b for b in cluster if b.broker_id == leader_counts.most_common(1)[0][0])
+    victim.kill()
+    r = cli("consume", TOPIC, "--exit", "--format", FORMAT, "-b", bootstrap, timeout=120)
+    out = ok(r)
+    check_exactly_once_in_order(parse(out), producer.acked)
+    assert len(parse(out)) == len(producer.acked)
+    notes = [ln for ln in r.stderr.splitlines() if not ln.startswith("consumed ")]
+    assert len(notes) == 2 and notes[0].startswith("kafkactl: waiting for a leader of orders["), r.stderr
+    assert "unreachable" in notes[0] and "a leader again" in notes[1], r.stderr
+    victim.start()
