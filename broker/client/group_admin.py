@@ -201,7 +201,12 @@ def _log_ends(admin: Admin, tps: list[TopicPartition]) -> dict[TopicPartition, i
     """Log end offsets of the partitions that still exist (a deleted topic's committed offsets stay shown)."""
     known = admin.list_topics()
     live = [tp for tp in tps if tp[1] < known.get(tp[0], 0)]
-    return admin.list_offsets(live, LATEST) if live else {}
+    if not live:
+        return {}
+    # a leader that cannot be reached (killed, not yet replaced) is waited for, within the admin's timeout;
+    # a partition still without an answer then shows no end (its lag unknown) rather than failing the describe
+    ends, _ = admin.cluster.list_offsets(live, LATEST)
+    return ends
 
 
 def live_members(zk: KazooClient, admin: Admin, group: str) -> int:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.errors import KafkactlError, UsageError
 from broker.spark.errors import DataLossError, SparkLoadError
+from broker.spark.ranges import wait_offsets
 
 if TYPE_CHECKING:
     from broker.spark.commit import OutputDir
@@ -175,9 +176,10 @@ def plan_load(out: OutputDir, opts: LoadOptions, *, admin: Any = None) -> Plan:
                                      "(--skip-offline loads the other partitions)")  # fmt: skip
             skipped = f"skipped {names}: no leader (brokers down); a later load takes them from their committed offsets"
             tps = [tp for tp in tps if tp not in offline]
-        earliest = admin.list_offsets(tps, EARLIEST)
-        latest = admin.list_offsets(tps, LATEST, isolation_level=1)  # committed data only: up to the LSO
-        at_time = admin.list_offsets(tps, opts.until) if opts.until is not None else {}
+        # (a leader that cannot be reached, killed and not yet replaced, is waited for within the admin's timeout)
+        earliest = wait_offsets(admin, tps, EARLIEST, SparkLoadError)
+        latest = wait_offsets(admin, tps, LATEST, SparkLoadError, isolation_level=1)  # committed data: up to the LSO
+        at_time = wait_offsets(admin, tps, opts.until, SparkLoadError) if opts.until is not None else {}
     finally:
         if own:
             admin.close()

@@ -41,6 +41,18 @@ class OffsetRange(NamedTuple):
         return self.end - self.start
 
 
+
+def wait_offsets(admin: Admin, tps: list[TopicPartition], timestamp: int, error: type[Exception], *,
+                 isolation_level: int = 0) -> dict[TopicPartition, int]:  # fmt: skip
+    """Each partition's offset at `timestamp` from its leader; a leader that cannot be reached (killed, not
+    yet replaced by the controller) or moved is waited for, with fresh metadata and backoff, within the
+    admin's timeout; then `error` names the partitions still without an answer and why."""
+    found, why = admin.cluster.list_offsets(tps, timestamp, isolation_level=isolation_level)
+    if why:
+        names = ", ".join(f"{t}-{p}" for t, p in sorted(why))
+        raise error(f"cannot list offsets of {names}: {'; '.join(dict.fromkeys(why.values()))}")
+    return found
+
 def plan_ranges(bootstrap: str | None, options: Mapping[str, str] | SourceOptions) -> list[OffsetRange]:
     """Resolve the options into one ``[start, end)`` per assigned topic partition, sorted by (topic, partition).
 
@@ -58,8 +70,8 @@ def plan_ranges(bootstrap: str | None, options: Mapping[str, str] | SourceOption
         tps = _assigned_partitions(admin, opts)
         if not tps:
             return []
-        earliest = admin.list_offsets(tps, EARLIEST)
-        latest = admin.list_offsets(tps, LATEST, isolation_level=1)  # committed data only: up to the LSO
+        earliest = wait_offsets(admin, tps, EARLIEST, SourceError)
+        latest = wait_offsets(admin, tps, LATEST, SourceError, isolation_level=1)  # committed data: up to the LSO
         starts = _resolve(admin, opts.starting, tps, earliest, latest, "starting", opts.starting_by_timestamp_strategy)
         ends = _resolve(admin, opts.ending, tps, earliest, latest, "ending", "latest")
     out = []

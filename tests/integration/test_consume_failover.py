@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from broker.client.admin import Admin
 from broker.client.producer import AsyncProducer
+from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.spark.ranges import wait_offsets
 from tests.integration.helpers import CliProcess, cli, ok, wait_until
 from tests.integration.test_replication import create, full_isr, states
 
@@ -206,3 +209,18 @@ def test_plain_consume_right_after_a_kill_waits_for_the_leaders_and_returns_ever
     assert len(notes) == 2 and notes[0].startswith("kafkactl: waiting for a leader of orders["), r.stderr
     assert "unreachable" in notes[0] and "a leader again" in notes[1], r.stderr
     victim.start()
+    wait_until(lambda: full_isr(zk_chroot, TOPIC), 60, "a full ISR after the restart")
+
+    # the admin's offset look-ups (group describe's lag, spark-load's plan) wait for a leader as well
+    leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
+    victim = next(b for b in cluster if b.broker_id == leader_counts.most_common(1)[0][0])
+    tps = [(TOPIC, p) for p in range(6)]
+    with Admin(bootstrap) as admin:
+        admin.list_topics()  # connections to every broker, the victim's too
+        before = admin.cluster.list_offsets(tps, LATEST)[0]
+        victim.kill()
+        told: list[str] = []
+        ends, why = admin.cluster.list_offsets(tps, LATEST, on_wait=lambda _tps, reason: told.append(reason))
+        assert not why and ends == before, (why, ends, before)
+        assert len(told) == 1 and "unreachable" in told[0], told
+        assert wait_offsets(admin, tps, EARLIEST, AssertionError) == {tp: 0 for tp in tps}
