@@ -1,8 +1,9 @@
-"""Topic rules shared by the broker and the tools: legal names, internal names and round-robin replica assignment."""
+"""Topic rules shared by the broker and the tools: legal names, internal names and replica assignment (Kafka's)."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from typing import NamedTuple
 
@@ -10,6 +11,7 @@ MAX_NAME_LENGTH = 249
 #: more partitions than this in one topic is refused: one request must not stall the broker building them
 MAX_PARTITIONS = 10000
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+_RANDOM = random.Random()
 #: Kafka's internal topics (its `Topic.isInternal`: the group and transaction coordinators' state, KRaft's
 #: metadata log). kafkactl keeps that state in ZooKeeper, and never lets a client create or delete them: a
 #: ZooKeeper shared with a Kafka cluster may hold the real ones.
@@ -42,11 +44,28 @@ def topic_name_error(name: str) -> str | None:
 
 
 def assign_replicas(
-    brokers: list[int], partitions: int, replication_factor: int, start: int = 0
+    brokers: list[int],
+    partitions: int,
+    replication_factor: int,
+    start_index: int | None = None,
+    *,
+    start_partition: int = 0,
+    replica_shift: int | None = None,
+    rng: random.Random | None = None,
 ) -> dict[int, list[int]]:
-    """Spread partitions over `brokers` round-robin: partition p leads on broker (start + p), then the next ones.
+    """Replicas for partitions `start_partition` .. `start_partition + partitions - 1` over `brokers`, placed as
+    Kafka's rack-unaware `AdminUtils.assignReplicasToBrokers` places them.
 
-    Raises ValueError when there are fewer live brokers than replicas.
+    Over the sorted broker list, partition p's first replica (its preferred leader) is broker
+    `(start_index + p) % n`: leaders go round-robin. Its followers come after it at a distance that depends on
+    a shift, and the shift grows by one each time p wraps around the broker count, so the followers of the
+    partitions a broker leads differ from round to round: when that broker dies, its leaderships spread over
+    the others instead of all falling to its neighbour.
+
+    `start_index` is random when None (Kafka's `fixedStartIndex` -1); `replica_shift` is random when both are
+    None, else `start_index` as in Kafka (a fixed start index fixes the shift too). Adding partitions passes the
+    topic's partition count as `start_partition` and partition 0's leader's index as `start_index`, so the new
+    ones continue the layout. ValueError when there are fewer live brokers than replicas.
     """
     ids = sorted(brokers)
     if not 1 <= partitions <= MAX_PARTITIONS:
@@ -56,7 +75,31 @@ def assign_replicas(
     if replication_factor > len(ids):
         raise ValueError(f"replication factor {replication_factor} is larger than the {len(ids)} live broker(s)")
     n = len(ids)
-    return {p: [ids[(start + p + j) % n] for j in range(replication_factor)] for p in range(partitions)}
+    rng = rng or _RANDOM
+    if replica_shift is None:
+        replica_shift = start_index if start_index is not None else rng.randrange(n)
+    if start_index is None:
+        start_index = rng.randrange(n)
+    first, followers = max(0, start_partition), range(replication_factor - 1)
+    out: dict[int, list[int]] = {}
+    for p in range(first, first + partitions):
+        if p > 0 and p % n == 0:
+            replica_shift += 1
+        leader = (p + start_index) % n
+        out[p] = [ids[leader], *(ids[follower_index(leader, replica_shift, j, n)] for j in followers)]
+    return out
+
+
+def follower_index(leader: int, shift: int, j: int, n: int) -> int:
+    """The broker index of follower `j` (0-based) of a partition led by index `leader`, under `shift`: never
+    the leader's own (the distance is 1 .. n-1), a different one for each j < n - 1."""
+    return (leader + 1 + (shift + j) % (n - 1)) % n
+
+
+def leader_index(brokers: list[int], leader: int) -> int:
+    """Where the layout of a topic whose partition 0 is led by `leader` started in `brokers` (sorted): the index of
+    the first broker with an id >= `leader` (0 if none), as Kafka takes it when adding partitions."""
+    return next((i for i, b in enumerate(sorted(brokers)) if b >= leader), 0)
 
 
 class TopicSpec(NamedTuple):

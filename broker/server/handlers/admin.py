@@ -17,7 +17,6 @@ DescribeLogDirs needs Describe on the cluster (an empty answer otherwise).
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,7 @@ from broker.server import topic_configs
 from broker.server.config import is_sensitive, topic_config_error
 from broker.server.config_ops import DYNAMIC_BROKER_KEYS
 from broker.server.handlers.metadata import create_topic
-from broker.topics import MAX_PARTITIONS, assign_replicas, internal_topic_error, topic_name_error
+from broker.topics import MAX_PARTITIONS, assign_replicas, internal_topic_error, leader_index, topic_name_error
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -211,10 +210,12 @@ async def _new_partitions(b: Services, name: str, count: int, assignments: list[
     live = sorted(await b.blocking(registry.live_brokers, b.zk))
     rf = min(len(r) for r in current.values()) if current else 1  # (a partition being moved lists more)
     try:
-        spread = assign_replicas(live, count, rf, random.randrange(max(len(live), 1)))
+        # as Kafka: the layout goes on from partition 0's leader, the new partitions numbered after the others
+        start = leader_index(live, current[0][0]) if current.get(0) else None
+        added = assign_replicas(live, len(new), rf, start, start_partition=len(current))
     except ValueError as exc:
         return ErrorCode.INVALID_REPLICATION_FACTOR, str(exc), None
-    return ErrorCode.NONE, None, {p: spread[p] for p in new}
+    return ErrorCode.NONE, None, added
 
 
 async def _assignment_error(b: Services, assignment: dict[int, list[int]]) -> str | None:

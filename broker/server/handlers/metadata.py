@@ -18,7 +18,6 @@ else TOPIC_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -165,7 +164,7 @@ async def create_topic(b: Services, name: str, partitions: int, replication_fact
     if assignment is None:
         live = sorted(await b.blocking(registry.live_brokers, zk))
         try:
-            assignment = assign_replicas(live, partitions, replication_factor, random.randrange(max(len(live), 1)))
+            assignment = assign_replicas(live, partitions, replication_factor)  # a random start and shift, as Kafka
         except ValueError:
             raise
     if validate_only:
