@@ -25,6 +25,10 @@ A member whose ZooKeeper session expires has lost its registration and ownership
 out and committing, rejoins with a new session and rebalances; partitions nobody committed to
 meanwhile continue from its own position, the others from the group's committed offsets.
 
+At start the ZooKeeper is checked to be the brokers' (`group_mode.check_zookeeper`: its /cluster/id is the
+cluster id of the brokers' Metadata). The ZooKeeper path knows no ACLs: with an authorizer on the brokers
+kafkactl uses `broker.client.kafka_group` instead (`group_mode` says why).
+
 Threads: kazoo runs watch callbacks on its own thread; they only hop to the event loop
 (`call_soon_threadsafe`). Every blocking kazoo call runs on one private worker thread (so commits,
 releases and claims reach ZooKeeper in the order they were issued), never on the loop.
@@ -53,6 +57,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.client.aio import AsyncCluster
 from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerConfig, ConsumerRecord, describe_partitions
+from broker.client.group_mode import check_zookeeper
 from broker.client.properties import typed
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.messages.fetch import EARLIEST, LATEST
@@ -120,6 +125,12 @@ class GroupConfig:
     rebalance_max_retries: int = 20  # attempts of one rebalance before giving up
     rebalance_backoff_ms: int = 1000  # a conflict waits a random 20..100 % of this
     rebalance_debounce_ms: int = 100  # wait this long after a change for more changes
+    # a member of the broker's coordinator (`broker.client.kafka_group`, with an authorizer) uses these instead
+    # of the ZooKeeper ones above (Kafka's consumer settings; heartbeats more often than Kafka's 3 s default,
+    # so a rebalance is noticed soon)
+    session_timeout_ms: int = 10000
+    heartbeat_interval_ms: int = 1000
+    max_poll_interval_ms: int = 30000  # JoinGroup's rebalance timeout
 
 
 _GROUP_FIELDS = {f.name for f in dataclasses.fields(GroupConfig)}
@@ -181,10 +192,14 @@ class GroupConsumer:
 
     def __init__(self, bootstrap: str, zookeeper: str, group_id: str, topics: Sequence[str], *,
                  on_assign: Callable[[list[TopicPartition]], None] | None = None,
-                 consumer_id: str | None = None, **settings: Any) -> None:  # fmt: skip
+                 consumer_id: str | None = None, require_topics: bool = False, **settings: Any) -> None:  # fmt: skip
+        """`require_topics`: a subscribed topic missing from ZooKeeper is an error at start (else it is
+        assigned once created)."""
         check_group_id(group_id)
         if not topics:
             raise UsageError("a group consumer needs at least one topic")
+        self.bootstrap = bootstrap
+        self.require_topics = require_topics
         self.config = GroupConfig()
         consumer_settings: dict[str, Any] = {}
         for key, value in settings.items():
@@ -239,6 +254,7 @@ class GroupConsumer:
             self._zk = await self._zk_call(functools.partial(
                 zk_client.connect, self.zookeeper, session_timeout_s=cfg.zookeeper_session_timeout_ms / 1000,
                 connect_timeout_s=max(cfg.zookeeper_connection_timeout_ms, 1000) / 1000))  # fmt: skip
+            await self._zk_call(self._check_cluster)
             self._zk.add_listener(self._on_state)
             await self._zk_call(self._register)
             await self._zk_call(self._watch)
@@ -434,6 +450,13 @@ class GroupConsumer:
         if cid is None:
             raise ConnectionLoss("not connected to ZooKeeper")
         return cid[0]
+
+    def _check_cluster(self) -> None:
+        """Refuse another cluster's ZooKeeper (its /cluster/id is not the brokers' cluster id): its registries
+        would coordinate a group the brokers know nothing of."""
+        assert self._zk is not None
+        check_zookeeper(self._zk, self.zookeeper, self.bootstrap, self.consumer.cluster.cluster_id,
+                        self.topics if self.require_topics else ())  # fmt: skip
 
     def _register(self) -> None:
         zk = self._zk

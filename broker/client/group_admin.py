@@ -4,7 +4,13 @@ groups or their offsets of some partitions.
 A group is ZooKeeper-coordinated (kafkactl's own group consumer, the paper's way) when it has a
 `/consumers/<g>/ids` node, else broker-coordinated (standard clients). Members come from the
 consumer and ownership registries or from DescribeGroups at the coordinator; committed offsets
-always come from the offset registry, which is also what a rewind writes.
+come from the offset registry, which is also what a rewind writes.
+
+With an authorizer on the brokers (`broker.client.group_mode` says why) the commands pass `zk` None and
+everything goes through the brokers, so the authorizer decides as it does for Kafka's own tools: members
+from DescribeGroups and committed offsets from OffsetFetch (Describe on the group; only the topics the
+principal may describe), a rewind written with OffsetCommit outside any generation, as Kafka's AdminClient
+alterConsumerGroupOffsets does (Read on the group and on each topic), ListGroups, DeleteGroups, OffsetDelete.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from broker.client.admin import Admin, AdminError
+from broker.client.connection import Connection
+from broker.client.group_mode import refusal
 from broker.errors import KafkactlError, UsageError
+from broker.protocol.api import ApiKey
 from broker.protocol.errors import error_name
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.protocol.messages.groups import CONSUMER_ASSIGNMENT
@@ -80,8 +89,9 @@ class RewindTarget:
     value: int = 0
 
 
-def kind_of(zk: KazooClient, group: str) -> str:
-    return ZOOKEEPER if consumers.is_zookeeper_group(zk, group) else BROKER
+def kind_of(zk: KazooClient | None, group: str) -> str:
+    """ZOOKEEPER or BROKER; every group is the broker's when `zk` is None (an authorizer: brokers only)."""
+    return ZOOKEEPER if zk is not None and consumers.is_zookeeper_group(zk, group) else BROKER
 
 
 #: the states `group list --state` takes: Kafka's consumer group states, and "Rebalancing", the state of a
@@ -114,7 +124,7 @@ def _state_matches(state: str, wanted: set[str]) -> bool:
     return state in _REBALANCE_STATES and REBALANCING in wanted
 
 
-def list_groups(zk: KazooClient, admin: Admin, states: set[str] | None = None) -> list[dict[str, Any]]:
+def list_groups(zk: KazooClient | None, admin: Admin, states: set[str] | None = None) -> list[dict[str, Any]]:
     """Every group known to ZooKeeper or to a coordinator, in one of `states` when given: name, kind, state and
     member count. A broker-coordinated group's state is its coordinator's ListGroups answer (v4+, the states
     filter asked of the brokers too, as kafka-consumer-groups.sh --list --state does)."""
@@ -124,7 +134,7 @@ def list_groups(zk: KazooClient, admin: Admin, states: set[str] | None = None) -
     )
     listed = admin.list_group_states(broker_filter)
     rows = []
-    for name in sorted(set(consumers.groups(zk)) | set(listed)):
+    for name in sorted(set(consumers.groups(zk) if zk is not None else ()) | set(listed)):
         zk_group = kind_of(zk, name) == ZOOKEEPER
         if wanted and not zk_group and name not in listed:
             continue  # a broker-coordinated group the filtered listing left out (or no coordinator knows)
@@ -136,9 +146,9 @@ def list_groups(zk: KazooClient, admin: Admin, states: set[str] | None = None) -
     return rows
 
 
-def _membership(zk: KazooClient, admin: Admin, group: str) -> GroupInfo:
+def _membership(zk: KazooClient | None, admin: Admin, group: str) -> GroupInfo:
     """Kind, state and members of a group, without offsets."""
-    if kind_of(zk, group) == ZOOKEEPER:
+    if zk is not None and kind_of(zk, group) == ZOOKEEPER:
         live = consumers.members(zk, group)
         owners = consumers.owners(zk, group)
         members = [Member(cid, cid, _zk_host(group, cid), sorted(tp for tp, o in owners.items() if o == cid))
@@ -148,7 +158,7 @@ def _membership(zk: KazooClient, admin: Admin, group: str) -> GroupInfo:
         else:
             state = "Stable" if set(owners.values()) <= set(live) and owners else "Rebalancing"
         return GroupInfo(group, ZOOKEEPER, state, members, [])
-    desc = admin.describe_group(group)
+    desc = _describe_group(admin, group) if zk is None else admin.describe_group(group)
     members = [Member(m["member_id"], m["client_id"], m["client_host"].lstrip("/"), _assigned(m["member_assignment"]))
                for m in desc["members"]]  # fmt: skip
     state = desc["group_state"]
@@ -176,11 +186,11 @@ def _assigned(data: bytes | None) -> list[TopicPartition]:
     return sorted((a["topic"], p) for a in body["assigned_partitions"] for p in a["partitions"])
 
 
-def describe(zk: KazooClient, admin: Admin, group: str) -> GroupInfo:
+def describe(zk: KazooClient | None, admin: Admin, group: str) -> GroupInfo:
     """A group's kind, state, members and, per partition, committed offset, log end, lag and owner."""
     info = _membership(zk, admin, group)
-    committed = consumers.committed(zk, group)
-    if not committed and not info.members and group not in consumers.groups(zk):
+    committed = consumers.committed(zk, group) if zk is not None else _fetch_committed(admin, group)
+    if not committed and not info.members and (zk is None or group not in consumers.groups(zk)):
         raise KafkactlError(f"no consumer group {group!r}")
     owner_of = {tp: m for m in info.members for tp in m.partitions}
     tps = sorted(set(committed) | set(owner_of))
@@ -209,21 +219,21 @@ def _log_ends(admin: Admin, tps: list[TopicPartition]) -> dict[TopicPartition, i
     return ends
 
 
-def live_members(zk: KazooClient, admin: Admin, group: str) -> int:
+def live_members(zk: KazooClient | None, admin: Admin, group: str) -> int:
     return len(_membership(zk, admin, group).members)
 
 
-def _refuse_if_live(zk: KazooClient, admin: Admin, group: str, doing: str) -> None:
+def _refuse_if_live(zk: KazooClient | None, admin: Admin, group: str, doing: str) -> None:
     n = live_members(zk, admin, group)
     if n:
         raise KafkactlError(f"group {group!r} has {n} live member(s); stop them before {doing} it")
 
 
-def plan_rewind(zk: KazooClient, admin: Admin, group: str, topics: dict[str, list[int] | None] | None,
+def plan_rewind(zk: KazooClient | None, admin: Admin, group: str, topics: dict[str, list[int] | None] | None,
                 target: RewindTarget) -> list[RewindRow]:  # fmt: skip
     """The new committed offset of each chosen partition (`topics` None: every topic the group committed to),
     clamped to the partition's [log start, log end]."""
-    committed = consumers.committed(zk, group)
+    committed = consumers.committed(zk, group) if zk is not None else _fetch_committed(admin, group)
     known = admin.list_topics()
     if topics is None:
         topics = {t: None for t, _ in committed}
@@ -263,18 +273,22 @@ def plan_rewind(zk: KazooClient, admin: Admin, group: str, topics: dict[str, lis
     return rows
 
 
-def apply_rewind(zk: KazooClient, admin: Admin, group: str, rows: list[RewindRow]) -> None:
+def apply_rewind(zk: KazooClient | None, admin: Admin, group: str, rows: list[RewindRow]) -> None:
     """Write the planned offsets; refused while the group has live members (they would overwrite them)."""
     _refuse_if_live(zk, admin, group, "rewinding")
-    consumers.commit(zk, group, {(r.topic, r.partition): r.new for r in rows})
+    offsets = {(r.topic, r.partition): r.new for r in rows}
+    if zk is None:
+        _commit_offsets(admin, group, offsets)
+    else:
+        consumers.commit(zk, group, offsets)
 
 
-def delete(zk: KazooClient, admin: Admin, group: str) -> None:
+def delete(zk: KazooClient | None, admin: Admin, group: str) -> None:
     """Remove a group's registries and committed offsets; refused while it has live members. A broker-coordinated
     group is deleted by its coordinator (DeleteGroups), which refuses it while it has members; a ZooKeeper-
     coordinated one here, in ZooKeeper."""
     _refuse_if_live(zk, admin, group, "deleting")
-    if kind_of(zk, group) == ZOOKEEPER:
+    if zk is not None and kind_of(zk, group) == ZOOKEEPER:
         if not consumers.delete_group(zk, group):
             raise KafkactlError(f"no consumer group {group!r} in ZooKeeper")
         return
@@ -293,7 +307,7 @@ def _group_error(group: str, exc: AdminError, doing: str) -> KafkactlError:
     return exc
 
 
-def delete_offsets(zk: KazooClient, admin: Admin, group: str, topic: str,
+def delete_offsets(zk: KazooClient | None, admin: Admin, group: str, topic: str,
                    partitions: list[int] | None) -> dict[TopicPartition, str | None]:  # fmt: skip
     """Forget a group's committed offsets of a topic's partitions (None: all of them): {partition: None when
     deleted, else why not}. A broker-coordinated group's coordinator does it (OffsetDelete), refusing the
@@ -307,7 +321,7 @@ def delete_offsets(zk: KazooClient, admin: Admin, group: str, topic: str,
         if not 0 <= p < known[topic]:
             raise UsageError(f"topic {topic!r} has no partition {p} (it has {known[topic]})")
     tps = [(topic, p) for p in chosen]
-    if kind_of(zk, group) == ZOOKEEPER:
+    if zk is not None and kind_of(zk, group) == ZOOKEEPER:
         _refuse_if_live(zk, admin, group, "deleting offsets of")
         consumers.delete_partition_offsets(zk, group, tps)
         return dict.fromkeys(tps)
@@ -316,6 +330,71 @@ def delete_offsets(zk: KazooClient, admin: Admin, group: str, topic: str,
     except AdminError as exc:
         raise _group_error(group, exc, "deleting offsets of") from None
     return {tp: error_name(errors[tp]) if errors.get(tp) else None for tp in tps}
+
+
+# -- through the brokers only (an authorizer is on) ----------------------------------------------------------
+
+
+def _refuse(code: int, group: str, doing: str, topic: str | None = None) -> None:
+    refused = refusal(code, group, doing, topic)
+    if refused is not None:
+        raise refused
+
+
+def _coordinator(admin: Admin, group: str, doing: str) -> Connection:
+    """The connection to the group's coordinator (FindCoordinator: Describe on the group)."""
+    answer = admin.cluster.any_connection().request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0})
+    code = answer["error_code"]
+    _refuse(code, group, doing)
+    if code:
+        raise KafkactlError(f"no coordinator for group {group!r} ({error_name(code)})")
+    return admin.cluster.connection(answer["node_id"])
+
+
+def _describe_group(admin: Admin, group: str) -> dict[str, Any]:
+    """DescribeGroups of one group at its coordinator (Describe on the group)."""
+    answer = _coordinator(admin, group, "describe").request(ApiKey.DESCRIBE_GROUPS, {"groups": [group]})
+    g = answer["groups"][0]
+    _refuse(g["error_code"], group, "describe")
+    if g["error_code"]:
+        raise KafkactlError(f"cannot describe group {group!r} ({error_name(g['error_code'])})")
+    return g
+
+
+def _fetch_committed(admin: Admin, group: str) -> dict[TopicPartition, consumers.Committed]:
+    """The group's committed offsets by OffsetFetch of all its topics (Describe on the group; the coordinator
+    answers only the topics the principal may describe)."""
+    conn = _coordinator(admin, group, "describe")
+    answer = conn.request(ApiKey.OFFSET_FETCH, {"group_id": group, "topics": None, "require_stable": False})
+    codes = [answer.get("error_code", 0)] + [p["error_code"] for t in answer["topics"] for p in t["partitions"]]
+    for code in codes:
+        _refuse(code, group, "describe")
+    bad = [c for c in codes if c]
+    if bad:
+        raise KafkactlError(f"cannot fetch the committed offsets of group {group!r} ({error_name(bad[0])})")
+    return {(t["name"], p["partition_index"]): consumers.Committed(p["committed_offset"], 0,
+                                                                   p.get("committed_leader_epoch", -1),
+                                                                   p.get("metadata") or "")
+            for t in answer["topics"] for p in t["partitions"] if p["committed_offset"] >= 0}  # fmt: skip
+
+
+def _commit_offsets(admin: Admin, group: str, offsets: dict[TopicPartition, int]) -> None:
+    """OffsetCommit outside any generation, as Kafka's AdminClient alterConsumerGroupOffsets (Read on the group
+    and on each topic); the coordinator refuses it while the group has members."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (t, p), off in sorted(offsets.items()):
+        by_topic.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
+                                           "committed_leader_epoch": -1, "committed_metadata": ""})  # fmt: skip
+    topics = [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+    body = {"group_id": group, "generation_id": -1, "member_id": "", "group_instance_id": None,
+            "retention_time_ms": -1, "topics": topics}  # fmt: skip
+    answer = _coordinator(admin, group, "read").request(ApiKey.OFFSET_COMMIT, body)
+    codes = [(t["name"], p["error_code"]) for t in answer["topics"] for p in t["partitions"]]
+    for topic, code in codes:
+        _refuse(code, group, "read", topic)
+    bad = [code for _, code in codes if code]
+    if bad:
+        raise KafkactlError(f"group {group!r}: offsets not committed ({error_name(bad[0])})")
 
 
 def now_ms() -> int:

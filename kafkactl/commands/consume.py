@@ -18,10 +18,11 @@ from typing import Annotated
 
 import typer
 
-from broker.client import properties, shell
+from broker.client import group_mode, properties, shell
 from broker.client.aio import set_wait_report
 from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord, describe_partitions
 from broker.client.group import GroupConsumer, check_group_id, describe_assignment, settings_from_properties
+from broker.client.kafka_group import KafkaGroupConsumer
 from broker.client.offsets import BEGINNING, END, parse_offset
 from broker.client.security import pop_security
 from broker.errors import UsageError
@@ -239,9 +240,13 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
                    props: dict[str, str], follow: bool, max_messages: int | None,
                    emit: Callable[[list[ConsumerRecord]], None], summary: shell.ConsumeSummary,
                    bootstrap: str | None, zookeeper: str | None) -> None:  # fmt: skip
-    """`consume --group`: a GroupConsumer member until Ctrl-C / SIGTERM (or the ends with --exit, or -c N).
+    """`consume --group`: a group member until Ctrl-C / SIGTERM (or the ends with --exit, or -c N).
 
-    Every record the group hands out is printed, so what it commits on leaving is exactly what was shown.
+    With an authorizer on the brokers, a member of the broker's group coordinator (KafkaGroupConsumer: the
+    authorizer checks Read on the group and the topic as for any client); without one, a member of the
+    ZooKeeper-coordinated group (GroupConsumer, the paper's way), once ZooKeeper is checked to be -b's
+    cluster's. Every record the group hands out is printed, so what it commits on leaving is exactly what was
+    shown.
     """
     check_group_id(group)
     if offset is not None:
@@ -254,7 +259,7 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
     settings = settings_from_properties(props)
     if reset is not None:
         settings["auto_offset_reset"] = reset
-    bs, zk = contexts.bootstrap(bootstrap), contexts.zookeeper(zookeeper)
+    bs = contexts.bootstrap(bootstrap)
 
     def assigned(tps: list[tuple[str, int]]) -> None:
         print(f"group {group}: assigned {describe_assignment([topic], tps)}", file=sys.stderr, flush=True)
@@ -262,11 +267,17 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
     async def run() -> None:
         async with AsyncConsumer(bs) as probe:  # an unknown topic is an error, as without --group
             await probe.partitions_for(topic)
+            secured = await group_mode.has_authorizer_async(probe.cluster)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGTERM, stop.set)  # SIGTERM leaves as cleanly as Ctrl-C
-        consumer = GroupConsumer(bs, zk, group, [topic], on_assign=assigned, **settings)
+        consumer: GroupConsumer | KafkaGroupConsumer
+        if secured:
+            consumer = KafkaGroupConsumer(bs, group, [topic], on_assign=assigned, **settings)
+        else:
+            consumer = GroupConsumer(bs, contexts.zookeeper(zookeeper), group, [topic], on_assign=assigned,
+                                     require_topics=True, **settings)  # fmt: skip
         t0 = time.perf_counter()
         await consumer.start()
         try:

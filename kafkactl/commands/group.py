@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from kazoo.client import KazooClient
 
-from broker.client import group_admin
+from broker.client import group_admin, group_mode
 from broker.client.admin import Admin
 from broker.client.group_admin import RewindTarget
 from broker.client.offsets import parse_duration_ms, parse_offset
@@ -36,12 +36,23 @@ class Export(StrEnum):
 
 
 @contextlib.contextmanager
-def _session(bootstrap: str | None, zookeeper: str | None) -> Iterator[tuple[KazooClient, Admin]]:
-    """The broker and ZooKeeper a group command needs: ZooKeeper as -z, the environment or the context name
-    it, else the one the broker itself uses (so `-b` alone is enough, as for every other command)."""
-    with Admin(contexts.bootstrap(bootstrap)) as admin:
+def _session(bootstrap: str | None, zookeeper: str | None) -> Iterator[tuple[KazooClient | None, Admin]]:
+    """The broker and ZooKeeper a group command needs.
+
+    With an authorizer on the brokers, no ZooKeeper (None): every group operation goes through the brokers, whose
+    authorizer decides (`broker.client.group_mode`). Without one, ZooKeeper as -z, the environment or the context
+    name it, else the one the broker itself uses (so `-b` alone is enough, as for every other command), refused
+    when it is not the cluster's of -b."""
+    bs = contexts.bootstrap(bootstrap)
+    with Admin(bs) as admin:
+        if group_mode.has_authorizer(admin.cluster):
+            yield None, admin
+            return
         named = contexts.configured("zookeeper", zookeeper)
-        with zkclient.session(named or admin.zookeeper_connect() or contexts.zookeeper()) as zk:
+        connect = named or admin.zookeeper_connect() or contexts.zookeeper()
+        with zkclient.session(connect) as zk:
+            admin.cluster.metadata([])
+            group_mode.check_zookeeper(zk, connect, bs, admin.cluster.cluster_id)
             yield zk, admin
 
 
