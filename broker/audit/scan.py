@@ -10,10 +10,12 @@ aborted transactions' records and the transaction markers are no messages of any
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
 
 from broker.audit.counts import AUDIT_TOPIC, AuditRecord, count_stamped, stamped, window_of
+from broker.audit.topic import ensure_audit_topic_async
 from broker.client.consumer import RawConsumer
 from broker.client.producer import AsyncProducer
 from broker.errors import KafkactlError
@@ -72,6 +74,8 @@ async def publish(bootstrap: str, records: list[AuditRecord]) -> None:
     """Send `records` to the cluster's audit topic (acks=all, idempotent) and wait until they are stored."""
     if not records:
         return
+    with contextlib.suppress(KafkactlError):  # (refused: the producer's auto-creation is asked next)
+        await ensure_audit_topic_async(bootstrap)
     async with AsyncProducer(bootstrap, acks="all", client_id="kafkactl-audit") as producer:
         for rec in records:
             await producer.send(AUDIT_TOPIC, rec.encode(), key=rec.topic.encode())

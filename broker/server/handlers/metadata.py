@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from broker.audit.counts import AUDIT_TOPIC
+from broker.audit.topic import audit_replication_factor
 from broker.protocol.api import api_versions_table
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
@@ -152,7 +154,10 @@ async def auto_create(b: Services, name: str) -> ErrorCode:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     if b.zookeeper_problem():  # (retriable: the client asks again, and it is created once ZooKeeper is back)
         return ErrorCode.LEADER_NOT_AVAILABLE
-    return await create_topic(b, name, b.config.num_partitions, b.config.default_replication_factor, None, {})
+    rf = b.config.default_replication_factor
+    if name == AUDIT_TOPIC:  # replicated as Kafka's internal topics are: min(3, live brokers)
+        rf = audit_replication_factor(len(b.cache.brokers))
+    return await create_topic(b, name, b.config.num_partitions, rf, None, {})
 
 
 async def create_topic(b: Services, name: str, partitions: int, replication_factor: int,
