@@ -15,8 +15,9 @@ import asyncio
 import collections
 import dataclasses
 import functools
+import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -46,15 +47,64 @@ from broker.records.crc import crc32c
 
 _build_requests = RUN_CODEC.build_requests if RUN_CODEC is not None else None  # else a request is framed at a time
 
+_I32 = struct.Struct(">i")
+
 CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
 
 
 class ProduceError(KafkactlError):
-    """A message was not acknowledged; `code` is the broker's error (or -1 for a client-side failure)."""
+    """A message was not acknowledged; `code` is the broker's error (or -1 for a client-side failure).
+    `unknown`: it may have been appended all the same (an attempt went unanswered), so a resend may duplicate it."""
 
-    def __init__(self, message: str, code: int = -1) -> None:
+    def __init__(self, message: str, code: int = -1, *, unknown: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.unknown = unknown
+
+
+#: answers after which a batch may be in the log although it was not acknowledged
+_MAYBE_APPENDED = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+
+
+@dataclass
+class ProduceStats:
+    """What a producer waited for, counted (not one line each): retries by cause, the brokers' throttles
+    (throttle_time_ms of Produce answers), the time partitions waited for a leader, and the records acknowledged.
+    A listener (`on_notice`) hears of each cause the first time it happens."""
+
+    acked: int = 0
+    failed: int = 0  # records not acknowledged (of them `unknown`: maybe appended all the same)
+    unknown: int = 0
+    retries: dict[str, int] = dataclasses.field(default_factory=dict)  # cause (an error name) → batches retried
+    throttled: int = 0
+    throttle_ms: int = 0
+    leader_wait_s: float = 0.0
+
+    def describe(self) -> str:
+        """`3 retries after NOT_ENOUGH_REPLICAS, throttled 12 times (41.2 s)`, or "" when nothing waited."""
+        parts = [f"{n} {'retry' if n == 1 else 'retries'} after {cause}" for cause, n in self.retries.items()]
+        if self.leader_wait_s >= 0.05:
+            parts.append(f"waited {self.leader_wait_s:.1f} s for a leader")
+        if self.throttled:
+            times = "time" if self.throttled == 1 else "times"
+            parts.append(f"throttled {self.throttled} {times} ({self.throttle_ms / 1000:.1f} s)")
+        return ", ".join(parts)
+
+
+class _Answer(list):
+    """A Produce answer's partitions, with its throttle_time_ms."""
+
+    __slots__ = ("throttle_ms",)
+
+
+def _read_answer(r: Any, version: int) -> _Answer:
+    """`read_produce_response`, keeping the answer's throttle time (its last int32; before v9's empty tag
+    section): a broker over a client's quota answers at once and then reads nothing for that long (KIP-219)."""
+    end = r.end - (1 if version >= 9 else 0)
+    throttle = _I32.unpack_from(r.buf, end - 4)[0] if version >= 1 and end - r.pos >= 4 else 0
+    out = _Answer(read_produce_response(r, version))
+    out.throttle_ms = throttle if throttle > 0 and (version < 9 or r.buf[r.end - 1] == 0) else 0
+    return out
 
 
 class RecordMetadata(NamedTuple):
@@ -132,7 +182,8 @@ class _Batch:
     wait on it."""
 
     __slots__ = ("topic", "partition", "tp", "builder", "_future", "outcome", "created", "sequence", "attempts", "data",
-                 "deadline", "size", "retry_at", "parent", "results", "waiting", "last_error", "resending")  # fmt: skip
+                 "deadline", "size", "retry_at", "parent", "results", "waiting", "last_error", "resending",
+                 "maybe_appended")  # fmt: skip
 
     def __init__(self, tp: tuple[str, int], codec: Codec, deadline: float, now: float) -> None:
         self.topic, self.partition = self.tp = tp
@@ -151,6 +202,7 @@ class _Batch:
         self.waiting = 0  # a split batch: records whose outcome is not known yet
         self.last_error: str | None = None  # why its last attempt failed, for the message if it expires
         self.resending = False  # an idempotent batch being retried: its partition goes in sequence order
+        self.maybe_appended = False  # an attempt went unanswered (or timed out after the append): fate unknown
 
     @property
     def future(self) -> asyncio.Future:
@@ -265,7 +317,10 @@ class Deliveries(Sequence[Delivery]):
 
 
 class AsyncProducer:
-    def __init__(self, bootstrap: str, config: ProducerConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, bootstrap: str, config: ProducerConfig | None = None, *,
+                 on_notice: Callable[[str], None] | None = None, **overrides: Any) -> None:  # fmt: skip
+        """`on_notice(text)`: told once of each cause of waiting (a retriable error, a missing leader, a throttle),
+        the first time it happens; `stats` counts them all."""
         cfg = config or ProducerConfig()
         apply_settings(cfg, overrides, "producer")
         cfg.acks = parse_acks(cfg.acks)
@@ -306,24 +361,51 @@ class AsyncProducer:
         self._flushing = 0
         self._closed = False
         self._refresh_needed = False
+        self._refreshing: asyncio.Task | None = None
         self._acks0_drain: set[AsyncConnection] = set()  # connections written to at acks=0 this round
         self.audit = WindowCounts(cfg.audit_window_ms) if cfg.audit_enabled else None
         self._audit_stamp = ((HOST_HEADER, hostname().encode()),)
         self._audit_sends: set[asyncio.Task] = set()
-        #: whether queued batches of one partition may go as a run of requests framed together in C
-        self._runs = _build_requests is not None and self.codec == Codec.NONE and cfg.acks != 0
+        self.stats = ProduceStats()
+        self._on_notice = on_notice
+        self._noticed: set[str] = set()
+        self.throttled_until: dict[int, float] = {}  # per broker: when its last throttle ends (sends wait)
+        self._leaderless_since: float | None = None  # since when queued data has waited for a missing leader
+        self._stopping = False  # `stop`: nothing more is sent, only answers awaited
+        #: whether queued batches of one partition may go as a run of requests framed together in C (their
+        #: answers are read in bulk, without their throttle times: not for a producer that reports throttles)
+        self._runs = _build_requests is not None and self.codec == Codec.NONE and cfg.acks != 0 and on_notice is None
 
-    async def start(self) -> AsyncProducer:
-        await self.cluster.refresh([])
+    async def start(self, topics: Sequence[str] = ()) -> AsyncProducer:
+        """Connect and, idempotent, take a producer id. `topics`: those it will write to, named in an
+        authorization error (an idempotent producer without Write on any topic is refused its id first)."""
+        await self.cluster.refresh(list(topics))
         if self.config.enable_idempotence:
             conn = await self.cluster._any()
             answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
                                                                    "transaction_timeout_ms": 60000})  # fmt: skip
-            if answer["error_code"]:
-                raise ProduceError(f"InitProducerId: {ErrorCode(answer['error_code']).name}", answer["error_code"])
+            code = answer["error_code"]
+            if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and topics:
+                self._refused_topics(topics)
+            if code:
+                raise ProduceError(f"InitProducerId: {ErrorCode(code).name}", code)
             self.producer_id, self.producer_epoch = answer["producer_id"], answer["producer_epoch"]
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
         return self
+
+    def _refused_topics(self, topics: Sequence[str]) -> None:
+        """InitProducerId was refused (CLUSTER_AUTHORIZATION_FAILED): Kafka grants an idempotent producer its id
+        with IdempotentWrite on the cluster or Write on any topic, so this principal may write to none of
+        `topics` — said of the topic, as Kafka's clients say it (TOPIC_AUTHORIZATION_FAILED)."""
+        code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        for topic in topics:
+            meta = self.cluster.topics.get(topic)
+            if meta is not None and meta.error == code:  # not even Describe
+                raise ProduceError(f"TOPIC_AUTHORIZATION_FAILED for topic {topic!r}: not authorized to describe "
+                                   "or write to it", code)  # fmt: skip
+        raise ProduceError(f"TOPIC_AUTHORIZATION_FAILED for topic {topics[0]!r}: not authorized to write to it "
+                           "(no Write on any topic, nor IdempotentWrite on the cluster: InitProducerId was refused "
+                           "with CLUSTER_AUTHORIZATION_FAILED)", code)  # fmt: skip
 
     async def __aenter__(self) -> AsyncProducer:
         return await self.start()
@@ -351,8 +433,8 @@ class AsyncProducer:
         self._waiting_sends += 1
         try:
             async with self._send_order:  # FIFO: the waiting sends go in the order they came
-                if self._closed:
-                    raise ProduceError("the producer is closed")
+                if self._closed or self._stopping:
+                    raise ProduceError("the producer is closed" if self._closed else "the producer is stopped")
                 await self.partitions(topic)
                 size = 20 + (len(key) if key else 0) + (len(value) if value else 0)
                 if self.buffered + size > self.config.buffer_memory:
@@ -444,8 +526,8 @@ class AsyncProducer:
 
     def _partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int:
         """The partition a send goes to (as given, by key, or sticky); -1 while the topic is not known."""
-        if self._closed:
-            raise ProduceError("the producer is closed")
+        if self._closed or self._stopping:
+            raise ProduceError("the producer is closed" if self._closed else "the producer is stopped")
         meta = self.cluster.topics.get(topic)
         if meta is None or meta.error or not meta.partitions:
             return -1
@@ -506,6 +588,8 @@ class AsyncProducer:
         """Wait (up to `max.block.ms`) until `size` more bytes fit in `buffer.memory`; unsent batches go now."""
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while self.buffered + size > self.config.buffer_memory and self.buffered > 0:
+            if self._stopping:
+                raise ProduceError("the producer is stopped")
             self._room.clear()
             for tp, b in list(self.open.items()):  # unsent data blocks us: send it now
                 self._seal(tp, b)
@@ -544,6 +628,8 @@ class AsyncProducer:
                 await self.flush()
         finally:
             self._closed = True
+            if self._refreshing is not None:
+                self._refreshing.cancel()
             if self._sender is not None:
                 self._sender.cancel()
                 try:
@@ -626,14 +712,13 @@ class AsyncProducer:
                     queue = self.ready[tp]
                     self.ready[tp] = collections.deque(sorted(queue, key=lambda b: (b.sequence < 0, b.sequence)))
                 self.retrying = still
-            if self._refresh_needed:
+            if self._refresh_needed and (self._refreshing is None or self._refreshing.done()):
                 self._refresh_needed = False
-                try:
-                    waiting = {t for t, _ in self.ready} | {b.topic for b in self.retrying}  # (leaders moved)
-                    await self.cluster.refresh(sorted(waiting))
-                except KafkactlError:
-                    pass
+                waiting = {t for t, _ in self.ready} | {b.topic for b in self.retrying}  # (leaders moved)
+                self._refreshing = asyncio.get_running_loop().create_task(self._refresh(sorted(waiting)))
             sent_any = await self._send_ready() if self.ready else False
+            if not self.ready and self._leaderless_since is not None:
+                self._leaderless([], time.monotonic())
             if sent_any:
                 continue
             timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
@@ -651,6 +736,16 @@ class AsyncProducer:
                 if timer is not None:
                     timer.cancel()
 
+    async def _refresh(self, topics: list[str]) -> None:
+        """Metadata, asked for aside: its answer may wait behind a broker's acks=all answers (a broker answers a
+        connection's requests in order), and the healthy partitions' batches go on meanwhile."""
+        try:
+            await self.cluster.refresh(topics)
+        except KafkactlError:
+            pass
+        finally:
+            self._wake.set()
+
     async def _send_ready(self) -> bool:
         """Send what the in-flight limits allow (one batch per partition per request); True if anything went out."""
         now = time.monotonic()
@@ -663,21 +758,26 @@ class AsyncProducer:
                 self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms{why}"))
             if not queue:
                 del self.ready[tp]
-        if self._new_identity:  # (nothing more goes out under the old producer id)
+        if self._new_identity or self._stopping:  # (nothing more goes out under the old producer id)
             return False
         sent = False
         if len(self.ready) == 1:  # one partition (bench, keyed runs): its batches go one request each, in a row
             sent = self._send_run(*next(iter(self.ready.items())))
+        leaderless: list[tuple[str, int]] = []
+        throttled = self.throttled_until
         while self.ready:
             by_node: dict[int, list[_Batch]] = {}
             for tp, queue in list(self.ready.items()):
                 node = self.cluster.leader(*tp)
                 if node < 0:  # its broker is down: metadata is asked again every retry.backoff.ms until it is back
+                    leaderless.append(tp)
                     if now - self.cluster.last_refresh >= self.config.retry_backoff_ms / 1000:
                         self._refresh_needed = True
                     continue
                 if self.in_flight[node] >= self.config.max_in_flight:
                     continue  # the batch joins a later request to this broker
+                if throttled and throttled.get(node, 0.0) > now:
+                    continue  # the broker throttles this client: it reads nothing before then
                 if self.splitting.get(tp) and self.tp_in_flight.get(tp):
                     continue  # a split batch's pieces go one request at a time, so that order is kept
                 if self.resending.get(tp) and (self.tp_in_flight.get(tp) or self.backing_off.get(tp)):
@@ -687,6 +787,7 @@ class AsyncProducer:
                     del self.ready[tp]
             if not by_node:
                 break
+            leaderless.clear()  # (looked at again on the next pass)
             for node, batches in by_node.items():
                 conn = self.cluster.open_connection(node)
                 if conn is None:  # not connected yet: connect (the only wait on this path)
@@ -696,9 +797,16 @@ class AsyncProducer:
                         for b in batches:
                             self._retry(b, exc, refresh=True)
                         continue
+                    if self._stopping:  # stopped while connecting: these are not sent
+                        for b in batches:
+                            self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not sent (stopped)"),
+                                       not_appended=True)  # fmt: skip
+                        continue
                 sent = self._send_request(node, conn, batches) or sent
             await self._drain_acks0()
         await self._drain_acks0()
+        if leaderless or self._leaderless_since is not None:
+            self._leaderless(sorted(set(leaderless)), time.monotonic())
         return sent
 
     async def _drain_acks0(self) -> None:
@@ -712,6 +820,8 @@ class AsyncProducer:
         node = self.cluster.leader(*tp)
         conn = self.cluster.open_connection(node) if node >= 0 else None
         if conn is None or (self.splitting.get(tp) and self.tp_in_flight.get(tp)) or self.resending.get(tp):
+            return False
+        if self.throttled_until and self.throttled_until.get(node, 0.0) > time.monotonic():
             return False
         limit = self.config.max_in_flight
         in_flight = self.in_flight
@@ -779,8 +889,10 @@ class AsyncProducer:
         self._wake.set()
         unfinished = self.unfinished
         freed = 0
+        stats = self.stats
         for b, offset in zip(run[index : index + k], offsets, strict=True):  # `_complete` of each, inlined
             if b.outcome is _PENDING:
+                stats.acked += b.builder.count
                 b.outcome = offset
                 if b._future is not None:
                     b._settle(b._future)
@@ -810,7 +922,7 @@ class AsyncProducer:
                                             base_sequence=first.sequence, lead=head + lead)  # fmt: skip
                 first.data = memoryview(frame)[len(frame) - size :]  # kept for a retry
                 first.attempts += 1
-                conn.send_frame([frame], cid, ApiKey.PRODUCE, version, read_produce_response, sink)
+                conn.send_frame([frame], cid, ApiKey.PRODUCE, version, _read_answer, sink)
             else:
                 for b in batches:
                     if b.data is None or b.data is _IN_RUN:  # new, or sent in a run: (re)built with its sequence
@@ -827,7 +939,7 @@ class AsyncProducer:
                     for b in batches:
                         topics.setdefault(b.topic, []).append((b.partition, b.data))
                     body = encode_produce_request(version, cfg.acks, cfg.request_timeout_ms, topics)
-                conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response, expect_response=not acks0,
+                conn.send_encoded(ApiKey.PRODUCE, version, body, _read_answer, expect_response=not acks0,
                                   on_answer=sink)  # fmt: skip
         except (ProtocolError, KafkactlError) as exc:
             for b in batches:
@@ -864,8 +976,12 @@ class AsyncProducer:
         self._wake.set()
         if exc is not None or answer is None:
             for b in batches:
+                b.maybe_appended = True  # sent, never answered
                 self._retry(b, exc or ProduceError("no answer"), refresh=True)
             return
+        throttle = getattr(answer, "throttle_ms", 0)
+        if throttle:
+            self._throttled(node, throttle)
         if len(batches) == 1 and len(answer) == 1:  # the usual request, one partition
             b, p = batches[0], answer[0]
             if p.error_code == 0 and p.partition == b.partition and p.topic == b.topic:
@@ -888,6 +1004,8 @@ class AsyncProducer:
             message = f"{b.topic}-{b.partition}: {err.name if err else code}"
             if p.error_message:
                 message += f" ({p.error_message})"
+            if err in _MAYBE_APPENDED:
+                b.maybe_appended = True
             if err is not None and (err.retriable or err == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
                 self._retry(b, ProduceError(message, code), refresh=err != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
             else:
@@ -895,9 +1013,16 @@ class AsyncProducer:
 
     def _retry(self, b: _Batch, exc: BaseException, *, refresh: bool) -> None:
         b.last_error = str(exc).removeprefix(f"{b.topic}-{b.partition}: ")
-        if b.attempts > self.config.retries or time.monotonic() > b.deadline:
+        if self._stopping or b.attempts > self.config.retries or time.monotonic() > b.deadline:
             self._fail(b, exc if isinstance(exc, ProduceError) else ProduceError(str(exc)))
             return
+        code = getattr(exc, "code", -1)
+        cause = ErrorCode(code).name if code in ErrorCode._value2member_map_ and code > 0 else "an unreachable broker"
+        self.stats.retries[cause] = self.stats.retries.get(cause, 0) + 1
+        if cause not in self._noticed:
+            cfg = self.config
+            self._notice(cause, f"{b.topic}-{b.partition}: {b.last_error}: retrying every {cfg.retry_backoff_ms} ms "
+                                f"for up to {cfg.delivery_timeout_ms / 1000:g} s (delivery.timeout.ms)")  # fmt: skip
         if refresh:
             self._refresh_needed = True
         b.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
@@ -908,6 +1033,53 @@ class AsyncProducer:
             self.backing_off[b.tp] = self.backing_off.get(b.tp, 0) + 1
         self.retrying.append(b)
         self._wake.set()
+
+    def _notice(self, cause: str, text: str) -> None:
+        """Tell the listener of `cause` once."""
+        self._noticed.add(cause)
+        if self._on_notice is not None:
+            self._on_notice(text)
+
+    def _throttled(self, node: int, throttle_ms: int) -> None:
+        """Broker `node` throttled this client (a quota): nothing more goes to it for that long, as it reads
+        nothing more meanwhile (KIP-219); counted, and told once."""
+        self.stats.throttled += 1
+        self.stats.throttle_ms += throttle_ms
+        self.throttled_until[node] = max(self.throttled_until.get(node, 0.0), time.monotonic() + throttle_ms / 1000)
+        if "throttle" not in self._noticed:
+            self._notice("throttle", f"broker {node} throttled this client for {throttle_ms} ms (a client quota): "
+                                     "sends to it wait out each throttle")  # fmt: skip
+
+    def _leaderless(self, tps: list[tuple[str, int]], now: float) -> None:
+        """Queued partitions without a leader (`tps`, maybe none): the time waited is counted, the first wait told."""
+        if not tps:
+            if self._leaderless_since is not None:
+                self.stats.leader_wait_s += now - self._leaderless_since
+                self._leaderless_since = None
+            return
+        if self._leaderless_since is None:
+            self._leaderless_since = now
+        if "leader" not in self._noticed:
+            names = ", ".join(f"{t}-{p}" for t, p in tps[:3]) + (f" and {len(tps) - 3} more" if len(tps) > 3 else "")
+            self._notice("leader", f"{names}: no leader (its broker is down, or an election is under way): waiting "
+                                   f"for one for up to {self.config.delivery_timeout_ms / 1000:g} s "
+                                   "(delivery.timeout.ms); other partitions go on")  # fmt: skip
+
+    def stop(self, reason: str = "interrupted") -> int:
+        """Send nothing more: every message not in a request in flight fails now (`unknown` if an earlier attempt
+        of it went unanswered), later sends fail, and answers to requests in flight are still taken (then
+        `flush` ends within request.timeout.ms). Returns the records still in flight."""
+        self._stopping = True
+        waiting = [*self.open.values(), *(b for q in self.ready.values() for b in q), *self.retrying]
+        self.open.clear()
+        self.ready.clear()
+        self.retrying = []
+        for b in waiting:  # (the others are in requests in flight, or split batches that end when their halves do)
+            if not b.done():
+                self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not sent ({reason})"), not_appended=True)
+        self._room.set()
+        self._wake.set()
+        return sum(b.builder.count for b in self.unfinished if b.results is None and b.builder is not None)
 
     def _split(self, b: _Batch) -> None:
         """Replace a batch the broker found too large by its two halves, sent first, one request at a
@@ -955,6 +1127,7 @@ class AsyncProducer:
             self._finish(parent)
 
     def _complete(self, b: _Batch, base_offset: int) -> None:
+        self.stats.acked += b.builder.count
         if b.parent is not None:
             self._child_done(b, base_offset, b.builder.count)
         else:
@@ -963,6 +1136,13 @@ class AsyncProducer:
 
     def _fail(self, b: _Batch, exc: BaseException, *, not_appended: bool = False) -> None:
         """`b` failed; `not_appended`: the broker said so (an error answer), else it may have been appended."""
+        if b.maybe_appended and not getattr(exc, "unknown", False):  # (said in the error: a resend may duplicate)
+            exc = ProduceError(f"{exc} (unanswered before: it may have been appended)", getattr(exc, "code", -1),
+                               unknown=True)  # fmt: skip
+        if b.builder is not None:
+            self.stats.failed += b.builder.count
+            if getattr(exc, "unknown", False):
+                self.stats.unknown += b.builder.count
         if b.parent is not None:
             self._child_done(b, exc, b.builder.count)
         else:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from broker.client import properties, shell
 from broker.client.admin import Admin
-from broker.client.producer import CODECS, AsyncProducer, parse_acks, producer_settings
+from broker.client.producer import CODECS, AsyncProducer, ProduceStats, parse_acks, producer_settings
 from broker.client.security import pop_security
 from broker.errors import KafkactlError, UsageError
 from kafkactl import completion, contexts
-from kafkactl.render import Output, json_line, progress
+from kafkactl.render import Output, json_line
 
 
 def produce(
@@ -129,35 +132,45 @@ def produce(
                 "delivery_timeout_ms": delivery_timeout_ms, "max_request_size": max_message_bytes,
                 **producer_settings(props)}  # fmt: skip
     summary = shell.ProduceSummary()
+    typed = file is None and sys.stdin.isatty()  # someone typing: no bar (its end is not known)
+    bar = _Progress(f"producing to {topic}", total, enabled=not typed)
+    stop = _Stop(bar, settings.get("request_timeout_ms", 30000) / 1000)
 
     async def run() -> None:
+        stop.arm(asyncio.get_running_loop())
         if create:
             await asyncio.to_thread(_create_topic, servers, topic)
-        producer = AsyncProducer(servers, **settings)
-        await producer.start()
+        producer = stop.producer = AsyncProducer(servers, on_notice=bar.notice, **settings)
         try:
-            typed = file is None and sys.stdin.isatty()  # someone typing: no bar (its end is not known)
-            with progress(f"producing to {topic}", total, unit="bytes", enabled=not typed) as advance:
+            await producer.start([topic])
+            with bar.showing(producer):
                 messages = shell.stream_messages(stream.fileno(), **options)
                 if encoder is not None:
                     messages = wire.avro_values(messages, encoder)
                 grow = (lambda n: asyncio.to_thread(_grow_topic, servers, topic, n)) if create else None
-                messages = shell.within_partitions(producer, topic, messages, grow, partition)
-                await shell.produce_messages(producer, topic, messages, advance, summary)
+                messages = stop.reading(shell.within_partitions(producer, topic, messages, grow, partition))
+                await shell.produce_messages(producer, topic, messages, bar.advance, summary)
+        except asyncio.CancelledError:
+            if not stop.code:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
         finally:
             await producer.close()
 
     try:
         asyncio.run(run())
-    except KeyboardInterrupt:
-        summary.failures.append((0, "interrupted"))
+    except KeyboardInterrupt:  # (before the handlers were set, or after)
+        stop.code = stop.code or 130
     finally:
         if file is not None:
             stream.close()
+        stats = stop.producer.stats if stop.producer is not None else None
         if output == Output.json:
-            json_line(_summary_json(topic, summary))
-        elif summary.messages or summary.failures:
-            _print_summary(topic, summary)
+            json_line(_summary_json(topic, summary, stats, stop.code))
+        elif summary.messages or summary.failures or stop.code:
+            _print_summary(topic, summary, stats)
+    if stop.code:
+        raise _interrupted(summary, stats, stop.code)
     if summary.failures:
         first = summary.failures[0]
         more = f" (and {len(summary.failures) - 1} more)" if len(summary.failures) > 1 else ""
@@ -181,16 +194,135 @@ def _grow_topic(servers: str, topic: str, count: int) -> None:
         admin.create_partitions(topic, count)
 
 
-def _summary_json(topic: str, summary: shell.ProduceSummary) -> dict:
+def _summary_json(topic: str, summary: shell.ProduceSummary, stats: ProduceStats | None, signal_code: int) -> dict:
     spans = {str(p): {"first_offset": a, "last_offset": b} for p, (a, b) in sorted(summary.partitions.items())}
-    return {"topic": topic, "messages": summary.messages, "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
-            "failed": len(summary.failures), "partitions": spans}  # fmt: skip
+    out = {"topic": topic, "messages": summary.messages, "bytes": summary.bytes, "seconds": round(summary.seconds, 3),
+           "failed": len(summary.failures), "partitions": spans}  # fmt: skip
+    if stats is not None:
+        out.update({"unknown": stats.unknown, "retries": dict(stats.retries), "throttled": stats.throttled,
+                    "throttle_ms": stats.throttle_ms,
+                    "leader_wait_seconds": round(stats.leader_wait_s, 3)})  # fmt: skip
+    if signal_code:
+        out["interrupted"] = True
+    return out
 
 
-def _print_summary(topic: str, summary: shell.ProduceSummary) -> None:
+def _print_summary(topic: str, summary: shell.ProduceSummary, stats: ProduceStats | None) -> None:
     spans = ", ".join(
         f"p{p} {a}..{b}" if a >= 0 else f"p{p} (acks=0: no offsets)" for p, (a, b) in sorted(summary.partitions.items())
     )
-    rate = summary.messages / summary.seconds if summary.seconds else 0
-    print(f"produced {summary.messages} message(s), {summary.bytes} bytes to {topic} in {summary.seconds:.2f}s "
-          f"({rate:,.0f} msg/s){': ' + spans if spans else ''}", file=sys.stderr)  # fmt: skip
+    waits = stats.describe() if stats is not None else ""
+    print(f"produced {summary.messages} message(s), {summary.bytes} bytes to {topic} in {summary.seconds:.2f}s"
+          f"{_rate(summary.messages, summary.seconds)}{': ' + spans if spans else ''}{'; ' + waits if waits else ''}",
+          file=sys.stderr)  # fmt: skip
+
+
+def _rate(messages: int, seconds: float) -> str:
+    """` (1,234 msg/s)`, with the precision a small rate needs; nothing for under a second or a message or two
+    (a rate of those says nothing)."""
+    if seconds < 1 or messages < 3:
+        return ""
+    rate = messages / seconds
+    return f" ({rate:,.0f} msg/s)" if rate >= 100 else f" ({rate:.1f} msg/s)" if rate >= 1 else f" ({rate:.2f} msg/s)"
+
+
+def _interrupted(summary: shell.ProduceSummary, stats: ProduceStats | None, code: int) -> KafkactlError:
+    """The error of an interrupted produce: what the brokers did not acknowledge, and of it what may be in the
+    log all the same (a re-run of those lines would duplicate them); its exit code the signal's (130: SIGINT)."""
+    failed = len(summary.failures)
+    unknown = min(stats.unknown, failed) if stats is not None else 0
+    what = "interrupted" if code == 130 else "terminated"
+    if not failed:
+        text = f"{what}: every message read was acknowledged ({summary.messages})"
+    elif unknown:
+        text = (f"{what}: {summary.messages} message(s) acknowledged, {failed} not: {failed - unknown} not appended, "
+                f"{unknown} unknown (unanswered: they may be in the log, a re-run would duplicate them)")  # fmt: skip
+    else:
+        text = f"{what}: {summary.messages} message(s) acknowledged, {failed} not (none of them appended)"
+    err = KafkactlError(text + "; lines not read were not sent")
+    err.exit_code = code
+    return err
+
+
+class _Stop:
+    """SIGINT (Ctrl-C) and SIGTERM: the producer sends nothing more and the answers to requests in flight are
+    awaited (up to request.timeout.ms), so the summary counts exactly what the brokers acknowledged; a second
+    signal quits at once."""
+
+    def __init__(self, bar: _Progress, wait_s: float) -> None:
+        self.bar, self.wait_s = bar, wait_s
+        self.code = 0
+        self.producer: AsyncProducer | None = None
+        self._task: asyncio.Task | None = None
+        self._read_all = False
+
+    def arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._task = asyncio.current_task()
+        for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            loop.add_signal_handler(sig, self._on_signal, code)
+
+    async def reading(self, messages: AsyncIterator[shell.Message]) -> AsyncIterator[shell.Message]:
+        """`messages`, noting when they are all read (then a signal no longer cancels: the answers are awaited)."""
+        async for m in messages:
+            yield m
+        self._read_all = True
+
+    def _on_signal(self, code: int) -> None:
+        if self.code:
+            acked = self.producer.stats.acked if self.producer is not None else 0
+            self.bar.notice(f"interrupted again: quitting now ({acked} message(s) acknowledged so far; the answers to "
+                            "the rest are unknown)")  # fmt: skip
+            sys.stderr.flush()
+            os._exit(code)
+        self.code = code
+        in_flight = self.producer.stop("interrupted") if self.producer is not None else 0
+        if in_flight:
+            self.bar.notice(f"interrupted: sending nothing more; waiting up to {self.wait_s:g} s for the answers to "
+                            f"{in_flight} message(s) in flight (again to quit at once)")  # fmt: skip
+        if not self._read_all and self._task is not None:
+            self._task.cancel()
+
+
+class _Progress:
+    """On a terminal (stderr), a line updated four times a second while producing: the input read (a bar when
+    its size is known) and the messages acknowledged; nothing in a pipe. Notices print above it."""
+
+    def __init__(self, description: str, total: int | None, *, enabled: bool) -> None:
+        self.description, self.total = description, total
+        self.enabled = enabled and sys.stderr.isatty()
+        self.read = 0
+        self._bar: Any = None
+
+    def advance(self, n: int = 1) -> None:
+        self.read += n
+
+    def notice(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(f"kafkactl: {text}", markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(f"kafkactl: {text}", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def showing(self, producer: AsyncProducer) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = [TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                   TextColumn("{task.fields[acked]:,} acknowledged"), TimeElapsedColumn()]  # fmt: skip
+        with Progress(*columns, console=Console(stderr=True), transient=True, refresh_per_second=4) as bar:
+            task = bar.add_task(self.description, total=self.total, acked=0)
+            self._bar = bar
+            ticker = asyncio.get_running_loop().create_task(self._tick(bar, task, producer))
+            try:
+                yield
+            finally:
+                ticker.cancel()
+                self._bar = None
+
+    async def _tick(self, bar: Any, task: Any, producer: AsyncProducer) -> None:
+        while True:
+            bar.update(task, completed=self.read, acked=producer.stats.acked)
+            await asyncio.sleep(0.25)
