@@ -15,6 +15,15 @@ idempotent, not transactional: a batch it copies loses its transactional bit, an
 comes from the stamps and sequences above, not from transactions of its own. A lane is caught up
 once it has everything below the source's last stable offset: the markers and aborted records in
 between are skipped, never copied, and an open transaction waits for its end.
+
+What the clusters refuse holds back the partitions it concerns, never the others: a target partition
+that answers NOT_ENOUGH_REPLICAS, has no leader, refuses authorization, or whose broker does not
+answer, is recovered from the target's tail and tried again, backing off up to `MAX_BACKOFF_S`; a
+source partition the source refuses is asked again after a metadata refresh. Each distinct error is
+said once and counted, and the progress line names the stuck partitions (`broker.mirror.trouble`).
+Only what waiting cannot change (`FATAL`: a batch too large for the target, a corrupt source batch,
+source offsets deleted before they were copied, a target partition another producer writes to) stops
+the mirror.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import Any, NamedTuple
 
 from broker.audit.counts import AUDIT_TOPIC, DEFAULT_WINDOW_MS, WindowCounts, count_stamped
 from broker.audit.counts import records as audit_records
+from broker.audit.topic import ensure_audit_topic_async
 from broker.client.admin import Admin
 from broker.client.aio import AsyncCluster
 from broker.client.connection import ProtocolError
@@ -47,20 +57,32 @@ from broker.errors import KafkactlError, UsageError
 from broker.mirror.stamp import Resume, is_control, read_stamp, restamp
 from broker.mirror.state import ProducerIds
 from broker.mirror.topics import MirrorError, Selection, prepare_targets
+from broker.mirror.trouble import SOURCE, TARGET, Troubles
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
 from broker.protocol.messages.produce import PartitionResult, encode_produce_request, read_produce_response
+from broker.protocol.primitives import Reader
 from broker.records.batch import BATCH_HEADER_SIZE, crc_ok, decode_header
 
 TopicPartition = tuple[str, int]
 CLIENT_ID = "kafkactl-mirror"
 #: unanswered batches per lane: a broker remembers the last five batches of a producer per partition
 WINDOW = 5
-#: answers to a batch that resending it cannot change: the mirror stops with them
+#: answers to a batch that resending it cannot change: the mirror stops with them (an authorization refused is
+#: not one: an ACL may be added, and the other partitions go on meanwhile)
 FATAL = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
-                   ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                   ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, ErrorCode.POLICY_VIOLATION,
-                   ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_RECORD})  # fmt: skip
+                   ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                   ErrorCode.POLICY_VIOLATION, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_RECORD})  # fmt: skip
+#: fetch errors of a source partition that are the consumer's own business: leaders moving (it refreshes),
+#: offsets out of range and corrupt batches (the mirror stops: what it must copy next is gone or broken)
+_SOURCE_OWN = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
+                         ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.CORRUPT_MESSAGE})  # fmt: skip
+#: the longest wait before a stuck partition is tried again
+MAX_BACKOFF_S = 5.0
+#: how long a partition found without a leader (a topic just made, an election) is waited for before it is left
+#: to the next refresh
+LEADER_WAIT_S = 5.0
 
 
 @dataclass
@@ -91,15 +113,27 @@ class CommittedSource(RawConsumer):
     and a record set for every step of the position, also one whose batches were all aborted or markers (an
     empty one), so a lane moves past what it will never copy."""
 
-    def __init__(self, bootstrap: str, config: ConsumerConfig) -> None:
+    def __init__(self, bootstrap: str, config: ConsumerConfig, troubles: Troubles | None = None) -> None:
         config.isolation_level = 1
         super().__init__(bootstrap, config)
         self.last_stable_offsets: dict[TopicPartition, int] = {}
+        #: with troubles: a partition the source refuses (authorization, a storage error...) is noted there and
+        #: asked again after a metadata refresh, instead of failing `getmany`
+        self.troubles = troubles
 
     def _take(self, topic: str, p: dict) -> bool:
         lso = p.get("last_stable_offset", -1)
-        if not p["error_code"] and (topic, p["partition_index"]) in self.positions:
-            self.last_stable_offsets[(topic, p["partition_index"])] = lso if lso >= 0 else p["high_watermark"]
+        tp = (topic, p["partition_index"])
+        code = p["error_code"]
+        if tp in self.positions and self.troubles is not None:
+            if code and code not in _SOURCE_OWN:
+                self.troubles.hit(SOURCE, topic, tp[1], error_name(code),
+                                  f"source {topic} partition {tp[1]}: fetch refused: {error_name(code)}")  # fmt: skip
+                return True  # a metadata refresh, then asked again
+            if not code:
+                self.troubles.clear(SOURCE, topic, tp[1])
+        if not code and tp in self.positions:
+            self.last_stable_offsets[tp] = lso if lso >= 0 else p["high_watermark"]
         return super()._take(topic, p)
 
     def _queue_committed(self, tp: TopicPartition, data: Any, position: int, aborted: list[dict[str, int]]) -> None:
@@ -140,6 +174,8 @@ class Lane:
     node: int = -1  # the broker its unanswered batches went to
     recovering: bool = False
     mirrored: int = 0  # records acknowledged in this run
+    failures: int = 0  # recoveries since its last stored batch (its backoff grows with them)
+    retry_at: float = 0.0  # (monotonic) not recovered before
 
     @property
     def idle(self) -> bool:
@@ -152,6 +188,7 @@ class Summary:
     seconds: float
     partitions: int
     lag: int | None
+    errors: str = ""  # every error met and how often (Troubles.tally)
 
 
 class Mirror:
@@ -173,6 +210,11 @@ class Mirror:
         self._failure: BaseException | None = None
         self.audit = WindowCounts(cfg.audit_window_ms) if cfg.audit else None
         self._audit_producer: AsyncProducer | None = None
+        self.troubles = Troubles(say)
+        self._said: set[str] = set()  # the set-up lines said (each is said once a run)
+        self._recovery: asyncio.Task | None = None
+        #: selected partitions not mirrored yet: they had no leader when found (the next refresh looks again)
+        self.deferred: set[TopicPartition] = set()
 
     # -- set-up ---------------------------------------------------------------------------------------
 
@@ -184,7 +226,9 @@ class Mirror:
             topics = self.cfg.selection.pick(source.list_topics())
             for line in prepare_targets(source, target, topics, self.cfg.selection,
                                         replication_factor=self.cfg.replication_factor):  # fmt: skip
-                self.say(line)
+                if line not in self._said:
+                    self._said.add(line)
+                    self.say(line)
         return topics
 
     async def _add_lanes(self, topics: dict[str, int]) -> None:
@@ -192,6 +236,9 @@ class Mirror:
         if not new:
             return
         sel = self.cfg.selection
+        new = await self._with_leaders(new)
+        if not new:
+            return
         tails = await read_tails(self.cfg.target, [(sel.target(t), p) for t, p in new], self.cfg.target_security)
         fresh = [tp for tp in new if tails[(sel.target(tp[0]), tp[1])].resume is None]
         for t, p in new:
@@ -228,6 +275,36 @@ class Mirror:
             self.source.seek((t, p), lane.position)
         await self.target.refresh(sorted({lane.target[0] for lane in self.lanes.values()}))
 
+    async def _with_leaders(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """Those of the new partitions with a leader on both clusters; the others are stuck, and looked at again at
+        the next refresh (a broker down must not hold back the partitions it does not lead)."""
+        assert self.source is not None
+        sel = self.cfg.selection
+        src, dst = self.source.cluster, self.target
+        deadline = time.monotonic() + LEADER_WAIT_S
+        while True:  # a topic just made, an election under way: worth a few seconds; brokers all down: not
+            await src.refresh(sorted({t for t, _ in tps}))
+            await dst.refresh(sorted({sel.target(t) for t, _ in tps}))
+            electing = [tp for tp in tps if (src.leader(*tp) < 0 and not src.offline(tp))
+                        or (dst.leader(sel.target(tp[0]), tp[1]) < 0 and not dst.offline((sel.target(tp[0]), tp[1])))]
+            if not electing or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.2)
+        ready = []
+        for t, p in tps:
+            if self.source.cluster.leader(t, p) < 0:
+                self.troubles.hit(SOURCE, t, p, "LEADER_NOT_AVAILABLE", f"source {t} partition {p} has no leader: "
+                                                                        "not mirrored until it has one")  # fmt: skip
+            elif self.target.leader(sel.target(t), p) < 0:
+                self.troubles.hit(TARGET, sel.target(t), p, "LEADER_NOT_AVAILABLE", f"target {sel.target(t)} partition "
+                                  f"{p} has no leader: not mirrored until it has one")  # fmt: skip
+            else:
+                self.troubles.clear(SOURCE, t, p)
+                self.troubles.clear(TARGET, sel.target(t), p)
+                ready.append((t, p))
+        self.deferred = (self.deferred - set(tps)) | (set(tps) - set(ready))
+        return ready
+
     async def _refresh(self) -> None:
         """Look for new source topics and partitions; a cluster that does not answer now is asked next time."""
         try:
@@ -235,7 +312,8 @@ class Mirror:
         except (KafkactlError, ProtocolError, OSError) as exc:
             if isinstance(exc, MirrorError | UsageError):
                 raise
-            self.say(f"cannot look for new topics now ({exc}); trying again in {self.cfg.refresh_s:g}s")
+            self.troubles.note("NEW_TOPICS_UNKNOWN", f"cannot look for new topics now ({exc}); trying again every "
+                                                     f"{self.cfg.refresh_s:g}s")  # fmt: skip
 
     async def _producer_id(self) -> tuple[int, int]:
         if self._producer is None:
@@ -256,7 +334,7 @@ class Mirror:
                                   max_partition_fetch_bytes=cfg.fetch_bytes, request_timeout_ms=cfg.request_timeout_ms,
                                   fetch_max_bytes=max(cfg.queued_bytes // 2, cfg.fetch_bytes),
                                   security=cfg.source_security)  # fmt: skip
-        self.source = CommittedSource(cfg.source, fetching)
+        self.source = CommittedSource(cfg.source, fetching, self.troubles)
         try:
             await self.source.start()
             await self.target.refresh([])  # its cluster id names the producer ids kept (broker.mirror.state)
@@ -279,7 +357,10 @@ class Mirror:
                     await self._publish_audit()
                     done = self.mirrored
                     rate = (done - reported[0]) / max(now - reported[1], 1e-9)
-                    self.say(f"mirrored {done:,} messages ({rate:,.0f}/s); lag {self.lag():,}")
+                    self._poll_source_leaders()
+                    stuck = self.troubles.stuck_line()
+                    self.say(f"mirrored {done:,} messages ({rate:,.0f}/s); lag {self.lag():,}"
+                             + (f"; stuck: {stuck}" if stuck else ""))  # fmt: skip
                     next_report, reported = now + cfg.report_s, (done, now)
             await self._drain(timeout=cfg.request_timeout_ms / 1000)
             await self._publish_audit(everything=True)
@@ -291,11 +372,26 @@ class Mirror:
             if self.source is not None:
                 await self.source.close()
             await self.target.close()
-        return Summary(self.mirrored, time.monotonic() - began, len(self.lanes), self.lag())
+        return Summary(self.mirrored, time.monotonic() - began, len(self.lanes), self.lag(), self.troubles.tally())
 
     @property
     def mirrored(self) -> int:
         return sum(lane.mirrored for lane in self.lanes.values())
+
+    def _poll_source_leaders(self) -> None:
+        """Mark the source partitions with no leader now (their broker down) stuck; the consumer refreshes its
+        metadata until they have one again."""
+        if self.source is None:
+            return
+        leaderless = set(self.source.leaderless())
+        for t, p in leaderless:
+            if (SOURCE, t, p) not in self.troubles.stuck:
+                self.troubles.hit(SOURCE, t, p, "LEADER_NOT_AVAILABLE",
+                                  f"source {t} partition {p} has no leader (its brokers are down?)")  # fmt: skip
+        for (side, t, p), s in list(self.troubles.stuck.items()):
+            if side == SOURCE and s.error == "LEADER_NOT_AVAILABLE" and (t, p) in self.lanes \
+                    and (t, p) not in leaderless:  # (those not yet mirrored are looked at by the refresh)
+                self.troubles.clear(SOURCE, t, p)
 
     def lag(self) -> int:
         """Source offsets not yet acknowledged by the target, by the last stable offsets fetched last (offsets, not
@@ -306,7 +402,7 @@ class Mirror:
     def _caught_up(self) -> bool:
         """Every lane has all the source's committed data below its last stable offset acknowledged."""
         lso = self.source.last_stable_offsets if self.source is not None else {}
-        return all(lane.idle and not lane.broken and tp in lso and lane.acked >= lso[tp]
+        return not self.deferred and all(lane.idle and not lane.broken and tp in lso and lane.acked >= lso[tp]
                    for tp, lane in self.lanes.items())  # fmt: skip
 
     async def _step(self) -> None:
@@ -316,20 +412,29 @@ class Mirror:
             try:
                 sets = await self.source.getmany(timeout_ms=100 if self._all_idle() else 0, max_records=64)
             except ConsumeError as exc:
-                if exc.code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                if exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise MirrorError(f"source {exc}: the offsets the mirror needs next are gone (retention "
+                                      "removed them before they were mirrored, or the topic was made anew)") from None
+                if exc.code == ErrorCode.CORRUPT_MESSAGE:
                     raise
-                raise MirrorError(f"source {exc}: the offsets the mirror needs next are gone (retention removed "
-                                  "them before they were mirrored, or the topic was made anew)") from None
+                # a fetcher that failed (a broker gone mid-answer...): the consumer starts it again next time
+                self.troubles.note(error_name(exc.code) if exc.code > 0 else "SOURCE_FETCH_FAILED", f"source: {exc}")
+                await asyncio.sleep(0.2)
+                sets = {}
             for tp, record_sets in sets.items():
                 lane = self.lanes.get(tp)
                 if lane is not None:
                     for rs in record_sets:
                         self._take(lane, rs)
         self._send()
-        for lane in self.lanes.values():
-            if lane.broken and not lane.in_flight and not lane.recovering:
-                lane.recovering = True
-                self._spawn(self._recover(lane))
+        if self._recovery is None or self._recovery.done():
+            now = time.monotonic()
+            due = [lane for lane in self.lanes.values()
+                   if lane.broken and not lane.in_flight and not lane.recovering and lane.retry_at <= now]  # fmt: skip
+            if due:
+                for lane in due:
+                    lane.recovering = True
+                self._recovery = self._spawn(self._recover(due))
         if self.queued >= self.cfg.queued_bytes or not self._all_idle():
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -387,6 +492,8 @@ class Mirror:
         counts = self.audit.take()
         try:
             if self._audit_producer is None:
+                with contextlib.suppress(KafkactlError, OSError):  # (refused: the producer's auto-creation may do)
+                    await ensure_audit_topic_async(self.cfg.target, self.cfg.target_security)
                 self._audit_producer = await AsyncProducer(self.cfg.target, acks="all", client_id=CLIENT_ID,
                                                            security=self.cfg.target_security).start()  # fmt: skip
             targets = {lane.source[0]: lane.target[0] for lane in self.lanes.values()}
@@ -407,10 +514,12 @@ class Mirror:
             if lane.queue and not lane.broken and len(lane.in_flight) < WINDOW:
                 node = self.target.leader(*lane.target)
                 if node < 0:
-                    lane.broken = "no leader"
+                    self._break(lane, "LEADER_NOT_AVAILABLE", f"target {lane.target[0]} partition {lane.target[1]} "
+                                                              "has no leader")  # fmt: skip
                     continue
                 if lane.in_flight and node != lane.node:  # the leader moved: nothing more until it is recovered
-                    lane.broken = f"leader moved from broker {lane.node} to {node}"
+                    self._break(lane, "LEADER_MOVED", f"target {lane.target[0]} partition {lane.target[1]}: its "
+                                                      f"leader moved from broker {lane.node} to {node}")  # fmt: skip
                     continue
                 lane.node = node
                 by_node[node].append(lane)
@@ -433,7 +542,7 @@ class Mirror:
                     topics.setdefault(lane.target[0], []).append((lane.target[1], p.data))
                 body = encode_produce_request(version, -1, self.cfg.request_timeout_ms, topics)
                 try:
-                    fut = conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_response)
+                    fut = conn.send_encoded(ApiKey.PRODUCE, version, body, read_produce_answer)
                 except (ProtocolError, KafkactlError) as exc:
                     self._answered(batch, None, exc)
                     break
@@ -446,7 +555,11 @@ class Mirror:
         elif fut.exception() is not None:
             self._answered(batch, None, fut.exception())
         else:
-            self._answered(batch, fut.result(), None)
+            results, throttle_ms = fut.result()
+            if throttle_ms > 0:
+                self.troubles.note("THROTTLED", f"the target throttles the mirror's produce requests (a client "
+                                                f"quota): answers held back {throttle_ms} ms")  # fmt: skip
+            self._answered(batch, results, None)
 
     def _answered(self, batch: list[tuple[Lane, Pending]], results: list[PartitionResult] | None,
                   error: BaseException | None) -> None:  # fmt: skip
@@ -461,11 +574,17 @@ class Mirror:
                     f"target {lane.target[0]} partition {lane.target[1]} refuses the batch of source offsets before "
                     f"{p.next_offset}: {why}; waiting cannot change that (a limit such as max.message.bytes differs "
                     "between the clusters?)")  # fmt: skip
-            if r is None or r.error_code:
-                if not lane.broken:
-                    lane.broken = (error_name(r.error_code) if r is not None
-                                   else f"{type(error).__name__}: {error}" if error else "no answer")  # fmt: skip
+            if r is not None and r.error_code:
+                why = error_name(r.error_code)
+                self._break(lane, why, f"target {lane.target[0]} partition {lane.target[1]} refuses batches: {why}"
+                                       + (f" ({r.error_message})" if r.error_message else ""))  # fmt: skip
+            elif r is None:
+                why = f"{type(error).__name__}: {error}" if error else "no answer"
+                self._break(lane, f"NO_ANSWER from target broker {lane.node}",
+                            f"no answer from target broker {lane.node} ({why})")  # fmt: skip
             else:  # stored, also when an earlier batch failed: recovery resumes after it
+                lane.failures = 0
+                self.troubles.clear(TARGET, *lane.target)
                 lane.acked = max(lane.acked, p.next_offset)
                 if lane.idle and not lane.broken:  # the markers and aborted records after it were passed too
                     lane.acked = max(lane.acked, lane.position)
@@ -479,46 +598,87 @@ class Mirror:
             await self.target.connection(node)
         except (KafkactlError, OSError) as exc:
             for lane in lanes:
-                lane.broken = lane.broken or f"cannot connect to target broker {node}: {exc}"
+                self._break(lane, f"target broker {node} unreachable", f"cannot connect to target broker {node}: {exc}")
         finally:
             self._connecting.discard(node)
             self._wake.set()
 
-    async def _recover(self, lane: Lane) -> None:
-        """Carry on from what the target holds: its last batch's stamp and producer place (or the origin)."""
-        reason = lane.broken
+    def _break(self, lane: Lane, error: str, detail: str) -> None:
+        """The lane stops sending until it is recovered from the target's tail, after its backoff; the error is
+        counted (said if new) and the partition stuck until a batch of it is stored. Only its first error
+        counts: the batches after it in flight fail for it (out of order), not for a cause of their own."""
+        if lane.broken:
+            return
+        self.troubles.hit(TARGET, *lane.target, error, detail)
+        lane.broken = error
+        self._backoff(lane)
+
+    @staticmethod
+    def _backoff(lane: Lane) -> None:
+        lane.retry_at = time.monotonic() + min(0.1 * 2**lane.failures, MAX_BACKOFF_S)
+        lane.failures += 1
+
+    async def _recover(self, lanes: list[Lane]) -> None:
+        """Carry the lanes on from what the target holds: each one's last batch's stamp and producer place (or its
+        origin). One metadata refresh and one read of the tails for all of them; a lane whose partition has no
+        leader, or whose tail cannot be read now, is tried again after its backoff."""
         try:
-            for attempt in range(1_000_000):
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
-                try:
-                    await self.target.refresh([lane.target[0]])
-                    tail = (await read_tails(self.cfg.target, [lane.target], self.cfg.target_security))[lane.target]
-                    break
-                except (KafkactlError, ProtocolError, OSError) as exc:
-                    reason = str(exc)
-                    if attempt in (3, 10) or attempt % 30 == 29:
-                        self.say(f"{lane.target[0]} partition {lane.target[1]}: still recovering ({reason})")
-            self.queued -= sum(len(p.data) for p in lane.queue)
-            lane.queue.clear()
-            if tail.resume is not None:
-                r = tail.resume
-                lane.producer_id, lane.producer_epoch, lane.sequence = r.producer_id, r.producer_epoch, r.next_sequence
-                lane.position = lane.acked = r.source_offset
-            elif tail.end == tail.start:
-                lane.sequence, lane.position, lane.acked = 0, lane.origin, lane.origin
-            else:
-                raise MirrorError(f"target {lane.target[0]} partition {lane.target[1]}: its last batch is not "
-                                    "the mirror's any more (another producer writes to it)")  # fmt: skip
-            assert self.source is not None
-            self.source.seek(lane.source, lane.position)
-            lane.broken = None
+            try:
+                await self.target.refresh(sorted({lane.target[0] for lane in lanes}))
+            except (KafkactlError, ProtocolError, OSError) as exc:
+                self._retry_later(lanes, "TARGET_UNREACHABLE", f"cannot refresh the target's metadata ({exc})")
+                return
+            ready = []
+            for lane in lanes:
+                if self.target.leader(*lane.target) < 0:
+                    self._retry_later([lane], "LEADER_NOT_AVAILABLE", f"target {lane.target[0]} partition "
+                                                                      f"{lane.target[1]} has no leader")  # fmt: skip
+                else:
+                    ready.append(lane)
+            if not ready:
+                return
+            try:
+                tails = await read_tails(self.cfg.target, [lane.target for lane in ready], self.cfg.target_security)
+            except (KafkactlError, ProtocolError, OSError) as exc:
+                code = getattr(exc, "code", -1)
+                self._retry_later(ready, error_name(code) if isinstance(code, int) and code > 0 else "TAIL_UNREAD",
+                                  f"cannot read the target's last batches now ({exc})")  # fmt: skip
+                return
+            for lane in ready:
+                self._resume(lane, tails[lane.target])
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # reaches run() and stops the mirror with its message
             self._failure = exc
         finally:
-            lane.recovering = False
+            for lane in lanes:
+                lane.recovering = False
             self._wake.set()
+
+    def _retry_later(self, lanes: list[Lane], error: str, detail: str) -> None:
+        for lane in lanes:
+            self.troubles.hit(TARGET, *lane.target, error, detail)
+            self._backoff(lane)
+
+    def _resume(self, lane: Lane, tail: Tail) -> None:
+        """Set the lane to carry on after the target's last batch (MirrorError: that batch is not the mirror's)."""
+        self.queued -= sum(len(p.data) for p in lane.queue)
+        lane.queue.clear()
+        if tail.resume is not None:
+            r = tail.resume
+            lane.producer_id, lane.producer_epoch, lane.sequence = r.producer_id, r.producer_epoch, r.next_sequence
+            lane.position = lane.acked = r.source_offset
+        elif tail.end == tail.start:
+            lane.sequence, lane.position, lane.acked = 0, lane.origin, lane.origin
+        else:
+            raise MirrorError(f"target {lane.target[0]} partition {lane.target[1]}: its last batch is not "
+                                "the mirror's any more (another producer writes to it)")  # fmt: skip
+        assert self.source is not None
+        self.source.seek(lane.source, lane.position)
+        lane.broken = None
+        lso = self.source.last_stable_offsets.get(lane.source)
+        if lso is not None and lane.acked >= lso:  # nothing left to copy: nothing stuck
+            self.troubles.clear(TARGET, *lane.target)
 
     async def _drain(self, timeout: float) -> None:
         """Wait until what was sent is answered (nothing new is sent)."""
@@ -528,10 +688,20 @@ class Mirror:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 0.1)
 
-    def _spawn(self, coro) -> None:  # noqa: ANN001
+    def _spawn(self, coro) -> asyncio.Task:  # noqa: ANN001
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def read_produce_answer(r: Reader, version: int) -> tuple[list[PartitionResult], int]:
+    """A Produce answer's partitions and its throttle_time_ms (v1-8: the answer's last four bytes; the client
+    speaks Produce up to v8, `broker.client.connection.CLIENT_MAX`; 0 when absent)."""
+    buf, end, throttle = r.buf, r.end, 0
+    if 1 <= version <= 8 and end - r.pos >= 4:
+        throttle = int.from_bytes(buf[end - 4 : end], "big", signed=True)
+    return read_produce_response(r, version), throttle
 
 
 async def read_tails(bootstrap: str, tps: list[TopicPartition], security: ClientSecurity | None = None,

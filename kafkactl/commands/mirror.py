@@ -114,8 +114,9 @@ def start(
 
     summary = asyncio.run(run())
     rate = summary.mirrored / summary.seconds if summary.seconds > 0 else 0.0
+    retried = f"; retried: {summary.errors}" if summary.errors else ""
     say(f"mirrored {summary.mirrored:,} messages of {summary.partitions} partition(s) in {summary.seconds:.1f}s "
-        f"({rate:,.0f}/s); lag {summary.lag:,}")  # fmt: skip
+        f"({rate:,.0f}/s); lag {summary.lag:,}{retried}")  # fmt: skip
 
 
 @app.command("status")
