@@ -35,6 +35,7 @@ class Secured:
     def __init__(self, b: BrokerProcess, sasl_port: int, chroot: str) -> None:
         self.b, self.sasl_port, self.chroot = b, sasl_port, chroot
         self.topic = ""
+        self.private = ""  # a topic nobody but the administrator may read
 
     @property
     def sasl(self) -> str:
@@ -69,6 +70,8 @@ def secured(zk_server, tmp_path_factory):
         s.topic = f"t-{uuid.uuid4().hex[:8]}"
         with Admin(b.bootstrap) as admin:
             admin.create_topic(s.topic, 2, 1)
+            s.private = f"private-{uuid.uuid4().hex[:8]}"
+            admin.create_topic(s.private, 1, 1)
             admin.create_acls([
                 _acl(ResourceType.TOPIC, s.topic, "alice", Operation.READ),
                 _acl(ResourceType.TOPIC, s.topic, "bob", Operation.READ),
@@ -98,14 +101,15 @@ def _committed(s: Secured, group: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
 
 
-def _confluent_consume(s: Secured, user: str, group: str, timeout: float = 20.0) -> tuple[int, str | None]:
+def _confluent_consume(s: Secured, user: str, group: str, timeout: float = 20.0,
+                       topic: str | None = None) -> tuple[int, str | None]:  # fmt: skip
     """(messages read, the first error's name) of a confluent-kafka group member as `user`."""
     from confluent_kafka import Consumer, KafkaError
 
     errors: list[str] = []
     c = Consumer({**s.confluent(user), "group.id": group, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "error_cb": lambda e: errors.append(e.name())})  # fmt: skip
-    c.subscribe([s.topic])
+    c.subscribe([topic or s.topic])
     n = 0
     deadline = time.monotonic() + timeout
     try:
@@ -157,8 +161,8 @@ def _no_zookeeper_registry(s: Secured, group: str) -> None:
         assert zk.exists(paths.group_ids(group)) is None, "kafkactl coordinated through ZooKeeper"
 
 
-def _consume(s: Secured, user: str, group: str):
-    return cli("consume", s.topic, "--group", group, "--reset", "earliest", "--exit", "-o", "json",
+def _consume(s: Secured, user: str, group: str, topic: str | None = None):
+    return cli("consume", topic or s.topic, "--group", group, "--reset", "earliest", "--exit", "-o", "json",
                "-b", s.sasl, "-z", s.chroot, *s.xs(user))  # fmt: skip
 
 
@@ -171,6 +175,11 @@ def test_consume_group_needs_read_on_the_group(secured: Secured) -> None:
         assert r.stdout == "" and "assigned" not in r.stderr
         read, error = _confluent_consume(s, user, group)
         assert (read, error) == (0, "GROUP_AUTHORIZATION_FAILED"), (user, group)
+    # alice may read billing but not the private topic: refused as confluent-kafka is
+    r = _consume(s, "alice", "billing", s.private)
+    error_line(r, "TOPIC_AUTHORIZATION_FAILED")
+    assert r.stdout == "" and "assigned" not in r.stderr
+    assert _confluent_consume(s, "alice", "billing", topic=s.private) == (0, "TOPIC_AUTHORIZATION_FAILED")
     assert _committed(s, "othergroup") == {}
     assert _committed(s, "billing") == {}
     # alice on billing: every message, committed; the broker coordinated it
