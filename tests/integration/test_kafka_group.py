@@ -119,3 +119,54 @@ def test_another_clusters_zookeeper_is_refused(broker, other_cluster, zk_chroot)
     r = cli("consume", topic, "--group", "billing", "--reset", "earliest", "--exit", "-b", b, "-z", z)
     error_line(r, f"topic {topic!r} is not in ZooKeeper {z}", "check -z / KAFKACTL_ZOOKEEPER")
     assert r.returncode != 0 and "assigned" not in r.stderr
+
+
+def test_a_kafka_protocol_member_shares_a_group_with_confluent_kafka(broker) -> None:
+    """kafkactl's member leads (it joined first) and assigns a confluent-kafka member by its consumer-protocol
+    subscription; the two read every message once between them."""
+    from confluent_kafka import Consumer
+
+    topic = _topic_with_messages(broker.bootstrap)
+    group = f"kg-{uuid.uuid4().hex[:6]}"
+
+    def confluent_reads(stop: list[bool]) -> tuple[list[str], list[int]]:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                      "partition.assignment.strategy": "range"})  # fmt: skip
+        c.subscribe([topic])
+        values: list[str] = []
+        owned: list[int] = []
+        try:
+            while not stop:
+                m = c.poll(0.2)
+                owned = sorted(tp.partition for tp in c.assignment())
+                if m is not None and not m.error():
+                    values.append(m.value().decode())
+        finally:
+            c.close()
+        return values, owned
+
+    async def run() -> tuple[list[str], list[tuple[str, int]], list[str], list[int]]:
+        a = await KafkaGroupConsumer(broker.bootstrap, group, [topic], auto_offset_reset="earliest").start()
+        stop: list[bool] = []
+        other = asyncio.create_task(asyncio.to_thread(confluent_reads, stop))
+        values: list[str] = []
+        owned: list[tuple[str, int]] = []
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 40
+            while loop.time() < deadline:
+                for recs in (await a.getmany(timeout_ms=200)).values():
+                    values += [r.value.decode() for r in recs]
+                owned = sorted(a.assignment())
+                if len(owned) == PARTITIONS // 2 and a.generation > 1 and len(values) >= MESSAGES // 2:
+                    await asyncio.sleep(3)  # the other member reads its half meanwhile
+                    break
+        finally:
+            stop.append(True)
+            theirs, their_parts = await other
+            await a.close()
+        return values, owned, theirs, their_parts
+
+    values, owned, theirs, their_parts = asyncio.run(run())
+    assert owned == [(topic, 0), (topic, 1)] and their_parts == [2, 3], (owned, their_parts)
+    assert sorted(set(values) | set(theirs)) == sorted(f"v{i}" for i in range(MESSAGES))
