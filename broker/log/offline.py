@@ -36,6 +36,8 @@ class RecoveryRun:
 def partition_dirs(path: Path) -> tuple[Path | None, list[Path]]:
     """(log dir, partition dirs) for a partition dir or a log dir; UsageError for anything else."""
     path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
     if not path.is_dir():
         raise UsageError(f"{path}: not a directory (give a partition dir or a log dir)")
     if recovery.segment_files(path) or (parse_partition_dir(path.name) and not _has_partitions(path)):

@@ -13,6 +13,7 @@ import typer
 from typer.exceptions import Exit
 
 from broker.log.inspection import inspect_cleaner, inspect_paths
+from kafkactl import files
 from kafkactl.render import Output, json_line
 
 app = typer.Typer(help="Inspect what kafkactl (or Apache Kafka) stored.", no_args_is_help=True)
@@ -99,6 +100,7 @@ def segments(
     Exit code 0 when everything checked is valid, 3 when damage or an index mismatch was found, 2 when a path
     given is missing or not a log (and nothing read was damaged).
     """
+    files.require(paths)
     damaged = unreadable = False
     for ev in inspect_paths(paths, deep=deep, print_data=print_data, verify_index=verify_index):
         if ev["type"] == "record" and "value" in ev:
@@ -121,11 +123,16 @@ def _cleaner_text(ev: dict[str, Any]) -> str:
     if ev["type"] == "error":
         return f"ERROR {ev['path']}: {ev['message']}"
     if ev["type"] == "summary":
+        hidden = ev.get("not_compacted_hidden")
         return (f"Summary: {ev['partitions']} partitions, {ev['with_checkpoint']} with a cleaner checkpoint, "
-                f"{ev['leftovers']} files left by a clean")  # fmt: skip
+                f"{ev['leftovers']} files left by a clean"
+                + (f"; {hidden} not compacted left out (--all shows them)" if hidden else ""))  # fmt: skip
     ckpt = "none" if ev["cleaner_checkpoint"] is None else ev["cleaner_checkpoint"]
     when = "-" if ev["checkpointed_ms"] is None else time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime(ev["checkpointed_ms"] / 1000))  # fmt: skip
+    if not ev.get("compacted", True):
+        return (f"{ev['topic']}-{ev['partition']}: not compacted (no cleaner checkpoint), offsets "
+                f"[{ev['log_start']}, {ev['log_end']}), {ev['segments']} segments")  # fmt: skip
     line = (f"{ev['topic']}-{ev['partition']}: cleaner checkpoint {ckpt} (written {when}), offsets "
             f"[{ev['log_start']}, {ev['log_end']}), {ev['segments']} segments, clean {ev['clean_bytes']} bytes, "
             f"dirty {ev['dirty_bytes']} bytes, dirty ratio {ev['dirty_ratio']:.4f}")  # fmt: skip
@@ -138,18 +145,32 @@ def _cleaner_text(ev: dict[str, Any]) -> str:
 @app.command("cleaner")
 def cleaner(
     paths: Annotated[list[Path], typer.Argument(help="Log dirs or partition dirs.")],
+    all_: Annotated[
+        bool, typer.Option("--all", help="Also the partitions the cleaner has not compacted (no checkpoint).")
+    ] = False,
     output: Annotated[
         Output, typer.Option("-o", "--output", help="text, or json (one object per line).")
     ] = Output.text,
 ) -> None:
-    """The log cleaner's progress per partition: its checkpoint (first dirty offset), the clean and dirty bytes
-    and dirty ratio by segment, when the checkpoint was written, files a clean left behind.
+    """The log cleaner's progress per compacted partition: its checkpoint (first dirty offset), the clean and
+    dirty bytes and dirty ratio by segment, when the checkpoint was written, files a clean left behind.
 
-    Read from the files (a running broker's log dirs too). Exit code 2 when a path given is not a log dir.
-    """
+    Read from the files (a running broker's log dirs too), which do not hold a topic's cleanup.policy: a
+    partition counts as compacted once the cleaner has a checkpoint for it or left files of a clean (a
+    compacted topic's partition that was never cleaned yet shows with --all). Each JSON object says
+    `compacted`. Exit code 2 when a path given is not a log dir."""
+    files.require(paths)
     bad = False
+    hidden = 0
     for ev in inspect_cleaner(paths):
         bad = bad or ev["type"] == "error"
+        if ev["type"] == "partition":
+            ev["compacted"] = ev["cleaner_checkpoint"] is not None or bool(ev["leftovers"])
+            if not ev["compacted"] and not all_:
+                hidden += 1
+                continue
+        if ev["type"] == "summary":
+            ev["not_compacted_hidden"] = hidden
         if output == Output.json:
             json_line(ev)
         else:

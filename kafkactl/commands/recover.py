@@ -10,6 +10,7 @@ from typer.exceptions import Exit
 
 from broker.log import offline
 from broker.log.recovery import format_lost
+from kafkactl import files
 from kafkactl.render import Output, json_line, progress, table
 
 
@@ -30,6 +31,7 @@ def recover(
     (a symlinked partition dir, segment or index) is left as it is, with a line saying so.
     Exit code 0 when nothing needed cutting, 3 when it cut (or, in a dry run, would cut, or left damage).
     """
+    files.require([path])
     parts = offline.partition_dirs(path)[1]
     with progress("scanning", len(parts)) as advance:
         run = offline.plan(path, salvage=salvage, advance=advance)

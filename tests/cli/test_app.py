@@ -44,7 +44,7 @@ def test_user_error_is_one_line_and_debug_shows_traceback(tmp_path) -> None:
     assert r.returncode == 2
     assert (
         r.stderr.strip()
-        == f"kafkactl: error: {tmp_path / 'missing'}: not a directory (give a partition dir or a log dir)"
+        == f"kafkactl: error: {tmp_path / 'missing'}: no such file or directory"
     )
     r = kafkactl("--debug", "recover", tmp_path / "missing")
     assert r.returncode != 0 and "Traceback" in r.stderr
