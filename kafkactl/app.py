@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from kazoo.exceptions import NoAuthError
+from typer._click.exceptions import NoArgsIsHelpError
 from typer.completion import completion_init
 from typer.exceptions import Abort, Exit
 from typer.main import get_command
@@ -128,13 +129,24 @@ def command():
     return get_command(app)
 
 
+def _plain_help(cmd) -> None:  # noqa: ANN001 (a click command or group)
+    """Help as plain text (click's: no panels of box drawing, no colours), for a pipe or a file, where boxes
+    squeezed into 80 columns only get in the way of grep and less."""
+    cmd.rich_markup_mode = None
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_help(sub)
+
+
 def run(argv: list[str]) -> int:
     """Run kafkactl with `argv`; returns the exit code instead of exiting."""
     _state["debug"] = "--debug" in argv
     if os.environ.get(COMPLETE_VAR):  # a shell asking for completions (the scripts in completions/)
         completion_init()  # (typer registers its bash/zsh/fish classes only with add_completion=True)
     try:
-        rv = command().main(args=argv, prog_name="kafkactl", standalone_mode=False)
+        cli = command()
+        if not sys.stdout.isatty():
+            _plain_help(cli)
+        rv = cli.main(args=argv, prog_name="kafkactl", standalone_mode=False)
         return rv if isinstance(rv, int) else 0  # without standalone mode, Exit(n) comes back as n
     except Exit as exc:
         return exc.exit_code
@@ -148,6 +160,11 @@ def run(argv: list[str]) -> int:
         if _state["debug"]:
             raise
         error_line(str(exc))
+        return exc.exit_code
+    except NoArgsIsHelpError as exc:  # a group called bare: its help (rich mode has printed it already), exit 2
+        message = exc.format_message()
+        if message:
+            print(message)
         return exc.exit_code
     except typer.TyperException as exc:  # usage errors from the parser
         message = exc.format_message()

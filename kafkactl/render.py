@@ -52,18 +52,21 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None) -> None:
-    """A table on a terminal, tab-separated columns in a pipe."""
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
+          stderr: bool = False) -> None:  # fmt: skip
+    """A table on a terminal, tab-separated columns in a pipe; on stderr with `stderr` (when stdout carries
+    something else, e.g. a plan for a program)."""
     rows = list(rows)
-    if sys.stdout.isatty():
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
         t = Table(*columns, title=title, header_style="bold")
         for row in rows:
             t.add_row(*("" if v is None else str(v) for v in row))
-        stdout_console().print(t)
+        (Console(stderr=True, soft_wrap=True, highlight=False) if stderr else stdout_console()).print(t)
     else:
-        print("\t".join(columns))
+        print("\t".join(columns), file=stream)
         for row in rows:
-            print("\t".join("" if v is None else str(v) for v in row))
+            print("\t".join("" if v is None else str(v) for v in row), file=stream)
 
 
 @contextmanager
@@ -80,3 +83,48 @@ def progress(description: str, total: int | None, *, unit: str = "", enabled: bo
     ) as bar:  # fmt: skip
         task = bar.add_task(description, total=total)
         yield lambda n=1: bar.advance(task, n)
+
+
+class Status:
+    """A one-line spinner with elapsed seconds on stderr (a terminal only): what a long command is doing
+    while nothing else shows. `update` changes its text; `paused()` hides it while a progress bar runs
+    (rich shows one live display at a time)."""
+
+    def __init__(self, text: str, *, enabled: bool = True) -> None:
+        self._on = enabled and sys.stderr.isatty()
+        self._text = text
+        self._live: Progress | None = None
+
+    def _start(self) -> None:
+        if self._on and self._live is None:
+            from rich.progress import SpinnerColumn, TimeElapsedColumn
+
+            self._live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                  console=Console(stderr=True), transient=True)  # fmt: skip
+            self._live.start()
+            self._task = self._live.add_task(self._text, total=None)
+
+    def _stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def update(self, text: str) -> None:
+        self._text = text
+        if self._live is not None:
+            self._live.update(self._task, description=text)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        self._stop()
+        try:
+            yield
+        finally:
+            self._start()
+
+    def __enter__(self) -> Status:
+        self._start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()

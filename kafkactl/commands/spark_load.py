@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +19,7 @@ from broker.client import properties
 from broker.client.offsets import parse_offset
 from broker.errors import KafkactlError, UsageError
 from kafkactl import completion, contexts
-from kafkactl.render import Output, json_line, progress, table
+from kafkactl.render import Output, Status, json_line, progress, table
 
 
 def _until(text: str | None) -> int | None:
@@ -152,8 +153,20 @@ def spark_load(
     before = load.committed_ids(opts.output)
     _quiet_py4j()
     sigint = _SigintSeen()
+    # On a terminal, a spinner says what runs while nothing else shows (checking the topics, planning, starting
+    # Spark's JVM: easily 15 s and more), then the job's own bar, then the commit.
+    status = Status(f"spark-load: checking the topics, planning the load, starting Spark ({master})")
+
+    @contextlib.contextmanager
+    def staged(description: str, total: int) -> Iterator[Callable[[int], None]]:
+        with status.paused():
+            with progress(description, total) as advance:
+                yield advance
+            status.update("spark-load: committing the load")
+
     try:
-        result = load.run(opts, master=master, notify=notify, progress=progress, conf=spark_conf)
+        with status:
+            result = load.run(opts, master=master, notify=notify, progress=staged, conf=spark_conf)
     except (KeyboardInterrupt, Exception) as exc:
         # Ctrl-C: one line saying where the load stands, not Spark's noise. (It may surface as a Spark error: the
         # terminal's SIGINT reaches Spark's processes too, and the job can fail before Python sees it.)
