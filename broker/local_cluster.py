@@ -12,7 +12,8 @@ KAFKACTL_HOME, so their pid files and logs never mix with those of `broker start
 `up` starts whatever is not running (ZooKeeper first, then the brokers side by side) with the daemon
 code of `broker start --daemon` and `zookeeper start --daemon`; a cluster already up is left as it is.
 Saved ports are reused while free, so a cluster brought back keeps its addresses; a port taken
-meanwhile is replaced by a free one. If a start fails, what this `up` started is stopped again.
+meanwhile is replaced by a free one. Ports asked for (`--zookeeper-port`, `--base-port`) are saved too, and
+never replaced: one taken by another process is an error. If a start fails, what this `up` started is stopped again.
 `down` SIGTERMs the brokers in id order (each a clean shutdown), then ZooKeeper; its data stays
 unless purged.
 """
@@ -167,13 +168,72 @@ def _new_port(taken: set[int]) -> int:
 # --- up, down, status ------------------------------------------------------------------------------
 
 
-def _plan_for_up(name: str, brokers: int | None) -> Plan:
-    """The saved plan (its ports re-checked) or a new one; saved before anything starts."""
+@dataclass
+class Ports:
+    """Ports asked for (`cluster up --zookeeper-port`, `--base-port`): ZooKeeper's, and broker i's at
+    base + i - 1. None: a free port (a new cluster) or the saved one (a cluster that exists)."""
+
+    zookeeper: int | None = None
+    base: int | None = None
+
+    def wanted(self, ids: list[int]) -> dict[str, int]:
+        """{part ("zookeeper", "broker <id>"): port} of what is asked for; UsageError for ports out of range
+        or given twice."""
+        out = {} if self.zookeeper is None else {"zookeeper": self.zookeeper}
+        if self.base is not None:
+            out |= {f"broker {i}": self.base + i - 1 for i in ids}
+        bad = {k: p for k, p in out.items() if not 1 <= p <= 65535}
+        if bad:
+            raise UsageError(f"ports run from 1 to 65535: {', '.join(f'{k} would get {p}' for k, p in bad.items())}")
+        if self.zookeeper is not None and self.zookeeper in list(out.values())[1:]:
+            raise UsageError(f"--zookeeper-port {self.zookeeper} is also a broker's (--base-port {self.base} gives "
+                             f"brokers {self.base}..{self.base + len(ids) - 1})")  # fmt: skip
+        return out
+
+
+def _ask_ports(plan: Plan, ports: Ports, running: set[int], zk_running: bool) -> None:
+    """Put the ports asked for into `plan`; KafkactlError for one taken by another process, or for a part
+    running on another port (it cannot move while it runs)."""
+    ids = sorted(plan.brokers)
+    for part, port in ports.wanted(ids).items():
+        is_zk = part == "zookeeper"
+        now = plan.zookeeper_port if is_zk else plan.brokers[int(part.split()[1])]
+        up_now = zk_running if is_zk else int(part.split()[1]) in running
+        if port == now and up_now:
+            continue
+        if up_now:
+            raise KafkactlError(f"cluster {plan.name}: {part} runs on port {now}, not {port}: "
+                                f"`kafkactl cluster down --name {plan.name}` first to move it")  # fmt: skip
+        if not _port_free(port):
+            raise KafkactlError(f"cluster {plan.name}: port {port} (for {part}) is taken by another process")
+        if is_zk:
+            if running:
+                raise KafkactlError(f"cluster {plan.name}: brokers {', '.join(map(str, sorted(running)))} run "
+                                    f"against ZooKeeper's port {now}: `kafkactl cluster down` first")  # fmt: skip
+            plan.zookeeper_port = port
+        else:
+            plan.brokers[int(part.split()[1])] = port
+    every = [plan.zookeeper_port, *plan.brokers.values()]
+    if len(set(every)) != len(every):
+        raise UsageError(f"cluster {plan.name}: the ports asked for meet its saved ones (zookeeper "
+                         f"{plan.zookeeper_port}, brokers {plan.brokers}): give both --zookeeper-port and --base-port")
+
+
+def _plan_for_up(name: str, brokers: int | None, ports: Ports | None = None) -> Plan:
+    """The saved plan (its ports re-checked) or a new one, with the ports asked for; saved before anything
+    starts. A port asked for is never replaced: taken, it is an error; a saved one taken meanwhile is."""
+    ports = ports or Ports()
     plan = load(name)
     if plan is None:
-        taken: set[int] = set()
-        plan = Plan(name, cluster_dir(name), _new_port(taken))
-        plan.brokers = {i: _new_port(taken) for i in range(1, (brokers or DEFAULT_BROKERS) + 1)}
+        count = brokers or DEFAULT_BROKERS
+        asked = ports.wanted(list(range(1, count + 1)))
+        taken: set[int] = set(asked.values())
+        busy = [f"{p} (for {part})" for part, p in asked.items() if not _port_free(p)]
+        if busy:
+            raise KafkactlError(f"cluster {name}: port(s) taken by another process: {', '.join(busy)}")
+        zk_port = ports.zookeeper if ports.zookeeper is not None else _new_port(taken)
+        plan = Plan(name, cluster_dir(name), zk_port)
+        plan.brokers = {i: asked.get(f"broker {i}") or _new_port(taken) for i in range(1, count + 1)}
         plan.save()
         return plan
     if brokers is not None and brokers != len(plan.brokers):
@@ -181,9 +241,11 @@ def _plan_for_up(name: str, brokers: int | None) -> Plan:
             f"cluster {name} has {len(plan.brokers)} brokers, not {brokers}: leave out -n, or "
             f"`kafkactl cluster down --purge --name {name}` first"
         )
-    taken = {plan.zookeeper_port, *plan.brokers.values()}
     running = {i for i in plan.brokers if broker_pid(plan, i) is not None}
-    if zookeeper_pid(plan) is None and not _port_free(plan.zookeeper_port):
+    _ask_ports(plan, ports, running, zookeeper_pid(plan) is not None)
+    asked_parts = ports.wanted(sorted(plan.brokers))
+    taken = {plan.zookeeper_port, *plan.brokers.values()}
+    if zookeeper_pid(plan) is None and "zookeeper" not in asked_parts and not _port_free(plan.zookeeper_port):
         if running:
             raise KafkactlError(
                 f"cluster {name}: ZooKeeper's port {plan.zookeeper_port} is taken by another process while "
@@ -191,7 +253,7 @@ def _plan_for_up(name: str, brokers: int | None) -> Plan:
             )
         plan.zookeeper_port = _new_port(taken)
     for i, port in sorted(plan.brokers.items()):
-        if i not in running and not _port_free(port):
+        if i not in running and f"broker {i}" not in asked_parts and not _port_free(port):
             plan.brokers[i] = _new_port(taken)
     plan.save()
     return plan
@@ -229,16 +291,18 @@ def _start_brokers(plan: Plan, ids: list[int], timeout: float, started: dict[int
         raise failures[0]
 
 
-def up(name: str = DEFAULT_NAME, brokers: int | None = None, *, timeout: float = 60.0) -> dict:
-    """Start what of cluster `name` is not running (creating it with `brokers` brokers, default 3); returns
-    its status with `started`: {"zookeeper": bool, "brokers": [ids]} (nothing started: it was already up).
+def up(name: str = DEFAULT_NAME, brokers: int | None = None, *, timeout: float = 60.0,
+       ports: Ports | None = None) -> dict:  # fmt: skip
+    """Start what of cluster `name` is not running (creating it with `brokers` brokers, default 3), on the
+    `ports` asked for (else saved or free ones); returns its status with `started`: {"zookeeper": bool,
+    "brokers": [ids]} (nothing started: it was already up).
 
     A start that fails stops what this call started, in reverse order, and raises KafkactlError."""
     if brokers is not None and not 1 <= brokers <= MAX_BROKERS:
         raise UsageError(f"-n {brokers}: a cluster has 1 to {MAX_BROKERS} brokers")
     d = cluster_dir(name)
     with _locked(d):
-        plan = _plan_for_up(name, brokers)
+        plan = _plan_for_up(name, brokers, ports)
         started_zk: int | None = None
         started: dict[int, int] = {}
         try:

@@ -59,13 +59,25 @@ def up(
     name: Name = local_cluster.DEFAULT_NAME,
     output: OutputOpt = Output.text,
     timeout: Timeout = 60.0,
+    base_port: Annotated[
+        int | None, typer.Option("--base-port", min=1, max=65535, show_default=False,
+                                 help="Broker i listens on this port + i - 1 (default: free ports).")
+    ] = None,
+    zookeeper_port: Annotated[
+        int | None, typer.Option("--zookeeper-port", min=1, max=65535, show_default=False,
+                                 help="ZooKeeper's client port (default: a free port).")
+    ] = None,
 ) -> None:
-    """Start a local cluster: a private ZooKeeper, then brokers 1..N, on free ports of 127.0.0.1.
+    """Start a local cluster: a private ZooKeeper, then brokers 1..N, on 127.0.0.1: on the ports asked for
+    (--base-port, --zookeeper-port), else on free ones.
 
-    A cluster that exists already comes back with its data and, while they are free, its ports; one that is
-    already up is left as it is (exit 0, with its status). If a start fails, what this command started is
+    A cluster that exists already comes back with its data and, while they are free, its ports (ports asked
+    for replace the saved ones: a part running elsewhere must be stopped first); one that is already up is
+    left as it is (exit 0, with its status). The ports are kept in $KAFKACTL_HOME/clusters/NAME/cluster.json.
+    A port asked for that another process holds is an error; if a start fails, what this command started is
     stopped again."""
-    st = local_cluster.up(name, brokers, timeout=timeout)
+    ports = local_cluster.Ports(zookeeper=zookeeper_port, base=base_port)
+    st = local_cluster.up(name, brokers, timeout=timeout, ports=ports)
     if output == Output.json:
         json_line(st)
         return
