@@ -79,3 +79,15 @@ def stop(port: int, timeout: float = 30.0) -> int:
     stop_process(pid, timeout)
     remove_pid_file(path, pid)
     return pid
+
+
+def running() -> dict[int, int]:
+    """{port: pid} of the registries kafkactl runs on this machine, found by their pid files (whatever port
+    each was started on)."""
+    out: dict[int, int] = {}
+    prefix = daemon_name(0).removesuffix("0")
+    for path in sorted(home.pid_file(daemon_name(0)).parent.glob(f"{prefix}*.pid")):
+        port = path.stem.removeprefix(prefix)
+        if port.isdigit() and (pid := read_pid(path)) is not None:
+            out[int(port)] = pid
+    return out

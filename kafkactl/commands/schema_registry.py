@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from broker.errors import KafkactlError, UsageError
 from broker.schema import service
 from kafkactl import contexts
 
@@ -33,7 +34,21 @@ def start(
 
 
 @app.command("stop")
-def stop(port: Port = 8081) -> None:
-    """Stop the registry `start --daemon` runs on this port."""
+def stop(
+    port: Annotated[
+        int | None, typer.Option("--port", "-p", min=1, max=65535, show_default=False,
+                                 help="The registry's HTTP port (default: the one `start --daemon` runs, by its pid "
+                                      "file; give it when several run).")
+    ] = None,
+) -> None:
+    """Stop a registry `start --daemon` runs: the one on --port, or the only one running, whatever its port."""
+    if port is None:
+        found = service.running()
+        if not found:
+            raise KafkactlError("no schema registry started by kafkactl is running")
+        if len(found) > 1:
+            raise UsageError("schema registries run on ports " + ", ".join(map(str, sorted(found)))
+                             + ": give --port to say which to stop")  # fmt: skip
+        (port,) = found
     pid = service.stop(port)
     print(f"schema registry on port {port} stopped (pid {pid})")
