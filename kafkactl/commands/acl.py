@@ -28,7 +28,7 @@ from broker.security.acl import (
     parse_enum,
 )
 from kafkactl import contexts
-from kafkactl.render import json_line, table
+from kafkactl.render import Output, json_line, table
 
 app = typer.Typer(help="ACLs: who may do what on which topic, group, cluster or transactional id.",
                   no_args_is_help=True)  # fmt: skip
@@ -277,8 +277,9 @@ def list_(
     cluster: Cluster = False,
     transactional_id: TransactionalId = None,
     pattern_type: PatternOpt = None,
-    json: Annotated[bool, typer.Option("--json", help="One JSON object per ACL.")] = False,
+    json: Annotated[bool, typer.Option("--json", hidden=True, help="The same as -o json (older spelling).")] = False,
     bootstrap: contexts.Bootstrap = None,
+    output: Annotated[Output, typer.Option("-o", "--output", help="text, or json (one object per ACL).")] = Output.text,
 ) -> None:
     """List ACLs (all, or those of the given resources; `--resource-pattern-type match` lists every ACL that
     applies to them, wildcards and prefixes too)."""
@@ -289,7 +290,7 @@ def list_(
         found = list(dict.fromkeys(b for f in filters for b in admin.describe_acls(f)))
     found.sort(key=lambda b: (b.pattern.resource_type, b.pattern.name, b.pattern.pattern_type, b.entry.principal,
                               b.entry.host, b.entry.operation, b.entry.permission))  # fmt: skip
-    if json:
+    if json or output == Output.json:
         for b in found:
             json_line({"resource_type": camel(b.pattern.resource_type), "pattern_type": b.pattern.pattern_type.name,
                        "name": b.pattern.name, "principal": b.entry.principal, "host": b.entry.host,
