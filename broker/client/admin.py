@@ -51,9 +51,34 @@ class AdminError(KafkactlError):
     """The broker refused an admin request; the message carries its error name and text."""
 
 
-def _check(code: int, message: str | None, what: str) -> None:
+#: how Kafka's clients word an authorization refusal, by error code: the kind of resource refused
+_AUTHORIZATION = {
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "Transactional Id",
+}
+
+
+def refusal(code: int, resource: str | None = None) -> str:
+    """An error code in words: an authorization refusal names what was refused, as Kafka's clients report it
+    (`Topic authorization failed for orders (TOPIC_AUTHORIZATION_FAILED)`, `Cluster authorization failed
+    (CLUSTER_AUTHORIZATION_FAILED)`); any other code is its name."""
+    kind = _AUTHORIZATION.get(code)  # type: ignore[call-overload]
+    if kind is None:
+        return error_name(code)
+    named = f" for {resource}" if resource and kind != "Cluster" else ""
+    return f"{kind} authorization failed{named} ({error_name(code)})"
+
+
+def _check(code: int, message: str | None, what: str, resource: str | None = None) -> None:
+    """AdminError `what: ERROR (message)` for a non-zero code; `resource` names what an authorization
+    refusal refused (a topic's, group's or transactional id's name)."""
     if code:
-        raise AdminError(f"{what}: {error_name(code)}" + (f" ({message})" if message else ""))
+        text = refusal(code, resource)
+        if message and message not in text:
+            text += f" ({message})"
+        raise AdminError(f"{what}: {text}")
 
 
 @dataclass
@@ -109,28 +134,28 @@ class Admin:
         }], "timeout_ms": 30000, "validate_only": validate_only}  # fmt: skip
         answer = self._any(ApiKey.CREATE_TOPICS, body)
         t = answer["topics"][0]
-        _check(t["error_code"], t.get("error_message"), f"cannot create topic {name!r}")
+        _check(t["error_code"], t.get("error_message"), f"cannot create topic {name!r}", name)
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         """Raise a topic's partition count to `count` (CreatePartitions; the broker spreads the new replicas)."""
         body = {"topics": [{"name": name, "count": count, "assignments": None}], "timeout_ms": 30000,
                 "validate_only": validate_only}  # fmt: skip
         r = self._any(ApiKey.CREATE_PARTITIONS, body)["results"][0]
-        _check(r["error_code"], r.get("error_message"), f"cannot add partitions to topic {name!r}")
+        _check(r["error_code"], r.get("error_message"), f"cannot add partitions to topic {name!r}", name)
 
     def delete_topic(self, name: str) -> None:
         # (v0-5 name topics in topic_names, v6 in topics: the version spoken writes its own)
         body = {"topic_names": [name], "topics": [{"name": name}], "timeout_ms": 30000}
         r = self._any(ApiKey.DELETE_TOPICS, body)["responses"][0]
-        _check(r["error_code"], r.get("error_message"), f"cannot delete topic {name!r}")
+        _check(r["error_code"], r.get("error_message"), f"cannot delete topic {name!r}", name)
 
     def delete_records(self, name: str, before: int, partitions: list[int] | None = None, *,
                        timeout_ms: int = 20000) -> tuple[dict[int, int], dict[int, str]]:  # fmt: skip
         """DeleteRecords to each partition's leader: the records below `before` (-1: the high watermark) go.
-        Returns ({partition: new low watermark}, {partition: why it failed}); AdminError for an unknown topic
-        or partition."""
+        Returns ({partition: new low watermark}, {partition: why it failed}: an offset past a partition's end
+        names its high watermark); AdminError for an unknown topic or partition."""
         t = self.cluster.metadata([name])["topics"][0]
-        _check(t["error_code"], None, f"topic {name!r}")
+        _check(t["error_code"], None, f"topic {name!r}", name)
         leaders = {p["partition_index"]: p["leader_id"] for p in t["partitions"]}
         wanted = sorted(leaders) if partitions is None else list(dict.fromkeys(partitions))
         unknown = [p for p in wanted if p not in leaders]
@@ -152,9 +177,15 @@ class Admin:
                 continue
             for x in answer["topics"][0]["partitions"]:
                 if x["error_code"]:
-                    failed[x["partition_index"]] = error_name(x["error_code"])
+                    failed[x["partition_index"]] = refusal(x["error_code"], name)
                 else:
                     done[x["partition_index"]] = x["low_watermark"]
+        past = [p for p, why in failed.items() if why == "OFFSET_OUT_OF_RANGE"]
+        if past:  # say where the partition ends: one ListOffsets per leader
+            ends, _ = self._list_offsets({(name, p): leaders[p] for p in past}, LATEST)
+            for p in past:
+                if (name, p) in ends:
+                    failed[p] = f"OFFSET_OUT_OF_RANGE (its high watermark is {ends[(name, p)]})"
         return done, failed
 
     def describe_config(self, name: str) -> dict[str, tuple[str | None, bool]]:
@@ -162,7 +193,7 @@ class Admin:
         body = {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name, "configuration_keys": None}]}
         answer = self._any(ApiKey.DESCRIBE_CONFIGS, body)
         res = answer["results"][0]
-        _check(res["error_code"], res.get("error_message"), f"cannot describe topic {name!r}")
+        _check(res["error_code"], res.get("error_message"), f"cannot describe topic {name!r}", name)
         out = {}
         for c in res["configs"]:
             override = c.get("config_source", -1) == 1 if "config_source" in c else not c.get("is_default", True)
@@ -188,7 +219,8 @@ class Admin:
                 "include_synonyms": False, "include_documentation": False}  # fmt: skip
         conn = self._config_connection(resource_type, name)
         res = conn.request(ApiKey.DESCRIBE_CONFIGS, body)["results"][0]
-        _check(res["error_code"], res.get("error_message"), f"cannot describe {_resource(resource_type, name)}")
+        what = f"cannot describe {_resource(resource_type, name)}"
+        _check(res["error_code"], res.get("error_message"), what, name)
         return sorted(
             ConfigValue(c["name"], c["value"], CONFIG_SOURCES.get(c.get("config_source", -1), "unknown"),
                         bool(c.get("is_sensitive")), bool(c.get("read_only")))
@@ -205,7 +237,7 @@ class Admin:
                 "validate_only": validate_only}  # fmt: skip
         answer = self._config_connection(resource_type, name).request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
         r = answer["responses"][0]
-        _check(r["error_code"], r.get("error_message"), f"cannot alter {_resource(resource_type, name)}")
+        _check(r["error_code"], r.get("error_message"), f"cannot alter {_resource(resource_type, name)}", name)
 
     def _config_connection(self, resource_type: int, name: str) -> Connection:
         if resource_type == BROKER_RESOURCE and name.isdigit():
@@ -242,7 +274,7 @@ class Admin:
         md = self.cluster.metadata([name])
         t = md["topics"][0]
         if t["error_code"]:
-            _check(t["error_code"], None, f"topic {name!r}")
+            _check(t["error_code"], None, f"topic {name!r}", name)
         parts = [
             PartitionDescription(
                 p["partition_index"],
@@ -327,7 +359,7 @@ class Admin:
                 for x in t["partitions"]:
                     tp = (t["name"], x["partition_index"])
                     if x["error_code"]:
-                        errors[tp] = error_name(x["error_code"])
+                        errors[tp] = refusal(x["error_code"], t["name"])
                     else:
                         found[tp] = x["offset"] if "offset" in x else (x["old_style_offsets"] or [-1])[0]
         return found, errors
@@ -352,17 +384,17 @@ class Admin:
     def describe_group(self, group: str) -> dict[str, Any]:
         """DescribeGroups of one group, asked of its coordinator: state, protocol and members."""
         answer = self._any(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0})
-        _check(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}")
+        _check(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}", group)
         self.cluster.metadata([])
         desc = self.cluster.connection(answer["node_id"]).request(ApiKey.DESCRIBE_GROUPS, {"groups": [group]})
         g = desc["groups"][0]
-        _check(g["error_code"], None, f"cannot describe group {group!r}")
+        _check(g["error_code"], None, f"cannot describe group {group!r}", group)
         return g
 
     def _coordinator_request(self, group: str, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
         """A request to the group's coordinator (found with FindCoordinator)."""
         answer = self._any(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0})
-        _check(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}")
+        _check(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}", group)
         self.cluster.metadata([])
         return self.cluster.connection(answer["node_id"]).request(api, body)
 
@@ -370,7 +402,7 @@ class Admin:
         """DeleteGroups of one broker-coordinated group: its committed offsets and stored generation go;
         AdminError (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...) when refused."""
         answer = self._coordinator_request(group, ApiKey.DELETE_GROUPS, {"groups_names": [group]})
-        _check(answer["results"][0]["error_code"], None, f"cannot delete group {group!r}")
+        _check(answer["results"][0]["error_code"], None, f"cannot delete group {group!r}", group)
 
     def delete_offsets(self, group: str, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """OffsetDelete: forget the group's committed offsets of these partitions; {partition: error code}
@@ -380,7 +412,7 @@ class Admin:
             topics[t].append({"partition_index": p})
         body = {"group_id": group, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
         answer = self._coordinator_request(group, ApiKey.OFFSET_DELETE, body)
-        _check(answer["error_code"], None, f"cannot delete offsets of group {group!r}")
+        _check(answer["error_code"], None, f"cannot delete offsets of group {group!r}", group)
         return {(t["name"], p["partition_index"]): p["error_code"] for t in answer["topics"] for p in t["partitions"]}
 
     # -- ACLs -------------------------------------------------------------------------------------
@@ -394,7 +426,8 @@ class Admin:
         } for b in bindings]}  # fmt: skip
         answer = self._any(ApiKey.CREATE_ACLS, body)
         for b, r in zip(bindings, answer["results"], strict=True):
-            _check(r["error_code"], r.get("error_message"), f"cannot create the ACL {describe_binding(b)}")
+            what = f"cannot create the ACL {describe_binding(b)}"
+            _check(r["error_code"], r.get("error_message"), what, b.pattern.name)
 
     def describe_acls(self, f: Filter) -> list[Binding]:
         """DescribeAcls: the bindings the filter matches."""
@@ -465,4 +498,4 @@ def describe_binding(b: Binding) -> str:
             f"from hosts: {e.host} on {b.pattern}")  # fmt: skip
 
 
-__all__ = ["Admin", "AdminError", "PartitionDescription", "ErrorCode"]
+__all__ = ["Admin", "AdminError", "PartitionDescription", "ErrorCode", "refusal"]

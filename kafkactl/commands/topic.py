@@ -17,12 +17,11 @@ import typer
 
 from broker.client.admin import Admin, PartitionDescription
 from broker.errors import KafkactlError, UsageError
-from broker.replication import reassignment
+from broker.replication import preferred, reassignment
 from broker.server.config import parse_override
 from broker.topics import internal_topic_error, parse_topic_specs
 from broker.zk import client as zkclient
-from broker.zk import registry
-from kafkactl import completion, contexts
+from kafkactl import completion, contexts, files
 from kafkactl.render import Output, json_line, table
 
 app = typer.Typer(help="Create, list, describe, alter, delete and reassign topics.", no_args_is_help=True)
@@ -57,11 +56,13 @@ def _configs(items: list[str] | None) -> dict[str, str]:
 def create(
     name: Annotated[str | None, typer.Argument(help="Topic name (or --from-file).", show_default=False)] = None,
     partitions: Annotated[
-        int, typer.Option("--partitions", "-p", help="Partitions (default: the broker's num.partitions).")
-    ] = -1,
+        int | None, typer.Option("--partitions", "-p", help="Partitions (default: the broker's num.partitions).",
+                                 show_default=False)
+    ] = None,
     replication_factor: Annotated[
-        int, typer.Option("--replication-factor", "-r", help="Replicas per partition (default: the broker's).")
-    ] = -1,
+        int | None, typer.Option("--replication-factor", "-r", help="Replicas per partition (default: the broker's "
+                                 "default.replication.factor).", show_default=False)
+    ] = None,
     config: ConfigOpt = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="No error when it exists already.")] = False,
     from_file: Annotated[
@@ -73,13 +74,15 @@ def create(
 ) -> None:
     """Create a topic; partitions are spread over the live brokers round-robin."""
     if from_file is not None:
-        if name is not None or partitions != -1 or replication_factor != -1 or config:
+        if name is not None or partitions is not None or replication_factor is not None or config:
             raise UsageError("--from-file takes every topic's settings from the file: give no name or options")
         _create_from_file(from_file, if_not_exists, bootstrap, output)
         return
     if name is None:
         raise UsageError("give a topic name, or --from-file FILE")
     _not_internal(name, "created")
+    partitions = -1 if partitions is None else partitions  # -1: the broker's default, as CreateTopics says it
+    replication_factor = -1 if replication_factor is None else replication_factor
     if partitions == 0 or partitions < -1:
         raise UsageError(f"--partitions {partitions}: must be at least 1")
     if replication_factor == 0 or replication_factor < -1:
@@ -95,11 +98,9 @@ def create(
 
 def _create_from_file(path: Path, if_not_exists: bool, bootstrap: str | None, output: Output) -> None:
     """Every topic of a file, each reported; all are checked first, and a failure does not stop the others."""
+    text = files.read_text(path)
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text()
         specs = parse_topic_specs(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KafkactlError(f"cannot read {path}: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"{path}: {exc}") from None
     failed = []
@@ -261,9 +262,10 @@ def delete_records(
 ) -> None:
     """Delete a topic's records below an offset (DeleteRecords): each partition's log start offset (its low
     watermark) moves up there, whole segments below it are deleted, and consumers from the earliest offset
-    start there. One line per partition with its new low watermark.
+    start there. One row per partition: its new low watermark, or why it failed.
 
-    An offset past a partition's high watermark is refused (OFFSET_OUT_OF_RANGE): exit code 1."""
+    An offset past a partition's high watermark is refused for that partition (OFFSET_OUT_OF_RANGE) while the
+    others are cut: exit code 1 naming how many partitions failed."""
     if before < -1:
         raise UsageError(f"--before must be an offset (0 or more) or -1 for the high watermark, not {before}")
     bad = [p for p in partition or [] if p < 0]
@@ -271,11 +273,18 @@ def delete_records(
         raise UsageError(f"--partition must be 0 or more, not {bad[0]}")
     with Admin(contexts.bootstrap(bootstrap)) as admin:
         done, failed = admin.delete_records(name, before, partition)
-    for p, low in sorted(done.items()):
-        _say(output, f"topic {name} partition {p}: low watermark {low}", topic=name, partition=p, low_watermark=low)
+    results = sorted([(p, low, None) for p, low in done.items()] + [(p, None, why) for p, why in failed.items()])
+    if output == Output.json:
+        for p, low, why in results:
+            json_line({"topic": name, "partition": p, "low_watermark": low, "error": why})
+    else:
+        table(["PARTITION", "LOW WATERMARK", "RESULT"],
+              [(p, _n(low), "deleted" if why is None else f"failed: {why}") for p, low, why in results],
+              title=f"{name}: records before {'the high watermark' if before == -1 else before}")  # fmt: skip
     if failed:
-        raise KafkactlError(f"cannot delete records of topic {name!r}: "
-                            + ", ".join(f"partition {p}: {why}" for p, why in sorted(failed.items())))  # fmt: skip
+        first = ", ".join(f"partition {p}: {why}" for p, why in sorted(failed.items())[:3])
+        more = "" if len(failed) <= 3 else f", and {len(failed) - 3} more"
+        raise KafkactlError(f"{len(failed)} of {len(results)} partitions of topic {name!r} failed ({first}{more})")
 
 
 @app.command("elect-leaders")
@@ -290,19 +299,32 @@ def elect_leaders(
     """Move each partition's leadership back to its preferred replica (the first of its assignment), where
     that replica is live and in sync, as Kafka's preferred replica election through ZooKeeper does.
 
-    Exit code 1 when a partition could not be moved (its preferred replica is down or not in sync)."""
+    One row per partition: the leader it moved from and to, or why it did not move (already on its
+    preferred replica; the preferred replica down or not in sync). Exit code 1 when a partition could not
+    be moved."""
     with zkclient.session(contexts.zookeeper(zookeeper)) as zk:
-        result = registry.elect_preferred_leaders(zk, names or None)
-    rows = [(t, p, leader, first, "yes" if leader == first else "no") for (t, p), (leader, first) in result.items()]
+        outcomes = preferred.elect(zk, names or None)
     if output == Output.json:
-        for t, p, leader, first, _ in rows:
-            json_line({"topic": t, "partition": p, "leader": leader, "preferred": first})
+        for o in outcomes:
+            json_line({"topic": o.topic, "partition": o.partition, "leader": o.after, "preferred": o.preferred,
+                       "previous_leader": o.before, "moved": o.result == preferred.MOVED,
+                       "result": o.result})  # fmt: skip
     else:
-        table(["TOPIC", "PARTITION", "LEADER", "PREFERRED", "ON PREFERRED"], rows)
-    left = [f"{t}-{p}" for t, p, leader, first, _ in rows if leader != first]
+        table(["TOPIC", "PARTITION", "FROM", "TO", "RESULT"],
+              [(o.topic, o.partition, _leader(o.before), _leader(o.after) if o.result == preferred.MOVED else "",
+                o.result) for o in outcomes])  # fmt: skip
+        moved = sum(o.result == preferred.MOVED for o in outcomes)
+        already = sum(o.result == preferred.ALREADY for o in outcomes)
+        print(f"{moved} partition(s) moved to their preferred replica, {already} already on it, "
+              f"{len(outcomes) - moved - already} left elsewhere", file=sys.stderr)  # fmt: skip
+    left = [f"{o.topic}-{o.partition}" for o in outcomes if o.off_preferred]
     if left:
         raise KafkactlError(f"{len(left)} partition(s) not on their preferred replica (down or not in sync): "
                             + ", ".join(left[:10]))  # fmt: skip
+
+
+def _leader(broker_id: int) -> str:
+    return "none" if broker_id < 0 else str(broker_id)
 
 
 @app.command("reassign")
@@ -330,6 +352,10 @@ def reassign(
         str | None, typer.Option("--brokers", help="With --generate: the broker ids to spread over (1,2,3).",
                                  show_default=False)
     ] = None,
+    rollback_file: Annotated[
+        Path | None, typer.Option("--rollback-file", help="With --execute: write the rollback plan to this new file "
+                                  "(default: to stdout).", show_default=False)
+    ] = None,
     zookeeper: contexts.ZooKeeper = None,
     output: OutputOpt = Output.text,
 ) -> None:
@@ -339,48 +365,66 @@ def reassign(
     Without --execute nothing changes: each move is shown beside the partition's current replicas. With
     --execute the controller copies each partition to its new replicas, moves its leadership if the leader
     leaves, then drops the old replicas (their brokers delete their copies). --verify exits 0 once every move
-    is done (and removes the throttle), 1 while some are in progress or failed."""
+    is done (and removes the throttle), 1 while some are in progress or failed.
+
+    --execute prints the rollback plan (the moved partitions' current replicas, a plan this command takes
+    back) on stdout, so `--execute > rollback.json` saves it, and the moves on stderr (with -o json: left
+    out); with --rollback-file F the plan goes to F (written before anything moves) and the moves to stdout."""
     if sum((execute, verify, generate)) > 1:
         raise UsageError("give one of --execute, --verify and --generate")
     if throttle is not None and not execute:
         raise UsageError("--throttle goes with --execute")
+    if rollback_file is not None and not execute:
+        raise UsageError("--rollback-file goes with --execute")
+    if rollback_file is not None and rollback_file.exists():
+        raise UsageError(f"{rollback_file}: exists already (a rollback plan is never overwritten: give a new file)")
+    if not generate and (topics or brokers):
+        raise UsageError("--topic and --brokers go with --generate")
+    if not generate and plan is None:
+        raise UsageError("give a plan file (or - for stdin), or --generate")
+    moves = reassignment.parse_plan(files.read_text(plan)) if plan is not None and not generate else {}
     with zkclient.session(contexts.zookeeper(zookeeper)) as zk:
         if generate:
             _generate(zk, topics, brokers)
             return
-        if topics or brokers:
-            raise UsageError("--topic and --brokers go with --generate")
-        if plan is None:
-            raise UsageError("give a plan file (or - for stdin), or --generate")
-        moves = reassignment.parse_plan(_read_plan(plan))
         if verify:
             _verify(zk, moves, output)
             return
         checked = reassignment.check_plan(zk, moves)
+        moving = [m for m in checked if m.current != m.target]
+        rollback = reassignment.plan_json({(m.topic, m.partition): m.current for m in moving}) if moving else None
+        if execute and rollback is not None and rollback_file is not None:
+            _write_new(rollback_file, rollback + "\n")  # before anything moves: no move without its way back
         started = reassignment.execute(zk, checked, throttle) if execute else []
+    plan_on_stdout = execute and rollback_file is None and bool(started)  # stdout is the plan's alone then
     rows = [(m.topic, m.partition, _ids(m.current), _ids(m.target), "no" if m.current == m.target else "yes")
             for m in checked]  # fmt: skip
-    if output == Output.json:
+    if output == Output.json and not plan_on_stdout:
         for row in reassignment.describe_moves(checked):
             json_line(row)
-    else:
-        table(["TOPIC", "PARTITION", "CURRENT", "TARGET", "MOVES"], rows)
-    moving = [m for m in checked if m.current != m.target]
+    elif output == Output.text:
+        table(["TOPIC", "PARTITION", "CURRENT", "TARGET", "MOVES"], rows, stderr=plan_on_stdout)
     if not execute:
         print(f"dry run: {len(moving)} partition(s) would move; nothing was changed (add --execute)", file=sys.stderr)
     elif not started:
         print("nothing to move: every partition is on its target replicas already", file=sys.stderr)
     else:
-        rollback = reassignment.plan_json({(m.topic, m.partition): m.current for m in started})
+        where = f"the rollback plan is in {rollback_file}" if rollback_file else "the rollback plan is on stdout"
         print(f"started moving {len(started)} partition(s)" + (f", throttled at {throttle} B/s" if throttle else "")
-              + f"; follow with --verify. To roll back, save this plan:\n{rollback}", file=sys.stderr)  # fmt: skip
+              + f"; follow with --verify; {where} (`topic reassign PLAN --execute` takes it)", file=sys.stderr)
+        if plan_on_stdout:
+            print(rollback, flush=True)
 
 
-def _read_plan(plan: Path) -> str:
+def _write_new(path: Path, text: str) -> None:
+    """Write a file that must not exist yet (a rollback plan is never overwritten)."""
     try:
-        return sys.stdin.read() if str(plan) == "-" else plan.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KafkactlError(f"cannot read the plan {plan}: {exc}") from None
+        with open(path, "x") as f:
+            f.write(text)
+    except FileExistsError:
+        raise UsageError(f"{path}: exists already (a rollback plan is never overwritten: give a new file)") from None
+    except OSError as exc:
+        raise KafkactlError(f"cannot write the rollback plan to {path}: {exc.strerror or exc}") from None
 
 
 def _ids(replicas: list[int]) -> str:

@@ -385,6 +385,7 @@ def test_kafkactl_acl_add_list_remove(secured):
     assert out.count("added:") == 3
     rows = json_lines(ok(cli("acl", "list", "--topic", name, "--json", "-b", b.bootstrap)))
     assert sorted(r["operation"] for r in rows) == ["Describe", "Read"]
+    assert json_lines(ok(cli("acl", "list", "--topic", name, "-o", "json", "-b", b.bootstrap))) == rows
     assert {r["principal"] for r in rows} == {"User:erin"}
     out = ok(cli("acl", "remove", "--topic", name, "--operation", "Read", "--dry-run", "-b", b.bootstrap))
     assert "would remove: User:erin has Allow permission for operations: Read" in out
@@ -411,6 +412,20 @@ def test_a_principal_without_alter_on_the_cluster_cannot_change_acls(secured):
     assert "CLUSTER_AUTHORIZATION_FAILED" in error_line(r)
     r = cli(*sec, "acl", "list", "-b", f"127.0.0.1:{port}")
     assert "CLUSTER_AUTHORIZATION_FAILED" in error_line(r)
+
+
+def test_admin_refusals_name_what_was_refused(secured):
+    """As Kafka's clients word them: `Topic authorization failed for T`, `Cluster authorization failed`."""
+    b, port = secured[0][0]
+    sec = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=SCRAM-SHA-256", "-X",
+           "sasl.username=bob", "-X", f"sasl.password={USERS['bob']}", "-b", f"127.0.0.1:{port}"]  # fmt: skip
+    topic = _topic(secured)
+    line = error_line(cli(*sec, "topic", "delete", topic, "--execute"))
+    assert f"Topic authorization failed for {topic} (TOPIC_AUTHORIZATION_FAILED)" in line
+    line = error_line(cli(*sec, "topic", "create", f"{topic}-new", "-p", "1", "-r", "1"))
+    assert f"cannot create topic '{topic}-new': Topic authorization failed for {topic}-new" in line
+    line = error_line(cli(*sec, "acl", "list"))
+    assert line.startswith("kafkactl: error: cannot list ACLs: Cluster authorization failed (CLUSTER_AUTHORIZATION")
 
 
 def test_without_an_authorizer_the_acl_apis_answer_security_disabled(broker):

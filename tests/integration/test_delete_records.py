@@ -16,7 +16,7 @@ import pytest
 from broker.client.admin import Admin
 from broker.protocol.api import ApiKey
 from broker.protocol.messages.fetch import EARLIEST
-from tests.integration.helpers import cli, connect, error_line, json_lines, ok, produce, wait_until
+from tests.integration.helpers import cli, connect, error_line, json_lines, ok, produce, tsv, wait_until
 
 SEGMENT = 1024  # small segments: a few dozen records each, so deleting records deletes whole segments
 
@@ -74,7 +74,7 @@ def test_cli_moves_the_low_watermark_deletes_whole_segments_and_consumers_start_
 
     before = bases[3] + 5  # inside the fourth segment
     out = ok(cli("topic", "delete-records", "dr", "--before", before, "--partition", 0, "-b", b))
-    assert out == f"topic dr partition 0: low watermark {before}\n"
+    assert tsv(out) == [["PARTITION", "LOW WATERMARK", "RESULT"], ["0", str(before), "deleted"]]
     assert segment_bases(broker.log_dir, "dr", 0) == bases[3:]  # the one holding it is kept
     assert earliest(b, "dr", 2) == {0: before, 1: 0}
     (p0, p1) = json_lines(ok(cli("topic", "describe", "dr", "-o", "json", "-b", b)))[0]["partitions"]
@@ -86,13 +86,11 @@ def test_cli_moves_the_low_watermark_deletes_whole_segments_and_consumers_start_
 
     # -1: up to the high watermark, every partition; JSON
     rows = json_lines(ok(cli("topic", "delete-records", "dr", "--before", -1, "-o", "json", "-b", b)))
-    assert rows == [{"topic": "dr", "partition": 0, "low_watermark": 300},
-                    {"topic": "dr", "partition": 1, "low_watermark": 50}]  # fmt: skip
+    assert rows == [{"topic": "dr", "partition": 0, "low_watermark": 300, "error": None},
+                    {"topic": "dr", "partition": 1, "low_watermark": 50, "error": None}]  # fmt: skip
     assert earliest(b, "dr", 2) == {0: 300, 1: 50}
     # an offset below the start changes nothing, and is no error (as Kafka)
-    assert ok(cli("topic", "delete-records", "dr", "--before", 10, "-P", 1, "-b", b)) == (
-        "topic dr partition 1: low watermark 50\n"
-    )
+    assert tsv(ok(cli("topic", "delete-records", "dr", "--before", 10, "-P", 1, "-b", b)))[1] == ["1", "50", "deleted"]
     fill(b, "dr", 1, 10)
     assert [o for o, _ in consume_from_earliest(b, "dr", 1, 60)] == list(range(50, 60))
 
@@ -102,7 +100,8 @@ def test_bad_input_is_one_error_line(broker):
     create(b, "dr-bad")
     fill(b, "dr-bad", 0, 20)
     line = error_line(cli("topic", "delete-records", "dr-bad", "--before", 21, "-b", b), "OFFSET_OUT_OF_RANGE")
-    assert "partition 0" in line
+    assert "1 of 1 partitions of topic 'dr-bad' failed" in line
+    assert "(partition 0: OFFSET_OUT_OF_RANGE (its high watermark is 20))" in line
     error_line(cli("topic", "delete-records", "dr-bad", "--before", 5, "-P", 3, "-b", b), "no partition 3")
     error_line(cli("topic", "delete-records", "nope", "--before", 5, "-b", b), "UNKNOWN_TOPIC_OR_PARTITION")
     error_line(cli("topic", "delete-records", "dr-bad", "--before", -2, "-b", b), "--before")
@@ -203,7 +202,7 @@ def test_followers_log_starts_follow_and_a_new_leader_keeps_it(start_broker):
 
     # the answer waits for the followers: the low watermark it reports is over every live replica
     out = ok(cli("topic", "delete-records", "dr-rf3", "--before", before, "-b", b))
-    assert out == f"topic dr-rf3 partition 0: low watermark {before}\n"
+    assert tsv(out)[1] == ["0", str(before), "deleted"]
     for x in brokers:  # each replica deleted the same whole segments
         assert segment_bases(x.log_dir, "dr-rf3", 0) == bases[4:], x.broker_id
 
