@@ -3,7 +3,12 @@ offset its target partition's last batch carries. It needs no running mirror and
 
 The source's end is its last stable offset, as far as the mirror copies (read_committed). Where the
 offsets after the mirrored one hold no committed data (transaction markers, aborted records), the lag
-is 0: the mirror has nothing left to copy; else it counts from the first committed batch not mirrored."""
+is 0: the mirror has nothing left to copy; else it counts from the first committed batch not mirrored.
+
+A target partition that cannot take the mirror's batches now says why (`problem`), as a running mirror's
+progress line names it stuck: no leader, or fewer in-sync replicas than its min.insync.replicas (every
+acks=all produce is refused NOT_ENOUGH_REPLICAS). One Metadata and one DescribeConfigs request for all
+the target topics."""
 
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError
 from broker.mirror.engine import CLIENT_ID, CommittedSource, TopicPartition, read_tails
 from broker.mirror.topics import Selection
+from broker.protocol.api import ApiKey
+from broker.protocol.messages.admin import TOPIC_RESOURCE
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.records.batch import BATCH_HEADER_SIZE, decode_header
 
@@ -33,6 +40,8 @@ class PartitionStatus:
     lag: int
     #: the target partition holds messages the mirror did not write
     foreign: bool = False
+    #: why the target partition cannot take batches now (None: it can, as far as the target tells)
+    problem: str | None = None
 
 
 def mirror_status(source: str, target: str, selection: Selection, source_security: ClientSecurity | None = None,
@@ -45,6 +54,7 @@ def mirror_status(source: str, target: str, selection: Selection, source_securit
         ends = src.list_offsets(tps, LATEST, isolation_level=1) if tps else {}
     with Admin(target, security=target_security) as dst:
         existing = dst.list_topics()
+        problems = target_problems(dst, sorted({selection.target(t) for t in topics} & set(existing)))
     present = [(selection.target(t), p) for t, p in tps if p < existing.get(selection.target(t), 0)]
     tails = asyncio.run(read_tails(target, present, target_security)) if present else {}
     rows = []
@@ -54,7 +64,8 @@ def mirror_status(source: str, target: str, selection: Selection, source_securit
         foreign = tail is not None and tail.resume is None and tail.end > tail.start
         done = max(mirrored if mirrored is not None else starts[(t, p)], starts[(t, p)])
         rows.append(PartitionStatus(t, p, selection.target(t), starts[(t, p)], ends[(t, p)], mirrored,
-                                    max(0, ends[(t, p)] - done), foreign))  # fmt: skip
+                                    max(0, ends[(t, p)] - done), foreign,
+                                    problems.get((selection.target(t), p))))  # fmt: skip
     lagging = {(r.topic, r.partition): (r.source_end - r.lag, r.source_end) for r in rows if r.lag and not r.foreign}
     if lagging:
         firsts = asyncio.run(first_committed(source, lagging, source_security))
@@ -63,6 +74,36 @@ def mirror_status(source: str, target: str, selection: Selection, source_securit
                 first = firsts[(r.topic, r.partition)]
                 r.lag = 0 if first is None else r.source_end - first
     return rows
+
+
+def target_problems(admin: Admin, topics: list[str]) -> dict[TopicPartition, str]:
+    """{target partition: why it refuses produce requests now}: no leader, or fewer in-sync replicas than
+    min.insync.replicas. Empty when the target does not tell (its answers are a diagnosis, not the copy)."""
+    if not topics:
+        return {}
+    try:
+        md = admin.cluster.metadata(topics)
+        body = {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": t,
+                               "configuration_keys": ["min.insync.replicas"]} for t in topics],
+                "include_synonyms": False, "include_documentation": False}  # fmt: skip
+        answer = admin.cluster.any_connection().request(ApiKey.DESCRIBE_CONFIGS, body)
+    except KafkactlError:
+        return {}
+    minimum: dict[str, int] = {}
+    for res in answer["results"]:
+        for c in res["configs"] if not res["error_code"] else ():
+            if c["name"] == "min.insync.replicas" and c["value"] and c["value"].isdigit():
+                minimum[res["resource_name"]] = int(c["value"])
+    out: dict[TopicPartition, str] = {}
+    for t in md["topics"]:
+        for p in t["partitions"] if not t["error_code"] else ():
+            tp = (t["name"], p["partition_index"])
+            isr, need = len(p["isr_nodes"]), minimum.get(t["name"], 1)
+            if p["leader_id"] < 0:
+                out[tp] = "LEADER_NOT_AVAILABLE: no leader"
+            elif isr < need:
+                out[tp] = f"NOT_ENOUGH_REPLICAS: {isr} in sync, min.insync.replicas={need}"
+    return out
 
 
 async def first_committed(bootstrap: str, ranges: dict[TopicPartition, tuple[int, int]],

@@ -132,7 +132,8 @@ def status(
     target_property: TargetSecurity = None,
 ) -> None:
     """Per partition: the source's end, the source offset the target holds up to, and the lag (from the two
-    clusters alone; the mirror need not run). Exit code 1 when a target partition holds foreign messages."""
+    clusters alone; the mirror need not run), and why a target partition cannot take batches now (no leader, fewer
+    in-sync replicas than its min.insync.replicas). Exit code 1 when a target partition holds foreign messages."""
     rows = mirror_status(source, contexts.bootstrap(target), _selection(include, exclude, rename, prefix),
                          _security(source_property, "--source-property"),
                          _security(target_property, "--target-property"))  # fmt: skip
@@ -140,9 +141,11 @@ def status(
         for row in rows:
             json_line(asdict(row))
     else:
-        table(["TOPIC", "PARTITION", "TARGET", "SOURCE END", "MIRRORED", "LAG"],
+        problems = any(r.problem for r in rows)  # (the column only when a target partition has one)
+        table(["TOPIC", "PARTITION", "TARGET", "SOURCE END", "MIRRORED", "LAG", *(["PROBLEM"] if problems else [])],
               [(r.topic, r.partition, r.target_topic, r.source_end,
-                "foreign data" if r.foreign else "-" if r.mirrored is None else r.mirrored, r.lag)
+                "foreign data" if r.foreign else "-" if r.mirrored is None else r.mirrored, r.lag,
+                *([r.problem or "-"] if problems else []))
                for r in rows])  # fmt: skip
     if any(r.foreign for r in rows):
         raise Exit(1)

@@ -43,10 +43,13 @@ def _overrides(bootstrap: str, topic: str) -> dict[str, str | None]:
         return {k: v for k, (v, override) in admin.describe_config(topic).items() if override}
 
 
-def _lags(source: str, target: str) -> list[int]:
-    rows = json_lines(ok(cli("mirror", "status", "--from", source, "--to", target, "--include", "orders", "-o",
+def _status(source: str, target: str) -> list[dict]:
+    return json_lines(ok(cli("mirror", "status", "--from", source, "--to", target, "--include", "orders", "-o",
                              "json")))  # fmt: skip
-    return [r["lag"] for r in rows]
+
+
+def _lags(source: str, target: str) -> list[int]:
+    return [r["lag"] for r in _status(source, target)]
 
 
 def test_a_mirror_into_a_one_broker_cluster_leaves_it_its_own_configs_and_names_what_is_stuck(three_to_one, tmp_path):
@@ -78,11 +81,16 @@ def test_a_mirror_into_a_one_broker_cluster_leaves_it_its_own_configs_and_names_
         wait_until(lambda: mirror.stderr().count("; stuck: orders[0,1,2] NOT_ENOUGH_REPLICAS") >= 3, 60,
                    "three progress lines naming them")  # fmt: skip
         assert mirror.stderr().count("refuses batches: NOT_ENOUGH_REPLICAS") == 1, mirror.stderr()
-        assert all(lag > 0 for lag in _lags(source, target))
+        rows = _status(source, target)  # the status names the cause too, from the clusters alone
+        assert all(r["lag"] > 0 for r in rows), rows
+        assert [r["problem"] for r in rows] == ["NOT_ENOUGH_REPLICAS: 1 in sync, min.insync.replicas=2"] * 3, rows
+        text = ok(cli("mirror", "status", "--from", source, "--to", target, "--include", "orders"))
+        assert "PROBLEM" in text and text.count("NOT_ENOUGH_REPLICAS") == 3, text
         assert mirror.alive
         # fixed on the target: the mirror catches up by itself
         ok(cli("topic", "alter", "orders", "--delete-config", "min.insync.replicas", "-b", target))
         wait_until(lambda: _lags(source, target) == [0, 0, 0], 90, "the mirror catching up", interval=0.5)
+        assert all(r["problem"] is None for r in _status(source, target))
         assert mirror.terminate(60) == 0, mirror.output()
     err = mirror.stderr()
     assert "Traceback" not in err
