@@ -401,11 +401,11 @@ class AsyncProducer:
         for topic in topics:
             meta = self.cluster.topics.get(topic)
             if meta is not None and meta.error == code:  # not even Describe
-                raise ProduceError(f"TOPIC_AUTHORIZATION_FAILED for topic {topic!r}: not authorized to describe "
-                                   "or write to it", code)  # fmt: skip
-        raise ProduceError(f"TOPIC_AUTHORIZATION_FAILED for topic {topics[0]!r}: not authorized to write to it "
-                           "(no Write on any topic, nor IdempotentWrite on the cluster: InitProducerId was refused "
-                           "with CLUSTER_AUTHORIZATION_FAILED)", code)  # fmt: skip
+                raise ProduceError(f"Topic authorization failed for {topic} (TOPIC_AUTHORIZATION_FAILED): no Describe "
+                                   "or Write on it", code)  # fmt: skip
+        raise ProduceError(f"Topic authorization failed for {topics[0]} (TOPIC_AUTHORIZATION_FAILED): no Write on it "
+                           "(nor on any topic, nor IdempotentWrite on the cluster: InitProducerId was refused with "
+                           "CLUSTER_AUTHORIZATION_FAILED)", code)  # fmt: skip
 
     async def __aenter__(self) -> AsyncProducer:
         return await self.start()
