@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from broker.bench.broker import scratch_broker
 from broker.client.admin import Admin
@@ -119,25 +120,29 @@ def _run(kind: str, bootstrap: str, messages: int, size: int, batch: int, acks: 
                 out["acks"] = acks
                 out.update(_e2e(bootstrap, topic, messages, size, rate, acks, advance))
                 return out
+            leader = _leader(admin, topic)
             started = time.perf_counter()
             seconds = asyncio.run(_produce(bootstrap, topic, messages, size, batch, acks, compression,
                                            advance if kind == "produce" else (lambda n: None), audit))  # fmt: skip
-            part = admin.describe_topic(topic)[0]
-            deadline = time.monotonic() + 120  # (with replicas, the end a client sees is the high watermark)
-            while part.log_end_offset < messages and time.monotonic() < deadline:
-                time.sleep(0.05)
-                part = admin.describe_topic(topic)[0]
+            part = _replicated(admin, topic, messages)
             if part.log_end_offset != messages:
-                raise RuntimeError(f"produced {messages} but the log ends at {part.log_end_offset}")
+                if part.leader == leader or part.log_end_offset is None:  # no failover: a loss or a double is a bug
+                    raise RuntimeError(f"produced {messages} but the log ends at {part.log_end_offset}")
+                # the leader changed during the run (a broker died): the producer went on to the new leader, and
+                # the difference is Kafka's with these settings (acks=1 loses what the old leader had not yet
+                # replicated; retries without idempotence may double a batch): reported, the run's figures kept
+                out["leader_changes"] = f"{leader} -> {part.leader}"
+                out["log_end_offset"] = part.log_end_offset
             if replication_factor > 1:
                 out["replicated_seconds"] = round(time.perf_counter() - started - seconds, 3)
             disk = part.size or 0
+            stored = part.log_end_offset or messages  # (fewer or more after a failover)
             out.update({"batch": batch, "acks": acks, "compression": compression,
                         "produce_seconds": round(seconds, 3), "produce_msgs_per_s": round(messages / seconds),
                         "produce_mb_per_s": round(messages * size / seconds / 1e6, 1),
                         "producer_cpu_us_per_message": round(_PRODUCER_CPU[0] / messages * 1e6, 3),
                         "disk_bytes": disk,
-                        "disk_overhead_bytes_per_message": round((disk - messages * size) / messages, 2)})  # fmt: skip
+                        "disk_overhead_bytes_per_message": round((disk - stored * size) / stored, 2)})  # fmt: skip
             if kind == "consume":
                 seconds = asyncio.run(_consume(bootstrap, topic, messages, advance))
                 out.update({"consume_seconds": round(seconds, 3), "consume_msgs_per_s": round(messages / seconds),
@@ -145,6 +150,30 @@ def _run(kind: str, bootstrap: str, messages: int, size: int, batch: int, acks: 
             return out
         finally:
             admin.delete_topic(topic)
+
+
+def _leader(admin: Admin, topic: str) -> int:
+    """Partition 0's leader, once the new topic has one (-1 if none within 10 s)."""
+    deadline = time.monotonic() + 10
+    while (leader := admin.describe_topic(topic)[0].leader) < 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return leader
+
+
+def _replicated(admin: Admin, topic: str, messages: int) -> Any:
+    """Partition 0 once its end (with replicas, the high watermark a client sees) reaches `messages`, or has not
+    moved for 10 s (what a failed broker took with it does not come)."""
+    part = admin.describe_topic(topic)[0]
+    last, moved = part.log_end_offset, time.monotonic()
+    while (part.log_end_offset or 0) < messages and time.monotonic() - moved < 10:
+        time.sleep(0.05)
+        try:
+            part = admin.describe_topic(topic)[0]  # (no end while it has no leader)
+        except KafkactlError:
+            continue
+        if part.log_end_offset != last:
+            last, moved = part.log_end_offset, time.monotonic()
+    return part
 
 
 def _e2e_consumer(bootstrap: str, topic: str, messages: int, queue) -> None:
