@@ -74,7 +74,10 @@ def one_error(r: Run, *needles: str, code: int | None = None, allow_summary: boo
     return errors[0]
 
 
-_PRODUCED = re.compile(r"^produced (\d+) message\(s\), (\d+) bytes to (\S+) in [\d.]+s \([^)]*\)(?:: (.*))?$", re.M)
+#: (the rate is left out for under a second or a couple of messages; what the producer waited for ends it: "; ...")
+_PRODUCED = re.compile(
+    r"^produced (\d+) message\(s\), (\d+) bytes to (\S+) in [\d.]+s(?: \([^)]*\))?(?:: (.*?))?(?:; .*)?$", re.M
+)
 
 
 def produced_summary(err: str) -> tuple[int, dict[int, tuple[int, int]]]:
