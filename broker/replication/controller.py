@@ -6,6 +6,16 @@ It wakes when the live brokers change (and when asked: a preferred-leader electi
 `/controller_epoch` not having moved (a controller whose session expired while it was paused cannot
 overwrite its successor). The brokers learn the new states from their watches on the state znodes.
 
+Becoming controller (`Controller.elect`, issue 26): one ZooKeeper multi creates `/controller` and raises
+`/controller_epoch` (`registry.claim_controller`); the fence of every write is the epoch znode's version
+that multi wrote, and the znode's creation zxid names the claim. A broker acts as controller exactly while
+its own claim holds, and everything that decides it (the start, the `/controller` watch, a re-registration
+after a lost session, a reconnect, a fence) goes through `elect` under one lock, so they cannot race each
+other: a stale watch event (an older zxid) changes nothing, and a claim this session made whose answer was
+lost is resigned and made anew. A controller fenced while `/controller` still names its claim resigns: it
+deletes the znode (conditionally, `registry.resign_controller`) and stands again, so `/controller` never
+names a broker that is not acting as controller for long.
+
 It runs on a thread of its own: a pass makes one ZooKeeper read per partition, and must not hold up
 the broker's event loop or kazoo's watch callbacks.
 
@@ -20,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
@@ -31,44 +42,136 @@ log = logging.getLogger(__name__)
 
 
 class Controller:
-    """Elections for the whole cluster, while this broker is the controller."""
+    """Elections for the whole cluster, while this broker's claim on `/controller` holds."""
 
     def __init__(self, zk: KazooClient, broker_id: int, unclean: Callable[[str], bool],
-                 auto_rebalance: bool = False, rebalance_interval_s: float = 300.0) -> None:  # fmt: skip
+                 auto_rebalance: bool = False, rebalance_interval_s: float = 300.0,
+                 on_holder: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.zk = zk
         self.broker_id = broker_id
         self.unclean = unclean  # topic → whether unclean election is enabled for it
         self.auto_rebalance = auto_rebalance  # leadership back to preferred replicas every `rebalance_interval_s`
         self.rebalance_interval_s = rebalance_interval_s
-        self.epoch_version = -1  # of `/controller_epoch` when this broker won: the fence of every write
+        self.on_holder = on_holder  # called (on the thread that learnt it) when `holder` may have changed
+        self.epoch_version = -1  # of `/controller_epoch` as this broker's claim raised it: the fence of every write
+        self.holder = -1  # the broker `/controller` names, as last seen (-1: none)
+        self._claim: registry.ControllerClaim | None = None  # ours, while it holds
+        self._seen_zxid = -1  # the creation zxid of the newest `/controller` seen: a watch's older sighting is stale
+        self._claiming = threading.RLock()  # one claim, sighting or resignation at a time
         self._wake = threading.Event()
         self._flags = threading.Lock()  # guards `_preferred` and `_full`, set by pokes from other threads
         self._moves_pending = False  # a reassignment is in progress: look again every second
         self._preferred = False
         self._full = False  # a pass over every partition's leader is due (else only the reassignments' step)
+        self._recheck = False  # stand again (a resignation or claim failed): the thread retries every second
         self._thread: threading.Thread | None = None
         self._active = False
+        self._closed = False
 
-    def activate(self) -> None:
-        """This broker won `/controller`: start electing (on the controller's thread; nothing here waits)."""
-        if self._active:
-            self.poke()
-            return
-        self._active = True
-        self.epoch_version = -1
-        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
-        self._thread.start()
-        self.poke()
+    @property
+    def active(self) -> bool:
+        """This broker is acting as controller."""
+        return self._active
 
-    def deactivate(self) -> None:
+    # -- who is controller ---------------------------------------------------------------------
+
+    def elect(self) -> int:
+        """Stand for controller: claim `/controller` if nobody holds it, else note who does (and stop acting
+        if our claim is gone). Blocking (ZooKeeper); any thread. Returns the controller's id."""
+        with self._claiming:
+            for _ in range(5):
+                if self._closed:
+                    break
+                seen = registry.claim_controller(self.zk, self.broker_id)
+                if seen.fence >= 0:
+                    self._won(seen)
+                    break
+                claim = self._claim
+                if claim is not None and seen.zxid == claim.zxid:
+                    break  # ours, and we are acting on it
+                if seen.broker_id == self.broker_id and seen.session == self.zk.client_id[0]:
+                    # a claim of this session whose answer was lost (or one we were fenced on): its fence is
+                    # not ours to know, so resign it and claim anew
+                    log.warning("broker %d resigns a claim on /controller it cannot act on; standing again",
+                                self.broker_id)  # fmt: skip
+                    registry.resign_controller(self.zk, self.broker_id, seen.zxid)
+                    continue
+                self._lost(seen)
+                break
+            return self.holder
+
+    def observe(self, data: bytes | None, stat: Any) -> None:
+        """The `/controller` watch fired: stand again when it is gone or is a znode newer than any seen."""
+        if stat is not None and stat.czxid <= self._seen_zxid:
+            return  # (a stale or already known sighting)
+        self.elect()
+
+    def session_lost(self) -> None:
+        """The ZooKeeper session expired: our `/controller` went with it; stop acting at once (kazoo's thread:
+        nothing here waits). `elect` on the new session decides anew."""
+        self._claim = None
+        self._seen_zxid = -1  # (a new session may be on a ZooKeeper whose zxids started again)
         if self._active:
-            log.info("broker %d is no longer the controller", self.broker_id)
+            log.warning("broker %d is no longer the controller: its ZooKeeper session expired", self.broker_id)
+        self._active = False
+
+    def close(self) -> None:
+        self._closed = True
         self._active = False
         self._wake.set()
 
+    def _won(self, claim: registry.ControllerClaim) -> None:
+        self._claim = claim
+        self._seen_zxid = max(self._seen_zxid, claim.zxid)
+        self.epoch_version = claim.fence
+        self.holder = self.broker_id
+        log.info("broker %d is the controller (epoch znode version %d)", self.broker_id, claim.fence)
+        self._active = True
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+            self._thread.start()
+        self.poke()
+        self._holder_changed()
+
+    def _lost(self, seen: registry.ControllerClaim) -> None:
+        """Another znode holds `/controller` (read just now, under the lock): whoever it names is controller."""
+        self._seen_zxid = seen.zxid
+        if self._claim is not None or self._active:
+            log.info("broker %d is no longer the controller (broker %d is)", self.broker_id, seen.broker_id)
+        self._claim = None
+        self._active = False
+        self.holder = seen.broker_id
+        self._holder_changed()
+
+    def _holder_changed(self) -> None:
+        if self.on_holder is not None:
+            self.on_holder()
+
+    def _fenced(self, fence: int) -> None:
+        """A write found `/controller_epoch` past `fence`: resign the claim it was won with (if `/controller`
+        still is that claim) and stand again; nothing when a newer claim of ours has replaced it meanwhile."""
+        with self._claiming:
+            claim = self._claim
+            if claim is None or claim.fence != fence:
+                return
+            log.warning("broker %d was fenced as controller (the epoch znode moved past version %d); resigning",
+                        self.broker_id, fence)  # fmt: skip
+            self._claim = None
+            self._active = False
+            try:
+                if registry.resign_controller(self.zk, self.broker_id, claim.zxid):
+                    log.warning("broker %d deleted its /controller: a new election runs", self.broker_id)
+                self.elect()
+            except Exception as exc:  # (KazooException mostly: the thread retries until it is done)
+                log.warning("resigning as controller failed (%s); trying again", type(exc).__name__)
+                self._recheck = True
+                self._wake.set()
+
+    # -- the passes ----------------------------------------------------------------------------
+
     def poke(self, *, preferred: bool = False, moves_only: bool = False) -> None:
         """Look at every partition again (soon, on the controller's thread); with `moves_only`, only take the
-        reassignments in progress a step further."""
+        reassignments in progress a step further. Nothing while this broker is not the controller."""
         with self._flags:
             self._preferred = self._preferred or preferred
             self._full = self._full or not moves_only
@@ -76,14 +179,24 @@ class Controller:
 
     def _run(self) -> None:
         next_rebalance = time.monotonic() + self.rebalance_interval_s
-        while self._active:
-            timeout = max(next_rebalance - time.monotonic(), 0.01) if self.auto_rebalance else None
-            if self._moves_pending:
+        while not self._closed:
+            timeout = max(next_rebalance - time.monotonic(), 0.01) if self.auto_rebalance and self._active else None
+            if self._moves_pending or self._recheck:
                 timeout = 1.0 if timeout is None else min(timeout, 1.0)
             woken = self._wake.wait(timeout)
             self._wake.clear()
-            if not self._active:
+            if self._closed:
                 return
+            if self._recheck:
+                self._recheck = False
+                try:
+                    self.elect()
+                except Exception as exc:  # (KazooException mostly)
+                    log.warning("standing for controller failed (%s); trying again", type(exc).__name__)
+                    self._recheck = True
+            if not self._active:
+                continue
+            fence = self.epoch_version
             with self._flags:
                 preferred, self._preferred = self._preferred, False
                 full, self._full = self._full, False
@@ -93,33 +206,31 @@ class Controller:
                 preferred, full = preferred or self.auto_rebalance, True
                 next_rebalance = time.monotonic() + self.rebalance_interval_s
             try:
-                if self.epoch_version < 0:  # the fence of every write: the epoch znode's version when we won
-                    self.epoch_version = registry.controller_epoch_version(self.zk)
-                    log.info("broker %d is the controller (epoch znode version %d)", self.broker_id,
-                             self.epoch_version)  # fmt: skip
                 if full or preferred:
-                    self.elect_all(preferred=preferred)
+                    self.elect_all(preferred=preferred, fence=fence)
                 else:
                     registry.clear_isr_change_notifications(self.zk)
                 wrote, self._moves_pending = reassignment.advance(self.zk, set(registry.live_brokers(self.zk)),
-                                                                  self.epoch_version)  # fmt: skip
+                                                                  fence)  # fmt: skip
                 if wrote:  # a step was taken: the next may be due at once (nothing else would wake us for it)
                     self._wake.set()
             except registry.FencedError:
-                log.warning("broker %d was fenced as controller: a newer one was elected", self.broker_id)
-                self._active = False
+                self._fenced(fence)
             except KazooException as exc:
                 log.warning("controller pass failed: %s; trying again", type(exc).__name__)
                 with self._flags:
                     self._full = self._full or full
+                    self._preferred = self._preferred or preferred
                 self._wake.set()
                 threading.Event().wait(0.5)
             except Exception:
                 log.exception("controller pass failed")
 
-    def elect_all(self, *, preferred: bool = False) -> int:
-        """One pass over every partition; returns how many states it changed."""
+    def elect_all(self, *, preferred: bool = False, fence: int | None = None) -> int:
+        """One pass over every partition, each write fenced at `fence` (default: our claim's); returns how many
+        states it changed. FencedError when a newer controller was elected."""
         zk = self.zk
+        fence = self.epoch_version if fence is None else fence
         live = set(registry.live_brokers(zk))
         wanted = registry.take_preferred_election_request(zk)  # None: none asked; else the partitions asked for
         changed = 0
@@ -130,12 +241,12 @@ class Controller:
             unclean = self.unclean(topic)
             for p, replicas in sorted(assignment.items()):
                 want_preferred = preferred or (wanted is not None and (not wanted or (topic, p) in wanted))
-                changed += self._elect(topic, p, replicas, live, unclean, want_preferred)
+                changed += self._elect(topic, p, replicas, live, unclean, want_preferred, fence)
         registry.clear_isr_change_notifications(zk)
         return changed
 
     def _elect(self, topic: str, p: int, replicas: list[int], live: set[int], unclean: bool,
-               want_preferred: bool) -> int:  # fmt: skip
+               want_preferred: bool, fence: int) -> int:  # fmt: skip
         for _ in range(5):  # a leader's ISR change may race us: read again and decide anew
             if not self._active:
                 return 0
@@ -148,13 +259,8 @@ class Controller:
                 new = election.preferred(replicas, state, live)
             if new is None:
                 return 0
-            try:
-                written = registry.write_partition_state(self.zk, topic, p, new.leader, new.leader_epoch, new.isr,
-                                                         st["zk_version"], fence=self.epoch_version)  # fmt: skip
-            except registry.FencedError:
-                log.warning("broker %d was fenced as controller: a newer one was elected", self.broker_id)
-                self._active = False
-                return 0
+            written = registry.write_partition_state(self.zk, topic, p, new.leader, new.leader_epoch, new.isr,
+                                                     st["zk_version"], fence=fence)  # fmt: skip
             if written is not None:
                 if new.leader != state.leader:
                     if new.leader < 0:

@@ -171,9 +171,11 @@ class Broker:
                 zk, self.id, self._unclean_election,
                 auto_rebalance=_flag(cfg.props.get("auto.leader.rebalance.enable")),
                 rebalance_interval_s=float(cfg.props.get("leader.imbalance.check.interval.seconds", 300)),
+                on_holder=lambda: self._call(self._controller_changed),
             )  # fmt: skip
             self._watch()
-            self._set_controller(registry.elect_controller(zk, self.id))
+            self.controller.elect()
+            self._controller_changed()
         except BaseException:
             await self._abort_start()
             raise
@@ -259,7 +261,7 @@ class Broker:
         if self._snapshots is not None:  # (the shutdown writes every partition's snapshot itself)
             self._snapshots.cancel()
         if self.controller is not None:
-            self.controller.deactivate()
+            self.controller.close()
         await self.replicas.close()
         self.coordinator.close()
         await self.txn_coordinator.close()
@@ -382,6 +384,8 @@ class Broker:
         elif state == KazooState.LOST:
             self._session_lost = self._zk_down = True
             log.warning("ZooKeeper session expired; will register again when it reconnects")
+            if self.controller is not None:
+                self.controller.session_lost()
         elif state == KazooState.CONNECTED:
             if self._zk_down:
                 self._zk_down = False
@@ -389,6 +393,8 @@ class Broker:
             if self._session_lost and self.zk is not None:
                 self._session_lost = False
                 self.zk.handler.spawn(self._reregister)
+            elif self.zk is not None and self._registered:  # (a watch's claim may have failed while it was down)
+                self.zk.handler.spawn(self._stand_for_controller)
 
     def _reregister(self) -> None:
         """Register this broker again (and stand for controller), retrying while the new session settles."""
@@ -399,14 +405,14 @@ class Broker:
                 return
             try:
                 registry.register_broker(zk, self.id, self.endpoints())
-                controller = registry.elect_controller(zk, self.id)
+                if self.controller is not None:  # (under the controller's lock: no race with its watch)
+                    self.controller.elect()
             except (KazooException, KafkactlError) as exc:
                 if attempt == 0:
                     log.warning("registering again in ZooKeeper failed (%s); retrying",
                                 str(exc) or type(exc).__name__)  # fmt: skip
                 time.sleep(0.5)
                 continue
-            self._call(self._set_controller, controller)
             log.warning("registered broker %d in ZooKeeper again", self.id)
             return
         log.error("could not register broker %d in ZooKeeper again; restart it", self.id)
@@ -456,7 +462,7 @@ class Broker:
         controller elects leaders for what the lost brokers led."""
         self.cache.set_brokers(registered)
         brokers = self.cache.brokers
-        if self.controller is not None and self.cache.controller_id == self.id:
+        if self.controller is not None and self.controller.active:
             self.controller.poke()
         for gid in [g for g in self.coordinator.groups if coordinator_for(g, brokers) != self.id]:
             log.info("group %s moved to broker %d", gid, coordinator_for(gid, brokers))
@@ -475,11 +481,17 @@ class Broker:
             self._call(self.forget_topic, topic)
 
     def _on_controller(self, data: bytes | None, stat: Any) -> None:
-        if data is None and self.zk is not None and self.zk.connected:
-            with contextlib.suppress(Exception):
-                self._call(self._set_controller, registry.elect_controller(self.zk, self.id))
-        elif data is not None:
-            self._call(self._set_controller, int((paths.loads(data) or {}).get("brokerid", -1)))
+        """`/controller` changed: stand for controller when it is gone (the controller decides, under its lock)."""
+        if self.controller is not None and not self._closing:
+            self.controller.observe(data, stat)
+
+    def _stand_for_controller(self) -> None:
+        """Back on the same session: a claim a watch tried while ZooKeeper was away may have failed; try again."""
+        if self.controller is not None and not self._closing:
+            try:
+                self.controller.elect()
+            except (KazooException, KafkactlError) as exc:
+                log.warning("standing for controller failed (%s)", type(exc).__name__)
 
     def _on_preferred_request(self, data: bytes | None, stat: Any) -> None:
         """`/admin/preferred_replica_election` was written (`kafkactl topic elect-leaders`): the controller
@@ -503,17 +515,13 @@ class Broker:
         self._call(self.replicas.throttle.set_rate, int(rate) if rate and rate.isdigit() else None)
 
     def _poke_controller(self, moves_only: bool = False) -> None:
-        if self.controller is not None and self.cache.controller_id == self.id:
+        if self.controller is not None and self.controller.active:
             self.controller.poke(moves_only=moves_only)
 
-    def _set_controller(self, broker_id: int) -> None:
-        self.cache.controller_id = broker_id
-        if self.controller is None or self._closing:
-            return
-        if broker_id == self.id:
-            self.controller.activate()
-        else:
-            self.controller.deactivate()
+    def _controller_changed(self) -> None:
+        """The controller's id as last seen, for Metadata answers (read when run: a late call is never stale)."""
+        if self.controller is not None:
+            self.cache.controller_id = self.controller.holder
 
     def _unclean_election(self, topic: str) -> bool:
         value = self.cache.configs.get(topic, {}).get("unclean.leader.election.enable")

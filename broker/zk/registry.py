@@ -252,12 +252,6 @@ def write_partition_state(zk: KazooClient, topic: str, partition: int, leader: i
     return results[1].version
 
 
-def controller_epoch_version(zk: KazooClient) -> int:
-    """The znode version of `/controller_epoch` (it moves with every election of a controller)."""
-    stat = zk.exists(paths.CONTROLLER_EPOCH)
-    return -1 if stat is None else stat.version
-
-
 def take_preferred_election_request(zk: KazooClient) -> set[tuple[str, int]] | None:
     """Read and delete `/admin/preferred_replica_election` (Kafka's ZooKeeper-mode request for preferred
     leaders): None when there is none, else the partitions it names (empty: all of them)."""
@@ -570,27 +564,67 @@ def finish_reassignment(zk: KazooClient, done: set[tuple[str, int]], version: in
             zk.delete(paths.REASSIGN, version=version)
 
 
-def elect_controller(zk: KazooClient, broker_id: int) -> int:
-    """Try to become controller (first to create `/controller` wins); returns the controller's id."""
-    try:
-        zk.create(paths.CONTROLLER, paths.controller_json(broker_id), ephemeral=True)
-    except NodeExistsError:
-        return controller_id(zk)
-    while True:  # bump the controller epoch, conditionally
+class ControllerClaim(NamedTuple):
+    """`/controller` as a claim left it: the broker it names, the znode's creation zxid (tells one incarnation of
+    the znode from the next), its session, and `fence`: when this claim created it, the version the same multi
+    raised `/controller_epoch` to (the fence of the new controller's writes), else -1."""
+
+    broker_id: int
+    zxid: int
+    session: int
+    fence: int = -1
+
+
+def claim_controller(zk: KazooClient, broker_id: int) -> ControllerClaim:
+    """Try to become controller: create the ephemeral `/controller` and raise `/controller_epoch` in ONE multi,
+    as Kafka's `registerControllerAndIncrementControllerEpoch` does, so no other claim can come between the two
+    and the fence is the epoch znode's version the multi itself wrote (never read afterwards). Returns the won
+    claim (`fence` >= 0), or who holds `/controller` when another claim got there first."""
+    while True:
         try:
-            data, stat = zk.get(paths.CONTROLLER_EPOCH)
+            data, stat = zk.get(paths.CONTROLLER)
+            return ControllerClaim(_controller_of(data), stat.czxid, stat.ephemeralOwner)
         except NoNodeError:
-            try:
-                zk.create(paths.CONTROLLER_EPOCH, b"1")
-                break
-            except NodeExistsError:
-                continue
+            pass
         try:
-            zk.set(paths.CONTROLLER_EPOCH, str(int(data or b"0") + 1).encode(), version=stat.version)
-            break
-        except BadVersionError:
+            epoch, estat = zk.get(paths.CONTROLLER_EPOCH)
+        except NoNodeError:  # Kafka's initial epoch is 0: the first claim raises it to 1
+            with contextlib.suppress(NodeExistsError):
+                zk.create(paths.CONTROLLER_EPOCH, b"0")
             continue
-    return broker_id
+        tx = zk.transaction()
+        tx.create(paths.CONTROLLER, paths.controller_json(broker_id), ephemeral=True)
+        tx.set_data(paths.CONTROLLER_EPOCH, str(int(epoch or b"0") + 1).encode(), version=estat.version)
+        created, raised = tx.commit()
+        if not isinstance(created, Exception) and not isinstance(raised, Exception):
+            # (one multi, one zxid: the epoch's mzxid is the new `/controller`'s czxid)
+            return ControllerClaim(broker_id, raised.mzxid, zk.client_id[0], raised.version)
+        # NodeExists: another claim won first; BadVersion: a claim came (and went) meanwhile: look again
+
+
+def resign_controller(zk: KazooClient, broker_id: int, zxid: int) -> bool:
+    """Delete `/controller` if it is still the znode created at `zxid` and names `broker_id` (a fenced controller
+    resigning, so that a new election runs); conditional on its version and on `/controller_epoch` not having
+    moved since it was read, so a newer claim is never deleted. True when it was deleted."""
+    estat = zk.exists(paths.CONTROLLER_EPOCH)  # (read first: a claim after this read fails the check below)
+    try:
+        data, stat = zk.get(paths.CONTROLLER)
+    except NoNodeError:
+        return False
+    if stat.czxid != zxid or _controller_of(data) != broker_id:
+        return False
+    tx = zk.transaction()
+    if estat is not None:
+        tx.check(paths.CONTROLLER_EPOCH, estat.version)
+    tx.delete(paths.CONTROLLER, version=stat.version)
+    return not any(isinstance(r, Exception) for r in tx.commit())
+
+
+def _controller_of(data: bytes | None) -> int:
+    try:
+        return int((paths.loads(data) or {}).get("brokerid", -1))
+    except (ValueError, TypeError, AttributeError):
+        return -1
 
 
 def controller_id(zk: KazooClient) -> int:
@@ -598,7 +632,7 @@ def controller_id(zk: KazooClient) -> int:
         data, _ = zk.get(paths.CONTROLLER)
     except NoNodeError:
         return -1
-    return int((paths.loads(data) or {}).get("brokerid", -1))
+    return _controller_of(data)
 
 
 def allocate_producer_ids(zk: KazooClient, broker_id: int, size: int = 1000) -> tuple[int, int]:
