@@ -170,7 +170,7 @@ def produce(
         elif summary.messages or summary.failures or stop.code:
             _print_summary(topic, summary, stats)
     if stop.code:
-        raise _interrupted(summary, stats, stop.code)
+        raise _interrupted(summary, stats, stop.code, stop.read_all)
     if summary.failures:
         first = summary.failures[0]
         more = f" (and {len(summary.failures) - 1} more)" if len(summary.failures) > 1 else ""
@@ -226,7 +226,8 @@ def _rate(messages: int, seconds: float) -> str:
     return f" ({rate:,.0f} msg/s)" if rate >= 100 else f" ({rate:.1f} msg/s)" if rate >= 1 else f" ({rate:.2f} msg/s)"
 
 
-def _interrupted(summary: shell.ProduceSummary, stats: ProduceStats | None, code: int) -> KafkactlError:
+def _interrupted(summary: shell.ProduceSummary, stats: ProduceStats | None, code: int,
+                 read_all: bool) -> KafkactlError:  # fmt: skip
     """The error of an interrupted produce: what the brokers did not acknowledge, and of it what may be in the
     log all the same (a re-run of those lines would duplicate them); its exit code the signal's (130: SIGINT)."""
     failed = len(summary.failures)
@@ -239,7 +240,7 @@ def _interrupted(summary: shell.ProduceSummary, stats: ProduceStats | None, code
                 f"{unknown} unknown (unanswered: they may be in the log, a re-run would duplicate them)")  # fmt: skip
     else:
         text = f"{what}: {summary.messages} message(s) acknowledged, {failed} not (none of them appended)"
-    err = KafkactlError(text + "; lines not read were not sent")
+    err = KafkactlError(text if read_all else text + "; the input after them was not read")
     err.exit_code = code
     return err
 
@@ -254,7 +255,7 @@ class _Stop:
         self.code = 0
         self.producer: AsyncProducer | None = None
         self._task: asyncio.Task | None = None
-        self._read_all = False
+        self.read_all = False
 
     def arm(self, loop: asyncio.AbstractEventLoop) -> None:
         self._task = asyncio.current_task()
@@ -265,7 +266,7 @@ class _Stop:
         """`messages`, noting when they are all read (then a signal no longer cancels: the answers are awaited)."""
         async for m in messages:
             yield m
-        self._read_all = True
+        self.read_all = True
 
     def _on_signal(self, code: int) -> None:
         if self.code:
@@ -279,7 +280,7 @@ class _Stop:
         if in_flight:
             self.bar.notice(f"interrupted: sending nothing more; waiting up to {self.wait_s:g} s for the answers to "
                             f"{in_flight} message(s) in flight (again to quit at once)")  # fmt: skip
-        if not self._read_all and self._task is not None:
+        if not self.read_all and self._task is not None:
             self._task.cancel()
 
 

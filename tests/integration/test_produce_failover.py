@@ -139,3 +139,26 @@ def test_ctrl_c_during_a_throttled_produce_returns_and_counts_what_the_log_holds
     assert 0 < produced < 30000, err
     assert _end(b.bootstrap, topic) == produced
     assert [v for _, v in _read_back(b.bootstrap, topic)] == [f"{i:06d} {'x' * 93}" for i in range(produced)]
+
+
+def test_ctrl_c_while_waiting_for_input_returns_with_what_was_acknowledged(shared_broker):
+    b = shared_broker
+    topic = create_topic(b.bootstrap, unique("pipe"), 1)
+    proc = subprocess.Popen([sys.executable, "-m", "kafkactl", "produce", topic, "-b", b.bootstrap],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())  # fmt: skip
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write("a\nb\nc\n")  # ...and the pipe stays open: kafkactl waits for more
+        proc.stdin.flush()
+        wait_until(lambda: _end(b.bootstrap, topic) == 3, 60, "the three lines in the log")
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert rc == 130, err
+    assert _produced(err) == 3
+    assert "every message read was acknowledged (3); the input after them was not read" in err
