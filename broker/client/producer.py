@@ -630,6 +630,10 @@ class AsyncProducer:
             self._closed = True
             if self._refreshing is not None:
                 self._refreshing.cancel()
+                try:
+                    await self._refreshing
+                except (asyncio.CancelledError, Exception):
+                    pass
             if self._sender is not None:
                 self._sender.cancel()
                 try:

@@ -91,7 +91,9 @@ def produce(
     ] = Output.text,
 ) -> None:
     """Produce one message per input line (text, optionally KEY<SEP>VALUE, or JSON lines as `consume -o json`
-    prints them). A summary goes to stderr; the exit code is 1 if any message was not acknowledged."""
+    prints them). A summary goes to stderr; the exit code is 1 if any message was not acknowledged. Ctrl-C (or
+    SIGTERM) stops sending: the answers to requests in flight are awaited, the summary counts what the brokers
+    acknowledged and says what is unknown, and the exit code is 130 (143); Ctrl-C again quits at once."""
     if input_format not in ("text", "json"):
         raise UsageError(f"--input {input_format!r}: expected text or json")
     if compression not in CODECS:
