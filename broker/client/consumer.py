@@ -370,8 +370,11 @@ class AsyncConsumer:
             except (KafkactlError, OSError) as exc:  # refused, reset, no answer in time: its partitions wait
                 if generation != self._generation:
                     return
-                if isinstance(exc, ProtocolError) and await self._reconnects(leader):
-                    continue  # only that connection was lost (closed when idle, ...): the broker is there
+                if isinstance(exc, ProtocolError):
+                    failed = await self._reconnect(leader)
+                    if failed is None:
+                        continue  # only that connection was lost (closed when idle, ...): the broker is there
+                    exc = failed
                 self.cluster.mark_unreachable(leader, exc, mine)  # the watcher takes them up when one leads again
                 with contextlib.suppress(KafkactlError, OSError):
                     await self.cluster.refresh(sorted({t for t, _ in mine}))
@@ -391,15 +394,16 @@ class AsyncConsumer:
                     return
                 await asyncio.sleep(0.1)
 
-    async def _reconnects(self, node_id: int, within_s: float = 2.0) -> bool:
-        """Whether a new connection to `node_id` opens at once (a lost connection, not a lost broker)."""
+    async def _reconnect(self, node_id: int, within_s: float = 2.0) -> BaseException | None:
+        """Connect to `node_id` again after a lost connection: None when it opens at once (a lost connection,
+        not a lost broker), else why not."""
         try:
             await asyncio.wait_for(self.cluster.connection(node_id), within_s)
         except SecurityError:
             raise
-        except (KafkactlError, OSError, TimeoutError):
-            return False
-        return True
+        except (KafkactlError, OSError, TimeoutError) as exc:
+            return exc if str(exc) else TimeoutError(f"no connection within {within_s:g}s")
+        return None
 
     def _ensure_fetchers_later(self) -> None:
         asyncio.get_running_loop().call_soon(self._ensure_fetchers)

@@ -27,7 +27,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.records.columnar import BinaryColumn, RecordColumns, decode_columns
 from broker.spark.options import SourceError, TopicPartition
-from broker.spark.ranges import DataLossError, OffsetRange
+from broker.spark.ranges import DataLossError, OffsetRange, wait_offsets
 
 log = logging.getLogger("broker.spark.source")  # the data source's warnings, under the name they always had
 
@@ -223,9 +223,9 @@ def _after_out_of_range(bootstrap: str, rng: OffsetRange, position: int, fail: b
     """The broker said `position` is out of range: data loss below the log start (or, with `fail`
     False, the offset to go on from), an error past the log end."""
     tp = (rng.topic, rng.partition)
-    with Admin(bootstrap) as admin:
-        first = admin.list_offsets([tp], EARLIEST)[tp]
-        last = admin.list_offsets([tp], LATEST)[tp]
+    with Admin(bootstrap) as admin:  # (a leader that cannot be reached is waited for, within the admin's timeout)
+        first = wait_offsets(admin, [tp], EARLIEST, SourceError)[tp]
+        last = wait_offsets(admin, [tp], LATEST, SourceError)[tp]
     if first <= position:
         raise SourceError(f"{where}: offset {position} is out of range (the log now holds [{first}, {last}): "
                           "truncated, or deleted and recreated, since planning?)")  # fmt: skip

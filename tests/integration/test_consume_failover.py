@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -26,8 +28,10 @@ from broker.spark.ranges import wait_offsets
 from tests.integration.helpers import CliProcess, cli, ok, wait_until
 from tests.integration.test_replication import create, full_isr, states
 
-SESSION_MS = 4000
-OVERRIDES = {"zookeeper.session.timeout.ms": str(SESSION_MS), "replica.lag.time.max.ms": "2000"}
+#: KAFKACTL_FAILOVER_DEFAULTS=1 runs the brokers with their default session (18 s) and ISR lag (30 s) instead
+DEFAULTS = os.environ.get("KAFKACTL_FAILOVER_DEFAULTS") == "1"
+SESSION_MS = 18000 if DEFAULTS else 4000
+OVERRIDES = {} if DEFAULTS else {"zookeeper.session.timeout.ms": str(SESSION_MS), "replica.lag.time.max.ms": "2000"}
 TOPIC = "orders"
 FORMAT = "%p %o %k %s\\n"
 
@@ -109,11 +113,15 @@ def cluster(start_broker, zk_chroot):
     return brokers
 
 
-def kill_each_in_turn(brokers, zk_chroot: str, check_alive) -> None:
-    """kill -9 each broker in turn while the producer writes; restart it and wait for a full ISR before the next."""
+def kill_each_in_turn(brokers, zk_chroot: str, check_alive, after_kill=None) -> None:
+    """kill -9 each broker in turn while the producer writes; restart it and wait for a full ISR before the next.
+    `after_kill(victim, leaders before the kill)` runs right after each kill."""
     for b in brokers:
         time.sleep(1.0)
+        leaders = {p: st["leader"] for p, st in states(zk_chroot, TOPIC).items()}
         b.kill()
+        if after_kill is not None:
+            after_kill(b, leaders)
         time.sleep(SESSION_MS / 1000 + 2)  # through the window where it is still named leader, and past it
         check_alive()
         b.start()
@@ -137,7 +145,7 @@ def _drain(tail: CliProcess, acked: list[tuple[int, int, bytes]], timeout: float
 
 
 @pytest.mark.chaos
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600 if DEFAULTS else 300)
 def test_tail_survives_each_broker_kill_and_reads_every_acked_message_once(cluster, zk_chroot, tmp_path: Path):
     bootstrap = ",".join(b.bootstrap for b in cluster)
     producer = Producer(bootstrap)
@@ -151,7 +159,14 @@ def test_tail_survives_each_broker_kill_and_reads_every_acked_message_once(clust
             def alive() -> None:
                 assert tail.alive, f"the tail exited with {tail.proc.returncode}:\n{tail.output()[-4000:]}"
 
-            kill_each_in_turn(cluster, zk_chroot, alive)
+            def one_healthy_partition(victim, leaders: dict[int, int]) -> None:
+                """`consume -p N --exit` of a partition the dead broker did not lead: read at once, no wait."""
+                p = next(p for p, leader in sorted(leaders.items()) if leader != victim.broker_id)
+                r = cli("consume", TOPIC, "-p", p, "--exit", "--format", FORMAT, "-b", bootstrap, timeout=60)
+                assert parse(ok(r)) and {q for q, *_ in parse(r.stdout)} == {p}
+                assert "waiting" not in r.stderr, r.stderr
+
+            kill_each_in_turn(cluster, zk_chroot, alive, one_healthy_partition)
         finally:
             producer.stop.set()
             producer.join(90)
@@ -160,10 +175,12 @@ def test_tail_survives_each_broker_kill_and_reads_every_acked_message_once(clust
         tail.terminate()
     check_exactly_once_in_order(parse(tail.stdout()), producer.acked)
     assert "Traceback" not in tail.stderr(), tail.stderr()
+    assert "kafkactl: waiting for a leader of orders[" in tail.stderr(), tail.stderr()  # told, once a broker died
+    assert "a leader again" in tail.stderr(), tail.stderr()
 
 
 @pytest.mark.chaos
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600 if DEFAULTS else 300)
 def test_group_member_survives_each_broker_kill_and_reads_every_acked_message_once(cluster, zk_chroot, tmp_path: Path):
     bootstrap = ",".join(b.bootstrap for b in cluster)
     producer = Producer(bootstrap)
@@ -224,3 +241,31 @@ def test_plain_consume_right_after_a_kill_waits_for_the_leaders_and_returns_ever
         assert not why and ends == before, (why, ends, before)
         assert len(told) == 1 and "unreachable" in told[0], told
         assert wait_offsets(admin, tps, EARLIEST, AssertionError) == {tp: 0 for tp in tps}
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_spark_load_right_after_a_kill_loads_every_message_once(cluster, zk_chroot, tmp_path: Path):
+    pytest.importorskip("pyspark")
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    producer = Producer(bootstrap)
+    producer.start()
+    time.sleep(2)
+    producer.stop.set()
+    producer.join(60)
+    assert producer.acked, producer.failed[:5]
+    leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
+    victim = next(b for b in cluster if b.broker_id == leader_counts.most_common(1)[0][0])
+    victim.kill()
+    out = tmp_path / "out"
+    run = cli("spark-load", TOPIC, "--to", out, "-b", bootstrap, "--master", "local[2]", "--format", "json",
+              "--value-format", "utf8", "-o", "json", timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["rows"] == doc["expected"] == len(producer.acked), doc
+    rows = [json.loads(ln) for f in sorted(out.rglob("*.json")) if "_kafkactl" not in f.parts
+            for ln in f.read_text().splitlines() if ln.strip()]  # fmt: skip
+    loaded = collections.Counter((r["partition"], r["offset"], r["value"].encode()) for r in rows)
+    assert all(n == 1 for n in loaded.values()), "a message loaded twice"
+    assert set(loaded) == set(producer.acked)
