@@ -282,6 +282,7 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
         await consumer.start()
         try:
             ends: dict[tuple[str, int], int] = {}  # with --exit: each partition's end when it was assigned
+            stuck = 0.0  # with --exit: since when only partitions without a (reachable) leader are left
             while not stop.is_set():
                 limit = None if max_messages is None else max_messages - summary.messages
                 for tp, recs in (await consumer.getmany(timeout_ms=500, max_records=limit)).items():
@@ -299,9 +300,18 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
                         ends.update(await consumer.end_offsets(new))
                     if all((consumer.position(tp) or 0) >= ends[tp] for tp in owned if tp in ends):
                         if offline:
-                            raise ConsumeError(f"{describe_partitions(offline)} not read: no leader "
-                                               "(LEADER_NOT_AVAILABLE)", ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
+                            # a leader not elected or reached yet (one killed) is waited for, up to the request timeout
+                            fetching = consumer.consumer
+                            stuck = stuck or time.monotonic()
+                            if (any(not fetching.cluster.offline(tp) for tp in offline)
+                                    and time.monotonic() - stuck < fetching.config.request_timeout_ms / 1000):
+                                continue  # fmt: skip
+                            why = ("LEADER_NOT_AVAILABLE" if all(fetching.cluster.offline(tp) for tp in offline)
+                                   else fetching.cluster.why_leaderless(offline))  # fmt: skip
+                            raise ConsumeError(f"{describe_partitions(offline)} not read: no leader ({why})",
+                                               ErrorCode.LEADER_NOT_AVAILABLE)  # fmt: skip
                         break
+                    stuck = 0.0
         finally:
             summary.seconds = time.perf_counter() - t0
             await consumer.close()

@@ -228,6 +228,17 @@ def test_plain_consume_right_after_a_kill_waits_for_the_leaders_and_returns_ever
     victim.start()
     wait_until(lambda: full_isr(zk_chroot, TOPIC), 60, "a full ISR after the restart")
 
+    # a group member with --exit started right after a kill reads everything too, and ends
+    leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
+    victim = next(b for b in cluster if b.broker_id == leader_counts.most_common(1)[0][0])
+    victim.kill()
+    r = cli("consume", TOPIC, "--group", "gx", "--reset", "earliest", "--exit", "--format", FORMAT,
+            "-b", bootstrap, "-z", zk_chroot, timeout=120)  # fmt: skip
+    check_exactly_once_in_order(parse(ok(r)), producer.acked)
+    assert len(parse(r.stdout)) == len(producer.acked)
+    victim.start()
+    wait_until(lambda: full_isr(zk_chroot, TOPIC), 60, "a full ISR after the restart")
+
     # the admin's offset look-ups (group describe's lag, spark-load's plan) wait for a leader as well
     leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
     victim = next(b for b in cluster if b.broker_id == leader_counts.most_common(1)[0][0])
