@@ -286,13 +286,12 @@ class AsyncConsumer:
         for tp in tps:
             if self.cluster.reachable_leader(*tp) >= 0:
                 by_leader[self.cluster.leader(*tp)].append(tp)
-        for node, group in by_leader.items():
-            try:
-                await self.cluster.connection(node)
-            except SecurityError:
-                raise
-            except (KafkactlError, OSError) as exc:
-                self.cluster.mark_unreachable(node, exc, group)
+        nodes = list(by_leader)
+        within = min(5.0, self.config.request_timeout_ms / 1000)  # a hung broker (stopped, not dead) is not waited on
+        found = await asyncio.gather(*(self._reconnect(node, within) for node in nodes))
+        for node, failed in zip(nodes, found, strict=True):
+            if failed is not None:
+                self.cluster.mark_unreachable(node, failed, by_leader[node])
         return self.cluster.leaderless(tps)
 
     def leaderless(self) -> list[TopicPartition]:
@@ -395,8 +394,8 @@ class AsyncConsumer:
                 await asyncio.sleep(0.1)
 
     async def _reconnect(self, node_id: int, within_s: float = 2.0) -> BaseException | None:
-        """Connect to `node_id` again after a lost connection: None when it opens at once (a lost connection,
-        not a lost broker), else why not."""
+        """Connect to `node_id` (again, after a lost connection) unless connected: None when it opens within
+        `within_s` (a lost connection, not a lost broker), else why not."""
         try:
             await asyncio.wait_for(self.cluster.connection(node_id), within_s)
         except SecurityError:
