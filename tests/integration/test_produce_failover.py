@@ -162,3 +162,42 @@ def test_ctrl_c_while_waiting_for_input_returns_with_what_was_acknowledged(share
     assert rc == 130, err
     assert _produced(err) == 3
     assert "every message read was acknowledged (3); the input after them was not read" in err
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+def test_the_bench_producer_goes_on_after_its_leader_is_killed(start_broker):
+    """`kafkactl bench produce` shares the producer: a leader killed mid-run is waited out, and the run reports its
+    figures with what the failover cost (acks=1 loses what the old leader had not replicated)."""
+    from broker.bench import client as bench
+
+    brokers = {i: start_broker(i, overrides=FAST_FAILOVER) for i in (1, 2, 3)}
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    messages = int(os.environ.get("KAFKACTL_BENCH_FAILOVER_MESSAGES", "3000000"))
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result.update(bench.run("produce", messages=messages, acks=1, bootstrap=bootstrap, replication_factor=3))
+        except Exception as exc:  # noqa: BLE001 - the test says it
+            result["error"] = f"{type(exc).__name__}: {exc}"
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+
+    def writing() -> tuple[str, int] | None:
+        with Admin(bootstrap) as admin:
+            for t in admin.list_topics():
+                if t.startswith("bench-produce-"):
+                    part = admin.describe_topic(t)[0]
+                    if (part.log_end_offset or 0) > 0 and part.leader > 0:
+                        return t, part.leader
+        return None
+
+    _, leader = wait_until(writing, 60, "the bench's first appends")
+    assert runner.is_alive(), "the bench ended before the kill: raise KAFKACTL_BENCH_FAILOVER_MESSAGES"
+    brokers[leader].kill()
+    runner.join(300)
+    assert not runner.is_alive(), "the bench did not finish"
+    assert "error" not in result, result
+    assert result["produce_msgs_per_s"] > 0  # (a shortfall, if any, is reported beside: leader_changes)
