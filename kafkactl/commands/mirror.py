@@ -70,8 +70,9 @@ def start(
     prefix: Prefix = "",
     start_at: Annotated[str, typer.Option("--start", help="Where a partition the target has nothing of starts: "
                                           "earliest or latest.")] = "earliest",  # fmt: skip
-    replication_factor: Annotated[int, typer.Option("--replication-factor", "-r", help="Replicas of the topics "
-                                                    "made on the target (-1: its default).")] = -1,  # fmt: skip
+    replication_factor: Annotated[int | None, typer.Option("--replication-factor", "-r", help="Replicas of the "
+                                  "topics made on the target (default: the target's default.replication.factor, "
+                                  "at most its broker count).")] = None,  # fmt: skip
     exit_at_end: Annotated[bool, typer.Option("--exit", "-e", help="Exit once every partition is mirrored up to "
                                               "its last stable offset (its end, less an open transaction; else "
                                               "run until Ctrl-C or SIGTERM).")] = False,  # fmt: skip
@@ -96,7 +97,8 @@ def start(
     if start_at not in ("earliest", "latest"):
         raise UsageError(f"--start {start_at!r}: expected earliest or latest")
     cfg = MirrorConfig(source, contexts.bootstrap(target), _selection(include, exclude, rename, prefix),
-                       start=start_at, replication_factor=replication_factor, exit_at_end=exit_at_end,
+                       start=start_at, exit_at_end=exit_at_end,
+                       replication_factor=-1 if replication_factor is None else replication_factor,
                        report_s=report, refresh_s=refresh, audit=audit, audit_window_ms=audit_window_ms,
                        source_security=_security(source_property, "--source-property"),
                        target_security=_security(target_property, "--target-property"))  # fmt: skip

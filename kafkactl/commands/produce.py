@@ -18,7 +18,7 @@ from broker.client.admin import Admin
 from broker.client.producer import CODECS, AsyncProducer, ProduceStats, parse_acks, producer_settings
 from broker.client.security import pop_security
 from broker.errors import KafkactlError, UsageError
-from kafkactl import completion, contexts
+from kafkactl import completion, contexts, files
 from kafkactl.render import Output, json_line
 
 
@@ -105,8 +105,10 @@ def produce(
     if file is not None:
         try:
             stream = open(file, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            raise files.missing(file) from None
         except OSError as exc:
-            raise KafkactlError(f"cannot read {file}: {exc.strerror}") from None
+            raise KafkactlError(f"{file}: {(exc.strerror or str(exc)).lower()}") from None
         total = os.fstat(stream.fileno()).st_size
     else:
         stream, total = sys.stdin.buffer, None
@@ -121,10 +123,7 @@ def produce(
     if value_schema is not None:
         from broker.schema import wire  # fastavro: only when asked for
 
-        try:
-            schema_text = value_schema.read_text()
-        except OSError as exc:
-            raise KafkactlError(f"cannot read {value_schema}: {exc.strerror}") from None
+        schema_text = files.read_text(value_schema)
         registry = wire.RegistryClient(contexts.schema_registry(schema_registry))
         encoder = wire.AvroEncoder(registry, subject or f"{topic}-value", schema_text)
     props = properties.pairs(prop or [], "--property")

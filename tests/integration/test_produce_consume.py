@@ -431,7 +431,7 @@ def test_produce_from_a_file(shared_broker, tmp_path):
     r = succeeded(kcli("produce", topic, "--input", "json", "-f", path, "-b", bs, input=b"not this\n"))
     assert produced_summary(r.err) == (2, {0: (0, 1)})
     assert [(x.key, x.value) for x in read_all(bs, topic)] == [(b"k", b"from a file"), (None, None)]
-    one_error(kcli("produce", topic, "-f", tmp_path / "missing", "-b", bs), "cannot read", code=1)
+    one_error(kcli("produce", topic, "-f", tmp_path / "missing", "-b", bs), "no such file or directory", code=2)
 
 
 def test_consume_an_unknown_topic(shared_broker):
