@@ -660,22 +660,6 @@ class AsyncCluster:
         with contextlib.suppress(KafkactlError, OSError):
             await self.connection(node_id)  # clears the mark when it connects
 
-    async def wait_for_leaders(self, tps: list[tuple[str, int]], timeout_s: float, interval_s: float = 0.25,
-                               cap_s: float = 1.0) -> list[tuple[str, int]]:  # fmt: skip
-        """Refresh metadata (backing off from `interval_s` to `cap_s`) until every one of `tps` has a reachable
-        leader or `timeout_s` passed; returns those still without one. Partitions whose every replica's broker
-        is down are not waited for (returned at once with the others still leaderless then)."""
-        deadline = time.monotonic() + timeout_s
-        delay = interval_s
-        while True:
-            left = self.leaderless(tps)
-            if not left or any(self.offline(tp) for tp in left) or time.monotonic() >= deadline:
-                return left
-            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, cap_s)
-            with contextlib.suppress(KafkactlError, OSError):
-                await self.refresh(sorted({t for t, _ in left}))
-
     def open_connection(self, node_id: int) -> AsyncConnection | None:
         """The open connection to `node_id`, or None when `connection` would have to connect."""
         conn = self._conns.get(node_id)

@@ -1,8 +1,9 @@
 """`kafkactl consume TOPIC`: read partitions from an offset, as text, a kcat format or JSON lines.
 
-With `--group G` it is a member of a ZooKeeper-coordinated consumer group (the paper's rebalance):
-the group decides the partitions, the committed offsets (or `--reset`) where each starts, and it
-follows until Ctrl-C, which commits and leaves the group cleanly.
+With `--group G` it is a member of a consumer group: coordinated through ZooKeeper (the paper's
+rebalance), or by the broker's group coordinator when the cluster has an authorizer. The group decides
+the partitions, the committed offsets (or `--reset`) where each starts, and it follows until Ctrl-C,
+which commits and leaves the group cleanly.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def consume(
         typer.Option(
             "--group",
             "-g",
-            help="Consume as a member of this ZooKeeper-coordinated group (follows until Ctrl-C unless --exit or -c).",
+            help="Consume as a member of this group (coordinated through ZooKeeper, or by the brokers when the cluster "
+            "has an authorizer; follows until Ctrl-C unless --exit or -c).",
             show_default=False,
         ),
     ] = None,

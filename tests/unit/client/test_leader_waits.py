@@ -64,16 +64,3 @@ def test_waits_without_a_reporter_say_nothing():
     w = LeaderWaits()
     w.start([("t", 0)], "why")
     assert w.waiting == [("t", 0)] and w.waited_s([("t", 0)]) >= 0
-
-
-def test_wait_for_leaders_returns_those_still_without_one():
-    async def main() -> None:
-        c = cluster_with({0: 1, 1: 2})
-        assert await c.wait_for_leaders([("orders", 0), ("orders", 1)], timeout_s=5) == []
-        c.mark_unreachable(2, "refused")
-        assert await c.wait_for_leaders([("orders", 0), ("orders", 1)], timeout_s=0) == [("orders", 1)]
-        c.topics["orders"].partitions[0] = PartitionMeta(-1, 0, [1], [], offline_replicas=[1])
-        assert await c.wait_for_leaders([("orders", 0)], timeout_s=5) == [("orders", 0)]  # offline: not waited for
-        await c.close()
-
-    asyncio.run(main())
