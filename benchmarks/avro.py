@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from broker.daemon import free_port, stop_process, wait_port
-from broker.schema import wire
+from broker.schema_registry import wire
 from broker.zk.server import ZooKeeperServer
 
 SCHEMA = {"type": "record", "name": "User", "namespace": "bench",

@@ -192,7 +192,7 @@ def _decoder(registry: str, reader_text: str, reader: Any) -> Any:
     def decode(value):  # noqa: ANN001, ANN202 - no hints: Spark would read them as a pandas UDF's
         import fastavro
 
-        from broker.schema.wire import RegistryClient, schema_id_of
+        from broker.schema_registry.wire import RegistryClient, schema_id_of
 
         if value is None:
             return None

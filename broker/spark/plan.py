@@ -215,7 +215,7 @@ def plan_load(out: OutputDir, opts: LoadOptions, *, admin: Any = None) -> Plan:
 
 def _reader_schema(opts: LoadOptions, topics: list[str]) -> tuple[str, str]:
     """The registry and the latest schema of the topics' `<topic>-value` subjects, which must agree."""
-    from broker.schema.wire import RegistryClient
+    from broker.schema_registry.wire import RegistryClient
 
     if not opts.schema_registry:
         raise UsageError("--value-format avro needs a schema registry (--schema-registry)")

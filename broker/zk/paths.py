@@ -39,7 +39,7 @@
   "members":[{"member_id","group_instance_id","client_id","client_host","session_timeout_ms",
   "rebalance_timeout_ms","protocols":[{"name","metadata"}],"assignment"}]} (bytes in base64) |
 
-The schema registry (`kafkactl schema-registry`, broker/schema/store.py) keeps its state under one root:
+The schema registry (`kafkactl schema-registry`, broker/schema_registry/store.py) keeps its state under one root:
 
 | znode | mode | data |
 |---|---|---|
@@ -115,7 +115,7 @@ ISR_CHANGE = "/isr_change_notification"
 REASSIGN = "/admin/reassign_partitions"
 CONSUMERS = "/consumers"
 
-#: the schema registry's state (broker/schema/store.py)
+#: the schema registry's state (broker/schema_registry/store.py)
 SCHEMA_REGISTRY = "/kafkactl/schema-registry"
 SCHEMA_ID = f"{SCHEMA_REGISTRY}/schema_id"
 SCHEMAS = f"{SCHEMA_REGISTRY}/schemas"

@@ -165,7 +165,7 @@ def consume(
 
     avro = None
     if value_decoder == "avro":  # values become their JSON text, then shown as such
-        from broker.schema import wire  # fastavro: only when asked for
+        from broker.schema_registry import wire  # fastavro: only when asked for
 
         registry = wire.RegistryClient(contexts.schema_registry(schema_registry))
         avro = wire.AvroDecoder(registry, lambda reason: say_once(reason, reason))

@@ -121,7 +121,7 @@ def produce(
         raise UsageError("--subject needs --value-schema")
     encoder = None
     if value_schema is not None:
-        from broker.schema import wire  # fastavro: only when asked for
+        from broker.schema_registry import wire  # fastavro: only when asked for
 
         schema_text = files.read_text(value_schema)
         registry = wire.RegistryClient(contexts.schema_registry(schema_registry))

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from broker.errors import KafkactlError, UsageError
-from broker.schema import service
+from broker.schema_registry import service
 from kafkactl import contexts
 
 app = typer.Typer(help="A schema registry (Confluent's REST API, Avro schemas kept in ZooKeeper).",

@@ -34,7 +34,7 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
-from broker.schema.store import RegistryError, SchemaStore
+from broker.schema_registry.store import RegistryError, SchemaStore
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"

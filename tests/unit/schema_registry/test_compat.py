@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from broker.schema.compat import incompatibilities, reader_problems
+from broker.schema_registry.compat import incompatibilities, reader_problems
 
 
 def rec(*fields: dict, name: str = "R") -> str:

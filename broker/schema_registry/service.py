@@ -21,8 +21,8 @@ from broker.daemon import (
     write_pid_file,
 )
 from broker.errors import KafkactlError
-from broker.schema.server import RegistryServer
-from broker.schema.store import SchemaStore
+from broker.schema_registry.server import RegistryServer
+from broker.schema_registry.store import SchemaStore
 from broker.zk import client as zkclient
 
 log = logging.getLogger(__name__)

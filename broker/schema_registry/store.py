@@ -24,7 +24,7 @@ import fastavro
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from broker.schema.compat import LEVELS, incompatibilities
+from broker.schema_registry.compat import LEVELS, incompatibilities
 from broker.zk import paths
 
 DEFAULT_LEVEL = "BACKWARD"
