@@ -17,15 +17,10 @@ from typing import Any, NamedTuple
 from broker.client.admin import Admin
 from broker.protocol.errors import ErrorCode, error_name
 from broker.protocol.messages.fetch import EARLIEST, LATEST
+from broker.spark.errors import DataLossError
 from broker.spark.options import OffsetBound, SourceError, SourceOptions, TopicPartition, parse_options
 
 log = logging.getLogger("broker.spark.source")  # the data source's warnings, under the name they always had
-
-
-class DataLossError(SourceError):
-    """Offsets a read needs are gone from the log (retention removed them); `failOnDataLoss=false` skips them."""
-
-    __module__ = "broker.spark.source"  # the data source's public name, as users see and catch it
 
 
 class OffsetRange(NamedTuple):

@@ -26,8 +26,9 @@ from broker.errors import CorruptRecordError
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.records.columnar import BinaryColumn, RecordColumns, decode_columns
+from broker.spark.errors import DataLossError
 from broker.spark.options import SourceError, TopicPartition
-from broker.spark.ranges import DataLossError, OffsetRange, wait_offsets
+from broker.spark.ranges import OffsetRange, wait_offsets
 
 log = logging.getLogger("broker.spark.source")  # the data source's warnings, under the name they always had
 

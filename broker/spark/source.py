@@ -66,8 +66,9 @@ from pyspark.sql.types import (
 )
 
 from broker.client import security as client_security
+from broker.spark.errors import DataLossError
 from broker.spark.options import OffsetBound, SourceError, SourceOptions, parse_options
-from broker.spark.ranges import DataLossError, OffsetRange, plan_ranges, split_ranges
+from broker.spark.ranges import OffsetRange, plan_ranges, split_ranges
 from broker.spark.read import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITHOUT_HEADERS,
