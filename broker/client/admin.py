@@ -12,7 +12,7 @@ from broker.client.connection import Connection
 from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
-from broker.protocol.errors import ErrorCode, error_name
+from broker.protocol.errors import ErrorCode, KafkaError, error_name
 from broker.protocol.messages.admin import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.protocol.messages.configs import OP_DELETE, OP_SET
 from broker.protocol.messages.fetch import EARLIEST, LATEST
@@ -47,8 +47,9 @@ def _resource(resource_type: int, name: str) -> str:
     return f"topic {name!r}" if resource_type == TOPIC_RESOURCE else f"broker {name or '(default)'}"
 
 
-class AdminError(KafkactlError):
-    """The broker refused an admin request; the message carries its error name and text."""
+class AdminError(KafkaError):
+    """The broker refused an admin request; the message carries its error name and text, `code` the error
+    (-1 when the failure is the client's own)."""
 
 
 #: how Kafka's clients word an authorization refusal, by error code: the kind of resource refused
@@ -78,7 +79,7 @@ def _check(code: int, message: str | None, what: str, resource: str | None = Non
         text = refusal(code, resource)
         if message and message not in text:
             text += f" ({message})"
-        raise AdminError(f"{what}: {text}")
+        raise AdminError(f"{what}: {text}", code)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from broker.client.connection import ProtocolError, apply_settings
 from broker.client.security import ClientSecurity, SecurityError
 from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.api import ApiKey
-from broker.protocol.errors import ErrorCode, error_name
+from broker.protocol.errors import ErrorCode, KafkaError, error_name
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.records.batch import BATCH_HEADER_SIZE, MAGIC_OFFSET, crc_ok, decode_header, iter_records
 
@@ -53,10 +53,11 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int = 0  # 0 CreateTime, 1 LogAppendTime
 
 
-class ConsumeError(KafkactlError):
+class ConsumeError(KafkaError):
+    """A read that cannot go on; `code` is the broker's error (-1 when there is none)."""
+
     def __init__(self, message: str, code: int = -1) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code)
 
 
 @dataclass

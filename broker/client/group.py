@@ -60,6 +60,7 @@ from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerConfig, 
 from broker.client.group_mode import check_zookeeper
 from broker.client.properties import typed
 from broker.errors import KafkactlError, UsageError
+from broker.protocol.errors import KafkaError
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.zk import client as zk_client
 from broker.zk import consumers, paths
@@ -70,8 +71,9 @@ TopicPartition = tuple[str, int]
 T = TypeVar("T")
 
 
-class GroupError(KafkactlError):
-    """The group consumer cannot go on (a rebalance that does not converge, no offset to start from)."""
+class GroupError(KafkaError):
+    """The group consumer cannot go on (a rebalance that does not converge, no offset to start from); `code`
+    is the coordinator's error when it refused (-1 otherwise)."""
 
 
 # -- the pure part: range assignment --------------------------------------------------------------

@@ -37,7 +37,7 @@ from broker.client.aio import AsyncCluster
 from broker.client.cluster import Cluster
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
-from broker.protocol.errors import ErrorCode, error_name
+from broker.protocol.errors import ErrorCode, KafkaError, error_name
 from broker.security.acl import Operation, PatternType, Permission, ResourceType
 from broker.zk import paths
 
@@ -91,12 +91,11 @@ def check_zookeeper(zk: KazooClient, zookeeper: str, bootstrap: str, cluster_id:
                                 f"{bootstrap} have it; check -z / KAFKACTL_ZOOKEEPER")  # fmt: skip
 
 
-class GroupAuthorizationError(KafkactlError):
+class GroupAuthorizationError(KafkaError):
     """The broker's authorizer refused a group or topic operation (Kafka's error named in the message)."""
 
     def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code)
 
 
 def refusal(code: int, group: str, doing: str = "read", topic: str | None = None) -> GroupAuthorizationError | None:

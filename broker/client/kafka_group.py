@@ -47,7 +47,7 @@ from broker.client.group import (
 from broker.client.group_mode import refusal
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import ApiKey
-from broker.protocol.errors import ErrorCode, error_name
+from broker.protocol.errors import ErrorCode, KafkaError, error_name
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.protocol.messages.groups import CONSUMER_ASSIGNMENT, CONSUMER_SUBSCRIPTION
 from broker.protocol.primitives import DecodeError, Reader
@@ -65,16 +65,15 @@ _MOVED = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorC
 _REJOIN = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
 
 
-class _Transient(KafkactlError):
+class _Transient(KafkaError):
     """The coordinator moved or is loading: look it up again and retry."""
 
 
-class _Rejoin(KafkactlError):
+class _Rejoin(KafkaError):
     """The group rebalances (or this member's generation is over): rejoin."""
 
     def __init__(self, code: int) -> None:
-        super().__init__(error_name(code))
-        self.code = code
+        super().__init__(error_name(code), code)
 
 
 # -- the consumer protocol's bytes ----------------------------------------------------------------------
@@ -403,7 +402,7 @@ class KafkaGroupConsumer:
         code = answer["error_code"]
         self._check(code, "read")
         if code:
-            raise _Transient(f"no coordinator for group {self.group!r} ({error_name(code)})")
+            raise _Transient(f"no coordinator for group {self.group!r} ({error_name(code)})", code)
         cfg = self.config
         # (a JoinGroup is held up to the rebalance timeout)
         timeout = max(self.consumer.config.request_timeout_ms, cfg.max_poll_interval_ms) / 1000 + 10
@@ -443,9 +442,9 @@ class KafkaGroupConsumer:
                 await asyncio.sleep(0.1)
                 continue
             if code in _MOVED:
-                raise _Transient(f"JoinGroup: {error_name(code)}")
+                raise _Transient(f"JoinGroup: {error_name(code)}", code)
             if code:
-                raise GroupError(f"group {self.group}: cannot join ({error_name(code)})")
+                raise GroupError(f"group {self.group}: cannot join ({error_name(code)})", code)
             self.member_id, self.generation_id = answer["member_id"], answer["generation_id"]
             assignments: list[dict[str, Any]] = []
             if answer["leader"] == self.member_id:
@@ -461,9 +460,9 @@ class KafkaGroupConsumer:
                     self.member_id = ""
                 continue
             if code in _MOVED:
-                raise _Transient(f"SyncGroup: {error_name(code)}")
+                raise _Transient(f"SyncGroup: {error_name(code)}", code)
             if code:
-                raise GroupError(f"group {self.group}: cannot sync ({error_name(code)})")
+                raise GroupError(f"group {self.group}: cannot sync ({error_name(code)})", code)
             wanted = [tp for tp in decode_assignment(sync["assignment"]) if tp[0] in self.topics]
             await self._take(wanted)
             self._need_join = False
@@ -497,9 +496,9 @@ class KafkaGroupConsumer:
         if code in _REJOIN:
             raise _Rejoin(code)
         if code in _MOVED:
-            raise _Transient(f"Heartbeat: {error_name(code)}")
+            raise _Transient(f"Heartbeat: {error_name(code)}", code)
         if code:
-            raise GroupError(f"group {self.group}: heartbeat refused ({error_name(code)})")
+            raise GroupError(f"group {self.group}: heartbeat refused ({error_name(code)})", code)
 
     async def _leave(self) -> None:
         conn = self._coordinator
@@ -546,7 +545,7 @@ class KafkaGroupConsumer:
                 continue
             bad = [c for c in codes if c]
             if bad:
-                raise GroupError(f"group {self.group}: cannot fetch committed offsets ({error_name(bad[0])})")
+                raise GroupError(f"group {self.group}: cannot fetch committed offsets ({error_name(bad[0])})", bad[0])
             return out
         raise GroupError(f"group {self.group}: committed offsets held by a transaction that does not end")
 
@@ -577,10 +576,10 @@ class KafkaGroupConsumer:
             if code in _REJOIN:
                 raise _Rejoin(code)
             if code in _MOVED:
-                raise _Transient(f"OffsetCommit: {error_name(code)}")
+                raise _Transient(f"OffsetCommit: {error_name(code)}", code)
         bad = [code for _, code in codes if code]
         if bad:
-            raise GroupError(f"group {self.group}: commit refused ({error_name(bad[0])})")
+            raise GroupError(f"group {self.group}: commit refused ({error_name(bad[0])})", bad[0])
         self._last_committed.update(todo)
         log.debug("group %s: committed %s", self.group, todo)
 

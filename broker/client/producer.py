@@ -30,7 +30,7 @@ from broker.client.properties import typed
 from broker.client.security import ClientSecurity
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import ApiKey
-from broker.protocol.errors import ErrorCode
+from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages.produce import (
     RUN_CODEC,
     PartitionResult,
@@ -52,13 +52,12 @@ _I32 = struct.Struct(">i")
 CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
 
 
-class ProduceError(KafkactlError):
+class ProduceError(KafkaError):
     """A message was not acknowledged; `code` is the broker's error (or -1 for a client-side failure).
     `unknown`: it may have been appended all the same (an attempt went unanswered), so a resend may duplicate it."""
 
     def __init__(self, message: str, code: int = -1, *, unknown: bool = False) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code)
         self.unknown = unknown
 
 

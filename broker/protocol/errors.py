@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from broker.errors import KafkactlError
+
 
 class ErrorCode(IntEnum):
     UNKNOWN_SERVER_ERROR = -1
@@ -105,3 +107,65 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"ERROR_{code}"
+
+
+class KafkaError(KafkactlError):
+    """A failure that carries a Kafka error code, as aiokafka's and kazoo's errors do: `code`, its `name`
+    and whether the same request may succeed if retried (`retriable`).
+
+    A subclass per code comes from `error_class`; the clients' own errors (ConsumeError, ProduceError,
+    AdminError, ...) are KafkaErrors too, with the code passed in when one is known (-1 when none is)."""
+
+    code: int = ErrorCode.UNKNOWN_SERVER_ERROR
+    name: str = ErrorCode.UNKNOWN_SERVER_ERROR.name
+    retriable: bool = False
+
+    def __init__(self, message: str | None = None, code: int | None = None) -> None:
+        if code is not None:
+            self.code = int(code)
+            self.name = error_name(code)
+            self.retriable = is_retriable(code)
+        super().__init__(self.name if message is None else message)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # a code's class is built at run time, not a module attribute: pickle rebuilds it from the code
+        if _CLASSES.get(self.code) is type(self):
+            return (kafka_error, (self.code, str(self)), self.__dict__)
+        return super().__reduce__()
+
+
+def is_retriable(code: int) -> bool:
+    """Whether a request answered with `code` may succeed if sent again (an unknown code is not)."""
+    return code in _RETRIABLE
+
+
+def class_name(code: int) -> str:
+    """The Python name of a code's error class: NOT_LEADER_OR_FOLLOWER → NotLeaderOrFollowerError,
+    NETWORK_EXCEPTION → NetworkError; an unknown code → KafkaError123."""
+    if code not in ErrorCode._value2member_map_:
+        return f"KafkaError{code}".replace("-", "_")
+    words = ErrorCode(code).name.split("_")
+    if words[-1] in ("ERROR", "EXCEPTION"):
+        words = words[:-1]
+    return "".join(w.capitalize() for w in words) + "Error"
+
+
+_CLASSES: dict[int, type[KafkaError]] = {}
+
+
+def error_class(code: int) -> type[KafkaError]:
+    """The KafkaError subclass of one code (built on first use, then the same class every time), whose
+    `code`, `name` and `retriable` are class attributes: `except error_class(ErrorCode.NOT_COORDINATOR)`."""
+    code = int(code)
+    cls = _CLASSES.get(code)
+    if cls is None:
+        doc = f"Kafka's {error_name(code)} (error code {code})."
+        attrs = {"code": code, "name": error_name(code), "retriable": is_retriable(code), "__doc__": doc,
+                 "__module__": __name__}  # fmt: skip
+        cls = _CLASSES[code] = type(class_name(code), (KafkaError,), attrs)
+    return cls
+
+
+def kafka_error(code: int, message: str | None = None) -> KafkaError:
+    """An instance of the code's class (`message` defaults to the code's name)."""
+    return error_class(code)(message, code)
