@@ -18,7 +18,7 @@ import os
 import resource
 import time
 
-from broker.bench.client import _consume, _produce
+from broker.bench.client import consume_messages, produce_messages
 from broker.client.admin import Admin
 
 
@@ -38,10 +38,10 @@ def main() -> None:
     with Admin(bootstrap) as admin:
         admin.create_topic(topic, 1, 1)
     try:
-        asyncio.run(_produce(bootstrap, topic, n, 200, 50, 1, "none", lambda k: None))
+        asyncio.run(produce_messages(bootstrap, topic, n, 200, 50, 1, "none", lambda k: None))
         for _ in range(args.repeat):
             c0 = own_cpu()
-            seconds = asyncio.run(_consume(bootstrap, topic, n, lambda k: None))
+            seconds = asyncio.run(consume_messages(bootstrap, topic, n, lambda k: None))
             c1 = own_cpu()
             print(json.dumps({"messages": n, "msgs_per_s": round(n / seconds),
                               "cpu_us_per_msg": round(1e6 * (sum(c1) - sum(c0)) / n, 3),

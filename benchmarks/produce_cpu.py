@@ -18,7 +18,7 @@ import os
 import resource
 import time
 
-from broker.bench.client import _produce
+from broker.bench.client import produce_messages
 from broker.client.admin import Admin
 
 
@@ -46,8 +46,8 @@ def main() -> None:
         admin.create_topic(topic, 1, 1)
     try:
         b0, c0 = broker_cpu(args.broker_pid), own_cpu()
-        seconds = asyncio.run(_produce(args.bootstrap_server, topic, args.messages, 200, args.batch, 1, "none",
-                                       lambda n: None))  # fmt: skip
+        seconds = asyncio.run(produce_messages(args.bootstrap_server, topic, args.messages, 200, args.batch, 1,
+                                               "none", lambda n: None))  # fmt: skip
         b1, c1 = broker_cpu(args.broker_pid), own_cpu()
     finally:
         with Admin(args.bootstrap_server) as admin:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker.bench.broker import PRODUCE_PROPS, _maybe_scratch, message_file, run_kcat
+from broker.bench.broker import PRODUCE_PROPS, maybe_scratch, message_file, run_kcat
 from broker.client.admin import Admin
 
 #: (topic compression.type, the producer's compression.codec)
@@ -41,7 +41,7 @@ def main() -> None:
     results = []
     try:
         data = message_file(tmp / "messages.txt", args.messages, args.size)
-        with _maybe_scratch(args.bootstrap_server, tmp) as servers, Admin(servers) as admin:
+        with maybe_scratch(args.bootstrap_server, tmp) as servers, Admin(servers) as admin:
             for topic_codec, producer_codec in CASES:
                 runs = []
                 for i in range(args.repeat):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from broker.bench.broker import _maybe_scratch
+from broker.bench.broker import maybe_scratch
 from broker.client.admin import Admin
 
 
@@ -92,7 +92,7 @@ def main() -> None:
     runs: dict[str, list[float]] = {"idempotent": [], "transactional": [], "read_uncommitted": [],
                                     "read_committed": []}  # fmt: skip
     try:
-        with _maybe_scratch(args.bootstrap_server, tmp) as servers, Admin(servers) as admin:
+        with maybe_scratch(args.bootstrap_server, tmp) as servers, Admin(servers) as admin:
             for i in range(args.repeat):
                 for mode in ("idempotent", "transactional"):
                     topic = f"bench-txn-{mode}-{os.getpid()}-{i}"

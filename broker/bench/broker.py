@@ -102,7 +102,7 @@ def run(messages: int = 5_000_000, size: int = 200, fetch_messages: int = 1_000_
     try:
         small = message_file(tmp / "small.txt", messages, size)
         big = message_file(tmp / "big.txt", fetch_messages, fetch_size)
-        with _maybe_scratch(bootstrap, tmp) as servers, Admin(servers) as admin:
+        with maybe_scratch(bootstrap, tmp) as servers, Admin(servers) as admin:
             produce_s = []
             for i in range(repeat):
                 topic = f"bench-produce-{os.getpid()}-{i}"
@@ -143,7 +143,8 @@ def run(messages: int = 5_000_000, size: int = 200, fetch_messages: int = 1_000_
 
 
 @contextmanager
-def _maybe_scratch(bootstrap: str | None, tmp: Path) -> Iterator[str]:
+def maybe_scratch(bootstrap: str | None, tmp: Path) -> Iterator[str]:
+    """The bootstrap servers to bench: `bootstrap` when given, else a scratch broker's under `tmp`."""
     if bootstrap:
         yield bootstrap
     else:

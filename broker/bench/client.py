@@ -28,7 +28,7 @@ from broker.client.producer import AsyncProducer
 from broker.errors import KafkactlError
 from broker.records.crc import BACKEND
 
-#: the CPU time (user + system) the bench process, the producer alone, spent in the last `_produce`
+#: the CPU time (user + system) the bench process, the producer alone, spent in the last `produce_messages`
 _PRODUCER_CPU = [0.0]
 
 
@@ -36,8 +36,8 @@ def _topic(kind: str) -> str:
     return f"bench-{kind}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
 
 
-async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: int, acks: int, compression: str,
-                   advance: Callable[[int], None], audit: bool = False) -> float:  # fmt: skip
+async def produce_messages(bootstrap: str, topic: str, messages: int, size: int, batch: int, acks: int,
+                           compression: str, advance: Callable[[int], None], audit: bool = False) -> float:  # fmt: skip
     value = os.urandom(size // 2 + 1).hex().encode()[:size]
     producer = AsyncProducer(bootstrap, acks=acks, compression_type=compression, linger_ms=1000,
                              batch_size=1 << 30, max_batch_messages=batch, max_in_flight=300,
@@ -68,7 +68,7 @@ async def _produce(bootstrap: str, topic: str, messages: int, size: int, batch: 
         await producer.close()
 
 
-async def _consume(bootstrap: str, topic: str, messages: int, advance: Callable[[int], None]) -> float:
+async def consume_messages(bootstrap: str, topic: str, messages: int, advance: Callable[[int], None]) -> float:
     consumer = AsyncConsumer(bootstrap, fetch_max_wait_ms=100, max_partition_fetch_bytes=8 << 20,
                              fetch_max_bytes=64 << 20)  # fmt: skip
     await consumer.start()
@@ -122,8 +122,9 @@ def _run(kind: str, bootstrap: str, messages: int, size: int, batch: int, acks: 
                 return out
             leader = _leader(admin, topic)
             started = time.perf_counter()
-            seconds = asyncio.run(_produce(bootstrap, topic, messages, size, batch, acks, compression,
-                                           advance if kind == "produce" else (lambda n: None), audit))  # fmt: skip
+            seconds = asyncio.run(produce_messages(bootstrap, topic, messages, size, batch, acks, compression,
+                                                   advance if kind == "produce" else (lambda n: None),
+                                                   audit))  # fmt: skip
             part = _replicated(admin, topic, messages)
             if part.log_end_offset != messages:
                 if part.leader == leader or part.log_end_offset is None:  # no failover: a loss or a double is a bug
@@ -144,7 +145,7 @@ def _run(kind: str, bootstrap: str, messages: int, size: int, batch: int, acks: 
                         "disk_bytes": disk,
                         "disk_overhead_bytes_per_message": round((disk - stored * size) / stored, 2)})  # fmt: skip
             if kind == "consume":
-                seconds = asyncio.run(_consume(bootstrap, topic, messages, advance))
+                seconds = asyncio.run(consume_messages(bootstrap, topic, messages, advance))
                 out.update({"consume_seconds": round(seconds, 3), "consume_msgs_per_s": round(messages / seconds),
                             "consume_mb_per_s": round(messages * size / seconds / 1e6, 1)})  # fmt: skip
             return out

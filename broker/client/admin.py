@@ -72,7 +72,7 @@ def refusal(code: int, resource: str | None = None) -> str:
     return f"{kind} authorization failed{named} ({error_name(code)})"
 
 
-def _check(code: int, message: str | None, what: str, resource: str | None = None) -> None:
+def check_code(code: int, message: str | None, what: str, resource: str | None = None) -> None:
     """AdminError `what: ERROR (message)` for a non-zero code; `resource` names what an authorization
     refusal refused (a topic's, group's or transactional id's name)."""
     if code:
@@ -135,20 +135,20 @@ class Admin:
         }], "timeout_ms": 30000, "validate_only": validate_only}  # fmt: skip
         answer = self._any(ApiKey.CREATE_TOPICS, body)
         t = answer["topics"][0]
-        _check(t["error_code"], t.get("error_message"), f"cannot create topic {name!r}", name)
+        check_code(t["error_code"], t.get("error_message"), f"cannot create topic {name!r}", name)
 
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         """Raise a topic's partition count to `count` (CreatePartitions; the broker spreads the new replicas)."""
         body = {"topics": [{"name": name, "count": count, "assignments": None}], "timeout_ms": 30000,
                 "validate_only": validate_only}  # fmt: skip
         r = self._any(ApiKey.CREATE_PARTITIONS, body)["results"][0]
-        _check(r["error_code"], r.get("error_message"), f"cannot add partitions to topic {name!r}", name)
+        check_code(r["error_code"], r.get("error_message"), f"cannot add partitions to topic {name!r}", name)
 
     def delete_topic(self, name: str) -> None:
         # (v0-5 name topics in topic_names, v6 in topics: the version spoken writes its own)
         body = {"topic_names": [name], "topics": [{"name": name}], "timeout_ms": 30000}
         r = self._any(ApiKey.DELETE_TOPICS, body)["responses"][0]
-        _check(r["error_code"], r.get("error_message"), f"cannot delete topic {name!r}", name)
+        check_code(r["error_code"], r.get("error_message"), f"cannot delete topic {name!r}", name)
 
     def delete_records(self, name: str, before: int, partitions: list[int] | None = None, *,
                        timeout_ms: int = 20000) -> tuple[dict[int, int], dict[int, str]]:  # fmt: skip
@@ -156,7 +156,7 @@ class Admin:
         Returns ({partition: new low watermark}, {partition: why it failed}: an offset past a partition's end
         names its high watermark); AdminError for an unknown topic or partition."""
         t = self.cluster.metadata([name])["topics"][0]
-        _check(t["error_code"], None, f"topic {name!r}", name)
+        check_code(t["error_code"], None, f"topic {name!r}", name)
         leaders = {p["partition_index"]: p["leader_id"] for p in t["partitions"]}
         wanted = sorted(leaders) if partitions is None else list(dict.fromkeys(partitions))
         unknown = [p for p in wanted if p not in leaders]
@@ -194,7 +194,7 @@ class Admin:
         body = {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name, "configuration_keys": None}]}
         answer = self._any(ApiKey.DESCRIBE_CONFIGS, body)
         res = answer["results"][0]
-        _check(res["error_code"], res.get("error_message"), f"cannot describe topic {name!r}", name)
+        check_code(res["error_code"], res.get("error_message"), f"cannot describe topic {name!r}", name)
         out = {}
         for c in res["configs"]:
             override = c.get("config_source", -1) == 1 if "config_source" in c else not c.get("is_default", True)
@@ -221,7 +221,7 @@ class Admin:
         conn = self._config_connection(resource_type, name)
         res = conn.request(ApiKey.DESCRIBE_CONFIGS, body)["results"][0]
         what = f"cannot describe {_resource(resource_type, name)}"
-        _check(res["error_code"], res.get("error_message"), what, name)
+        check_code(res["error_code"], res.get("error_message"), what, name)
         return sorted(
             ConfigValue(c["name"], c["value"], CONFIG_SOURCES.get(c.get("config_source", -1), "unknown"),
                         bool(c.get("is_sensitive")), bool(c.get("read_only")))
@@ -238,7 +238,7 @@ class Admin:
                 "validate_only": validate_only}  # fmt: skip
         answer = self._config_connection(resource_type, name).request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
         r = answer["responses"][0]
-        _check(r["error_code"], r.get("error_message"), f"cannot alter {_resource(resource_type, name)}", name)
+        check_code(r["error_code"], r.get("error_message"), f"cannot alter {_resource(resource_type, name)}", name)
 
     def _config_connection(self, resource_type: int, name: str) -> Connection:
         if resource_type == BROKER_RESOURCE and name.isdigit():
@@ -275,7 +275,7 @@ class Admin:
         md = self.cluster.metadata([name])
         t = md["topics"][0]
         if t["error_code"]:
-            _check(t["error_code"], None, f"topic {name!r}", name)
+            check_code(t["error_code"], None, f"topic {name!r}", name)
         parts = [
             PartitionDescription(
                 p["partition_index"],
@@ -378,24 +378,24 @@ class Admin:
         out: dict[str, tuple[str, str]] = {}
         for node in sorted(self.cluster.brokers):
             answer = self.cluster.connection(node).request(ApiKey.LIST_GROUPS, {"states_filter": sorted(states)})
-            _check(answer["error_code"], None, f"cannot list the groups of broker {node}")
+            check_code(answer["error_code"], None, f"cannot list the groups of broker {node}")
             out.update({g["group_id"]: (g["protocol_type"], g.get("group_state", "")) for g in answer["groups"]})
         return dict(sorted(out.items()))
 
     def describe_group(self, group: str) -> dict[str, Any]:
         """DescribeGroups of one group, asked of its coordinator: state, protocol and members."""
         answer = self._any(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0})
-        _check(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}", group)
+        check_code(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}", group)
         self.cluster.metadata([])
         desc = self.cluster.connection(answer["node_id"]).request(ApiKey.DESCRIBE_GROUPS, {"groups": [group]})
         g = desc["groups"][0]
-        _check(g["error_code"], None, f"cannot describe group {group!r}", group)
+        check_code(g["error_code"], None, f"cannot describe group {group!r}", group)
         return g
 
     def _coordinator_request(self, group: str, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
         """A request to the group's coordinator (found with FindCoordinator)."""
         answer = self._any(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0})
-        _check(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}", group)
+        check_code(answer["error_code"], answer.get("error_message"), f"no coordinator for group {group!r}", group)
         self.cluster.metadata([])
         return self.cluster.connection(answer["node_id"]).request(api, body)
 
@@ -403,7 +403,7 @@ class Admin:
         """DeleteGroups of one broker-coordinated group: its committed offsets and stored generation go;
         AdminError (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...) when refused."""
         answer = self._coordinator_request(group, ApiKey.DELETE_GROUPS, {"groups_names": [group]})
-        _check(answer["results"][0]["error_code"], None, f"cannot delete group {group!r}", group)
+        check_code(answer["results"][0]["error_code"], None, f"cannot delete group {group!r}", group)
 
     def delete_offsets(self, group: str, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """OffsetDelete: forget the group's committed offsets of these partitions; {partition: error code}
@@ -413,7 +413,7 @@ class Admin:
             topics[t].append({"partition_index": p})
         body = {"group_id": group, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
         answer = self._coordinator_request(group, ApiKey.OFFSET_DELETE, body)
-        _check(answer["error_code"], None, f"cannot delete offsets of group {group!r}", group)
+        check_code(answer["error_code"], None, f"cannot delete offsets of group {group!r}", group)
         return {(t["name"], p["partition_index"]): p["error_code"] for t in answer["topics"] for p in t["partitions"]}
 
     # -- ACLs -------------------------------------------------------------------------------------
@@ -428,12 +428,12 @@ class Admin:
         answer = self._any(ApiKey.CREATE_ACLS, body)
         for b, r in zip(bindings, answer["results"], strict=True):
             what = f"cannot create the ACL {describe_binding(b)}"
-            _check(r["error_code"], r.get("error_message"), what, b.pattern.name)
+            check_code(r["error_code"], r.get("error_message"), what, b.pattern.name)
 
     def describe_acls(self, f: Filter) -> list[Binding]:
         """DescribeAcls: the bindings the filter matches."""
         answer = self._any(ApiKey.DESCRIBE_ACLS, _filter_body(f))
-        _check(answer["error_code"], answer.get("error_message"), "cannot list ACLs")
+        check_code(answer["error_code"], answer.get("error_message"), "cannot list ACLs")
         return [_binding(r, a) for r in answer["resources"] for a in r["acls"]]
 
     def delete_acls(self, filters: list[Filter]) -> list[Binding]:
@@ -441,7 +441,7 @@ class Admin:
         answer = self._any(ApiKey.DELETE_ACLS, {"filters": [_filter_body(f) for f in filters]})
         out = []
         for r in answer["filter_results"]:
-            _check(r["error_code"], r.get("error_message"), "cannot remove ACLs")
+            check_code(r["error_code"], r.get("error_message"), "cannot remove ACLs")
             out += [_binding(m, m) for m in r["matching_acls"]]
         return out
 
@@ -455,7 +455,7 @@ class Admin:
         body = {"components": [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components],
                 "strict": strict}  # fmt: skip
         answer = self._any(ApiKey.DESCRIBE_CLIENT_QUOTAS, body)
-        _check(answer["error_code"], answer.get("error_message"), "cannot describe client quotas")
+        check_code(answer["error_code"], answer.get("error_message"), "cannot describe client quotas")
         return [
             ({e["entity_type"]: e["entity_name"] for e in entry["entity"]},
              {v["key"]: v["value"] for v in entry["values"]})
@@ -476,7 +476,7 @@ class Admin:
         }  # fmt: skip
         answer = self._any(ApiKey.ALTER_CLIENT_QUOTAS, body)
         r = answer["entries"][0]
-        _check(r["error_code"], r.get("error_message"), "cannot change client quotas")
+        check_code(r["error_code"], r.get("error_message"), "cannot change client quotas")
 
 
 def _binding(res: dict[str, Any], acl: dict[str, Any]) -> Binding:

@@ -527,7 +527,8 @@ class AsyncCluster:
         self._probes: dict[int, asyncio.Task] = {}
         self.waits = LeaderWaits()
 
-    async def _any(self) -> AsyncConnection:
+    async def any_connection(self) -> AsyncConnection:
+        """A connection to any broker: an open one, or a new one to the first bootstrap server that answers."""
         for conn in list(self._conns.values()):
             if not conn.closed:
                 return conn
@@ -548,14 +549,14 @@ class AsyncCluster:
 
     async def refresh(self, topics: list[str] | None = None, *, allow_create: bool = False) -> dict[str, Any]:
         """Fetch metadata (for `topics`, or all of them) and remember it."""
-        conn = await self._any()
+        conn = await self.any_connection()
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
                 "allow_auto_topic_creation": allow_create}  # fmt: skip
         try:
             answer = await conn.request(ApiKey.METADATA, body)
         except ProtocolError:
             await conn.close()
-            conn = await self._any()
+            conn = await self.any_connection()
             answer = await conn.request(ApiKey.METADATA, body)
         self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in answer["brokers"]}
         self.cluster_id = answer.get("cluster_id")

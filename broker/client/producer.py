@@ -380,7 +380,7 @@ class AsyncProducer:
         authorization error (an idempotent producer without Write on any topic is refused its id first)."""
         await self.cluster.refresh(list(topics))
         if self.config.enable_idempotence:
-            conn = await self.cluster._any()
+            conn = await self.cluster.any_connection()
             answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
                                                                    "transaction_timeout_ms": 60000})  # fmt: skip
             code = answer["error_code"]
@@ -1175,7 +1175,7 @@ class AsyncProducer:
         batch's sequences instead could make a later batch pass for a duplicate of it, acknowledged but never
         stored; a sequence after them would be out of order for good (as Kafka's producer bumps its epoch)."""
         try:
-            conn = await self.cluster._any()
+            conn = await self.cluster.any_connection()
             answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
                                                                    "transaction_timeout_ms": 60000})  # fmt: skip
         except KafkactlError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from broker.client.admin import Admin, AdminError, _check
+from broker.client.admin import Admin, AdminError, check_code
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 
@@ -48,7 +48,7 @@ def list_transactions(admin: Admin, states: list[str] = (), producer_ids: list[i
             raise AdminError(f"broker {node} does not answer ListTransactions (Kafka before 3.0)")
         answer = conn.request(ApiKey.LIST_TRANSACTIONS, {"state_filters": list(states),
                                                          "producer_id_filters": list(producer_ids)})  # fmt: skip
-        _check(answer["error_code"], None, f"cannot list the transactions of broker {node}")
+        check_code(answer["error_code"], None, f"cannot list the transactions of broker {node}")
         unknown = answer.get("unknown_state_filters") or []
         if unknown:
             raise AdminError(f"unknown transaction state {unknown[0]!r} (valid: Empty, Ongoing, PrepareCommit, "
@@ -60,15 +60,15 @@ def list_transactions(admin: Admin, states: list[str] = (), producer_ids: list[i
 
 def describe_transaction(admin: Admin, txn_id: str) -> TxnDescription:
     """DescribeTransactions of one id, asked of its coordinator; AdminError when unknown or refused."""
-    found = admin._any(ApiKey.FIND_COORDINATOR, {"key": txn_id, "key_type": 1})
-    _check(found["error_code"], found.get("error_message"), f"no coordinator for transactional id {txn_id!r}")
+    found = admin.cluster.any_connection().request(ApiKey.FIND_COORDINATOR, {"key": txn_id, "key_type": 1})
+    check_code(found["error_code"], found.get("error_message"), f"no coordinator for transactional id {txn_id!r}")
     node = found["node_id"]
     admin.cluster.metadata([])
     answer = admin.cluster.connection(node).request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn_id]})
     (t,) = answer["transaction_states"]
     if t["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
         raise AdminError(f"transactional id {txn_id!r} not found")
-    _check(t["error_code"], None, f"cannot describe transactional id {txn_id!r}")
+    check_code(t["error_code"], None, f"cannot describe transactional id {txn_id!r}")
     parts = [(x["topic"], p) for x in t["topics"] for p in x["partitions"]]
     return TxnDescription(txn_id, node, t["transaction_state"], t["producer_id"], t["producer_epoch"],
                           t["transaction_timeout_ms"], t["transaction_start_time_ms"], sorted(parts))  # fmt: skip

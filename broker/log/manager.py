@@ -320,6 +320,11 @@ class LogManager:
         self._unlock()
         return list(dict.fromkeys(problems))
 
+    @property
+    def holds_dirs(self) -> bool:
+        """Whether this manager holds its log dirs' locks (between a startup and its shutdown)."""
+        return bool(self._locks)
+
     def _unlock(self) -> None:
         for fd in self._locks:
             os.close(fd)  # closing the descriptor releases its flock

@@ -317,7 +317,7 @@ class Mirror:
 
     async def _producer_id(self) -> tuple[int, int]:
         if self._producer is None:
-            conn = await self.target._any()
+            conn = await self.target.any_connection()
             answer = await conn.request(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None,
                                                                    "transaction_timeout_ms": 60000})  # fmt: skip
             if answer["error_code"]:

@@ -217,7 +217,7 @@ class Broker:
     async def _abort_start(self) -> None:
         for server in self.servers.values():
             await server.close()
-        if self.logs._locks:
+        if self.logs.holds_dirs:
             self.logs.shutdown()
         if self.zk is not None:
             zkclient.close(self.zk)

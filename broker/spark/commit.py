@@ -120,7 +120,7 @@ def _unlink(path: Path) -> None:
     fsync_dir(path.parent)
 
 
-def _rmtree(path: Path, *, must: bool = True) -> None:
+def remove_tree(path: Path, *, must: bool = True) -> None:
     """Remove a directory tree; a few tries, as the JVM of a killed load may still be writing into it."""
     for attempt in range(5):
         shutil.rmtree(path, ignore_errors=True)
@@ -131,7 +131,7 @@ def _rmtree(path: Path, *, must: bool = True) -> None:
         shutil.rmtree(path)  # the real error, once more
 
 
-def _move(src: Path, dst: Path) -> None:
+def move_file(src: Path, dst: Path) -> None:
     """Move `src` to `dst` without ever replacing a file at `dst`; rerunnable after a crash at any point."""
     try:
         os.link(src, dst)
@@ -264,22 +264,22 @@ class OutputDir:
             elif (staging / SUCCESS).exists():
                 out = Recovery("rolled-forward", plan.load_id, self.finish(plan))
             else:
-                _rmtree(staging)
+                remove_tree(staging)
                 out = Recovery("rolled-back", plan.load_id)
             self._cleanup(plan.load_id)
         for leftover in sorted((self.state / STAGING).iterdir()):
-            _rmtree(leftover, must=False)  # a rolled-back load's late writes, or a crash between steps 7a and 7b
+            remove_tree(leftover, must=False)  # a rolled-back load's late writes, or a crash between steps 7a and 7b
         return out
 
     def _cleanup(self, load_id: str) -> None:
         _unlink(self.pending_path)
-        _rmtree(self.staging(load_id))
+        remove_tree(self.staging(load_id))
 
     def abandon(self, plan: Plan) -> None:
         """Undo a load whose Spark job failed (the same as a roll back at the next start)."""
         if plan.load_id in self.committed_load_ids():
             return
-        _rmtree(self.staging(plan.load_id))
+        remove_tree(self.staging(plan.load_id))
         _unlink(self.pending_path)
 
     # finishing a load ---------------------------------------------------------------------------
@@ -323,7 +323,7 @@ class OutputDir:
             if dst.parent not in dirs:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 dirs.add(dst.parent)
-            _move(staging / f["staged"], dst)
+            move_file(staging / f["staged"], dst)
             if i == 0:
                 _failpoint("moved-one")
         for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):

@@ -29,7 +29,7 @@ from typing import Any
 
 from broker.client import security as client_security
 from broker.home import home_dir
-from broker.spark.commit import SUCCESS, OutputDir, _rmtree
+from broker.spark.commit import SUCCESS, OutputDir, remove_tree
 from broker.spark.errors import SparkLoadError
 from broker.spark.plan import Plan
 
@@ -227,7 +227,7 @@ def run_job(spark: Any, out: OutputDir, plan: Plan, progress: Progress | None = 
     staging = out.staging(plan.load_id)
     if (staging / SUCCESS).exists():
         return
-    _rmtree(staging)  # a previous attempt of this very plan in this process
+    remove_tree(staging)  # a previous attempt of this very plan in this process
     sc = spark.sparkContext
     conf_key = "spark.sql.parquet.outputTimestampType"
     before = spark.conf.get(conf_key, None)

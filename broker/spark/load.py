@@ -34,7 +34,6 @@ from broker.spark.commit import (
     parse_file_name,
     read_state,
 )
-from broker.spark.commit import _move as _move  # tests reach it as load._move
 from broker.spark.errors import DataLossError, SparkLoadError
 from broker.spark.job import Progress, build_frame, run_job, source_options, spark_error_line, spark_session
 from broker.spark.plan import (

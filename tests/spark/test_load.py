@@ -32,6 +32,7 @@ from broker.client.admin import Admin  # noqa: E402
 from broker.client.sync import Producer  # noqa: E402
 from broker.errors import UsageError  # noqa: E402
 from broker.spark import load  # noqa: E402
+from broker.spark.commit import move_file  # noqa: E402
 from broker.zk import paths  # noqa: E402
 from tests.fixtures import zk_client  # noqa: E402
 
@@ -530,7 +531,7 @@ def test_move_never_overwrites(tmp_path: Path) -> None:
     src.write_text("new")
     dst.write_text("old")
     with pytest.raises(load.SparkLoadError, match="exists already"):
-        load._move(src, dst)
+        move_file(src, dst)
     assert dst.read_text() == "old" and src.exists()
 
 

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from broker.client.admin import AdminError, _check
+from broker.client.admin import AdminError, check_code
 from broker.client.consumer import ConsumeError
 from broker.client.group import GroupError
 from broker.client.group_mode import GroupAuthorizationError
@@ -67,7 +67,7 @@ def test_the_clients_errors_carry_the_code_and_keep_their_text():
 
 def test_an_admin_refusal_carries_the_brokers_code():
     with pytest.raises(AdminError, match=r"^create t: TOPIC_ALREADY_EXISTS \(exists\)$") as caught:
-        _check(ErrorCode.TOPIC_ALREADY_EXISTS, "exists", "create t")
+        check_code(ErrorCode.TOPIC_ALREADY_EXISTS, "exists", "create t")
     assert (caught.value.code, caught.value.retriable) == (36, False)
 
 

@@ -27,7 +27,7 @@ def managers():
     started: list[LogManager] = []
     yield started
     for m in started:
-        if m._locks:
+        if m.holds_dirs:
             m.shutdown()
 
 
@@ -85,7 +85,7 @@ def test_a_second_manager_is_locked_out(tmp_path, managers, clock):
     with pytest.raises(LogDirLockedError, match=str(d)):
         second.startup()
     assert is_locked(d)
-    assert second.logs == {} and second._locks == []
+    assert second.logs == {} and not second.holds_dirs
     first.shutdown()
     assert not is_locked(d)
     third = start(managers, [d], clock)
