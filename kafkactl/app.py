@@ -46,6 +46,12 @@ from kafkactl.commands import (
 from kafkactl.commands import broker as broker_cmd
 from kafkactl.render import error_line
 
+Security = contexts.security_option(
+    "A security setting KEY=VALUE by librdkafka's names (repeatable; over the context's): "
+    "security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, ssl.key.password, "
+    "ssl.endpoint.identification.algorithm, sasl.mechanism, sasl.username, sasl.password."
+)
+
 app = typer.Typer(
     name="kafkactl",
     help="Run and operate a Kafka-style commit log: brokers, topics, clients, inspection and recovery.",
@@ -100,17 +106,7 @@ def root(
     context: Annotated[
         str | None, typer.Option("--context", help="A context of ~/.config/kafkactl/config.toml.", show_default=False)
     ] = None,
-    security: Annotated[
-        list[str] | None,
-        typer.Option(
-            "-X",
-            "--security",
-            help="A security setting KEY=VALUE by librdkafka's names (repeatable; over the context's): "
-            "security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, ssl.key.password, "
-            "ssl.endpoint.identification.algorithm, sasl.mechanism, sasl.username, sasl.password.",
-            show_default=False,
-        ),
-    ] = None,
+    security: Security = None,
 ) -> None:
     """kafkactl: a Kafka-style distributed commit log and the tools to operate it."""
     _state["debug"] = debug

@@ -24,7 +24,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -54,6 +54,13 @@ SchemaRegistry = Annotated[
     typer.Option("--schema-registry", help="The schema registry's URL (default: KAFKACTL_SCHEMA_REGISTRY, the "
                  "context's schema-registry, else http://localhost:8081).", show_default=False),
 ]  # fmt: skip
+
+
+def security_option(help_text: str, *decls: str) -> Any:
+    """The one declaration of `-X KEY=VALUE` (repeatable; `--security` by default, `--property` where it takes
+    a client's properties too, as produce and consume do), with each command's own help."""
+    return Annotated[list[str] | None, typer.Option(*(decls or ("-X", "--security")), help=help_text,
+                                                    show_default=False)]  # fmt: skip
 
 
 def config_path() -> Path:

@@ -30,6 +30,11 @@ app = typer.Typer(
 
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="text or json.")]
 NameArg = Annotated[str, typer.Argument(help="Context name.")]
+Security = contexts.security_option(
+    "A security setting KEY=VALUE (repeatable), by librdkafka's names: "
+    "security.protocol, ssl.ca.location, sasl.mechanism, sasl.username, sasl.password, ...; an "
+    "empty VALUE removes the key."
+)
 
 
 def _contexts(doc: dict) -> dict[str, dict[str, str]]:
@@ -73,17 +78,7 @@ def add(
     schema_registry: Annotated[
         str | None, typer.Option("--schema-registry", help="The schema registry's URL.", show_default=False)
     ] = None,
-    security: Annotated[
-        list[str] | None,
-        typer.Option(
-            "-X",
-            "--security",
-            help="A security setting KEY=VALUE (repeatable), by librdkafka's names: "
-            "security.protocol, ssl.ca.location, sasl.mechanism, sasl.username, sasl.password, ...; an "
-            "empty VALUE removes the key.",
-            show_default=False,
-        ),
-    ] = None,
+    security: Security = None,
     use: Annotated[bool, typer.Option("--use", help="Make it the current context too.")] = False,
 ) -> None:
     """Add a context, or change the values given of an existing one."""

@@ -31,6 +31,13 @@ from broker.protocol.errors import ErrorCode
 from kafkactl import completion, contexts
 from kafkactl.render import Output
 
+Properties = contexts.security_option(
+    "A security setting KEY=VALUE (repeatable), e.g. security.protocol=SSL; and with --group a "
+    "consumer property, e.g. zookeeper.session.timeout.ms=6000, auto.commit.interval.ms=5000.",
+    "--property",
+    "-X",
+)
+
 #: --isolation's values → Fetch's isolation_level
 _ISOLATION = {"read-uncommitted": 0, "read-committed": 1}
 
@@ -118,16 +125,7 @@ def consume(
             show_default=False,
         ),
     ] = None,
-    prop: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--property",
-            "-X",
-            help="A security setting KEY=VALUE (repeatable), e.g. security.protocol=SSL; and with --group a "
-            "consumer property, e.g. zookeeper.session.timeout.ms=6000, auto.commit.interval.ms=5000.",
-            show_default=False,
-        ),
-    ] = None,
+    prop: Properties = None,
     bootstrap: contexts.Bootstrap = None,
     zookeeper: contexts.ZooKeeper = None,
 ) -> None:

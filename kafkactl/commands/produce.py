@@ -21,6 +21,14 @@ from broker.errors import KafkactlError, UsageError
 from kafkactl import completion, contexts, files
 from kafkactl.render import Output, json_line
 
+Properties = contexts.security_option(
+    "A producer property KEY=VALUE (repeatable; "
+    "Kafka's keys, e.g. enable.idempotence=false, retries=5, or security ones such as "
+    "security.protocol=SSL); over the options above.",
+    "--property",
+    "-X",
+)
+
 
 def produce(
     topic: Annotated[str, typer.Argument(help="Topic to write to.", autocompletion=completion.topics)],
@@ -58,17 +66,7 @@ def produce(
             "(max.request.size; the topic's max.message.bytes must allow it too).",
         ),
     ] = 1048576,
-    prop: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--property",
-            "-X",
-            show_default=False,
-            help="A producer property KEY=VALUE (repeatable; "
-            "Kafka's keys, e.g. enable.idempotence=false, retries=5, or security ones such as "
-            "security.protocol=SSL); over the options above.",
-        ),
-    ] = None,
+    prop: Properties = None,
     value_schema: Annotated[
         Path | None,
         typer.Option(
