@@ -1,4 +1,5 @@
-"""Idempotent producers: producer ids handed out in blocks, and per-partition sequence checks.
+"""A partition's producer state (Kafka's ProducerStateManager): idempotent producers' sequence checks and
+transactions open here. (Producer ids are handed out by `broker.coordinator.txn.producer_ids`.)
 
 Each partition remembers, per producer id, its epoch and the sequence ranges and offsets of its
 last five batches (as Kafka does). A batch repeating one of them is a duplicate: it is not
@@ -374,20 +375,3 @@ def note_completed(plog: PartitionLog, states: ProducerStates, done: Iterable[Co
             plog.add_aborted(AbortedTxn(c.producer_id, c.first_offset, c.last_offset,
                                         c.last_offset + 1 if lso is None else min(lso, c.last_offset + 1)))  # fmt: skip
 
-
-class ProducerIdPool:
-    """Producer ids from cluster-wide blocks; `refill` claims the next block (a blocking ZooKeeper call)."""
-
-    def __init__(self) -> None:
-        self.next = 0
-        self.end = -1
-
-    def take(self) -> int | None:
-        if self.next > self.end:
-            return None
-        pid = self.next
-        self.next += 1
-        return pid
-
-    def add_block(self, first: int, last: int) -> None:
-        self.next, self.end = first, last

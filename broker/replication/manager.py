@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.log import producer_snapshot
+from broker.log.producer_state import forget_states, load_states, marker_in, note_completed
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import HEADER, BatchHeader
 from broker.replication.epochs import UNDEFINED, LeaderEpochCache
@@ -28,7 +29,6 @@ from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.isr import LeaderPartition
 from broker.replication.reassignment import throttled
 from broker.replication.throttle import Throttle
-from broker.server.producers import forget_states, load_states, marker_in, note_completed
 from broker.zk import registry
 
 if TYPE_CHECKING:
@@ -36,10 +36,8 @@ if TYPE_CHECKING:
 
     from broker.log.log import PartitionLog
     from broker.log.manager import LogManager
-    from broker.server.cache import MetadataCache, PartitionInfo
-    from broker.server.config import BrokerConfig
-    from broker.server.producers import ProducerStates
-    from broker.server.purgatory import Purgatory
+    from broker.log.producer_state import ProducerStates
+    from broker.replication.interfaces import ClusterView, FetchWaiters, PartitionState, ReplicaConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +51,8 @@ def _now_ms() -> int:
 class ReplicaManager:
     """The leader and follower sides of every partition this broker holds a replica of."""
 
-    def __init__(self, broker_id: int, config: BrokerConfig, cache: MetadataCache, logs: LogManager,
-                 producer_states: dict[TopicPartition, ProducerStates], purgatory: Purgatory,
+    def __init__(self, broker_id: int, config: ReplicaConfig, cache: ClusterView, logs: LogManager,
+                 producer_states: dict[TopicPartition, ProducerStates], purgatory: FetchWaiters,
                  log_for: Callable[[str, int], PartitionLog | None],
                  blocking: Callable[..., Awaitable[Any]], zk: Callable[[], KazooClient | None]) -> None:  # fmt: skip
         self.broker_id = broker_id
@@ -100,7 +98,7 @@ class ReplicaManager:
 
     # -- leadership -------------------------------------------------------------------------------
 
-    def apply(self, tp: TopicPartition, info: PartitionInfo) -> None:
+    def apply(self, tp: TopicPartition, info: PartitionState) -> None:
         """Act on a partition's state: lead it, follow its leader, or hold no replica of it."""
         if self.closed:
             return
@@ -111,7 +109,7 @@ class ReplicaManager:
         else:
             self.forget(tp)
 
-    def _lead(self, tp: TopicPartition, info: PartitionInfo) -> None:
+    def _lead(self, tp: TopicPartition, info: PartitionState) -> None:
         lp = self.leaders.get(tp)
         if lp is not None and lp.leader_epoch == info.leader_epoch:
             lp.isr, lp.zk_version, lp.replicas = list(info.isr), info.zk_version, list(info.replicas)
@@ -133,7 +131,7 @@ class ReplicaManager:
                  *tp, info.leader_epoch, leo, hw, info.isr)  # fmt: skip
         self._hw_moved(tp)
 
-    def _follow(self, tp: TopicPartition, info: PartitionInfo) -> None:
+    def _follow(self, tp: TopicPartition, info: PartitionState) -> None:
         lp = self.leaders.pop(tp, None)
         if lp is not None:  # leader no more: what waits for followers will not be answered by this broker
             self.follower_hw[tp] = lp.hw

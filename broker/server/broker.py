@@ -22,11 +22,21 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
+from broker.coordinator.txn.producer_ids import ProducerIdPool
 from broker.errors import KafkactlError
 from broker.log import producer_snapshot
 from broker.log.cleaner import LogCleaner, active_producer_ids
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
+from broker.log.producer_state import (
+    ProducerStates,
+    SnapshotJob,
+    forget_states,
+    load_states,
+    prepare_snapshot,
+    snapshot_due,
+    take_snapshot,
+)
 from broker.protocol.errors import ErrorCode
 from broker.replication.controller import Controller, move_leadership_away
 from broker.replication.manager import ReplicaManager
@@ -37,16 +47,6 @@ from broker.server.coordinator import GroupCoordinator, coordinator_for
 from broker.server.group_store import GroupStore
 from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
-from broker.server.producers import (
-    ProducerIdPool,
-    ProducerStates,
-    SnapshotJob,
-    forget_states,
-    load_states,
-    prepare_snapshot,
-    snapshot_due,
-    take_snapshot,
-)
 from broker.server.purgatory import Purgatory
 from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
+    from broker.coordinator.txn.producer_ids import ProducerIdPool
     from broker.log.log import PartitionLog
     from broker.log.manager import LogManager
+    from broker.log.producer_state import ProducerStates
     from broker.protocol.errors import ErrorCode
     from broker.replication.manager import ReplicaManager
     from broker.security.acl_authorizer import Authorizer
@@ -22,7 +24,6 @@ if TYPE_CHECKING:
     from broker.server.config import BrokerConfig
     from broker.server.coordinator import GroupCoordinator
     from broker.server.group_store import GroupStore
-    from broker.server.producers import ProducerIdPool, ProducerStates
     from broker.server.purgatory import Purgatory
     from broker.server.quotas import QuotaManager
     from broker.server.txn_coordinator import TxnCoordinator

@@ -1,5 +1,7 @@
 """Imports run one way: the CLI calls `broker/`, never the reverse; the request handlers see their broker
-only through `broker.server.services`, never `broker.server.broker` (which builds them)."""
+only through `broker.server.services`, never `broker.server.broker` (which builds them); the lower layers
+(records, log, protocol) never import the server, replication or the clients, and replication and the
+coordinators never import the server (they see it through Protocols of their own)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,29 @@ def imported(path: Path) -> set[str]:
             out.add(node.module)
             out |= {f"{node.module}.{a.name}" for a in node.names}
     return out
+
+
+def _modules_of(package: str) -> list[Path]:
+    paths = sorted((ROOT / "broker" / package).rglob("*.py"))
+    assert paths, package
+    return paths
+
+
+def _imports_any(path: Path, packages: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in imported(path) if any(m == p or m.startswith(p + ".") for p in packages))
+
+
+def test_records_log_and_protocol_never_import_the_server_replication_or_the_clients():
+    for package in ("records", "log", "protocol"):
+        for path in _modules_of(package):
+            bad = _imports_any(path, ("broker.server", "broker.replication", "broker.client"))
+            assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_replication_never_imports_the_server():
+    for path in _modules_of("replication"):
+        bad = _imports_any(path, ("broker.server",))
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
 def test_the_request_handlers_never_import_the_broker_that_builds_them():

@@ -23,6 +23,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from broker.log.producer_state import KEEP, ProducerStates
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.produce import FAST_MAX_VERSION, RUN_CODEC, encode_produce_response
@@ -30,7 +31,6 @@ from broker.records.crc import crc32c
 from broker.security.acl import Operation, ResourceType
 from broker.security.session import current
 from broker.server.network import Later
-from broker.server.producers import KEEP, ProducerStates
 from broker.server.quotas import PRODUCE_KEY, user_of
 
 if TYPE_CHECKING:

@@ -28,13 +28,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker.errors import CorruptRecordError
+from broker.log.producer_state import note_completed
 from broker.log.txn_index import marker_record
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.records.batch import Record, build_batch
 from broker.security.acl import Operation
 from broker.security.acl_authorizer import cluster_allowed
-from broker.server.producers import note_completed
 
 if TYPE_CHECKING:
     from broker.server.services import Services

@@ -1,12 +1,12 @@
-"""Idempotent producer state: sequence checks per partition and producer ids handed out in blocks."""
+"""Idempotent producer state: sequence checks per partition (the producer-id pool: tests/unit/coordinator)."""
 
 from __future__ import annotations
 
 import pytest
 
+from broker.log.producer_state import KEEP, MAX_SEQ, ProducerStates
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import BatchHeader
-from broker.server.producers import KEEP, MAX_SEQ, ProducerIdPool, ProducerStates
 
 OK = (ErrorCode.NONE, -1)
 OUT_OF_ORDER = (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
@@ -138,31 +138,6 @@ def test_state_with_no_batches_accepts_anything() -> None:
     s.record(1, 0, 0, 0, 0)
     s.entries[1].batches.clear()
     assert s.check(1, 0, 77, 80) == OK
-
-
-# --- producer id blocks -----------------------------------------------------------------------
-
-
-def test_pool_starts_empty() -> None:
-    assert ProducerIdPool().take() is None
-
-
-def test_pool_hands_out_a_block_then_runs_dry() -> None:
-    pool = ProducerIdPool()
-    pool.add_block(1000, 1002)
-    assert [pool.take() for _ in range(4)] == [1000, 1001, 1002, None]
-    assert pool.take() is None
-    pool.add_block(2000, 2000)
-    assert pool.take() == 2000
-    assert pool.take() is None
-
-
-def test_pool_new_block_replaces_the_rest_of_the_old() -> None:
-    pool = ProducerIdPool()
-    pool.add_block(0, 999)
-    assert pool.take() == 0
-    pool.add_block(5000, 5001)
-    assert [pool.take(), pool.take(), pool.take()] == [5000, 5001, None]
 
 
 def _header(pid: int, epoch: int, seq: int, base_offset: int, records: int = 1) -> BatchHeader:

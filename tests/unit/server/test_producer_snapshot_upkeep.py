@@ -15,11 +15,11 @@ import pytest
 from broker.log import producer_snapshot
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog
+from broker.log.producer_state import ProducerStates, take_snapshot
 from broker.protocol.api import ApiKey
 from broker.protocol.framing import RequestHeader
 from broker.records.batch import Record, build_batch
 from broker.server.handlers.produce import produce_now
-from broker.server.producers import ProducerStates, take_snapshot
 
 TOPIC = "snap-upkeep"
 TP = (TOPIC, 0)

@@ -5,9 +5,9 @@ from the log's batches (a follower, start-up) and kept by the snapshot."""
 from __future__ import annotations
 
 from broker.log import producer_snapshot
+from broker.log.producer_state import CompletedTxn, ProducerStates
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader
-from broker.server.producers import CompletedTxn, ProducerStates
 
 E = ErrorCode
 
@@ -103,8 +103,8 @@ def test_a_transaction_opened_before_the_active_segment_survives_a_crash(tmp_pat
     """The broker's minutely snapshot (when the log end moved): start-up (no clean shutdown) reads the log from
     there and finds the transaction though its first batch lies in an older segment."""
     from broker.log.log import PartitionLog
+    from broker.log.producer_state import load_states, maybe_snapshot
     from broker.records.batch import Record, build_batch
-    from broker.server.producers import load_states, maybe_snapshot
 
     log = PartitionLog(tmp_path / "t-0")
     s = ProducerStates()
@@ -127,9 +127,9 @@ def test_start_up_reads_markers_below_the_log_start_and_notes_the_aborts(tmp_pat
     import time
 
     from broker.log.log import PartitionLog
+    from broker.log.producer_state import load_states
     from broker.log.txn_index import AbortedTxn, marker_record
     from broker.records.batch import Record, build_batch
-    from broker.server.producers import load_states
 
     now = int(time.time() * 1000)  # (old timestamps would roll a segment per batch: segment.ms)
     log = PartitionLog(tmp_path / "t-0")

@@ -1,4 +1,4 @@
-"""The producer state a partition rebuilds from its log (producers.load_states) never skips a range: at start-up
+"""The producer state a partition rebuilds from its log (producer_state.load_states) never skips a range: at start-up
 after a crash and after a follower's truncation, from the newest snapshot at or below the log end (one is taken
 at every segment roll) or from the log start; the `.txnindex` rebuilt over the same range; the sequence checks
 around transactions (Kafka's order) and the last stable offset capped at the log start."""
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 from broker.log import producer_snapshot
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog
+from broker.log.producer_state import ProducerStates, load_states, maybe_snapshot, take_snapshot
 from broker.log.txn_index import AbortedTxn, index_path, marker_record
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import Record, build_batch
 from broker.server.handlers.fetch import last_stable_offset
-from broker.server.producers import ProducerStates, load_states, maybe_snapshot, take_snapshot
 
 E = ErrorCode
 MIB = 1 << 20

@@ -1,0 +1,1 @@
+"""The transaction coordinator (KIP-98) and the producer-id pool."""
