@@ -19,7 +19,8 @@ from broker.audit.topic import ensure_audit_topic_async
 from broker.client.consumer import RawConsumer
 from broker.client.producer import AsyncProducer
 from broker.errors import KafkactlError
-from broker.records.batch import BATCH_HEADER_SIZE, decode_header, decode_records
+from broker.records.batch import decode_records
+from broker.records.record_set import batches
 
 TopicPartition = tuple[str, int]
 #: (topic, partition, first offset, end offset exclusive)
@@ -47,11 +48,8 @@ async def count_ranges(bootstrap: str, ranges: list[Range], window_ms: int,
                 start, end = wanted[tp]
                 per_window: dict[int, int] = {}
                 for rs in sets:
-                    buf, pos = rs.data, 0
-                    while len(buf) - pos >= BATCH_HEADER_SIZE:
-                        h = decode_header(buf, pos)
-                        if pos + h.size > len(buf):
-                            break
+                    buf = rs.data
+                    for pos, h in batches(buf):
                         if h.last_offset >= done[tp] and h.base_offset < end:
                             if h.base_offset >= start and h.last_offset < end:
                                 count_stamped(per_window, buf, pos, h, window_ms)
@@ -60,7 +58,6 @@ async def count_ranges(bootstrap: str, ranges: list[Range], window_ms: int,
                                 w = window_of(h.base_timestamp, window_ms)
                                 per_window[w] = per_window.get(w, 0) + inside
                             done[tp] = h.next_offset
-                        pos += h.size
                     done[tp] = max(done[tp], rs.next_offset)
                 for w, n in per_window.items():
                     counts[(tp[0], w)] += n

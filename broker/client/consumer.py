@@ -30,7 +30,8 @@ from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError, error_name
 from broker.protocol.messages.fetch import EARLIEST, LATEST
-from broker.records.batch import BATCH_HEADER_SIZE, MAGIC_OFFSET, crc_ok, decode_header, iter_records
+from broker.records.batch import MAGIC_OFFSET, crc_ok, iter_records
+from broker.records.record_set import batches
 
 TopicPartition = tuple[str, int]
 
@@ -615,11 +616,7 @@ def _decode_until_corrupt(
     buf = data if isinstance(data, bytes | bytearray) else memoryview(data).cast("B")  # not copied
     out: list[ConsumerRecord] = []
     make = functools.partial(ConsumerRecord, topic, partition)
-    pos, end = 0, len(buf)
-    while end - pos >= BATCH_HEADER_SIZE:
-        h = decode_header(buf, pos)
-        if pos + h.size > end:
-            break  # the fetch cut this batch: the next fetch starts at it
+    for pos, h in batches(buf):  # (a batch the fetch cut ends the walk: the next fetch starts at it)
         if buf[pos + MAGIC_OFFSET] != 2:
             return out, CorruptRecordError(f"batch at offset {h.base_offset} has magic {buf[pos + MAGIC_OFFSET]}")
         if check_crcs and not crc_ok(buf, pos, h):
@@ -635,7 +632,6 @@ def _decode_until_corrupt(
                 out.extend(recs)
             else:
                 out.extend(r for r in recs if r.offset >= position)
-        pos += h.size
     return out, None
 
 
@@ -648,11 +644,8 @@ def drop_aborted(data: Any, aborted: list[dict[str, int]]) -> bytes:
     pending = sorted((a["first_offset"], a["producer_id"]) for a in aborted)
     dropping: set[int] = set()
     out = bytearray()
-    pos, i, end = 0, 0, len(buf)
-    while end - pos >= BATCH_HEADER_SIZE:
-        h = decode_header(buf, pos)
-        if pos + h.size > end:
-            break
+    i = 0
+    for pos, h in batches(buf):
         while i < len(pending) and pending[i][0] <= h.last_offset:
             dropping.add(pending[i][1])
             i += 1
@@ -661,7 +654,6 @@ def drop_aborted(data: Any, aborted: list[dict[str, int]]) -> bytes:
                 dropping.discard(h.producer_id)
         elif not (h.is_transactional and h.producer_id in dropping):
             out += buf[pos : pos + h.size]
-        pos += h.size
     return bytes(out)
 
 
@@ -673,12 +665,7 @@ def _is_abort(buf: Any, pos: int, h: Any) -> bool:
 
 def next_offset_after(data: Any, position: int) -> int:
     """The offset after the last whole batch of a record set (to step over control batches)."""
-    buf = memoryview(data)
-    pos, nxt = 0, position
-    while len(buf) - pos >= BATCH_HEADER_SIZE:
-        h = decode_header(buf, pos)
-        if pos + h.size > len(buf):
-            break
+    nxt = position
+    for _, h in batches(memoryview(data)):
         nxt = max(nxt, h.last_offset + 1)
-        pos += h.size
     return nxt

@@ -25,7 +25,7 @@ from broker.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRan
 from broker.log import recovery
 from broker.log.config import LogConfig
 from broker.log.index import IndexCorruptError
-from broker.log.scanner import Damage, ScannedBatch, read_batch, scan
+from broker.log.scanner import Damage, ScannedBatch, scan
 from broker.log.segment import LogSegment, StitchableRun
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.records.batch import (
@@ -89,11 +89,10 @@ def validate_batches(
     a leader already validated and stamped (`client=False`: a follower's copy) are only framed and checksummed.
     """
     out = []
-    pos, end = 0, len(data)
-    if end == 0:
+    if len(data) == 0:
         raise CorruptRecordError("empty record set")
-    while pos < end:
-        item = read_batch(data, pos, end)
+    for item in scan(data):
+        pos = item.position
         if isinstance(item, Damage):
             raise CorruptRecordError(f"record batch at byte {pos}: {item.reason}")
         if item.magic != 2:
@@ -114,7 +113,6 @@ def validate_batches(
         if problem is not None:
             raise InvalidRecordError(f"record batch at byte {pos}: {problem}")
         out.append((pos, item.size, h.record_count, h.last_offset_delta, h.max_timestamp))
-        pos = item.end
     return out
 
 
@@ -435,13 +433,11 @@ class PartitionLog:
         if sl is None:
             return []
         data = sl.read()
-        out, pos = [], 0
-        while pos < len(data):
-            item = read_batch(data, pos, len(data), verify_crc=False)
+        out = []
+        for item in scan(data, verify_crc=False):
             if isinstance(item, Damage):
                 break
             out.extend(r for r in _records_of(data, item) if r.offset >= offset)
-            pos = item.end
         return out
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -459,7 +455,7 @@ class PartitionLog:
                 if h.max_timestamp < timestamp or h.last_offset < start:
                     continue
                 data = seg.read(h.position, h.size)
-                item = read_batch(data, 0, len(data), verify_crc=False)
+                item = next(scan(data, verify_crc=False), None)
                 for r in _records_of(data, item) if isinstance(item, ScannedBatch) else ():
                     if r.timestamp >= timestamp and r.offset >= start:
                         return r.offset, r.timestamp

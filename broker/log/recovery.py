@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.log.index import IndexCorruptError
-from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, read_batch, scan
+from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, scan
 from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
 
 log = logging.getLogger(__name__)
@@ -275,7 +275,7 @@ def _highest_offset(buf, start: int, end: int) -> int:
     """The highest offset of any checksummed batch in buf[start:end] (-1 if none): what a cut loses."""
     highest, pos = -1, start - 1  # find_next_batch looks after `pos`: a batch at `start` counts
     while (found := find_next_batch(buf, pos, end)) is not None:
-        item = read_batch(buf, found, end)
+        item = next(scan(buf, found, end))  # a batch that frames and checks: find_next_batch saw to it
         highest = max(highest, item.last_offset)
         pos = item.end - 1  # the search starts one byte after `pos`
     return highest

@@ -62,7 +62,8 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
 from broker.protocol.messages.produce import PartitionResult, encode_produce_request, read_produce_response
 from broker.protocol.primitives import Reader
-from broker.records.batch import BATCH_HEADER_SIZE, crc_ok, decode_header
+from broker.records.batch import crc_ok, decode_header
+from broker.records.record_set import batches
 
 TopicPartition = tuple[str, int]
 CLIENT_ID = "kafkactl-mirror"
@@ -451,11 +452,8 @@ class Mirror:
             assert self.source is not None
             self.source.seek(lane.source, lane.position)
             return
-        buf, pos, end = rs.data, 0, len(rs.data)
-        while end - pos >= BATCH_HEADER_SIZE:
-            h = decode_header(buf, pos)
-            if pos + h.size > end:
-                break
+        buf = rs.data
+        for pos, h in batches(buf):
             if h.next_offset > lane.position:
                 if h.magic != 2:
                     raise MirrorError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at offset "
@@ -475,7 +473,6 @@ class Mirror:
                     lane.queue.append(Pending(data, h.next_offset, count, windows))
                     self.queued += len(data)
                 lane.position = h.next_offset
-            pos += h.size
         # past the dropped batches after its last kept one (aborted, markers: the record set's end says where)
         lane.position = max(lane.position, rs.next_offset)
         if lane.idle:  # nothing unanswered: all below the position is acknowledged or never copied
@@ -763,14 +760,10 @@ class _TailProbe:
         self.reached = self.low
 
     def take(self, rs: RecordSet) -> None:
-        data, pos = rs.data, 0
-        while len(data) - pos >= BATCH_HEADER_SIZE:
-            h = decode_header(data, pos)
-            if pos + h.size > len(data):
-                break
+        data = rs.data
+        for pos, h in batches(data):
             if h.base_offset < self.below and not is_control(h):
                 self.found, self.resume = True, read_stamp(data, pos, h)
-            pos += h.size
         self.reached = max(self.reached, rs.next_offset)
 
     def back(self, start: int) -> None:

@@ -25,7 +25,7 @@ from broker.mirror.topics import Selection
 from broker.protocol.api import ApiKey
 from broker.protocol.messages.admin import TOPIC_RESOURCE
 from broker.protocol.messages.fetch import EARLIEST, LATEST
-from broker.records.batch import BATCH_HEADER_SIZE, decode_header
+from broker.records.record_set import batches
 
 
 @dataclass
@@ -138,12 +138,9 @@ async def first_committed(bootstrap: str, ranges: dict[TopicPartition, tuple[int
 
 def _first_data(data: memoryview, first: int, end: int) -> int | None:
     """The first offset in [first, end) of a data batch of the record set (None: none there)."""
-    pos = 0
-    while len(data) - pos >= BATCH_HEADER_SIZE:
-        h = decode_header(data, pos)
-        if pos + h.size > len(data) or h.base_offset >= end:
+    for _, h in batches(data):
+        if h.base_offset >= end:
             break
         if not h.is_control and h.last_offset >= first:
             return max(h.base_offset, first)
-        pos += h.size
     return None

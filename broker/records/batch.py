@@ -26,6 +26,12 @@ keyLength varint, key (UTF-8), valueLength varint (-1 = null), value. Varints ar
 
 baseOffset and partitionLeaderEpoch sit outside the CRC, so a broker assigns offsets and stamps its
 epoch by rewriting the first 16 bytes, without touching the rest.
+
+Record set (a Produce or Fetch payload, a segment file): batches back to back, each framed by its
+first 12 bytes (baseOffset, batchLength) with the magic at byte 16; legacy magic 0/1 messages
+(`broker.records.legacy`) frame the same way. A Fetch answer cut by its size limit ends in a partial
+batch, which readers skip (the next fetch starts at it): `broker.records.record_set` walks the whole
+batches of a set and stops at such a tail, as Kafka's `MemoryRecords.batches()` does.
 """
 
 from __future__ import annotations

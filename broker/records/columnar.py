@@ -37,11 +37,11 @@ from broker.records.batch import (
     MAGIC_OFFSET,
     Buffer,
     crc_ok,
-    decode_header,
     decode_records,
 )
 from broker.records.compression import decompress
 from broker.records.crc import crc32c
+from broker.records.record_set import batches
 
 
 class BinaryColumn(NamedTuple):
@@ -124,10 +124,8 @@ def _decode_columns(data: Buffer, position: int, stop: int) -> RecordColumns:
     keys, values, header_keys, header_values = _BinaryBuilder(), _BinaryBuilder(), _BinaryBuilder(), _BinaryBuilder()
     has_headers: list[bool] = []
     header_offsets = array.array("i", [0])
-    pos, end = 0, len(buf)
-    while end - pos >= BATCH_HEADER_SIZE:
-        h = decode_header(buf, pos)
-        if pos + h.size > end or h.base_offset >= stop:
+    for pos, h in batches(buf):
+        if h.base_offset >= stop:
             break
         if buf[pos + MAGIC_OFFSET] != 2:
             raise CorruptRecordError(f"batch at offset {h.base_offset} has magic {buf[pos + MAGIC_OFFSET]}")
@@ -150,7 +148,6 @@ def _decode_columns(data: Buffer, position: int, stop: int) -> RecordColumns:
                     header_keys.append(name.encode())
                     header_values.append(value)
                 header_offsets.append(len(header_values.valid))
-        pos += h.size
     headers = None
     if len(header_values.valid):
         headers = HeaderColumn(_bitmap(has_headers), has_headers.count(False), bytearray(header_offsets.tobytes()),

@@ -31,6 +31,7 @@ from broker.errors import CorruptRecordError, KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.fetch import EARLIEST
+from broker.records.record_set import whole_length
 
 if TYPE_CHECKING:
     from broker.replication.manager import ReplicaManager
@@ -51,17 +52,6 @@ class Followed:
     leader_epoch: int
     paused_until: float = 0.0  # monotonic: after an error, no fetch before then
     truncating: bool = True  # not fetched before the leader said where the copy must end
-
-
-def whole_batches(data: memoryview) -> int:
-    """How many leading bytes of a record set are whole batches (a size limit may cut the last one)."""
-    pos, end = 0, len(data)
-    while pos + 12 <= end:
-        size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
-        if size < 12 or pos + size > end:
-            break
-        pos += size
-    return pos
 
 
 class ReplicaFetcher:
@@ -238,7 +228,7 @@ class ReplicaFetcher:
             self.m.throttle.took(len(records))
         if records:
             data = memoryview(bytes(records) if not isinstance(records, bytes) else records)
-            whole = whole_batches(data)
+            whole = whole_length(data)  # a size limit may cut the last batch
             if whole:
                 try:
                     self.m.append_copy(tp, plog, data[:whole])
