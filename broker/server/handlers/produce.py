@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from broker.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from broker.log.config import MAX_LONG
-from broker.log.topic_policy import out_of_window, recompress, window_message
+from broker.log.topic_policy import Validated, out_of_window, recompress, window_message
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.records.batch import ATTRIBUTES_OFFSET, HEADER, LOG_OVERHEAD, TRANSACTIONAL_BIT, BatchHeader, crc_ok
@@ -59,24 +59,25 @@ def _intact(records: memoryview) -> bool:
     return LOG_OVERHEAD + h.length <= len(records) and h.length >= HEADER.size - LOG_OVERHEAD and crc_ok(records, 0, h)
 
 
-def _producer_span(records: memoryview) -> tuple[int, int, int, int] | None:
-    """(producer id, epoch, first sequence, last sequence) of an idempotent record set, else None."""
-    if len(records) < HEADER.size:
-        return None
-    h = HEADER.unpack_from(records, 0)
-    # HEADER: base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch, seq, count
-    pid, pepoch, first_seq = h[9], h[10], h[11]
-    if pid < 0 or first_seq < 0:
+class _Span(NamedTuple):
+    """The producer sequences a record set carries (the arguments of `ProducerStates.check` and `record`)."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    last_seq: int
+
+
+def _producer_span(records: memoryview, validated: Validated) -> _Span | None:
+    """The producer sequences of an idempotent record set whose batches `validated` lists (`PartitionLog.validate`
+    walked and checked them: every one is whole), else None."""
+    h = BatchHeader._make(HEADER.unpack_from(records, 0))
+    if h.producer_id < 0 or h.base_sequence < 0:
         return None
     total = 0
-    pos, end = 0, len(records)
-    while pos + HEADER.size <= end:  # sum the records of every batch in the set (usually one)
-        hh = HEADER.unpack_from(records, pos)
-        if hh[1] < HEADER.size - LOG_OVERHEAD or pos + LOG_OVERHEAD + hh[1] > end:
-            return None  # misframed: validation answers CORRUPT_MESSAGE before any sequence is looked at
-        total += hh[6] + 1
-        pos += LOG_OVERHEAD + hh[1]
-    return pid, pepoch, first_seq, (first_seq + total - 1) % (2**31)
+    for _pos, _size, _count, last_offset_delta, _max_ts in validated:  # (Produce allows one batch a set)
+        total += last_offset_delta + 1
+    return _Span(h.producer_id, h.producer_epoch, h.base_sequence, (h.base_sequence + total - 1) % (2**31))
 
 
 #: `produce_now`'s answer when a topic must first be looked up in ZooKeeper (nothing was appended)
@@ -206,11 +207,11 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
         config = plog.config
         if config.checks_batches and _refused_timestamps(plog, records, validated, version, out):
             return out
-        span = _producer_span(records)
+        span = _producer_span(records, validated)
         transactional = _is_transactional(records)
         if span is not None and _answered_by_sequence(b, tp, span, plog.log_start_offset, out, transactional):
             if acks == -1 and not out["error_code"]:  # a duplicate: answered once the ISR holds the original
-                out["_last_offset"] = out["base_offset"] + (span[3] - span[2]) % 2**31
+                out["_last_offset"] = out["base_offset"] + (span.last_seq - span.first_seq) % 2**31
             return out
         if config.checks_batches and config.target_codec >= 0:  # compression.type: store the topic's codec
             records, validated = recompress(records, validated, config.target_codec, config.max_message_bytes)
@@ -264,14 +265,14 @@ def _refused_timestamps(plog: PartitionLog, records: memoryview, validated: list
     return True
 
 
-def _answered_by_sequence(b: Services, tp: tuple[str, int], span: tuple[int, int, int, int],
+def _answered_by_sequence(b: Services, tp: tuple[str, int], span: _Span,
                           log_start_offset: int, out: dict[str, Any], transactional: bool = False) -> bool:  # fmt: skip
     """Fill `out` for a sequence error or a duplicate (answered with its first offset, not appended)."""
     err, dup_offset = b.producer_states[tp].check(*span, transactional)
     if err:
         out["error_code"] = err
-        out["error_message"] = f"producer {span[0]} epoch {span[1]} sequence {span[2]}: {err.name}"
-        entry = b.producer_states[tp].entries.get(span[0])
+        out["error_message"] = f"producer {span.producer_id} epoch {span.epoch} sequence {span.first_seq}: {err.name}"
+        entry = b.producer_states[tp].entries.get(span.producer_id)
         log.warning("%s-%d: %s; its last batches here (first seq, last seq, offset): %s", tp[0], tp[1],
                     out["error_message"], list(entry.batches) if entry else None)  # fmt: skip
         return True

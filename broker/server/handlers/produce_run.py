@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.log.producer_state import KEEP, ProducerStates
 from broker.protocol.api import APIS, ApiKey
@@ -36,8 +36,20 @@ from broker.server.quotas import PRODUCE_KEY, user_of
 if TYPE_CHECKING:
     from broker.server.services import Services
 
-_ITEM = struct.Struct("=qqiiii")  # one request of a run in `info`: position, max timestamp, correlation id,
-#                                   batch size, last offset delta, record count (the C codec's Item)
+_ITEM = struct.Struct("=qqiiii")  # one request of a run in `info` (the C codec's Item): its fields are `_Item`'s
+
+
+class _Item(NamedTuple):
+    """One request of a run, as the C scanner lists it in `info`."""
+
+    position: int
+    max_timestamp: int
+    correlation_id: int
+    batch_size: int
+    last_offset_delta: int
+    record_count: int
+
+
 _SEQ = 2**31  # sequence numbers wrap here
 
 #: requests of one run at most: the answers of a run leave together, so the client hears back steadily
@@ -59,7 +71,7 @@ class _Run:
 
     def __init__(self, buf: bytearray, info: bytes) -> None:
         self.buf, self.info = buf, info
-        self.first_max_timestamp = _ITEM.unpack_from(info, 0)[1]
+        self.first_max_timestamp = _Item._make(_ITEM.unpack_from(info, 0)).max_timestamp
 
     def stitch(self, first_offset: int, leader_epoch: int, position: int, since_index: int, interval: int,
                max_timestamp: int) -> tuple[bytes, list[tuple[int, int, int]], int, int, int]:  # fmt: skip
@@ -73,7 +85,8 @@ def _record_last_batches(states: ProducerStates, pid: int, epoch: int, first_seq
     `KEEP` are kept, so only those are noted."""
     spans = []
     seq, offset = first_seq, first_offset
-    for _, _, _, _, delta, _ in _ITEM.iter_unpack(info):
+    for item in map(_Item._make, _ITEM.iter_unpack(info)):
+        delta = item.last_offset_delta
         spans.append((seq, (seq + delta) % _SEQ, offset))
         seq, offset = (seq + delta + 1) % _SEQ, offset + delta + 1
     for first, last, at in spans[-KEEP:]:
@@ -90,8 +103,8 @@ async def _replicated(b: Services, tp: tuple[str, int], last: int, frames: bytes
     part = {"index": tp[1], "error_code": code, "error_message": message}
     answer = {"topics": [{"name": tp[0], "partitions": [part]}]}
     out: list[bytes] = []
-    for item in _ITEM.iter_unpack(info):
-        out += encode_produce_response(item[2], answer, version)
+    for item in map(_Item._make, _ITEM.iter_unpack(info)):
+        out += encode_produce_response(item.correlation_id, answer, version)
     return out
 
 
@@ -132,7 +145,8 @@ def run_dispatcher(b: Services) -> RunDispatch | None:
             return n
         tp = (topic, partition)
         if pid >= 0:  # the batches chain on from the first (the scanner saw to it): check only that one
-            last_seq = (first_seq + _ITEM.unpack_from(info, 0)[4]) % _SEQ  # a batch's records: its last delta + 1
+            first_delta = _Item._make(_ITEM.unpack_from(info, 0)).last_offset_delta  # its records: that + 1
+            last_seq = (first_seq + first_delta) % _SEQ
             err, duplicate_of = b.producer_states[tp].check(pid, epoch, first_seq, last_seq)
             if err or duplicate_of >= 0:
                 return n
