@@ -24,9 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker.log.cleaner import OffsetMap, clean_log, cleanable
+from broker.log.cleaner import clean_log
+from broker.log.cleaner_selection import cleanable
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog
+from broker.log.offset_map import OffsetMap
 from broker.records.builder import BatchBuilder
 from broker.records.compression import Codec
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.errors import CorruptRecordError
-from broker.log.cleaner import progress_events as inspect_cleaner  # noqa: F401  (`kafkactl inspect cleaner`)
+from broker.log.cleaner_progress import progress_events as inspect_cleaner  # noqa: F401  (`kafkactl inspect cleaner`)
 from broker.log.index import OFFSET_ENTRY, TIME_ENTRY
 from broker.log.log import parse_partition_dir
 from broker.log.recovery import resolves_outside

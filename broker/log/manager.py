@@ -29,7 +29,7 @@ from broker.log.checkpoint import (
     read_or_set_aside,
     write_atomically,
 )
-from broker.log.cleaner import recover_swaps
+from broker.log.cleaner_swap import recover_swaps
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog, parse_partition_dir
 

@@ -25,7 +25,8 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from broker.coordinator.txn.producer_ids import ProducerIdPool
 from broker.errors import KafkactlError
 from broker.log import producer_snapshot
-from broker.log.cleaner import LogCleaner, active_producer_ids
+from broker.log.cleaner import active_producer_ids
+from broker.log.cleaner_threads import LogCleaner
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
 from broker.log.producer_state import (

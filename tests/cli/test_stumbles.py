@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from broker.log.checkpoint import OffsetCheckpointFile
-from broker.log.cleaner import CHECKPOINT
+from broker.log.cleaner_progress import CHECKPOINT
 from kafkactl import render
 from kafkactl.docs import man_pages
 from tests.cli.conftest import kafkactl, make_log_dir

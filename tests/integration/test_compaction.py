@@ -17,7 +17,7 @@ import pytest
 
 from broker.client.admin import Admin
 from broker.log.checkpoint import OffsetCheckpointFile
-from broker.log.cleaner import CHECKPOINT
+from broker.log.cleaner_progress import CHECKPOINT
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.records.builder import BatchBuilder

@@ -1,4 +1,4 @@
-"""The log cleaner (broker/log/cleaner.py) on real partition logs in a temp dir: the offset map, the rewrite
+"""The log cleaner (broker/log/cleaner*.py) on real partition logs in a temp dir: the offset map, the rewrite
 (last value per key, offsets preserved with gaps, tombstones, transactional batches, compressed batches,
 segments merged), the dirty ratio and compaction lags, and the crash-safe swap with its start-up recovery."""
 
@@ -9,18 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.cleaner import (
-    CHECKPOINT,
-    LogCleaner,
-    OffsetMap,
-    clean_group,
-    clean_log,
-    cleanable,
-    recover_swaps,
-    swap_in,
-)
+from broker.log.cleaner import clean_group, clean_log
+from broker.log.cleaner_progress import CHECKPOINT
+from broker.log.cleaner_selection import cleanable
+from broker.log.cleaner_swap import recover_swaps, swap_in
+from broker.log.cleaner_threads import LogCleaner
 from broker.log.manager import LogManager
-from broker.log.offset_map import ENTRY_BYTES
+from broker.log.offset_map import ENTRY_BYTES, OffsetMap
 from broker.records.batch import Record, build_batch
 from broker.records.compression import Codec
 
@@ -278,7 +273,8 @@ def test_swap_refuses_a_group_that_changed(open_log):
     log = open_log(segment_bytes=600)
     _fill(log, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(120)])
     m = OffsetMap(1 << 20)
-    from broker.log.cleaner import CleanAborted, CleanStats, build_offset_map, group_segments
+    from broker.log.cleaner import CleanStats, build_offset_map, group_segments
+    from broker.log.cleaner_io import CleanAborted
 
     end = build_offset_map(log, 0, log.bases[-1], m, CleanStats())
     group = group_segments([log.segments[b] for b in log.bases[:-1] if b < end], 10_000)[0]
@@ -310,7 +306,7 @@ def test_log_cleaner_checkpoints_and_resumes(tmp_path):
 
 
 def test_progress_events_report_the_checkpoint_and_dirty_ratio(tmp_path):
-    from broker.log.cleaner import progress_events
+    from broker.log.cleaner_progress import progress_events
     from broker.log.config import LogConfig
 
     cfg = LogConfig(segment_bytes=800, cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)
@@ -373,9 +369,9 @@ def test_a_producers_batches_keep_their_last_offset_and_its_last_batch_stays_eve
 
 @pytest.mark.parametrize("read_bytes", [64, 200, 1000])
 def test_segments_are_read_in_chunks_whatever_their_batch_sizes(open_log, read_all, monkeypatch, read_bytes):
-    import broker.log.cleaner as cleaner_module
+    import broker.log.cleaner_io as cleaner_io
 
-    monkeypatch.setattr(cleaner_module, "_READ_BYTES", read_bytes)  # batches straddle chunks, or outgrow them
+    monkeypatch.setattr(cleaner_io, "_READ_BYTES", read_bytes)  # batches straddle chunks, or outgrow them
     log = open_log(segment_bytes=3000)
     pairs = [(b"k%d" % (i % 6), b"v%03d" % i + b"x" * (i % 40)) for i in range(300)]
     offsets = _fill(log, pairs, per_batch=7)
@@ -386,18 +382,18 @@ def test_segments_are_read_in_chunks_whatever_their_batch_sizes(open_log, read_a
 
 
 def test_a_segment_cut_under_the_cleaner_aborts_the_clean(open_log):
-    from broker.log.cleaner import CleanAborted, _batches
+    from broker.log.cleaner_io import CleanAborted, segment_batches
 
     log = open_log(segment_bytes=600)
     _fill(log, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(120)])
     seg = log.segments[log.bases[0]]
     os.truncate(seg.log_path, seg.size // 2)
     with pytest.raises(CleanAborted, match="cut under the cleaner"):
-        list(_batches(seg.log_path, seg.size))
+        list(segment_batches(seg.log_path, seg.size))
 
 
 def test_damage_stops_the_clean_and_the_log_is_left_uncleanable(tmp_path):
-    from broker.log.cleaner import CleanDamage
+    from broker.log.cleaner_io import CleanDamage
     from broker.log.config import LogConfig
 
     cfg = LogConfig(segment_bytes=800, cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)
@@ -595,7 +591,7 @@ def test_a_throttled_clean_stops_within_a_slice():
     """The throttler sleeps in short slices that check `stop`: an abort never waits out a long throttle."""
     import time
 
-    from broker.log.cleaner import CleanAborted, Throttler
+    from broker.log.cleaner_io import CleanAborted, Throttler
 
     t = Throttler(1000.0)
     began = time.monotonic()
@@ -607,7 +603,7 @@ def test_a_throttled_clean_stops_within_a_slice():
 def test_abort_does_not_wait_on_a_throttled_clean_and_a_stale_swap_is_refused(tmp_path):
     import time
 
-    from broker.log.cleaner import CleanAborted
+    from broker.log.cleaner_io import CleanAborted
 
     cfg, mgr, log, cleaner = _cleaner_and_log(tmp_path)
     _fill(log, [(b"k%d" % (i % 5), b"v" * 200) for i in range(400)])
@@ -686,7 +682,7 @@ def test_checkpoint_writes_from_several_threads_do_not_race(tmp_path):
         except Exception as exc:  # noqa: BLE001 (what the race raised: reported below)
             errors.append(exc)
 
-    from broker.log.cleaner import PartitionProgress
+    from broker.log.cleaner_progress import PartitionProgress
 
     cleaner.progress[("t", 0)], cleaner.progress[("u", 0)] = PartitionProgress(), PartitionProgress()
     threads = [threading.Thread(target=writer, args=(tp, 150)) for tp in (("t", 0), ("u", 0)) * 2]
@@ -740,7 +736,7 @@ def test_a_swap_makes_its_deleted_renames_durable_before_the_final_rename(open_l
     """The old segments' `.deleted` renames are fsynced before the `.swap` files take the first segment's
     names (else a crash could leave them live beside the cleaned segment that holds their offsets), and the
     `.txnindex.cleaned` is fsynced like the other cleaned files."""
-    import broker.log.cleaner as cleaner_mod
+    import broker.log.cleaner_swap as cleaner_swap
 
     log = open_log(segment_bytes=300)
     _fill(log, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(60)])
@@ -760,9 +756,9 @@ def test_a_swap_makes_its_deleted_renames_durable_before_the_final_rename(open_l
     import dataclasses
 
     log.config = dataclasses.replace(log.config, segment_bytes=100_000)  # (the clean merges the segments)
-    monkeypatch.setattr(cleaner_mod.os, "replace", replace)
-    monkeypatch.setattr(cleaner_mod.os, "fsync", fsync)
-    monkeypatch.setattr(cleaner_mod, "fsync_dir", lambda d: events.append(("fsync_dir", str(d))))
+    monkeypatch.setattr(cleaner_swap.os, "replace", replace)
+    monkeypatch.setattr(cleaner_swap.os, "fsync", fsync)
+    monkeypatch.setattr(cleaner_swap, "fsync_dir", lambda d: events.append(("fsync_dir", str(d))))
     _clean(log, map_bytes=1 << 20)
     assert any(e[0] == "fsync" and e[1].endswith(".txnindex.cleaned") for e in events)
     last_deleted = max(i for i, e in enumerate(events) if e[0] == "replace" and e[2].endswith(".deleted"))
@@ -834,3 +830,29 @@ def test_a_tombstone_of_a_key_in_a_legacy_batch_is_never_dropped(open_log, codec
           if it.header is not None for r in iter_records(data, it.position, it.header)]  # fmt: skip
     assert [(r.offset, r.value) for r in v2 if r.key == b"k"] == [(2, None)]  # the tombstone still hides k
     assert not [r for r in v2 if r.key == b"gone"]
+
+
+def test_the_log_manager_and_the_cleaner_import_each_other_in_one_direction_only():
+    """The manager needs only the swap's start-up completion (`cleaner_swap`, which imports no other part of
+    the cleaner but its aborts); the cleaner is given the manager, never imports it at function level (the
+    inspection of its progress imports it at the top, which the manager never reaches)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[3] / "broker" / "log"
+
+    def imports(name: str, in_functions: bool = False) -> set[str]:
+        tree = ast.parse((root / f"{name}.py").read_text())
+        funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+        scopes = [f for f in ast.walk(tree) if isinstance(f, funcs)] if in_functions else [tree]
+        found = set()
+        for node in (n for scope in scopes for n in ast.walk(scope)):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        return found
+
+    assert {m for m in imports("manager") if m.startswith("broker.log.cleaner")} == {"broker.log.cleaner_swap"}
+    assert {m for m in imports("cleaner_swap") if m.startswith("broker.log.cleaner")} == {"broker.log.cleaner_io"}
+    for path in root.glob("cleaner*.py"):
+        assert not imports(path.stem, in_functions=True), f"{path.name} imports inside a function"
