@@ -22,7 +22,10 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from broker.coordinator.txn.producer_ids import ProducerIdPool
+from broker.coordinator.group.coordinator import GroupCoordinator, coordinator_for
+from broker.coordinator.group.store import GroupStore
+from broker.coordinator.txn.coordinator import TxnCoordinator
+from broker.coordinator.txn.producer_ids import ProducerIdPool, take_producer_id
 from broker.errors import KafkactlError
 from broker.log import producer_snapshot
 from broker.log.cleaner import active_producer_ids
@@ -44,14 +47,11 @@ from broker.replication.manager import ReplicaManager
 from broker.security.acl_authorizer import Authorizer
 from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
-from broker.server.coordinator import GroupCoordinator, coordinator_for
-from broker.server.group_store import GroupStore
 from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.purgatory import Purgatory
 from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context
-from broker.server.txn_coordinator import TxnCoordinator, take_producer_id
 from broker.topics import topic_name_error
 from broker.zk import client as zkclient
 from broker.zk import paths, registry

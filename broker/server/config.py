@@ -107,7 +107,7 @@ DEFAULTS: dict[str, str | None] = {
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "offset.metadata.max.bytes": "4096",  # longer commit metadata: OFFSET_METADATA_TOO_LARGE
-    # the transaction coordinator (broker/server/txn_coordinator.py), Kafka's keys and defaults
+    # the transaction coordinator (broker/coordinator/txn/coordinator.py), Kafka's keys and defaults
     "transaction.max.timeout.ms": "900000",
     "transactional.id.expiration.ms": "604800000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
+    from broker.coordinator.group.coordinator import GroupCoordinator
+    from broker.coordinator.group.store import GroupStore
+    from broker.coordinator.txn.coordinator import TxnCoordinator
     from broker.coordinator.txn.producer_ids import ProducerIdPool
     from broker.log.log import PartitionLog
     from broker.log.manager import LogManager
@@ -22,11 +25,8 @@ if TYPE_CHECKING:
     from broker.security.acl_authorizer import Authorizer
     from broker.server.cache import MetadataCache, PartitionInfo
     from broker.server.config import BrokerConfig
-    from broker.server.coordinator import GroupCoordinator
-    from broker.server.group_store import GroupStore
     from broker.server.purgatory import Purgatory
     from broker.server.quotas import QuotaManager
-    from broker.server.txn_coordinator import TxnCoordinator
 
 TopicPartition = tuple[str, int]
 
@@ -48,7 +48,7 @@ class Services(Protocol):
     zk: KazooClient | None
     authorizer: Authorizer | None  # None: no `authorizer.class.name`, everything allowed
     quotas: QuotaManager  # client quotas (broker.server.quotas)
-    txn_coordinator: TxnCoordinator  # the transaction coordinator (broker.server.txn_coordinator)
+    txn_coordinator: TxnCoordinator  # the transaction coordinator (broker.coordinator.txn.coordinator)
 
     async def blocking(self, fn: Callable, *args: Any) -> Any:
         """Run a blocking call (ZooKeeper) off the event loop."""

@@ -3,7 +3,7 @@
 Blocking kazoo calls over the `/consumers/<g>/...` paths of `broker.zk.paths`. kafkactl's group
 consumer uses all three registries; the broker's group coordinator the offset registry and its own
 `generation` node, so `kafkactl group` reads committed offsets of both kinds of group from here. The
-broker never calls these on a group request's path: its `broker.server.group_store` writes them behind
+broker never calls these on a group request's path: its `broker.coordinator.group.store` writes them behind
 (held in memory while ZooKeeper is unreachable) and reads with kazoo's asynchronous calls, within a bound.
 """
 

@@ -50,7 +50,7 @@ The schema registry (`kafkactl schema-registry`, broker/schema_registry/store.py
 | /kafkactl/schema-registry/config | persistent | {"compatibilityLevel"} |
 | /kafkactl/schema-registry/subject_configs/<subject> | persistent | {"compatibilityLevel"} |
 
-The transaction coordinators (broker/server/txn_store.py; Kafka keeps this in its `__transaction_state` topic):
+The transaction coordinators (broker/coordinator/txn/store.py; Kafka keeps this in its `__transaction_state` topic):
 
 | znode | mode | data |
 |---|---|---|
@@ -129,7 +129,7 @@ ACL_EXTENDED = "/kafka-acl-extended"
 ACL_CHANGES = "/kafka-acl-changes"
 ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 ACL_CHANGE_PREFIX = "acl_changes_"
-#: the transaction coordinators' state (broker/server/txn_store.py documents the JSON)
+#: the transaction coordinators' state (broker/coordinator/txn/store.py documents the JSON)
 TRANSACTIONS = "/kafkactl/transactions"
 TXN_OFFSETS = "/kafkactl/txn_offsets"
 #: the persistent parents a cluster needs (Kafka creates the same set)

@@ -33,11 +33,11 @@ from kazoo.client import KazooClient
 
 from broker.client.connection import Connection
 from broker.client.sync import Producer
+from broker.coordinator.group.coordinator import coordinator_for
 from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.primitives import I16, I32, Reader
-from broker.server.coordinator import coordinator_for
 from broker.zk.server import ZooKeeperServer
 from tests.fixtures import zk_client
 from tests.integration.clientkit import kafka_python_knows

@@ -14,9 +14,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from broker.coordinator.group.coordinator import coordinator_for
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.server.coordinator import coordinator_for
 from broker.zk import paths
 from tests.integration.clientkit import create_topic, unique
 from tests.integration.helpers import cli, connect, error_line, json_lines, ok, wait_until, zk_json, zk_session

@@ -12,9 +12,9 @@ import time
 
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
+from broker.coordinator.group.coordinator import coordinator_for
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.server.coordinator import coordinator_for
 from broker.zk import paths
 from tests.integration.clientkit import create_topic, unique
 from tests.integration.helpers import connect, wait_until, zk_session

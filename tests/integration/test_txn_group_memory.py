@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from broker.coordinator.group.coordinator import coordinator_for
 from broker.protocol.api import ApiKey
-from broker.server.coordinator import coordinator_for
 from broker.zk import paths
 from broker.zk.server import ZooKeeperServer
 from tests.fixtures import zk_client

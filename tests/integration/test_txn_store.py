@@ -1,4 +1,4 @@
-"""The transaction coordinators' ZooKeeper state (broker.server.txn_store) on a real ZooKeeper: writes are
+"""The transaction coordinators' ZooKeeper state (broker.coordinator.txn.store) on a real ZooKeeper: writes are
 conditional on the znode version, so of two brokers that both believe they coordinate an id only one wins;
 TxnOffsetCommit's held offsets are written only while their transaction is Ongoing (checked in the same
 multi-op), merge within one transaction, are listed by group, and a transaction's end commits them, drops
@@ -14,9 +14,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
+from broker.coordinator.txn import store as txn_store
+from broker.coordinator.txn.state import TxnMeta, TxnState
 from broker.protocol.errors import ErrorCode
-from broker.server import txn_store
-from broker.server.txn_state import TxnMeta, TxnState
 from broker.zk import paths
 from tests.integration.helpers import zk_json, zk_session
 

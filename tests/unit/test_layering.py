@@ -46,6 +46,12 @@ def test_replication_never_imports_the_server():
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
+def test_the_coordinators_never_import_the_server():
+    for path in _modules_of("coordinator"):
+        bad = _imports_any(path, ("broker.server",))
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
 def test_the_request_handlers_never_import_the_broker_that_builds_them():
     handlers = sorted((ROOT / "broker" / "server" / "handlers").glob("*.py"))
     assert handlers

@@ -12,7 +12,7 @@ Committed offsets go to ZooKeeper's offset registry; each stable generation (mem
 goes through the `store` hook to ZooKeeper too (`/consumers/<g>/generation`), and a coordinator that
 takes a group over (its old one died or moved) `restore`s it, so members keep their generation.
 
-Nothing here waits on ZooKeeper: the broker's `broker.server.group_store` writes behind, holding commits
+Nothing here waits on ZooKeeper: the broker's `broker.coordinator.group.store` writes behind, holding commits
 and generations in memory while ZooKeeper is unreachable and writing them when it returns, so joins,
 syncs, heartbeats and commits are answered as usual through an outage. A broker killed during one loses
 what it held: the group resumes from the last commits ZooKeeper has (at-least-once). `on_drop` tells the

@@ -66,7 +66,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from broker.server import txn_store
+from broker.coordinator.txn import store as txn_store
 from broker.zk import client as zkclient
 from broker.zk import consumers, paths
 from broker.zk.paths import StoredOffset

@@ -2,14 +2,14 @@
 AddOffsetsToTxn, EndTxn, the timeout sweep and the completion of ended transactions.
 
 A transactional id is coordinated by `coordinator_for(id, live brokers)`, the hash groups use. Its state
-(`broker.server.txn_state.TxnMeta`) lives in ZooKeeper (`broker.server.txn_store`), cached here with the
+(`broker.coordinator.txn.state.TxnMeta`) lives in ZooKeeper (`broker.coordinator.txn.store`), cached here with the
 znode version it was read or written at; every change is a write conditional on that version, so a broker
 that lost the id to another (the live brokers changed) fails its write and answers NOT_COORDINATOR. Changes
 of one id are serialised by a lock of its own.
 
 Ending a transaction (EndTxn, a timeout, an InitProducerId that finds it open) writes PrepareCommit or
-PrepareAbort, then the markers (`broker.server.txn_markers_sender`: WriteTxnMarkers to every partition's
-leader, with the state's `coordinator_epoch`, see `broker.server.txn_state`), then, in one ZooKeeper multi-op
+PrepareAbort, then the markers (`broker.coordinator.txn.markers_sender`: WriteTxnMarkers to every partition's
+leader, with the state's `coordinator_epoch`, see `broker.coordinator.txn.state`), then, in one ZooKeeper multi-op
 (`txn_store.finish`), on commit the offsets TxnOffsetCommit held become the groups' committed offsets, the
 held copies go, and CompleteCommit or CompleteAbort is written. Until that multi-op succeeds (a slow or
 failing ZooKeeper: the sweep retries) the id stays in its Prepare state: requests of the id meanwhile get
@@ -41,40 +41,23 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import KazooException
 
+from broker.coordinator.group.coordinator import coordinator_for
+from broker.coordinator.txn import state as st
+from broker.coordinator.txn import store as txn_store
+from broker.coordinator.txn.markers_sender import MarkerSender, Superseded
+from broker.coordinator.txn.state import TopicPartition, TxnMeta, TxnState
 from broker.protocol.errors import ErrorCode
-from broker.server import txn_state as st
-from broker.server import txn_store
-from broker.server.coordinator import coordinator_for
-from broker.server.txn_markers_sender import MarkerSender, Superseded
-from broker.server.txn_state import TopicPartition, TxnMeta, TxnState
-from broker.zk import registry
 from broker.zk.paths import StoredOffset
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
-    from broker.server.cache import MetadataCache
-    from broker.server.config import BrokerConfig
-    from broker.server.services import Services
+    from broker.coordinator.txn.interfaces import ClusterMetadata, CoordinatorConfig
 
 log = logging.getLogger(__name__)
 
 #: how long EndTxn waits for its markers before answering (completion goes on after)
 END_WAIT_S = 10.0
-
-
-async def take_producer_id(b: Services) -> int:
-    """A producer id from the broker's block (a new block from ZooKeeper when it is used up); RuntimeError
-    while ZooKeeper cannot be asked."""
-    pid = b.pid_pool.take()
-    if pid is None:
-        if b.zookeeper_problem() or b.zk is None:
-            raise RuntimeError("ZooKeeper unavailable")
-        first, last = await b.blocking(registry.allocate_producer_ids, b.zk, b.id)
-        b.pid_pool.add_block(first, last)
-        pid = b.pid_pool.take()
-    assert pid is not None
-    return pid
 
 
 class NotCoordinator(Exception):
@@ -94,7 +77,7 @@ def _now_ms() -> int:
 class TxnCoordinator:
     """One broker's transaction coordinator."""
 
-    def __init__(self, broker_id: int, config: BrokerConfig, cache: MetadataCache, *,
+    def __init__(self, broker_id: int, config: CoordinatorConfig, cache: ClusterMetadata, *,
                  zk: Callable[[], KazooClient | None], blocking: Callable[..., Awaitable[Any]],
                  new_producer_id: Callable[[], Awaitable[int]],
                  committed: Callable[[str, dict[TopicPartition, StoredOffset]], None] = lambda g, o: None,

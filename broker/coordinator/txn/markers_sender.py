@@ -25,8 +25,7 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, error_name
 
 if TYPE_CHECKING:
-    from broker.server.cache import MetadataCache
-    from broker.server.config import BrokerConfig
+    from broker.coordinator.txn.interfaces import ClusterMetadata, CoordinatorConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ class Superseded(Exception):
 class MarkerSender:
     """Sends markers for one broker's coordinator; keeps one connection per leader broker."""
 
-    def __init__(self, broker_id: int, config: BrokerConfig, cache: MetadataCache,
+    def __init__(self, broker_id: int, config: CoordinatorConfig, cache: ClusterMetadata,
                  endpoint: Callable[[int], tuple[str, int] | None]) -> None:  # fmt: skip
         self.broker_id = broker_id
         self.config = config

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from broker.zk import registry
+
+if TYPE_CHECKING:
+    from broker.coordinator.txn.interfaces import ProducerIdSource
+
 
 class ProducerIdPool:
     """Producer ids from cluster-wide blocks; `refill` claims the next block (a blocking ZooKeeper call)."""
@@ -19,3 +26,17 @@ class ProducerIdPool:
 
     def add_block(self, first: int, last: int) -> None:
         self.next, self.end = first, last
+
+
+async def take_producer_id(b: ProducerIdSource) -> int:
+    """A producer id from the broker's block (a new block from ZooKeeper when it is used up); RuntimeError
+    while ZooKeeper cannot be asked."""
+    pid = b.pid_pool.take()
+    if pid is None:
+        if b.zookeeper_problem() or b.zk is None:
+            raise RuntimeError("ZooKeeper unavailable")
+        first, last = await b.blocking(registry.allocate_producer_ids, b.zk, b.id)
+        b.pid_pool.add_block(first, last)
+        pid = b.pid_pool.take()
+    assert pid is not None
+    return pid

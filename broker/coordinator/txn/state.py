@@ -21,7 +21,7 @@ the znode's version (which rises 3-4 times a transaction; an int32 epoch taken f
 about 2^31 / 4 transactions of one id): it rises once per takeover or retried completion, not per
 transaction, so its int32 bound is out of reach.
 
-`broker.server.txn_coordinator` applies these rules, `broker.server.txn_store` keeps the result in ZooKeeper
+`broker.coordinator.txn.coordinator` applies these rules, `broker.coordinator.txn.store` keeps the result in ZooKeeper
 (its JSON is `TxnMeta.to_json`).
 """
 

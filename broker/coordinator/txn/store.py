@@ -35,8 +35,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 
+from broker.coordinator.txn.state import TopicPartition, TxnMeta, TxnState, holds_offsets_of, txn_offsets_error
 from broker.protocol.errors import ErrorCode
-from broker.server.txn_state import TopicPartition, TxnMeta, TxnState, holds_offsets_of, txn_offsets_error
 from broker.zk import paths
 
 #: the most operations, and about the most bytes (paths and data), of one ZooKeeper multi-op here (ZooKeeper

@@ -1,8 +1,8 @@
 """The group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 OffsetFetch, DescribeGroups, ListGroups, DeleteGroups and OffsetDelete.
 
-Membership is `broker.server.coordinator`'s; committed offsets live in ZooKeeper's offset registry
-(`/consumers/<g>/offsets/<t>/<p>`), through the broker's `broker.server.group_store`, so no group request
+Membership is `broker.coordinator.group.coordinator`'s; committed offsets live in ZooKeeper's offset registry
+(`/consumers/<g>/offsets/<t>/<p>`), through the broker's `broker.coordinator.group.store`, so no group request
 waits on ZooKeeper for long: OffsetCommit is answered once the write is done, or held in memory (error 0)
 when ZooKeeper is slow or unreachable; OffsetFetch answers what ZooKeeper and memory say, and a partition
 that neither can tell during an outage COORDINATOR_LOAD_IN_PROGRESS (retriable: librdkafka retries it in
@@ -26,7 +26,7 @@ Versions are Kafka 2.8's (flexible ones included): JoinGroup v7 and SyncGroup v5
 type (and name), SyncGroup v5 requires both and checks them against the group's (INCONSISTENT_GROUP_PROTOCOL),
 ListGroups v4 answers each group's state and filters by state, and OffsetFetch v7's require_stable answers
 UNSTABLE_OFFSET_COMMIT for a partition with offsets a transaction's TxnOffsetCommit holds until it ends
-(`broker.server.txn_store`; TxnOffsetCommit itself is in `handlers/transactions.py`).
+(`broker.coordinator.txn.store`; TxnOffsetCommit itself is in `handlers/transactions.py`).
 """
 
 from __future__ import annotations
@@ -36,16 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import KazooException
 
+from broker.coordinator.group.coordinator import GroupState, coordinator_for
+from broker.coordinator.group.store import NO_OFFSET
+from broker.coordinator.txn.store import pending_partitions
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.security.session import current
-from broker.server.coordinator import GroupState, coordinator_for
-from broker.server.group_store import NO_OFFSET
 from broker.server.handlers.transactions import find_txn_coordinator
 from broker.server.network import current_peer
-from broker.server.txn_store import pending_partitions
 from broker.zk.paths import StoredOffset, offset_metadata_json
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 FindCoordinator key type 1 (called from `groups.py`), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 DescribeTransactions and ListTransactions; and TxnOffsetCommit, which the group's coordinator answers.
 
-The rules are `broker.server.txn_coordinator`'s. Here: the ACL checks, as Kafka's KafkaApis makes them (Write
+The rules are `broker.coordinator.txn.coordinator`'s. Here: the ACL checks, as Kafka's KafkaApis makes them (Write
 on the TransactionalId for InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit;
 Describe for FindCoordinator and DescribeTransactions; Write on each topic for AddPartitionsToTxn, Read on
 the group for AddOffsetsToTxn and TxnOffsetCommit, and Read on each topic for TxnOffsetCommit), and the
@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import KazooException
 
+from broker.coordinator.group.coordinator import coordinator_for
+from broker.coordinator.txn import store as txn_store
+from broker.coordinator.txn.state import TxnState, fenced_error
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed
 from broker.security.session import current
-from broker.server import txn_store
-from broker.server.coordinator import coordinator_for
-from broker.server.txn_state import TxnState, fenced_error
 
 if TYPE_CHECKING:
     from broker.server.services import Services

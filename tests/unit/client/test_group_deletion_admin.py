@@ -14,7 +14,7 @@ from broker.client import group_admin
 from broker.client.admin import AdminError
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.errors import ErrorCode
-from tests.unit.server.test_group_store import FakeZk
+from tests.unit.coordinator.test_group_store import FakeZk
 
 
 class FakeAdmin:

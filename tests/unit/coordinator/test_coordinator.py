@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from broker.coordinator.group.coordinator import GroupCoordinator, GroupState, coordinator_for, java_hash
 from broker.protocol.errors import ErrorCode
-from broker.server.coordinator import GroupCoordinator, GroupState, coordinator_for, java_hash
 
 GID = "group-a"
 NONE = ErrorCode.NONE

@@ -1,4 +1,4 @@
-"""The group store (broker/server/group_store.py) on an in-memory stand-in for kazoo's client: commits written
+"""The group store (broker/coordinator/group/store.py) on an in-memory stand-in for kazoo's client: commits written
 in order and answered once written; during an outage answered at once, held, served back by fetch, and written
 when ZooKeeper returns (the newest per partition; never over a newer commit someone else wrote); generations
 the same; reads bounded; the outage logged once and its end once. Plain asyncio.run, no plugin.
@@ -17,8 +17,8 @@ import pytest
 from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError
 
-from broker.server import group_store
-from broker.server.group_store import GroupStore
+from broker.coordinator.group import store as group_store
+from broker.coordinator.group.store import GroupStore
 from broker.zk import consumers
 from broker.zk.paths import StoredOffset
 
@@ -222,7 +222,7 @@ def short_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def outage_lines(caplog: pytest.LogCaptureFixture) -> tuple[list[str], list[str]]:
-    msgs = [r.getMessage() for r in caplog.records if r.name == "broker.server.group_store"]
+    msgs = [r.getMessage() for r in caplog.records if r.name == "broker.coordinator.group.store"]
     return [m for m in msgs if m.startswith("ZooKeeper unreachable")], [m for m in msgs if "ZooKeeper back" in m]
 
 
@@ -271,7 +271,7 @@ def test_commits_are_written_in_the_order_they_were_made() -> None:
 def test_during_an_outage_commits_are_answered_at_once_held_fetched_back_and_written_when_it_returns(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, "broker.server.group_store")
+    caplog.set_level(logging.INFO, "broker.coordinator.group.store")
 
     async def main() -> None:
         zk = FakeZk()
@@ -321,7 +321,7 @@ def test_memory_answers_only_for_groups_with_members_here_and_forgets_them() -> 
 
 
 def test_a_held_commit_is_not_written_over_a_newer_one(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "broker.server.group_store")
+    caplog.set_level(logging.INFO, "broker.coordinator.group.store")
 
     async def main() -> None:
         zk = FakeZk()
@@ -343,7 +343,7 @@ def test_a_held_commit_is_not_written_over_a_newer_one(caplog: pytest.LogCapture
 
 
 def test_a_failed_write_holds_the_commit_and_the_writer_tries_again(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "broker.server.group_store")
+    caplog.set_level(logging.INFO, "broker.coordinator.group.store")
 
     async def main() -> None:
         zk = FakeZk()
@@ -435,7 +435,7 @@ def test_reads_of_a_zookeeper_that_does_not_answer_end_within_their_bound() -> N
 
 
 def test_close_writes_what_is_held_or_says_what_it_lost(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "broker.server.group_store")
+    caplog.set_level(logging.INFO, "broker.coordinator.group.store")
 
     async def main() -> None:
         zk = FakeZk()

@@ -1,4 +1,4 @@
-"""The transaction coordinator's completion of a Prepare state (broker.server.txn_coordinator), with the
+"""The transaction coordinator's completion of a Prepare state (broker.coordinator.txn.coordinator), with the
 markers and ZooKeeper replaced by in-memory fakes: a coordinator that takes a Prepare over writes it again and
 uses that write's version as its markers' coordinator epoch; a completion stops when its id moves to another
 broker, and when the ZooKeeper session it began in is gone (expired: others may own the id now)."""
@@ -10,10 +10,10 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from broker.server.coordinator import coordinator_for
-from broker.server.txn_coordinator import TxnCoordinator
-from broker.server.txn_markers_sender import Superseded
-from broker.server.txn_state import TxnMeta, TxnState
+from broker.coordinator.group.coordinator import coordinator_for
+from broker.coordinator.txn.coordinator import TxnCoordinator
+from broker.coordinator.txn.markers_sender import Superseded
+from broker.coordinator.txn.state import TxnMeta, TxnState
 
 PREPARED = TxnMeta(7, 2, 60000, TxnState.PREPARE_COMMIT, partitions=frozenset({("t", 0)}), start_ms=1, txn_number=3)
 

@@ -1,4 +1,4 @@
-"""The markers' coordinator epoch (broker.server.txn_coordinator, txn_state.marker_epoch): kept in the
+"""The markers' coordinator epoch (broker.coordinator.txn.coordinator, txn_state.marker_epoch): kept in the
 transaction's znode, the same for every transaction of one coordinator and raised by one only when a Prepare is
 written again (a takeover, a retried completion), so an id committing every 100 ms does not take its int32 past
 2^31 as the znode version (3-4 writes a transaction) would; a znode without one (an earlier kafkactl) gives its
@@ -10,10 +10,10 @@ import asyncio
 import json
 from typing import Any
 
-from broker.server.txn_state import TxnMeta, TxnState
+from broker.coordinator.txn.state import TxnMeta, TxnState
 from broker.zk import paths
-from tests.unit.server.test_txn_completion import _coordinator, _txn_id_on
-from tests.unit.server.test_txn_size_limits import Zk
+from tests.unit.coordinator.test_txn_completion import _coordinator, _txn_id_on
+from tests.unit.coordinator.test_txn_size_limits import Zk
 
 ONGOING = TxnMeta(7, 0, 60000, TxnState.ONGOING, partitions=frozenset({("t", 0)}), start_ms=1, update_ms=1,
                   txn_number=1)  # fmt: skip

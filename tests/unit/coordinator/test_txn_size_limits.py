@@ -12,11 +12,11 @@ from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, NoNodeError
 
+from broker.coordinator.txn import store as txn_store
+from broker.coordinator.txn.state import TxnMeta, TxnState
 from broker.protocol.errors import ErrorCode
-from broker.server import txn_store
-from broker.server.txn_state import TxnMeta, TxnState
 from broker.zk import paths
-from tests.unit.server.test_txn_completion import _coordinator, _txn_id_on
+from tests.unit.coordinator.test_txn_completion import _coordinator, _txn_id_on
 
 #: what ZooKeeper takes in one request (its default jute.maxbuffer)
 ZK_LIMIT = 1024 * 1024

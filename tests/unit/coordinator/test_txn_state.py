@@ -1,12 +1,12 @@
-"""The transaction coordinator's state machine (broker.server.txn_state): pure rules, no I/O."""
+"""The transaction coordinator's state machine (broker.coordinator.txn.state): pure rules, no I/O."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from broker.coordinator.txn import state as st
+from broker.coordinator.txn.state import TxnMeta, TxnState
 from broker.protocol.errors import ErrorCode
-from broker.server import txn_state as st
-from broker.server.txn_state import TxnMeta, TxnState
 
 T0 = 1_000_000
 

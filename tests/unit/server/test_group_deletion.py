@@ -10,11 +10,11 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from broker.coordinator.group.coordinator import GroupCoordinator
 from broker.protocol.errors import ErrorCode
-from broker.server.coordinator import GroupCoordinator
 from broker.server.handlers import groups
-from tests.unit.server.test_coordinator import join_req, subscription
-from tests.unit.server.test_group_store import FakeZk, offsets_of, run, short_bounds, started  # noqa: F401 - the fixture
+from tests.unit.coordinator.test_coordinator import join_req, subscription
+from tests.unit.coordinator.test_group_store import FakeZk, offsets_of, run, short_bounds, started  # noqa: F401 - the fixture
 
 TOPICS = {"orders": 2, "audit": 1}
 

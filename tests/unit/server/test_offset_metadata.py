@@ -20,8 +20,8 @@ from broker.protocol.errors import ErrorCode
 from broker.server.handlers import groups
 from broker.zk import consumers, paths
 from broker.zk.paths import StoredOffset
+from tests.unit.coordinator.test_group_store import FakeZk, run, short_bounds, started, until  # noqa: F401 - the fixture
 from tests.unit.server.test_group_deletion import services
-from tests.unit.server.test_group_store import FakeZk, run, short_bounds, started, until  # noqa: F401 - the fixture
 
 G = "g"
 T = "orders"

@@ -1,4 +1,4 @@
-"""The group store's memory of committed offsets and transactions (broker/server/group_store.py): a partition a
+"""The group store's memory of committed offsets and transactions (broker/coordinator/group/store.py): a partition a
 TxnOffsetCommit touched is never answered from memory (during a ZooKeeper outage, or a read slower than
 READ_WAIT_S) with what it had before the transaction: its transaction's coordinator, maybe on another broker,
 commits the offsets straight to ZooKeeper, and the group's coordinator is not told. On the in-memory kazoo
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from broker.protocol.errors import ErrorCode
 from broker.server.handlers.transactions import handle_txn_offset_commit
 from broker.zk import paths
-from tests.unit.server.test_group_store import FakeZk, G, T, offsets_of, run, short_bounds, started
+from tests.unit.coordinator.test_group_store import FakeZk, G, T, offsets_of, run, short_bounds, started
 
 __all__ = ["short_bounds"]  # (its autouse fixture: short bounds here too)
 

@@ -1,0 +1,1 @@
+"""Consumer groups: membership (`coordinator.py`) and its write-behind ZooKeeper store (`store.py`)."""
