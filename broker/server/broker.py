@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.exceptions import KazooException
 
 from broker.coordinator.group.coordinator import GroupCoordinator, coordinator_for
 from broker.coordinator.group.store import GroupStore
@@ -52,16 +51,16 @@ from broker.server.network import Server
 from broker.server.purgatory import Purgatory
 from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context
-from broker.topics import topic_name_error
+from broker.server.zk_watches import ZkWatches
 from broker.zk import client as zkclient
-from broker.zk import paths, registry
+from broker.zk import registry
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
 
-class Broker:
+class Broker(ZkWatches):
     """One broker process's state; the handlers in `broker.server.handlers` act on it through the narrow
     interface `broker.server.services.Services`."""
 
@@ -424,68 +423,6 @@ class Broker:
             with contextlib.suppress(RuntimeError):
                 self.loop.call_soon_threadsafe(fn, *args)
 
-    def _watch(self) -> None:
-        zk = self.zk
-        assert zk is not None
-        self.cache.set_brokers(registry.registered_brokers(zk))
-        for topic in registry.topic_names(zk):  # first fill, synchronously, so the first request sees it all
-            self._load_topic(topic, now=True)
-        ChildrenWatch(zk, paths.BROKER_IDS, self._guarded(self._on_brokers))
-        ChildrenWatch(zk, paths.TOPICS, self._guarded(self._on_topics))
-        DataWatch(zk, paths.CONTROLLER, self._guarded(self._on_controller))
-        DataWatch(zk, paths.PREFERRED_ELECTION, self._guarded(self._on_preferred_request))
-        DataWatch(zk, paths.REASSIGN, self._guarded(self._on_reassign_request))
-        ChildrenWatch(zk, paths.ISR_CHANGE, self._guarded(self._on_isr_change))
-        DataWatch(zk, paths.broker_config(self.id), self._guarded(self._on_broker_config))
-
-    def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap a watch callback: stop watching once shutting down, and turn a ZooKeeper error
-        (the session dropping under the callback) into one warning line, not a kazoo traceback."""
-
-        def callback(*args: Any) -> Any:
-            if self._closing:
-                return False
-            try:
-                return fn(*args)
-            except KazooException as e:
-                if not self._closing:
-                    log.warning("ZooKeeper watch %s failed: %s", fn.__name__, type(e).__name__)
-                return None
-
-        return callback
-
-    def _on_brokers(self, children: list[str]) -> None:
-        brokers = registry.registered_brokers(self.zk)  # type: ignore[arg-type]
-        self._call(self._set_brokers, brokers)
-
-    def _set_brokers(self, registered: dict[int, registry.Registration]) -> None:
-        """A new live set: groups whose coordinator is now another broker are handed over (forgotten); the
-        controller elects leaders for what the lost brokers led."""
-        self.cache.set_brokers(registered)
-        brokers = self.cache.brokers
-        if self.controller is not None and self.controller.active:
-            self.controller.poke()
-        for gid in [g for g in self.coordinator.groups if coordinator_for(g, brokers) != self.id]:
-            log.info("group %s moved to broker %d", gid, coordinator_for(gid, brokers))
-            self.coordinator.unload(gid)
-        self.txn_coordinator.brokers_changed()
-
-    def _on_topics(self, children: list[str]) -> None:
-        names = set(children)
-        known = set(self.cache.topics)
-        for topic in sorted(names - known):
-            self._load_topic(topic)
-        for topic in sorted(names & known):  # deleted and created again between two looks at the list
-            if registry.topic_id(self.zk, topic) != self.cache.topic_ids.get(topic):  # type: ignore[arg-type]
-                self._load_topic(topic)
-        for topic in sorted(known - names):
-            self._call(self.forget_topic, topic)
-
-    def _on_controller(self, data: bytes | None, stat: Any) -> None:
-        """`/controller` changed: stand for controller when it is gone (the controller decides, under its lock)."""
-        if self.controller is not None and not self._closing:
-            self.controller.observe(data, stat)
-
     def _stand_for_controller(self) -> None:
         """Back on the same session: a claim a watch tried while ZooKeeper was away may have failed; try again."""
         if self.controller is not None and not self._closing:
@@ -493,27 +430,6 @@ class Broker:
                 self.controller.elect()
             except (KazooException, KafkactlError) as exc:
                 log.warning("standing for controller failed (%s)", type(exc).__name__)
-
-    def _on_preferred_request(self, data: bytes | None, stat: Any) -> None:
-        """`/admin/preferred_replica_election` was written (`kafkactl topic elect-leaders`): the controller
-        takes it on its next pass, now."""
-        if data is not None:
-            self._call(self._poke_controller)
-
-    def _on_reassign_request(self, data: bytes | None, stat: Any) -> None:
-        """`/admin/reassign_partitions` was written (`kafkactl topic reassign --execute`): the controller's
-        next step of it, now."""
-        if data is not None:
-            self._call(self._poke_controller, True)
-
-    def _on_isr_change(self, children: list[str]) -> None:
-        """A leader changed an ISR: a reassignment's new replica may have caught up."""
-        if children:
-            self._call(self._poke_controller, True)
-
-    def _on_broker_config(self, data: bytes | None, stat: Any) -> None:
-        rate = paths.parse_config(data).get("follower.replication.throttled.rate")
-        self._call(self.replicas.throttle.set_rate, int(rate) if rate and rate.isdigit() else None)
 
     def _poke_controller(self, moves_only: bool = False) -> None:
         if self.controller is not None and self.controller.active:
@@ -528,186 +444,12 @@ class Broker:
         value = self.cache.configs.get(topic, {}).get("unclean.leader.election.enable")
         return self.config.unclean_leader_election if value is None else _flag(value)
 
-    def _load_topic(self, topic: str, *, now: bool = False) -> bool:
-        """Read a topic's assignment, states and config from ZooKeeper and apply them on the loop."""
-        zk = self.zk
-        assert zk is not None
-        found = registry.moves_and_id(zk, topic)
-        if found is None:
-            return False
-        (assignment, _, removing), topic_id = found
-        states = {p: registry.partition_state(zk, topic, p) for p in assignment}
-        config = registry.topic_config(zk, topic)
-        if now:
-            self._apply_topic(topic, assignment, states, config, topic_id, removing)
-        else:
-            self._call(self._apply_topic, topic, assignment, states, config, topic_id, removing)
-        if topic not in self._config_watched:
-            self._config_watched.add(topic)
-            DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
-        self._watch_states(topic, assignment)
-        return True
-
-    def _watch_states(self, topic: str, assignment: dict[int, list[int]]) -> None:
-        """Watch each partition's state znode (leaders elected and ISRs changed reach this broker this way), and
-        the topic's assignment (partitions added)."""
-        zk = self.zk
-        assert zk is not None
-        if topic not in self._assignment_watched:
-            self._assignment_watched.add(topic)
-            DataWatch(zk, paths.topic(topic), self._guarded(self._assignment_watcher(topic)))
-        for p in assignment:
-            if (topic, p) in self._state_watched:
-                continue
-            self._state_watched.add((topic, p))
-            DataWatch(zk, paths.partition_state(topic, p), self._guarded(self._state_watcher(topic, p)))
-
-    def _assignment_watcher(self, topic: str) -> Callable[[bytes | None, Any], bool | None]:
-        def on_change(data: bytes | None, stat: Any) -> bool | None:
-            if topic not in self._assignment_watched:
-                return False
-            parts = self.cache.topics.get(topic)
-            if data is None or parts is None:
-                return None
-            replicas, _, removing = paths.parse_moves(data)
-            known = {p: (info.replicas, info.removing) for p, info in parts.items()}
-            if {p: (r, removing.get(p, [])) for p, r in replicas.items()} != known:
-                self._load_topic(topic)  # partitions added or reassigned: replicas start (or stop) here
-            return None
-
-        return on_change
-
-    def _state_watcher(self, topic: str, p: int) -> Callable[[bytes | None, Any], bool | None]:
-        def on_change(data: bytes | None, stat: Any) -> bool | None:
-            if (topic, p) not in self._state_watched:
-                return False
-            if data is not None and stat is not None:
-                state = paths.loads(data) or {}
-                state["zk_version"] = stat.version
-                self._call(self._apply_state, topic, p, state, registry.topic_id(self.zk, topic))  # type: ignore[arg-type]
-            return None
-
-        return on_change
-
-    def _apply_state(self, topic: str, p: int, state: dict, topic_id: int | None) -> None:
-        """A partition's new state, if it belongs to the topic the cache holds (a state of a topic deleted and
-        created again under the same name waits for the topics watch to load that topic whole)."""
-        if topic_id is None or topic_id != self.cache.topic_ids.get(topic):
-            return
-        info = self.cache.set_state(topic, p, state)
-        if info is not None:
-            self.replicas.apply((topic, p), info)
-
-    def _config_watcher(self, topic: str) -> Callable[[bytes | None, Any], bool | None]:
-        def on_change(data: bytes | None, stat: Any) -> bool | None:
-            if topic not in self._config_watched:
-                return False  # the topic went away: stop watching
-            if data is not None:
-                self._call(self.apply_config, topic, paths.parse_config(data))
-            return None
-
-        return on_change
-
-    def _apply_topic(self, topic: str, assignment: dict[int, list[int]], states: dict[int, dict | None],
-                     config: dict[str, str], topic_id: int | None,
-                     removing: dict[int, list[int]] | None = None) -> None:  # fmt: skip
-        """Take a topic's ZooKeeper state; the logs of an earlier topic of the same name are deleted."""
-        known = self.cache.topic_ids.get(topic)
-        if known is not None and topic_id is not None and known != topic_id:
-            self._drop_logs(topic)
-        before = self.cache.topics.get(topic, {}) if known == topic_id else {}
-        if topic_id is not None:
-            self.cache.topic_ids[topic] = topic_id
-        self.cache.set_topic(topic, assignment, states, removing)
-        self.apply_config(topic, config)
-        for p, info in self.cache.topics[topic].items():
-            self.replicas.apply((topic, p), info)
-        for p, old in before.items():  # reassigned away from this broker: the copy goes (Kafka's StopReplica)
-            if self.id in old.replicas and self.id not in assignment.get(p, [self.id]):
-                self._drop_replica(topic, p)
-
-    def _drop_replica(self, topic: str, p: int) -> None:
-        if self.logs.get(topic, p) is None:
-            return
-        self.logs.delete(topic, p)
-        self.producer_states.pop((topic, p), None)
-        self.purgatory.notify((topic, p))
-        log.info("%s-%d was reassigned to brokers %s: deleted this broker's copy", topic, p,
-                 self.cache.topics[topic][p].replicas)  # fmt: skip
-
-    def apply_config(self, topic: str, config: dict[str, str]) -> None:
-        self.cache.configs[topic] = config
-        lc = log_config_for(self.config.log, config)
-        for p in self.cache.topics.get(topic, {}):
-            plog = self.logs.get(topic, p)
-            if plog is not None:
-                plog.config = lc
-        if self.cleaner is not None and lc.compact:
-            self.cleaner.wake()
-
-    def forget_topic(self, topic: str) -> None:
-        self._assignment_watched.discard(topic)
-        for tp in [tp for tp in self._state_watched if tp[0] == topic]:
-            self._state_watched.discard(tp)
-            self.replicas.forget(tp)
-        self.cache.drop_topic(topic)
-        self._config_watched.discard(topic)
-        self._drop_logs(topic)
-
-    def _drop_logs(self, topic: str) -> None:
-        """Delete this broker's logs of a deleted topic (and forget their producers, wake their fetches)."""
-        for t, p in [tp for tp in self.logs.logs if tp[0] == topic]:
-            self.replicas.forget((t, p))  # (a topic of the same name may follow: its replicas start afresh)
-            self.logs.delete(t, p)
-            self.producer_states.pop((t, p), None)
-            self.purgatory.notify((t, p))
-        log.info("deleted the local logs of topic %s", topic)
-
     # -- what handlers ask -------------------------------------------------------------------------
 
     async def blocking(self, fn: Callable, *args: Any) -> Any:
         """Run a blocking call (ZooKeeper) off the event loop."""
         assert self.loop is not None
         return await self.loop.run_in_executor(None, fn, *args)
-
-    async def refresh_topic(self, topic: str) -> bool:
-        """Fill a cache miss from ZooKeeper; True if the topic exists (an illegal name is never looked up: it
-        cannot exist, and as a znode path it could name another node, or none)."""
-        zk = self.zk
-        if zk is None or topic_name_error(topic):
-            return False
-        found = await self.blocking(self._read_topic, topic)
-        if found is None:
-            return False
-        self._apply_topic(topic, *found)
-        if topic not in self._config_watched:
-            self._config_watched.add(topic)
-            DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
-        await self.blocking(self._watch_states, topic, found[0])
-        return True
-
-    async def take_new_topic(self, topic: str, assignment: dict[int, list[int]], config: dict[str, str],
-                             topic_id: int | None) -> None:  # fmt: skip
-        """A topic this broker just created: its first replica leads each partition with every replica in sync
-        (as written), served at once, before the topics watch reports it (which then finds it known)."""
-        states: dict[int, dict | None] = {
-            p: {"leader": r[0], "leader_epoch": 0, "isr": list(r), "zk_version": 0} for p, r in assignment.items()
-        }
-        self._apply_topic(topic, assignment, states, config, topic_id)
-        await self.blocking(self._watch_states, topic, assignment)
-
-    def _read_topic(self, topic: str) -> tuple | None:
-        zk = self.zk
-        assert zk is not None
-        try:
-            found = registry.moves_and_id(zk, topic)
-            if found is None:
-                return None
-            (assignment, _, removing), topic_id = found
-            states = {p: registry.partition_state(zk, topic, p) for p in assignment}
-            return assignment, states, registry.topic_config(zk, topic), topic_id, removing
-        except NoNodeError:
-            return None
 
     async def leader_log(
         self, topic: str, partition: int

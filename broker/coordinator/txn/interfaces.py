@@ -1,15 +1,10 @@
 """What the transaction coordinator needs of its broker, as Protocols (the coordinators never import
-`broker.server`: tests/unit/test_layering.py)."""
+`broker.server`: tests/unit/test_layering.py). What handing out a producer id needs is beside the pool:
+`producer_ids.ProducerIdSource`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
-    from broker.coordinator.txn.producer_ids import ProducerIdPool
+from typing import Any, Protocol
 
 
 class Leader(Protocol):
@@ -32,15 +27,3 @@ class CoordinatorConfig(Protocol):
     and the inter-broker client's settings (`broker.client.security.inter_broker_security` reads them)."""
 
     props: dict[str, str]
-
-
-class ProducerIdSource(Protocol):
-    """What handing out a producer id takes of the broker: its pool, and ZooKeeper to claim a new block."""
-
-    id: int
-    pid_pool: ProducerIdPool
-    zk: KazooClient | None
-
-    def blocking(self, fn: Callable, *args: Any) -> Awaitable[Any]: ...
-
-    def zookeeper_problem(self) -> str | None: ...

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.zk import registry
 
 if TYPE_CHECKING:
-    from broker.coordinator.txn.interfaces import ProducerIdSource
+    from kazoo.client import KazooClient
 
 
 class ProducerIdPool:
@@ -26,6 +27,18 @@ class ProducerIdPool:
 
     def add_block(self, first: int, last: int) -> None:
         self.next, self.end = first, last
+
+
+class ProducerIdSource(Protocol):
+    """What handing out a producer id takes of the broker: its pool, and ZooKeeper to claim a new block."""
+
+    id: int
+    pid_pool: ProducerIdPool
+    zk: KazooClient | None
+
+    def blocking(self, fn: Callable, *args: Any) -> Awaitable[Any]: ...
+
+    def zookeeper_problem(self) -> str | None: ...
 
 
 async def take_producer_id(b: ProducerIdSource) -> int:

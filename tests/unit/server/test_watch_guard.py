@@ -18,7 +18,7 @@ def test_connection_loss_in_a_watch_is_one_warning(tmp_path, caplog):
     def on_brokers(children):
         raise ConnectionLoss()
 
-    with caplog.at_level(logging.WARNING, logger="broker.server.broker"):
+    with caplog.at_level(logging.WARNING, logger="broker.server.zk_watches"):
         assert broker._guarded(on_brokers)(["1"]) is None
     assert [r.getMessage() for r in caplog.records] == ["ZooKeeper watch on_brokers failed: ConnectionLoss"]
     assert all(r.exc_info is None for r in caplog.records)
