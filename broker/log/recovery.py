@@ -36,6 +36,7 @@ from pathlib import Path
 from broker.log.index import IndexCorruptError
 from broker.log.scanner import Damage, ScannedBatch, find_next_batch, open_segment, scan
 from broker.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, LogSegment, parse_segment_name, segment_name
+from broker.records.batch import LOG_OVERHEAD, Buffer
 
 log = logging.getLogger(__name__)
 QUARANTINE_SUFFIX = ".quarantined"
@@ -273,6 +274,8 @@ def _plan_segment(sp: SegmentPlan, buf, expected: int, lost: _LostRanges, salvag
 
 def _highest_offset(buf, start: int, end: int) -> int:
     """The highest offset of any checksummed batch in buf[start:end] (-1 if none): what a cut loses."""
+    if _runs_past_the_end(buf, start, end):
+        return -1  # a torn final write: what checks inside it is its own content
     highest, pos = -1, start - 1  # find_next_batch looks after `pos`: a batch at `start` counts
     while (found := find_next_batch(buf, pos, end)) is not None:
         item = next(scan(buf, found, end))  # a batch that frames and checks: find_next_batch saw to it
@@ -315,8 +318,19 @@ def _classify(plan: PartitionPlan) -> None:
         valid_after = len(sp.cuts) > 1 or (sp.cuts and sp.cuts[-1].end < sp.size)
         if not valid_after and not plan.salvage:
             with open_segment(sp.path) as buf:
-                valid_after = find_next_batch(buf, sp.first_bad_position, sp.size) is not None
+                valid_after = (not _runs_past_the_end(buf, sp.first_bad_position, sp.size)
+                               and find_next_batch(buf, sp.first_bad_position, sp.size) is not None)  # fmt: skip
         sp.kind = "mid-log" if later_data or valid_after else "tail"
+
+
+def _runs_past_the_end(buf: Buffer, pos: int, size: int) -> bool:
+    """Whether the batch at `pos` frames a length that runs past the segment's end: a torn final write. What
+    looks valid inside it is its own content (a legacy wrapper's uncompressed inner messages), not a later
+    batch."""
+    if pos + LOG_OVERHEAD > size:
+        return True
+    length = int.from_bytes(buf[pos + 8 : pos + LOG_OVERHEAD], "big", signed=True)
+    return length >= 0 and pos + LOG_OVERHEAD + length > size
 
 
 def _holds_a_valid_batch(sp: SegmentPlan) -> bool:

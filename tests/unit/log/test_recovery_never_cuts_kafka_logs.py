@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.log import recovery
@@ -206,6 +206,9 @@ def kafka_logs(draw) -> list[list[Spec]]:
 
 @settings(max_examples=40, deadline=None)
 @given(segments=kafka_logs(), first=st.integers(0, 1 << 40), tear=st.integers(1, 1 << 16))
+# a torn magic-0 LZ4 wrapper whose frame stores its inner message uncompressed: that message checks, but it is
+# the torn batch's own content, not a batch after the damage (it was classed mid-log)
+@example(segments=[[(0, NONE, 2), (0, NONE, 5), (0, LZ4, 1)]], first=53651934, tear=3883)
 def test_healthy_data_is_never_cut(segments, first, tear):
     """Any sequence of Kafka's batch formats, from any offset, over any segments: recovery cuts nothing;
     tear the last batch anywhere and it cuts exactly that batch."""
