@@ -120,7 +120,7 @@ def test_registration_znodes(cluster):
 # --- spread ----------------------------------------------------------------------------------------
 
 
-def test_six_partitions_with_two_replicas_spread_round_robin(cluster):
+def test_six_partitions_with_two_replicas_spread_as_kafka_places_them(cluster):
     ok(cli("topic", "create", "spread", "-p", "6", "-r", "2", "-b", cluster[0].bootstrap))
     zk_connect = cluster[0].zk_connect
     replicas = assignment(zk_connect, "spread")
@@ -132,8 +132,12 @@ def test_six_partitions_with_two_replicas_spread_round_robin(cluster):
     for p in range(5):  # round-robin: each next partition leads on the next broker
         assert lead[p + 1] == order[(order.index(lead[p]) + 1) % 3], lead
     assert sorted(list(lead.values()).count(i) for i in (1, 2, 3)) == [2, 2, 2]
-    for reps in replicas.values():  # the second replica is the broker after the leader
-        assert reps[1] == order[(order.index(reps[0]) + 1) % 3], replicas
+    # Kafka's placement: the follower's distance from the leader is one per round of 3 partitions, shifted by one
+    # each round, so the two partitions a broker leads have different followers: its death spreads them
+    distance = {p: (order.index(reps[1]) - order.index(reps[0])) % 3 for p, reps in replicas.items()}
+    assert distance[0] == distance[1] == distance[2] != distance[3] == distance[4] == distance[5], replicas
+    for b in order:
+        assert len({reps[1] for reps in replicas.values() if reps[0] == b}) == 2, replicas
 
     with zk_session(zk_connect) as zk:
         for p, reps in replicas.items():
