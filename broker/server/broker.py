@@ -41,6 +41,7 @@ from broker.log.producer_state import (
     take_snapshot,
 )
 from broker.protocol.errors import ErrorCode
+from broker.quota.manager import QuotaManager
 from broker.replication.controller import Controller, move_leadership_away
 from broker.replication.manager import ReplicaManager
 from broker.security.acl_authorizer import Authorizer
@@ -49,7 +50,6 @@ from broker.server.config import BrokerConfig, log_config_for
 from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.purgatory import Purgatory
-from broker.server.quotas import QuotaManager
 from broker.server.tls import server_context
 from broker.server.zk_watches import ZkWatches
 from broker.zk import client as zkclient

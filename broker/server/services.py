@@ -21,12 +21,12 @@ if TYPE_CHECKING:
     from broker.log.manager import LogManager
     from broker.log.producer_state import ProducerStates
     from broker.protocol.errors import ErrorCode
+    from broker.quota.manager import QuotaManager
     from broker.replication.manager import ReplicaManager
     from broker.security.acl_authorizer import Authorizer
     from broker.server.cache import MetadataCache, PartitionInfo
     from broker.server.config import BrokerConfig
     from broker.server.purgatory import Purgatory
-    from broker.server.quotas import QuotaManager
 
 TopicPartition = tuple[str, int]
 
@@ -47,7 +47,7 @@ class Services(Protocol):
     group_store: GroupStore
     zk: KazooClient | None
     authorizer: Authorizer | None  # None: no `authorizer.class.name`, everything allowed
-    quotas: QuotaManager  # client quotas (broker.server.quotas)
+    quotas: QuotaManager  # client quotas (broker.quota.manager)
     txn_coordinator: TxnCoordinator  # the transaction coordinator (broker.coordinator.txn.coordinator)
 
     async def blocking(self, fn: Callable, *args: Any) -> Any:

@@ -19,7 +19,7 @@
 | /config/users/<user>/clients/<client-id> | persistent | {"version":1,"config":{"producer_byte_rate":"1024",...}}:
   client quotas (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`) of a user, a user's client id,
   or (under /config/clients/<client-id>) a client id; `<default>` names the default entity; a user's quota keys
-  share its znode's config with its SCRAM credentials (broker/server/quota_store.py) |
+  share its znode's config with its SCRAM credentials (broker/quota/store.py) |
 | /config/clients/<client-id> | persistent | the same, for a client id of any user |
 | /config/changes/config_change_<seq> | persistent sequential | {"version":2,"entity_path":"users/<user>"} (or
   "clients/<c>", "users/<u>/clients/<c>": the changed config's path under /config) |

@@ -14,7 +14,7 @@ import typer
 from broker.client.admin import Admin
 from broker.errors import UsageError
 from broker.protocol.messages.quotas import MATCH_DEFAULT, MATCH_EXACT
-from broker.server.quota_store import CLIENT_ID, QUOTA_KEYS, USER
+from broker.quota.store import CLIENT_ID, QUOTA_KEYS, USER
 from kafkactl import contexts
 from kafkactl.render import Output, json_line, table
 

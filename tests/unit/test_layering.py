@@ -1,7 +1,7 @@
 """Imports run one way: the CLI calls `broker/`, never the reverse; the request handlers see their broker
 only through `broker.server.services`, never `broker.server.broker` (which builds them); the lower layers
-(records, log, protocol) never import the server, replication or the clients, and replication and the
-coordinators never import the server (they see it through Protocols of their own)."""
+(records, log, protocol) never import the server, replication or the clients, and replication, the
+coordinators and the quotas never import the server (they see it through Protocols of their own)."""
 
 from __future__ import annotations
 
@@ -46,16 +46,16 @@ def test_replication_never_imports_the_server():
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
-def test_the_coordinators_never_import_the_server():
-    for path in _modules_of("coordinator"):
+def test_the_coordinators_and_quotas_never_import_the_server():
+    for path in _modules_of("coordinator") + _modules_of("quota"):
         bad = _imports_any(path, ("broker.server",))
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
-def test_no_two_modules_of_the_server_coordinators_or_log_import_each_other():
+def test_no_two_modules_of_the_server_coordinators_quotas_or_log_import_each_other():
     """(TYPE_CHECKING imports count: a pair leaning on each other is one concern split badly, or a missing
     lower layer.)"""
-    paths = [p for package in ("server", "coordinator", "log") for p in _modules_of(package)]
+    paths = [p for package in ("server", "coordinator", "quota", "log") for p in _modules_of(package)]
     names = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in paths}
     deps = {n: {m for m in imported(p) if m in names and m != n} for n, p in names.items()}
     pairs = sorted({tuple(sorted((a, b))) for a in deps for b in deps[a] if a in deps[b]})

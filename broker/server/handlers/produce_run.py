@@ -27,11 +27,11 @@ from broker.log.producer_state import KEEP, ProducerStates
 from broker.protocol.api import APIS, ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.produce import FAST_MAX_VERSION, RUN_CODEC, encode_produce_response
+from broker.quota.manager import PRODUCE_KEY, user_of
 from broker.records.crc import crc32c
 from broker.security.acl import Operation, ResourceType
 from broker.security.session import current
 from broker.server.network import Later
-from broker.server.quotas import PRODUCE_KEY, user_of
 
 if TYPE_CHECKING:
     from broker.server.services import Services

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.protocol.messages.quotas import MATCH_ANY, MATCH_DEFAULT, MATCH_EXACT
+from broker.quota import store as quota_store
+from broker.quota.store import CLIENT_ID, QUOTA_KEYS, USER, Entity
 from broker.security.acl import Operation
 from broker.security.acl_authorizer import cluster_allowed
-from broker.server import quota_store
-from broker.server.quota_store import CLIENT_ID, QUOTA_KEYS, USER, Entity
 from broker.zk import paths
 
 if TYPE_CHECKING:

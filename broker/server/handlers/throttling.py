@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 from broker.protocol.api import ApiKey
 from broker.protocol.framing import RequestHeader
 from broker.protocol.primitives import part_length
+from broker.quota.manager import FETCH_KEY, PRODUCE_KEY, user_of
+from broker.quota.store import REQUEST_PERCENTAGE
 from broker.security.session import Session, current
 from broker.server.network import FileRegion
-from broker.server.quota_store import REQUEST_PERCENTAGE
-from broker.server.quotas import FETCH_KEY, PRODUCE_KEY, user_of
 
 if TYPE_CHECKING:
     from broker.server.services import Services

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from broker.protocol.errors import ErrorCode
+from broker.quota.manager import WINDOW_MS, WINDOW_NUM, QuotaManager, Rate, user_of
+from broker.quota.store import Entity, format_value
 from broker.server.handlers.quotas import _filter, _Invalid, changes_of, describe, entity_of
-from broker.server.quota_store import Entity, format_value
-from broker.server.quotas import WINDOW_MS, WINDOW_NUM, QuotaManager, Rate, user_of
 
 D = "<default>"
 P = "producer_byte_rate"
@@ -183,7 +183,7 @@ def test_values_are_written_as_kafka_writes_them():
 
 
 def test_old_change_notifications_are_purged(monkeypatch):
-    from broker.server import quotas as quotas_module
+    from broker.quota import manager as quotas_module
 
     class Zk:
         def __init__(self) -> None:

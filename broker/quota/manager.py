@@ -1,6 +1,6 @@
 """Client quota enforcement, as Kafka 2.8's ClientQuotaManager: byte rates and request time over a sliding window.
 
-Every broker keeps the quotas of ZooKeeper's `/config/users|clients` znodes (broker.server.quota_store) in
+Every broker keeps the quotas of ZooKeeper's `/config/users|clients` znodes (broker.quota.store) in
 memory, read whole at start and again on each `/config/changes` notification (the watch sees a new
 child: kafka-configs, AlterClientQuotas on any broker, this one's included). Notifications are deleted
 15 minutes after a broker first saw them, as Kafka's brokers delete them.
@@ -31,8 +31,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.server import quota_store
-from broker.server.quota_store import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, Entity
+from broker.quota import store as quota_store
+from broker.quota.store import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, Entity
 from broker.zk import paths
 
 if TYPE_CHECKING:
