@@ -1016,7 +1016,11 @@ class AsyncProducer:
 
     def _retry(self, b: _Batch, exc: BaseException, *, refresh: bool) -> None:
         b.last_error = str(exc).removeprefix(f"{b.topic}-{b.partition}: ")
-        if self._stopping or b.attempts > self.config.retries or time.monotonic() > b.deadline:
+        if not self._stopping and time.monotonic() > b.deadline:  # as the ready queue's expiry says it
+            self._fail(b, ProduceError(f"{b.topic}-{b.partition}: not delivered within delivery.timeout.ms "
+                                       f"(last error: {b.last_error})", getattr(exc, "code", -1)))  # fmt: skip
+            return
+        if self._stopping or b.attempts > self.config.retries:
             self._fail(b, exc if isinstance(exc, ProduceError) else ProduceError(str(exc)))
             return
         code = getattr(exc, "code", -1)
