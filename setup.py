@@ -7,7 +7,9 @@ from setuptools import Extension, setup
 
 SHARED = "broker/records/_batch_bytes.h"  # big-endian helpers and the batch CRC, included by both
 
-setup(ext_modules=[
-    Extension("broker.records._codec", ["broker/records/_codec.c"], depends=[SHARED], optional=True),
-    Extension("broker.protocol._produce_run", ["broker/protocol/_produce_run.c"], depends=[SHARED], optional=True),
-])
+setup(
+    ext_modules=[
+        Extension("broker.records._codec", ["broker/records/_codec.c"], depends=[SHARED], optional=True),
+        Extension("broker.protocol._produce_run", ["broker/protocol/_produce_run.c"], depends=[SHARED], optional=True),
+    ]
+)

@@ -68,8 +68,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--workdir", type=Path, default=None, help="kept afterwards when given")
-    ap.add_argument("--warmup", type=int, default=200_000,
-                    help="messages both paths first run on, untimed, so neither is timed on a cold JVM")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=200_000,
+        help="messages both paths first run on, untimed, so neither is timed on a cold JVM",
+    )
     ap.add_argument("--cold-runs", type=int, default=3, help="fresh-process runs of each reader (0: none)")
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spark-load-bench-"))
@@ -124,8 +128,10 @@ def main() -> None:
         print(f"json reader: {report['json_reader_rows_per_s']:>12,} rows/s ({json_s:.1f} s)")
         print(f"spark-load is {report['ratio_spark_load_to_json']:.2f}x the JSON reader's speed")
         if cold:
-            print(f"cold, each in a fresh process: spark-load {cold['cold_spark_load_s']:.1f} s, json reader "
-                  f"{cold['cold_json_reader_s']:.1f} s: {cold['cold_ratio_spark_load_to_json']:.2f}x")
+            print(
+                f"cold, each in a fresh process: spark-load {cold['cold_spark_load_s']:.1f} s, json reader "
+                f"{cold['cold_json_reader_s']:.1f} s: {cold['cold_ratio_spark_load_to_json']:.2f}x"
+            )
         print(json.dumps(report))
     finally:
         if args.workdir is None:

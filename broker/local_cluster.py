@@ -215,8 +215,10 @@ def _ask_ports(plan: Plan, ports: Ports, running: set[int], zk_running: bool) ->
             plan.brokers[int(part.split()[1])] = port
     every = [plan.zookeeper_port, *plan.brokers.values()]
     if len(set(every)) != len(every):
-        raise UsageError(f"cluster {plan.name}: the ports asked for meet its saved ones (zookeeper "
-                         f"{plan.zookeeper_port}, brokers {plan.brokers}): give both --zookeeper-port and --base-port")
+        raise UsageError(
+            f"cluster {plan.name}: the ports asked for meet its saved ones (zookeeper "
+            f"{plan.zookeeper_port}, brokers {plan.brokers}): give both --zookeeper-port and --base-port"
+        )
 
 
 def _plan_for_up(name: str, brokers: int | None, ports: Ports | None = None) -> Plan:

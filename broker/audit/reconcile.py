@@ -45,8 +45,14 @@ class WindowRow:
 
     def to_json(self) -> dict:
         counts = {t: self.counts.get(t) for t in TIER_ORDER}
-        return {"topic": self.topic, "window_start": self.window_start, "window_ms": self.window_ms, **counts,
-                "status": self.status, "detail": self.detail}
+        return {
+            "topic": self.topic,
+            "window_start": self.window_start,
+            "window_ms": self.window_ms,
+            **counts,
+            "status": self.status,
+            "detail": self.detail,
+        }
 
 
 async def _audit_records(bootstrap: str) -> tuple[list[AuditRecord], str | None]:

@@ -100,8 +100,10 @@ def run(kind: str, messages: int = 10_000_000, size: int = 200, batch: int = 50,
         if bootstrap:
             return _run(kind, bootstrap, *args)
         if replication_factor > 1:
-            raise KafkactlError('--replication-factor above 1 needs a cluster: start one with `kafkactl cluster up '
-                                '-n 3` and give its bootstrap servers with -b (or `eval "$(kafkactl cluster env)"`)')
+            raise KafkactlError(
+                "--replication-factor above 1 needs a cluster: start one with `kafkactl cluster up "
+                '-n 3` and give its bootstrap servers with -b (or `eval "$(kafkactl cluster env)"`)'
+            )
         with scratch_broker(tmp) as servers:
             return _run(kind, servers, *args)
     finally:

@@ -56,8 +56,10 @@ def run(messages: int = 2_000_000, size: int = 200, partitions: int = 4, repeat:
                 for p in range(partitions):
                     share = messages // partitions + (p < messages % partitions)
                     lines = message_file(tmp / f"p{p}.txt", share, size)
-                    run_kcat(["-P", "-b", source, "-t", topic, "-p", str(p), "-l", str(lines)],
-                          {**PRODUCE_PROPS, "batch.size": str(batch_bytes)})
+                    run_kcat(
+                        ["-P", "-b", source, "-t", topic, "-p", str(p), "-l", str(lines)],
+                        {**PRODUCE_PROPS, "batch.size": str(batch_bytes)},
+                    )
                     lines.unlink()
             seconds = []
             for i in range(repeat):

@@ -108,8 +108,9 @@ class Cluster:
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
 
-    def _offsets_round(self, tps: list[TopicPartition], timestamp: int, isolation_level: int,
-                       found: dict[TopicPartition, int]) -> tuple[dict[TopicPartition, str], set[TopicPartition]]:
+    def _offsets_round(
+        self, tps: list[TopicPartition], timestamp: int, isolation_level: int, found: dict[TopicPartition, int]
+    ) -> tuple[dict[TopicPartition, str], set[TopicPartition]]:
         """One round of `list_offsets` into `found`: ({tp: why} not answered, those of them not worth asking again)."""
         why: dict[TopicPartition, str] = {}
         final: set[TopicPartition] = set()

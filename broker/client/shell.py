@@ -301,10 +301,13 @@ async def produce_messages(producer: AsyncProducer, topic: str,
     return summary
 
 
-async def within_partitions(producer: AsyncProducer, topic: str,
-                            messages: Iterable[Message] | AsyncIterator[Message],
-                            grow: Callable[[int], Awaitable[None]] | None = None,
-                            given: int | None = None) -> AsyncIterator[Message]:
+async def within_partitions(
+    producer: AsyncProducer,
+    topic: str,
+    messages: Iterable[Message] | AsyncIterator[Message],
+    grow: Callable[[int], Awaitable[None]] | None = None,
+    given: int | None = None,
+) -> AsyncIterator[Message]:
     """The messages, checked against the topic's partition count before each is sent: one naming a partition
     the topic lacks is an input error naming its line (nothing of it is sent), or with `grow` the topic is
     first given that many partitions (`produce --create`)."""
@@ -312,8 +315,10 @@ async def within_partitions(producer: AsyncProducer, topic: str,
     async for m in _as_async(messages):
         if m.partition is not None and m.partition >= count:
             if given is not None:
-                raise UsageError(f"line {m.line}: topic {topic!r} has {count} partition(s), no partition {given} "
-                                 f"(--partition {given})")
+                raise UsageError(
+                    f"line {m.line}: topic {topic!r} has {count} partition(s), no partition {given} "
+                    f"(--partition {given})"
+                )
             if grow is None:
                 raise UsageError(f"line {m.line}: topic {topic!r} has {count} partition(s), no partition "
                                  f"{m.partition}; give -p N to write every message to one partition, or --create "
@@ -465,8 +470,11 @@ async def consume_records(consumer: AsyncConsumer, tps: list[tuple[str, int]], s
                     stuck_since = None
                     if not remaining:
                         break
-            new = [tp for tp in consumer.leaderless() if tp not in told and (follow or tp in remaining)
-                   and cluster.leader(*tp) < 0]  # (an unreachable leader is told by cluster.waits)
+            new = [
+                tp
+                for tp in consumer.leaderless()
+                if tp not in told and (follow or tp in remaining) and cluster.leader(*tp) < 0
+            ]  # (an unreachable leader is told by cluster.waits)
             if new and on_offline is not None:
                 told.update(new)
                 on_offline(new)

@@ -374,4 +374,3 @@ def note_completed(plog: PartitionLog, states: ProducerStates, done: Iterable[Co
             lso = states.first_unstable_offset()
             plog.add_aborted(AbortedTxn(c.producer_id, c.first_offset, c.last_offset,
                                         c.last_offset + 1 if lso is None else min(lso, c.last_offset + 1)))  # fmt: skip
-

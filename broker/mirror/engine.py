@@ -286,8 +286,12 @@ class Mirror:
         while True:  # a topic just made, an election under way: worth a few seconds; brokers all down: not
             await src.refresh(sorted({t for t, _ in tps}))
             await dst.refresh(sorted({sel.target(t) for t, _ in tps}))
-            electing = [tp for tp in tps if (src.leader(*tp) < 0 and not src.offline(tp))
-                        or (dst.leader(sel.target(tp[0]), tp[1]) < 0 and not dst.offline((sel.target(tp[0]), tp[1])))]
+            electing = [
+                tp
+                for tp in tps
+                if (src.leader(*tp) < 0 and not src.offline(tp))
+                or (dst.leader(sel.target(tp[0]), tp[1]) < 0 and not dst.offline((sel.target(tp[0]), tp[1])))
+            ]
             if not electing or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.2)
@@ -390,8 +394,12 @@ class Mirror:
                 self.troubles.hit(SOURCE, t, p, "LEADER_NOT_AVAILABLE",
                                   f"source {t} partition {p} has no leader (its brokers are down?)")  # fmt: skip
         for (side, t, p), s in list(self.troubles.stuck.items()):
-            if side == SOURCE and s.error == "LEADER_NOT_AVAILABLE" and (t, p) in self.lanes \
-                    and (t, p) not in leaderless:  # (those not yet mirrored are looked at by the refresh)
+            if (
+                side == SOURCE
+                and s.error == "LEADER_NOT_AVAILABLE"
+                and (t, p) in self.lanes
+                and (t, p) not in leaderless
+            ):  # (those not yet mirrored are looked at by the refresh)
                 self.troubles.clear(SOURCE, t, p)
 
     def lag(self) -> int:
@@ -414,8 +422,10 @@ class Mirror:
                 sets = await self.source.getmany(timeout_ms=100 if self._all_idle() else 0, max_records=64)
             except ConsumeError as exc:
                 if exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    raise MirrorError(f"source {exc}: the offsets the mirror needs next are gone (retention "
-                                      "removed them before they were mirrored, or the topic was made anew)") from None
+                    raise MirrorError(
+                        f"source {exc}: the offsets the mirror needs next are gone (retention "
+                        "removed them before they were mirrored, or the topic was made anew)"
+                    ) from None
                 if exc.code == ErrorCode.CORRUPT_MESSAGE:
                     raise
                 # a fetcher that failed (a broker gone mid-answer...): the consumer starts it again next time
@@ -456,11 +466,15 @@ class Mirror:
         for pos, h in batches(buf):
             if h.next_offset > lane.position:
                 if h.magic != 2:
-                    raise MirrorError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at offset "
-                                      f"{h.base_offset} is in message format v{h.magic}; the mirror copies v2 batches")
+                    raise MirrorError(
+                        f"source {lane.source[0]} partition {lane.source[1]}: the batch at offset "
+                        f"{h.base_offset} is in message format v{h.magic}; the mirror copies v2 batches"
+                    )
                 if not crc_ok(buf, pos, h):
-                    raise MirrorError(f"source {lane.source[0]} partition {lane.source[1]}: the batch at "
-                                      f"offset {h.base_offset} fails its CRC; nothing after it is mirrored")
+                    raise MirrorError(
+                        f"source {lane.source[0]} partition {lane.source[1]}: the batch at "
+                        f"offset {h.base_offset} fails its CRC; nothing after it is mirrored"
+                    )
                 data = None if is_control(h) else restamp(buf, pos, h, lane.producer_id, lane.producer_epoch,
                                                           lane.sequence, first_offset=lane.position)  # fmt: skip
                 if data is not None:

@@ -122,8 +122,10 @@ def target_replication_factor(target: Admin, asked: int) -> tuple[int, str | Non
             want = -1  # the target's own default then, as it sees fit
     if want > len(live) > 0:
         whose = "--replication-factor" if asked > 0 else "the target's default.replication.factor"
-        return len(live), (f"{whose} is {want} but the target has {len(live)} live broker"
-                           f"{'s' if len(live) != 1 else ''}: its new topics get replication factor {len(live)}")
+        return len(live), (
+            f"{whose} is {want} but the target has {len(live)} live broker"
+            f"{'s' if len(live) != 1 else ''}: its new topics get replication factor {len(live)}"
+        )
     return (want if want > 0 else -1), None
 
 
@@ -143,7 +145,8 @@ def prepare_targets(source: Admin, target: Admin, topics: dict[str, int], select
                 if capped:
                     said.append(capped)
             overrides, left = copied_configs(
-                {k: v for k, (v, override) in source.describe_config(topic).items() if override and v})
+                {k: v for k, (v, override) in source.describe_config(topic).items() if override and v}
+            )
             try:
                 target.create_topic(name, partitions, rf, overrides)
             except AdminError as exc:

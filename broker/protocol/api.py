@@ -119,24 +119,50 @@ APIS: dict[int, Api] = {
             0,
             1,
         ),
-        _api(ApiKey.DESCRIBE_CLIENT_QUOTAS, quotas_msgs.DESCRIBE_CLIENT_QUOTAS_REQUEST,
-             quotas_msgs.DESCRIBE_CLIENT_QUOTAS_RESPONSE, 0, 1),  # fmt: skip
-        _api(ApiKey.ALTER_CLIENT_QUOTAS, quotas_msgs.ALTER_CLIENT_QUOTAS_REQUEST,
-             quotas_msgs.ALTER_CLIENT_QUOTAS_RESPONSE, 0, 1),  # fmt: skip
+        _api(
+            ApiKey.DESCRIBE_CLIENT_QUOTAS,
+            quotas_msgs.DESCRIBE_CLIENT_QUOTAS_REQUEST,
+            quotas_msgs.DESCRIBE_CLIENT_QUOTAS_RESPONSE,
+            0,
+            1,
+        ),  # fmt: skip
+        _api(
+            ApiKey.ALTER_CLIENT_QUOTAS,
+            quotas_msgs.ALTER_CLIENT_QUOTAS_REQUEST,
+            quotas_msgs.ALTER_CLIENT_QUOTAS_RESPONSE,
+            0,
+            1,
+        ),  # fmt: skip
         _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 2),
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 3),
         _api(ApiKey.ELECT_LEADERS, admin.ELECT_LEADERS_REQUEST, admin.ELECT_LEADERS_RESPONSE, 0, 2),
         _api(ApiKey.DESCRIBE_PRODUCERS, produce.DESCRIBE_PRODUCERS_REQUEST, produce.DESCRIBE_PRODUCERS_RESPONSE, 0, 0),
-        _api(ApiKey.ADD_PARTITIONS_TO_TXN, txn_msgs.ADD_PARTITIONS_TO_TXN_REQUEST,
-             txn_msgs.ADD_PARTITIONS_TO_TXN_RESPONSE, 0, 3),  # fmt: skip
-        _api(ApiKey.ADD_OFFSETS_TO_TXN, txn_msgs.ADD_OFFSETS_TO_TXN_REQUEST,
-             txn_msgs.ADD_OFFSETS_TO_TXN_RESPONSE, 0, 3),  # fmt: skip
+        _api(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            txn_msgs.ADD_PARTITIONS_TO_TXN_REQUEST,
+            txn_msgs.ADD_PARTITIONS_TO_TXN_RESPONSE,
+            0,
+            3,
+        ),  # fmt: skip
+        _api(
+            ApiKey.ADD_OFFSETS_TO_TXN, txn_msgs.ADD_OFFSETS_TO_TXN_REQUEST, txn_msgs.ADD_OFFSETS_TO_TXN_RESPONSE, 0, 3
+        ),  # fmt: skip
         _api(ApiKey.END_TXN, txn_msgs.END_TXN_REQUEST, txn_msgs.END_TXN_RESPONSE, 0, 3),
-        _api(ApiKey.WRITE_TXN_MARKERS, txn_markers_msgs.WRITE_TXN_MARKERS_REQUEST,
-             txn_markers_msgs.WRITE_TXN_MARKERS_RESPONSE, 0, 1),  # fmt: skip
+        _api(
+            ApiKey.WRITE_TXN_MARKERS,
+            txn_markers_msgs.WRITE_TXN_MARKERS_REQUEST,
+            txn_markers_msgs.WRITE_TXN_MARKERS_RESPONSE,
+            0,
+            1,
+        ),  # fmt: skip
         _api(ApiKey.TXN_OFFSET_COMMIT, txn_msgs.TXN_OFFSET_COMMIT_REQUEST, txn_msgs.TXN_OFFSET_COMMIT_RESPONSE, 0, 3),
-        _api(ApiKey.DESCRIBE_TRANSACTIONS, txn_msgs.DESCRIBE_TRANSACTIONS_REQUEST,
-             txn_msgs.DESCRIBE_TRANSACTIONS_RESPONSE, 0, 0),  # fmt: skip
+        _api(
+            ApiKey.DESCRIBE_TRANSACTIONS,
+            txn_msgs.DESCRIBE_TRANSACTIONS_REQUEST,
+            txn_msgs.DESCRIBE_TRANSACTIONS_RESPONSE,
+            0,
+            0,
+        ),  # fmt: skip
         _api(ApiKey.LIST_TRANSACTIONS, txn_msgs.LIST_TRANSACTIONS_REQUEST, txn_msgs.LIST_TRANSACTIONS_RESPONSE, 0, 0),
         _api(ApiKey.DESCRIBE_CLUSTER, metadata.DESCRIBE_CLUSTER_REQUEST, metadata.DESCRIBE_CLUSTER_RESPONSE, 0, 0),
         _api(ApiKey.SASL_HANDSHAKE, security.SASL_HANDSHAKE_REQUEST, security.SASL_HANDSHAKE_RESPONSE, 0, 1),

@@ -55,7 +55,7 @@ class Request:
 
     def schema_text(self) -> str:
         if not isinstance(self.body, dict) or not isinstance(self.body.get("schema"), str):
-            raise RegistryError(42201, "Invalid schema: the body has no \"schema\" string")
+            raise RegistryError(42201, 'Invalid schema: the body has no "schema" string')
         kind = self.body.get("schemaType", "AVRO") or "AVRO"
         if kind != "AVRO":
             raise RegistryError(42201, f"Invalid schema: schema type {kind} is not supported (only AVRO)")
@@ -80,7 +80,7 @@ def _subject_level(r: Request) -> Any:
 
 def _set_level(r: Request, subject: str | None) -> Any:
     if not isinstance(r.body, dict) or "compatibility" not in r.body:
-        raise RegistryError(42203, "Invalid compatibility level: the body has no \"compatibility\"")
+        raise RegistryError(42203, 'Invalid compatibility level: the body has no "compatibility"')
     return {"compatibility": r.store.set_level(r.body["compatibility"], subject)}
 
 
@@ -225,4 +225,3 @@ class RegistryServer:
     def shutdown(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-

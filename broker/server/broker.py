@@ -188,12 +188,17 @@ class Broker(ZkWatches):
             self.loop.create_task(self._every(60_000, self.checkpoint)),
         ]
         if _flag(cfg.props.get("log.cleaner.enable", "true")):
-            self.cleaner = LogCleaner.from_props(self.logs, cfg.props, self.loop, stable_end=lambda plog: (
-                self.replicas.stable_end((plog.topic, plog.partition), plog)))  # (read only: another thread)
+            self.cleaner = LogCleaner.from_props(
+                self.logs,
+                cfg.props,
+                self.loop,
+                stable_end=lambda plog: self.replicas.stable_end((plog.topic, plog.partition), plog),
+            )  # (read only: another thread)
             self.logs.before_removal = self.cleaner.abort
             self.logs.on_truncate = self.cleaner.truncated
             self.cleaner.active_producers = lambda plog: active_producer_ids(  # (Kafka's active producers)
-                self.producer_states.get((plog.topic, plog.partition)))
+                self.producer_states.get((plog.topic, plog.partition))
+            )
             self.cleaner.start()
         stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))
         if stray:

@@ -207,8 +207,9 @@ def _decoder(registry: str, reader_text: str, reader: Any) -> Any:
         parsed_reader = _FAST.get((registry, reader_text))
         if parsed_reader is None:
             parsed_reader = _FAST[(registry, reader_text)] = fastavro.parse_schema(json.loads(reader_text))
-        datum = fastavro.schemaless_reader(io.BytesIO(value[5:]), writer, parsed_reader, return_record_name=True,
-                                           return_record_name_override=True)  # a union's record comes named
+        datum = fastavro.schemaless_reader(
+            io.BytesIO(value[5:]), writer, parsed_reader, return_record_name=True, return_record_name_override=True
+        )  # a union's record comes named
         return to_row(datum, reader)
 
     return decode

@@ -36,7 +36,6 @@ class OffsetRange(NamedTuple):
         return self.end - self.start
 
 
-
 def wait_offsets(admin: Admin, tps: list[TopicPartition], timestamp: int, error: type[Exception], *,
                  isolation_level: int = 0) -> dict[TopicPartition, int]:  # fmt: skip
     """Each partition's offset at `timestamp` from its leader; a leader that cannot be reached (killed, not
@@ -47,6 +46,7 @@ def wait_offsets(admin: Admin, tps: list[TopicPartition], timestamp: int, error:
         names = ", ".join(f"{t}-{p}" for t, p in sorted(why))
         raise error(f"cannot list offsets of {names}: {'; '.join(dict.fromkeys(why.values()))}")
     return found
+
 
 def plan_ranges(bootstrap: str | None, options: Mapping[str, str] | SourceOptions) -> list[OffsetRange]:
     """Resolve the options into one ``[start, end)`` per assigned topic partition, sorted by (topic, partition).

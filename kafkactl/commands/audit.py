@@ -24,11 +24,23 @@ Topics = Annotated[list[str] | None, typer.Argument(help="Topics (default: every
 def audit(
     topics: Topics = None,
     bootstrap: contexts.Bootstrap = None,
-    mirror: Annotated[str | None, typer.Option("--mirror", help="Bootstrap servers of a cluster mirroring this "
-                                               "one: its mirrored counts and its copies join the table.",
-                                               show_default=False)] = None,  # fmt: skip
-    grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds after a window ends before a "
-                                         "disagreement in it is a loss, not messages in flight.")] = 120.0,  # fmt: skip
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            help="Bootstrap servers of a cluster mirroring this "
+            "one: its mirrored counts and its copies join the table.",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0,
+            help="Seconds after a window ends before a disagreement in it is a loss, not messages in flight.",
+        ),
+    ] = 120.0,  # fmt: skip
     output: Annotated[Output, typer.Option("-o", "--output", help="text or json.")] = Output.text,
 ) -> None:
     """Set each window's counts side by side: produced (the producers' published counts), stored (what the

@@ -155,8 +155,12 @@ def mirror(
     size: Size = 200,
     partitions: Annotated[int, typer.Option("--partitions", min=1, help="Partitions of the source topic.")] = 4,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Mirror runs; the median is reported.")] = 3,
-    batch_bytes: Annotated[int, typer.Option("--batch-bytes", min=256, help="batch.size of the source's "
-                                             "producer (kcat): the mirror's work is per batch.")] = 16384,  # fmt: skip
+    batch_bytes: Annotated[
+        int,
+        typer.Option(
+            "--batch-bytes", min=256, help="batch.size of the source's producer (kcat): the mirror's work is per batch."
+        ),
+    ] = 16384,  # fmt: skip
     directory: Dir = None,
     output: Out = Output.text,
 ) -> None:

@@ -60,12 +60,24 @@ def up(
     output: OutputOpt = Output.text,
     timeout: Timeout = 60.0,
     base_port: Annotated[
-        int | None, typer.Option("--base-port", min=1, max=65535, show_default=False,
-                                 help="Broker i listens on this port + i - 1 (default: free ports).")
+        int | None,
+        typer.Option(
+            "--base-port",
+            min=1,
+            max=65535,
+            show_default=False,
+            help="Broker i listens on this port + i - 1 (default: free ports).",
+        ),
     ] = None,
     zookeeper_port: Annotated[
-        int | None, typer.Option("--zookeeper-port", min=1, max=65535, show_default=False,
-                                 help="ZooKeeper's client port (default: a free port).")
+        int | None,
+        typer.Option(
+            "--zookeeper-port",
+            min=1,
+            max=65535,
+            show_default=False,
+            help="ZooKeeper's client port (default: a free port).",
+        ),
     ] = None,
 ) -> None:
     """Start a local cluster: a private ZooKeeper, then brokers 1..N, on 127.0.0.1: on the ports asked for

@@ -303,8 +303,10 @@ def _consume_group(topic: str, group: str, *, partition: list[int] | None, offse
                             # a leader not elected or reached yet (one killed) is waited for, up to the request timeout
                             fetching = consumer.consumer
                             stuck = stuck or time.monotonic()
-                            if (any(not fetching.cluster.offline(tp) for tp in offline)
-                                    and time.monotonic() - stuck < fetching.config.request_timeout_ms / 1000):
+                            if (
+                                any(not fetching.cluster.offline(tp) for tp in offline)
+                                and time.monotonic() - stuck < fetching.config.request_timeout_ms / 1000
+                            ):
                                 continue  # fmt: skip
                             why = ("LEADER_NOT_AVAILABLE" if all(fetching.cluster.offline(tp) for tp in offline)
                                    else fetching.cluster.why_leaderless(offline))  # fmt: skip

@@ -68,22 +68,46 @@ def start(
     exclude: Exclude = None,
     rename: Rename = None,
     prefix: Prefix = "",
-    start_at: Annotated[str, typer.Option("--start", help="Where a partition the target has nothing of starts: "
-                                          "earliest or latest.")] = "earliest",  # fmt: skip
-    replication_factor: Annotated[int | None, typer.Option("--replication-factor", "-r", help="Replicas of the "
-                                  "topics made on the target (default: the target's default.replication.factor, "
-                                  "at most its broker count).")] = None,  # fmt: skip
-    exit_at_end: Annotated[bool, typer.Option("--exit", "-e", help="Exit once every partition is mirrored up to "
-                                              "its last stable offset (its end, less an open transaction; else "
-                                              "run until Ctrl-C or SIGTERM).")] = False,  # fmt: skip
-    report: Annotated[float, typer.Option("--report-interval", min=0.5, help="Seconds between progress lines "
-                                          "on stderr.")] = 10.0,  # fmt: skip
-    refresh: Annotated[float, typer.Option("--refresh-interval", min=1, help="Seconds between looks for new "
-                                           "source topics and partitions.")] = 30.0,  # fmt: skip
-    audit: Annotated[bool, typer.Option("--audit", help="Publish per-window counts of the audited messages "
-                                        "mirrored to the target's kafkactl-audit topic.")] = False,  # fmt: skip
-    audit_window_ms: Annotated[int, typer.Option("--audit-window-ms", min=1, help="The audit's window (the "
-                                                 "producers' audit.window.ms).")] = 60000,  # fmt: skip
+    start_at: Annotated[
+        str, typer.Option("--start", help="Where a partition the target has nothing of starts: earliest or latest.")
+    ] = "earliest",  # fmt: skip
+    replication_factor: Annotated[
+        int | None,
+        typer.Option(
+            "--replication-factor",
+            "-r",
+            help="Replicas of the "
+            "topics made on the target (default: the target's default.replication.factor, "
+            "at most its broker count).",
+        ),
+    ] = None,  # fmt: skip
+    exit_at_end: Annotated[
+        bool,
+        typer.Option(
+            "--exit",
+            "-e",
+            help="Exit once every partition is mirrored up to "
+            "its last stable offset (its end, less an open transaction; else "
+            "run until Ctrl-C or SIGTERM).",
+        ),
+    ] = False,  # fmt: skip
+    report: Annotated[
+        float, typer.Option("--report-interval", min=0.5, help="Seconds between progress lines on stderr.")
+    ] = 10.0,  # fmt: skip
+    refresh: Annotated[
+        float,
+        typer.Option("--refresh-interval", min=1, help="Seconds between looks for new source topics and partitions."),
+    ] = 30.0,  # fmt: skip
+    audit: Annotated[
+        bool,
+        typer.Option(
+            "--audit",
+            help="Publish per-window counts of the audited messages mirrored to the target's kafkactl-audit topic.",
+        ),
+    ] = False,  # fmt: skip
+    audit_window_ms: Annotated[
+        int, typer.Option("--audit-window-ms", min=1, help="The audit's window (the producers' audit.window.ms).")
+    ] = 60000,  # fmt: skip
     source_property: SourceSecurity = None,
     target_property: TargetSecurity = None,
 ) -> None:

@@ -36,9 +36,16 @@ def start(
 @app.command("stop")
 def stop(
     port: Annotated[
-        int | None, typer.Option("--port", "-p", min=1, max=65535, show_default=False,
-                                 help="The registry's HTTP port (default: the one `start --daemon` runs, by its pid "
-                                      "file; give it when several run).")
+        int | None,
+        typer.Option(
+            "--port",
+            "-p",
+            min=1,
+            max=65535,
+            show_default=False,
+            help="The registry's HTTP port (default: the one `start --daemon` runs, by its pid "
+            "file; give it when several run).",
+        ),
     ] = None,
 ) -> None:
     """Stop a registry `start --daemon` runs: the one on --port, or the only one running, whatever its port."""

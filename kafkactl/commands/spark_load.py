@@ -70,8 +70,12 @@ def spark_load(
     ] = "local[*]",
     conf: Annotated[
         list[str] | None,
-        typer.Option("--conf", metavar="KEY=VALUE", show_default=False,
-                     help="A Spark setting, as spark-submit's --conf (repeatable), e.g. spark.executor.memory=2g."),
+        typer.Option(
+            "--conf",
+            metavar="KEY=VALUE",
+            show_default=False,
+            help="A Spark setting, as spark-submit's --conf (repeatable), e.g. spark.executor.memory=2g.",
+        ),
     ] = None,
     until: Annotated[
         str | None,
@@ -118,8 +122,12 @@ def spark_load(
         typer.Option("--min-partitions", min=1, help="Split ranges into at least this many files.", show_default=False),
     ] = None,
     audit: Annotated[
-        bool, typer.Option("--audit", help="Publish per-window counts of the audited messages each committed load "
-                                           "holds to the cluster's kafkactl-audit topic (kafkactl audit reads them).")
+        bool,
+        typer.Option(
+            "--audit",
+            help="Publish per-window counts of the audited messages each committed load "
+            "holds to the cluster's kafkactl-audit topic (kafkactl audit reads them).",
+        ),
     ] = False,
     audit_window_ms: Annotated[
         int, typer.Option("--audit-window-ms", min=1, help="The audit's window (the producers' audit.window.ms).")

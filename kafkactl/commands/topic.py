@@ -56,18 +56,30 @@ def _configs(items: list[str] | None) -> dict[str, str]:
 def create(
     name: Annotated[str | None, typer.Argument(help="Topic name (or --from-file).", show_default=False)] = None,
     partitions: Annotated[
-        int | None, typer.Option("--partitions", "-p", help="Partitions (default: the broker's num.partitions).",
-                                 show_default=False)
+        int | None,
+        typer.Option(
+            "--partitions", "-p", help="Partitions (default: the broker's num.partitions).", show_default=False
+        ),
     ] = None,
     replication_factor: Annotated[
-        int | None, typer.Option("--replication-factor", "-r", help="Replicas per partition (default: the broker's "
-                                 "default.replication.factor).", show_default=False)
+        int | None,
+        typer.Option(
+            "--replication-factor",
+            "-r",
+            help="Replicas per partition (default: the broker's default.replication.factor).",
+            show_default=False,
+        ),
     ] = None,
     config: ConfigOpt = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="No error when it exists already.")] = False,
     from_file: Annotated[
-        Path | None, typer.Option("--from-file", show_default=False, help='Create every topic of a JSON file: '
-                                  '{"topics": [{"name", "partitions", "replication_factor", "config"}]}; - for stdin.'),
+        Path | None,
+        typer.Option(
+            "--from-file",
+            show_default=False,
+            help="Create every topic of a JSON file: "
+            '{"topics": [{"name", "partitions", "replication_factor", "config"}]}; - for stdin.',
+        ),
     ] = None,
     bootstrap: contexts.Bootstrap = None,
     output: OutputOpt = Output.text,
@@ -137,9 +149,14 @@ def list_(bootstrap: contexts.Bootstrap = None, output: OutputOpt = Output.text)
 
 @app.command("describe")
 def describe(
-    name: Annotated[str | None, typer.Argument(
-        autocompletion=completion.topics, help="Topic name (default: every topic).", show_default=False,
-    )] = None,  # fmt: skip
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            autocompletion=completion.topics,
+            help="Topic name (default: every topic).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
     under_replicated: Annotated[
         bool, typer.Option("--under-replicated", help="Only partitions with fewer in-sync replicas than replicas.")
     ] = False,
@@ -249,13 +266,16 @@ def delete(
 def delete_records(
     name: Annotated[str, typer.Argument(autocompletion=completion.topics, help="Topic name.")],
     before: Annotated[
-        int, typer.Option("--before", help="Delete every record below this offset; -1: up to the high watermark.",
-                          show_default=False),
+        int,
+        typer.Option(
+            "--before", help="Delete every record below this offset; -1: up to the high watermark.", show_default=False
+        ),
     ],
     partition: Annotated[
         list[int] | None,
-        typer.Option("--partition", "-P", help="Only this partition (repeatable; default: every partition).",
-                     show_default=False),
+        typer.Option(
+            "--partition", "-P", help="Only this partition (repeatable; default: every partition).", show_default=False
+        ),
     ] = None,
     bootstrap: contexts.Bootstrap = None,
     output: OutputOpt = Output.text,
@@ -330,31 +350,39 @@ def _leader(broker_id: int) -> str:
 @app.command("reassign")
 def reassign(
     plan: Annotated[
-        Path | None, typer.Argument(help="A reassignment plan (kafka-reassign-partitions' JSON); - for stdin.",
-                                    show_default=False)
+        Path | None,
+        typer.Argument(help="A reassignment plan (kafka-reassign-partitions' JSON); - for stdin.", show_default=False),
     ] = None,
     execute: Annotated[bool, typer.Option("--execute", help="Start the moves (default: a dry run).")] = False,
     verify: Annotated[
         bool, typer.Option("--verify", help="Show each move's status; once all are done, remove the throttle.")
     ] = False,
     throttle: Annotated[
-        int | None, typer.Option("--throttle", min=1, help="With --execute: cap the copying at this many bytes/s.",
-                                 show_default=False)
+        int | None,
+        typer.Option(
+            "--throttle", min=1, help="With --execute: cap the copying at this many bytes/s.", show_default=False
+        ),
     ] = None,
     generate: Annotated[
         bool, typer.Option("--generate", help="Print a plan spreading --topic over --brokers (nothing moves).")
     ] = False,
     topics: Annotated[
-        list[str] | None, typer.Option("--topic", "-t", help="With --generate: a topic to move (repeatable, or a,b).",
-                                       show_default=False)
+        list[str] | None,
+        typer.Option(
+            "--topic", "-t", help="With --generate: a topic to move (repeatable, or a,b).", show_default=False
+        ),
     ] = None,
     brokers: Annotated[
-        str | None, typer.Option("--brokers", help="With --generate: the broker ids to spread over (1,2,3).",
-                                 show_default=False)
+        str | None,
+        typer.Option("--brokers", help="With --generate: the broker ids to spread over (1,2,3).", show_default=False),
     ] = None,
     rollback_file: Annotated[
-        Path | None, typer.Option("--rollback-file", help="With --execute: write the rollback plan to this new file "
-                                  "(default: to stdout).", show_default=False)
+        Path | None,
+        typer.Option(
+            "--rollback-file",
+            help="With --execute: write the rollback plan to this new file (default: to stdout).",
+            show_default=False,
+        ),
     ] = None,
     zookeeper: contexts.ZooKeeper = None,
     output: OutputOpt = Output.text,
@@ -410,8 +438,12 @@ def reassign(
         print("nothing to move: every partition is on its target replicas already", file=sys.stderr)
     else:
         where = f"the rollback plan is in {rollback_file}" if rollback_file else "the rollback plan is on stdout"
-        print(f"started moving {len(started)} partition(s)" + (f", throttled at {throttle} B/s" if throttle else "")
-              + f"; follow with --verify; {where} (`topic reassign PLAN --execute` takes it)", file=sys.stderr)
+        print(
+            f"started moving {len(started)} partition(s)"
+            + (f", throttled at {throttle} B/s" if throttle else "")
+            + f"; follow with --verify; {where} (`topic reassign PLAN --execute` takes it)",
+            file=sys.stderr,
+        )
         if plan_on_stdout:
             print(rollback, flush=True)
 

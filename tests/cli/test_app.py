@@ -42,10 +42,7 @@ def test_bad_choice_is_usage_error() -> None:
 def test_user_error_is_one_line_and_debug_shows_traceback(tmp_path) -> None:
     r = kafkactl("recover", tmp_path / "missing")
     assert r.returncode == 2
-    assert (
-        r.stderr.strip()
-        == f"kafkactl: error: {tmp_path / 'missing'}: no such file or directory"
-    )
+    assert r.stderr.strip() == f"kafkactl: error: {tmp_path / 'missing'}: no such file or directory"
     r = kafkactl("--debug", "recover", tmp_path / "missing")
     assert r.returncode != 0 and "Traceback" in r.stderr
 

@@ -344,7 +344,7 @@ def test_malformed_request_bodies_close_only_their_connection(limits_broker):
     # its reserved int32 count. Kafka ignores bytes after a flexible body, and so does kafkactl.
     s = connect(b.port)
     try:
-        s.sendall(bytes.fromhex("00000019" "0003000b00000003000772646b61666b6100" "00000000010000"))
+        s.sendall(bytes.fromhex("000000190003000b00000003000772646b61666b610000000000010000"))
         data = read_frame(s)
     finally:
         s.close()

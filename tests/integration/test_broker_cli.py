@@ -471,8 +471,9 @@ def test_the_private_zookeeper_outlives_its_broker_while_another_uses_it(tmp_pat
                             r"stop stops it\n", out), out  # fmt: skip
         assert is_serving("127.0.0.1", zk_port) and is_alive(zk_pid)
         # broker 2 still serves, and becomes leader of what broker 1 led
-        wait_until(lambda: set(leaders(metadata(bootstrap2, ["t"]), "t").values()) == {2}, 30,
-                   "broker 2 leads both partitions")
+        wait_until(
+            lambda: set(leaders(metadata(bootstrap2, ["t"]), "t").values()) == {2}, 30, "broker 2 leads both partitions"
+        )
         ok(cli("produce", "t", "-b", bootstrap2, "-p", 1, "-K", ":", home=home, input_text="after:b\n"))
         got = json_lines(ok(cli("consume", "t", "-b", bootstrap2, "-e", "-o", "json", home=home)))
         assert sorted((r["partition"], r["key"], r["value"]) for r in got) == [(0, "before", "a"), (1, "after", "b")]

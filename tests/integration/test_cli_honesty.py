@@ -112,7 +112,7 @@ def test_producer_properties_and_a_message_over_one_mib(shared_broker):
 def readme_block(heading: str) -> list[str]:
     """The command lines of the first sh block under a README heading (comments stripped)."""
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    after = text[text.index(heading):]
+    after = text[text.index(heading) :]
     block = after[after.index("```sh\n") + 6 : after.index("\n```", after.index("```sh\n"))]
     return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
 
@@ -146,8 +146,11 @@ def test_json_output_of_produce_and_topic_changes(shared_broker):
     assert js("topic", "create", "as-json", "-p", "2") == {"topic": "as-json", "created": True, "partitions": 2}
     assert js("topic", "create", "as-json", "--if-not-exists") == {"topic": "as-json", "created": False}
     out = js("produce", "as-json", "-p", "1", stdin="a\nb\nc\n")
-    assert out["messages"] == 3 and out["failed"] == 0 and out["partitions"] == {"1": {"first_offset": 0,
-                                                                                        "last_offset": 2}}
+    assert (
+        out["messages"] == 3
+        and out["failed"] == 0
+        and out["partitions"] == {"1": {"first_offset": 0, "last_offset": 2}}
+    )
     assert js("topic", "alter", "as-json", "--partitions", "3", "--config", "retention.ms=1000") == {
         "topic": "as-json", "partitions": 3, "config": {"retention.ms": "1000"}}  # fmt: skip
     plan = js("topic", "delete", "as-json")

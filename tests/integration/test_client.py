@@ -58,8 +58,14 @@ def varied_messages(ts0: int) -> list[dict]:
 async def send_all(bootstrap: str, topic: str, msgs: list[dict], **cfg):
     async with AsyncProducer(bootstrap, **cfg) as producer:
         deliveries = [
-            await producer.send(topic, m["value"], m["key"], headers=m["headers"], partition=m["partition"],
-                                timestamp=m.get("timestamp"))  # fmt: skip
+            await producer.send(
+                topic,
+                m["value"],
+                m["key"],
+                headers=m["headers"],
+                partition=m["partition"],
+                timestamp=m.get("timestamp"),
+            )  # fmt: skip
             for m in msgs
         ]
         await producer.flush()
@@ -288,7 +294,7 @@ def test_idempotent_batches_carry_one_producer_id_and_consecutive_sequences(shar
         heads = [h for h, _ in disk_batches(shared_broker.log_dir, topic, p)]
         assert sum(h.record_count for h in heads) == 310
         first = [h for h in heads if h.producer_id == heads[0].producer_id]
-        second = heads[len(first):]
+        second = heads[len(first) :]
         assert len(first) > 5 and second
         for group in (first, second):
             assert len({(h.producer_id, h.producer_epoch) for h in group}) == 1

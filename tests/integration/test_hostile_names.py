@@ -101,8 +101,13 @@ def test_arbitrary_names_at_every_api_are_answered_and_create_nothing_outside(st
             assert topic_name_error(topic) is None and part.isdigit(), entry
     with zk_session(zk_chroot) as zk:  # every znode under the roots Kafka's layout has, topics legal
         top = set(zk.get_children("/"))
-        allowed = {r.strip("/").split("/")[0] for r in paths.ROOTS} | {"controller", "controller_epoch", "admin",
-                                                                      "latest_producer_id_block", "config"}
+        allowed = {r.strip("/").split("/")[0] for r in paths.ROOTS} | {
+            "controller",
+            "controller_epoch",
+            "admin",
+            "latest_producer_id_block",
+            "config",
+        }
         acl_roots = (paths.ACL, paths.ACL_EXTENDED, paths.ACL_CHANGES, paths.ACL_EXTENDED_CHANGES)
         allowed |= {a.strip("/") for a in acl_roots}  # (made at start, as Kafka does)
         assert top <= allowed, top - allowed

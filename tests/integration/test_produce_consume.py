@@ -253,8 +253,15 @@ def test_offset_with_one_partition(shared_broker, timeline):
     assert r.stdout.splitlines() == [f"1:{o}:{stamps[o]}" for o in (3, 4, 5)]
 
 
-@pytest.mark.parametrize(("offset", "needle"), [("bogus", "invalid offset 'bogus'"), ("+3", "needs --group"),
-                                                ("@-5", "cannot be negative"), ("10 m", "invalid offset")])
+@pytest.mark.parametrize(
+    ("offset", "needle"),
+    [
+        ("bogus", "invalid offset 'bogus'"),
+        ("+3", "needs --group"),
+        ("@-5", "cannot be negative"),
+        ("10 m", "invalid offset"),
+    ],
+)
 def test_bad_offset(shared_broker, timeline, offset, needle):
     topic, _ = timeline
     one_error(kcli("consume", topic, "--offset", offset, "-b", shared_broker.bootstrap), needle, code=2)
@@ -396,7 +403,7 @@ def test_follow_starts_at_the_end(shared_broker, tmp_path):
     assert "0=old" not in lines
     first = int(lines[0].split("=")[0])
     assert first >= 1
-    assert lines == [f"{o}={v.decode()}" for o, v in enumerate(sent + [b"last"], start=1)][first - 1:]
+    assert lines == [f"{o}={v.decode()}" for o, v in enumerate(sent + [b"last"], start=1)][first - 1 :]
     assert f"consumed {len(lines)} message(s)" in proc.stderr()
 
 
@@ -454,8 +461,13 @@ def test_missing_key_separator_names_the_line(shared_broker):
     one_error(r, "line 3", "no key separator ':'", code=2, allow_summary=True)
 
 
-@pytest.mark.parametrize(("data", "needle"), [(b'{"value": "ok"}\n{broken\n', "line 2: not JSON"),
-                                              (b'{"value": "ok"}\n\n{"partition": "x"}\n', "line 3: partition")])
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (b'{"value": "ok"}\n{broken\n', "line 2: not JSON"),
+        (b'{"value": "ok"}\n\n{"partition": "x"}\n', "line 3: partition"),
+    ],
+)
 def test_bad_json_input_names_the_line(shared_broker, data, needle):
     topic = create_topic(shared_broker.bootstrap, unique("badjson"), 1)
     r = kcli("produce", topic, "--input", "json", "-b", shared_broker.bootstrap, input=data)

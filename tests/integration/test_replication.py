@@ -234,8 +234,11 @@ def test_a_new_controller_takes_over_when_the_controller_dies(start_broker, zk_c
     successor = wait_until(lambda: (c := new_controller()) not in (None, controller) and c, SESSION_MS / 1000 + 10,
                            "another controller")  # fmt: skip
     # it elects leaders for what the dead one led (it registers as controller first, then elects)
-    wait_until(lambda: all(st["leader"] in by_id and st["leader"] != controller
-                           for st in states(zk_chroot, "ctl").values()), 10, "leaders elected by the new controller")
+    wait_until(
+        lambda: all(st["leader"] in by_id and st["leader"] != controller for st in states(zk_chroot, "ctl").values()),
+        10,
+        "leaders elected by the new controller",
+    )
     other = next(i for i in by_id if i not in (controller, successor))
     led_by_other = [p for p, st in states(zk_chroot, "ctl").items() if st["leader"] == other]
     assert by_id[other].stop() == 0

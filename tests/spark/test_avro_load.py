@@ -57,8 +57,12 @@ def test_avro_values_load_into_typed_columns_of_the_latest_schema(spark_broker, 
         for version, schema, ids in ((1, V1, range(0, 6)), (2, V2, range(6, 10))):
             ser = AvroSerializer(client, json.dumps(schema))
             for i in ids:
-                producer.produce(topic, key=str(i).encode(), partition=i % 2,
-                                 value=ser(order(i, version == 2), SerializationContext(topic, MessageField.VALUE)))
+                producer.produce(
+                    topic,
+                    key=str(i).encode(),
+                    partition=i % 2,
+                    value=ser(order(i, version == 2), SerializationContext(topic, MessageField.VALUE)),
+                )
             producer.flush(10)
         del producer  # (librdkafka would log its connection's end when the broker stops)
         assert client.get_versions(f"{topic}-value") == [1, 2]

@@ -426,8 +426,9 @@ def test_a_row_outside_its_split_fails_the_job_and_rolls_back(spark_broker, spar
     assert data_files(out.path) == []
 
 
-def test_the_arrow_path_writes_what_the_data_source_path_writes(spark_broker, spark, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_arrow_path_writes_what_the_data_source_path_writes(
+    spark_broker, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A Parquet load of raw values goes through `broker.spark.arrow_writer`; its files hold the same columns,
     types and rows as the data source path writes, as Spark and pyarrow read them."""
     import pyarrow.parquet as pq

@@ -163,8 +163,9 @@ def test_explicit_values_do_not_read_the_config_file(tmp_path: Path) -> None:
     assert contexts.bootstrap("cmd:1") == "cmd:1"
 
 
-def test_named_context_is_checked_even_when_an_option_gives_the_value(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_named_context_is_checked_even_when_an_option_gives_the_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_config(tmp_path)
     monkeypatch.setitem(contexts.root, "context", "typo")
     with pytest.raises(UsageError, match="no context 'typo'"):

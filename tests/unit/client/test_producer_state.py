@@ -235,6 +235,7 @@ def test_the_wire_hands_out_every_frame_whole_whatever_the_pieces_it_is_received
 
     frames = [bytes([i]) * n for i, n in enumerate([10, 300_000, 7, 70_000, 5, 600_000, 3] * 3)]
     data = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+
     async def receive(rng: random.Random, got: list[tuple[bytes, type]]) -> None:
         conn = AsyncConnection("127.0.0.1", 9, "c", 5.0)
         conn._answer = lambda frame: got.append((bytes(frame), type(frame.obj)))  # type: ignore[method-assign]

@@ -67,7 +67,8 @@ KP = {
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (kp_admin.DescribeClientQuotasRequest, kp_admin.DescribeClientQuotasResponse),
     ApiKey.ALTER_CLIENT_QUOTAS: (kp_admin.AlterClientQuotasRequest, kp_admin.AlterClientQuotasResponse),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (
-        kp_admin.IncrementalAlterConfigsRequest, kp_admin.IncrementalAlterConfigsResponse,
+        kp_admin.IncrementalAlterConfigsRequest,
+        kp_admin.IncrementalAlterConfigsResponse,
     ),  # fmt: skip
     # the group APIs, checked as soon as they join the API table
     ApiKey.OFFSET_COMMIT: (kp_consumer.OffsetCommitRequest, kp_consumer.OffsetCommitResponse),
@@ -99,7 +100,9 @@ OLD = {
     ApiKey.DELETE_RECORDS: ("admin", "DeleteRecordsRequest", "DeleteRecordsResponse"),
     ApiKey.INIT_PRODUCER_ID: ("init_producer_id", "InitProducerIdRequest", "InitProducerIdResponse"),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (
-        "offset_for_leader_epoch", "OffsetForLeaderEpochRequest", "OffsetForLeaderEpochResponse",
+        "offset_for_leader_epoch",
+        "OffsetForLeaderEpochRequest",
+        "OffsetForLeaderEpochResponse",
     ),  # fmt: skip
     ApiKey.DESCRIBE_CONFIGS: ("admin", "DescribeConfigsRequest", "DescribeConfigsResponse"),
     ApiKey.ALTER_CONFIGS: ("admin", "AlterConfigsRequest", "AlterConfigsResponse"),
@@ -206,7 +209,8 @@ OLD_CASES = [
     for api in APIS.values()
     for which in ("request", "response")
     for v in range(api.advertised[0], api.advertised[1] + 1)
-    if old_class(api, which, v) is not None and (api.key, which, v) not in OLD_KNOWN_WRONG
+    if old_class(api, which, v) is not None
+    and (api.key, which, v) not in OLD_KNOWN_WRONG
     and old_speaks_flexible(old_class(api, which, v), getattr(api, which), v)
 ]
 

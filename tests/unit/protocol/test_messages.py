@@ -238,8 +238,11 @@ def test_describe_configs_nullable_keys_and_versions() -> None:
                                                     "synonyms"]  # fmt: skip
     c3 = decode(admin.DESCRIBE_CONFIGS_RESPONSE, encode(admin.DESCRIBE_CONFIGS_RESPONSE, resp, 3), 3)
     assert c3["results"][0]["configs"][0] == {k: v for k, v in cfg.items() if k != "is_default"}
-    absent = decode(admin.DESCRIBE_CONFIGS_RESPONSE,
-                    encode(admin.DESCRIBE_CONFIGS_RESPONSE, {"results": [{"configs": [{"name": "n"}]}]}, 1), 1)
+    absent = decode(
+        admin.DESCRIBE_CONFIGS_RESPONSE,
+        encode(admin.DESCRIBE_CONFIGS_RESPONSE, {"results": [{"configs": [{"name": "n"}]}]}, 1),
+        1,
+    )
     assert absent["results"][0]["configs"][0]["config_source"] == -1
 
 
@@ -253,7 +256,10 @@ def test_init_producer_id_bytes() -> None:
         b"\xff\xff" + (60000).to_bytes(4, "big")
     )
     assert decode(produce.INIT_PRODUCER_ID_RESPONSE, encode(produce.INIT_PRODUCER_ID_RESPONSE, {}, 1), 1) == {
-        "throttle_time_ms": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "producer_id": -1,
+        "producer_epoch": -1,
     }
 
 

@@ -44,8 +44,10 @@ def test_known_integer_bytes() -> None:
     assert encode(("int64", 1)) == b"\x00" * 7 + b"\x01"
 
 
-@pytest.mark.parametrize(("name", "bad"), [("int8", 128), ("int8", -129), ("int16", 2**15), ("int32", 2**31),
-                                           ("int64", 2**63), ("int64", -(2**63) - 1)])
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [("int8", 128), ("int8", -129), ("int16", 2**15), ("int32", 2**31), ("int64", 2**63), ("int64", -(2**63) - 1)],
+)
 def test_integer_out_of_range_is_refused_on_write(name: str, bad: int) -> None:
     with pytest.raises(struct.error):
         getattr(Writer(), name)(bad)

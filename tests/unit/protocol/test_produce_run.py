@@ -28,8 +28,12 @@ SETTINGS = settings(max_examples=120, deadline=None)
 versions = st.integers(3, 8)
 topics = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=12)
 client_ids = st.none() | st.text(max_size=10)
-one_record = st.tuples(st.integers(0, 2**41), st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=300),
-                       st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=4)), max_size=2))
+one_record = st.tuples(
+    st.integers(0, 2**41),
+    st.none() | st.binary(max_size=20),
+    st.none() | st.binary(max_size=300),
+    st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=4)), max_size=2),
+)
 batches = st.lists(st.lists(one_record, min_size=1, max_size=4), min_size=1, max_size=6)
 
 
@@ -91,12 +95,18 @@ def _answer_frames(version: int, topic: str, partition: int, first_cid: int, par
        counts=st.lists(st.integers(1, 500), min_size=1, max_size=8))  # fmt: skip
 def test_answers_write_what_the_general_encoder_writes(version, topic, partition, first, log_start, first_cid,
                                                        counts) -> None:  # fmt: skip
-    info = b"".join(struct.pack("=qqiiii", 0, 0, (first_cid + i) & 0x7FFFFFFF, 61, n - 1, n)
-                    for i, n in enumerate(counts))  # fmt: skip (the C Item: position, max_ts, cid, size, delta, count)
+    info = b"".join(
+        struct.pack("=qqiiii", 0, 0, (first_cid + i) & 0x7FFFFFFF, 61, n - 1, n) for i, n in enumerate(counts)
+    )  # fmt: skip (the C Item: position, max_ts, cid, size, delta, count)
     offsets = [first + sum(counts[:i]) for i in range(len(counts))]
     got = run.answers(info, version, topic.encode(), partition, first, log_start)
-    want = _answer_frames(version, topic, partition, first_cid,
-                          [{"error_code": 0, "base_offset": o, "log_start_offset": log_start} for o in offsets])
+    want = _answer_frames(
+        version,
+        topic,
+        partition,
+        first_cid,
+        [{"error_code": 0, "base_offset": o, "log_start_offset": log_start} for o in offsets],
+    )
     assert got == want
     # and the client's scanner reads the offsets back, all of them
     pos, read = run.scan_answers(got, 0, len(got), first_cid, len(counts), version, topic.encode(), partition)

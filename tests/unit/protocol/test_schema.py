@@ -143,9 +143,16 @@ ALL_TYPES = Struct(
 def test_absent_fields_are_written_as_type_defaults() -> None:
     data = write(ALL_TYPES, {}, 0)
     assert data == (
-        b"\x00" + b"\x00\x00" + b"\x00" * 4 + b"\x00" * 8 + b"\x00"  # ints, boolean
-        + b"\x00\x00" + b"\xff\xff"  # "" and null string
-        + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff" + b"\xff\xff\xff\xff"  # b"", null bytes, null records
+        b"\x00"
+        + b"\x00\x00"
+        + b"\x00" * 4
+        + b"\x00" * 8
+        + b"\x00"  # ints, boolean
+        + b"\x00\x00"
+        + b"\xff\xff"  # "" and null string
+        + b"\x00\x00\x00\x00"
+        + b"\xff\xff\xff\xff"
+        + b"\xff\xff\xff\xff"  # b"", null bytes, null records
         + b"\x00\x00\x00\x00" * 3  # arrays default to empty, not null, even when nullable
     )
     got = read(ALL_TYPES, data, 0)

@@ -20,9 +20,7 @@ SETTINGS = settings(max_examples=150, deadline=None,
 
 maybe_bytes = st.none() | st.binary(max_size=300)
 headers = st.lists(st.tuples(st.text(max_size=12), st.none() | st.binary(max_size=40)), max_size=4)
-records = st.lists(
-    st.tuples(st.integers(-(2**40), 2**40), maybe_bytes, maybe_bytes, headers), min_size=1, max_size=40
-)
+records = st.lists(st.tuples(st.integers(-(2**40), 2**40), maybe_bytes, maybe_bytes, headers), min_size=1, max_size=40)
 
 
 def build(recs, *, pure: bool, monkeypatch, codec: Codec = Codec.NONE, lead: bytes = b"") -> bytes:
@@ -89,6 +87,7 @@ def test_named_tuples_with_leading_and_trailing_fields(monkeypatch) -> None:
        pid=st.integers(-1, 2**62), epoch=st.integers(-1, 2**15 - 1), seq=st.integers(-1, 2**31 - 1))  # fmt: skip
 def test_header_and_crc_built_alike_after_any_lead(recs, codec, lead, pid, epoch, seq, monkeypatch) -> None:
     """`build_batch` writes what the Python header packing writes, after the lead (a request head)."""
+
     def one(pure: bool) -> bytes:
         with monkeypatch.context() as m:
             if pure:

@@ -55,8 +55,11 @@ def test_a_plan_round_trips_through_kafkas_json():
         ('{"partitions": [{"topic": "a", "partition": 0, "replicas": ["1"]}]}', "non-empty list"),
         ('{"partitions": [{"topic": "a", "partition": 0, "replicas": [2, 2]}]}', "names a broker twice"),
         ('{"partitions": [{"topic": "a", "partition": 0, "replicas": [1], "log_dirs": ["/d"]}]}', "log dirs"),
-        ('{"partitions": [{"topic": "a", "partition": 0, "replicas": [1]}, {"topic": "a", "partition": 0, '
-         '"replicas": [2]}]}', "in the plan twice"),
+        (
+            '{"partitions": [{"topic": "a", "partition": 0, "replicas": [1]}, {"topic": "a", "partition": 0, '
+            '"replicas": [2]}]}',
+            "in the plan twice",
+        ),
     ],
 )
 def test_a_bad_plan_names_its_first_fault(plan, why):
