@@ -223,8 +223,12 @@ def test_plain_consume_right_after_a_kill_waits_for_the_leaders_and_returns_ever
     check_exactly_once_in_order(parse(out), producer.acked)
     assert len(parse(out)) == len(producer.acked)
     notes = [ln for ln in r.stderr.splitlines() if not ln.startswith("consumed ")]
-    assert len(notes) == 2 and notes[0].startswith("kafkactl: waiting for a leader of orders["), r.stderr
-    assert "unreachable" in notes[0] and "a leader again" in notes[1], r.stderr
+    # the wait is told once and its end once; on a loaded machine the controller may have moved every leadership
+    # before the command asked for metadata, and then there is nothing to wait for
+    assert notes == [] or len(notes) == 2, r.stderr
+    if notes:
+        assert notes[0].startswith("kafkactl: waiting for a leader of orders[") and "unreachable" in notes[0], r.stderr
+        assert "a leader again" in notes[1], r.stderr
     victim.start()
     wait_until(lambda: full_isr(zk_chroot, TOPIC), 60, "a full ISR after the restart")
 
