@@ -213,14 +213,17 @@ class AsyncConnection:
             self._flush_handle.cancel()
             self._flush()
 
-    async def request(self, api_key: int, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+    async def request(self, api_key: int, body: dict[str, Any], version: int | None = None, *,
+                      timeout: float | None = None) -> dict[str, Any]:  # fmt: skip
+        """The answer to one request; no answer within `timeout` (default the connection's) fails the connection."""
         fut = self.send(api_key, body, version)
         assert fut is not None
+        limit = self.timeout if timeout is None else timeout
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.timeout)
+            return await asyncio.wait_for(asyncio.shield(fut), limit)
         except TimeoutError:
-            self._fail(ProtocolError(f"no answer from {self.host}:{self.port} within {self.timeout:g}s"))
-            raise ProtocolError(f"no answer from {self.host}:{self.port} within {self.timeout:g}s") from None
+            self._fail(ProtocolError(f"no answer from {self.host}:{self.port} within {limit:g}s"))
+            raise ProtocolError(f"no answer from {self.host}:{self.port} within {limit:g}s") from None
 
     async def drain(self) -> None:
         """Wait until the socket buffer has room (back-pressure for pipelined senders) or the connection is gone."""

@@ -57,10 +57,8 @@ def has_authorizer(cluster: Cluster) -> bool:
 
 
 async def has_authorizer_async(cluster: AsyncCluster) -> bool:
-    """`has_authorizer` over an AsyncCluster (asked of a broker the metadata names, or the bootstrap one)."""
-    if not cluster.brokers:
-        await cluster.refresh([])
-    conn = await cluster.connection(min(cluster.brokers))
+    """`has_authorizer` over an AsyncCluster (asked of any broker that answers)."""
+    conn = await cluster.any_connection()  # (not a fixed broker: it may be the one that died)
     return _has_authorizer(await conn.request(ApiKey.DESCRIBE_ACLS, _PROBE))
 
 

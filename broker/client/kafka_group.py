@@ -145,6 +145,8 @@ class KafkaGroupConsumer:
         consumer_settings.setdefault("client_id", self.consumer_id)
         self.on_assign = on_assign
         self.consumer = AsyncConsumer(bootstrap, **consumer_settings)
+        # heartbeats, commits, offset fetches and leaving wait request.timeout.ms, not a JoinGroup's hold
+        self._request_s = self.consumer.config.request_timeout_ms / 1000
         #: assignments taken so far (the first one makes it 1)
         self.generation = 0
         #: the coordinator's member id and generation of this member ("" / -1: not a member)
@@ -397,7 +399,7 @@ class KafkaGroupConsumer:
         cluster = self.consumer.cluster
         if not cluster.brokers:
             await cluster.refresh([])
-        conn = await cluster.connection(min(cluster.brokers))
+        conn = await cluster.any_connection()  # (not a fixed broker: it may be the one that died)
         answer = await conn.request(ApiKey.FIND_COORDINATOR, {"key": self.group, "key_type": 0})
         code = answer["error_code"]
         self._check(code, "read")
@@ -490,6 +492,7 @@ class KafkaGroupConsumer:
                 "member_id": self.member_id,
                 "group_instance_id": None,
             },
+            timeout=self._request_s,
         )
         code = answer["error_code"]
         self._check(code, "read")
@@ -512,6 +515,7 @@ class KafkaGroupConsumer:
                 "member_id": member,
                 "members": [{"member_id": member, "group_instance_id": None}],
             },
+            timeout=self._request_s,
         )
         if answer["error_code"]:
             log.info("group %s: LeaveGroup answered %s", self.group, error_name(answer["error_code"]))
@@ -527,7 +531,7 @@ class KafkaGroupConsumer:
                 "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}  # fmt: skip
         for _ in range(100):
             conn = await self._coordinator_conn()
-            answer = await conn.request(ApiKey.OFFSET_FETCH, body)
+            answer = await conn.request(ApiKey.OFFSET_FETCH, body, timeout=self._request_s)
             codes = [answer.get("error_code", 0)]
             out: dict[TopicPartition, int] = {}
             for t in answer["topics"]:
@@ -568,7 +572,8 @@ class KafkaGroupConsumer:
         answer = await conn.request(ApiKey.OFFSET_COMMIT, {
             "group_id": self.group, "generation_id": self.generation_id, "member_id": self.member_id,
             "group_instance_id": None, "retention_time_ms": -1,
-            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})  # fmt: skip
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
+            timeout=self._request_s)  # fmt: skip
         codes = [(t["name"], p["error_code"]) for t in answer["topics"] for p in t["partitions"]]
         for topic, code in codes:
             self._check(code, "read", topic)

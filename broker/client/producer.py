@@ -600,6 +600,11 @@ class AsyncProducer:
             except TimeoutError:
                 pass
 
+    @property
+    def flushing(self) -> bool:
+        """Whether a `flush` is waiting for answers (after `stop`, only for those of requests in flight)."""
+        return self._flushing > 0
+
     async def flush(self) -> None:
         """Send everything queued and wait for every answer (errors stay with their deliveries)."""
         self._flushing += 1
@@ -1000,7 +1005,8 @@ class AsyncProducer:
             if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 self._complete(b, p.base_offset)
                 continue
-            if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE) and b.builder.count > 1:
+            too_large = code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
+            if too_large and b.builder.count > 1 and not self._stopping:  # (stopped: nothing more is sent)
                 self._split(b)  # as Kafka's client: resend in smaller batches, so only the big record fails
                 continue
             err = ErrorCode(code) if code in ErrorCode._value2member_map_ else None

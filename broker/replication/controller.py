@@ -89,7 +89,7 @@ class Controller:
                 claim = self._claim
                 if claim is not None and seen.zxid == claim.zxid:
                     break  # ours, and we are acting on it
-                if seen.broker_id == self.broker_id and seen.session == self.zk.client_id[0]:
+                if seen.broker_id == self.broker_id and seen.session == registry.session_id(self.zk):
                     # a claim of this session whose answer was lost (or one we were fenced on): its fence is
                     # not ours to know, so resign it and claim anew
                     log.warning("broker %d resigns a claim on /controller it cannot act on; standing again",
@@ -98,6 +98,9 @@ class Controller:
                     continue
                 self._lost(seen)
                 break
+            else:  # every resignation was followed by another claim of ours it could not act on: try again soon
+                self._recheck = True
+                self._wake.set()
             return self.holder
 
     def observe(self, data: bytes | None, stat: Any) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError
 from kazoo.security import Permissions
 
 from broker.errors import KafkactlError
@@ -116,7 +116,7 @@ def register_broker(zk: KazooClient, broker_id: int, endpoints: list[Endpoint], 
             data, stat = zk.get(path)
         except NoNodeError:  # it expired meanwhile: try again
             continue
-        if stat.ephemeralOwner == zk.client_id[0]:
+        if stat.ephemeralOwner == session_id(zk):
             return  # ours already (a re-registration after a reconnect)
         theirs = sorted(str(Endpoint(*e)) for e in paths.parse_endpoints(data))
         session = f"ZooKeeper session {stat.ephemeralOwner:#x}"
@@ -598,8 +598,16 @@ def claim_controller(zk: KazooClient, broker_id: int) -> ControllerClaim:
         created, raised = tx.commit()
         if not isinstance(created, Exception) and not isinstance(raised, Exception):
             # (one multi, one zxid: the epoch's mzxid is the new `/controller`'s czxid)
-            return ControllerClaim(broker_id, raised.mzxid, zk.client_id[0], raised.version)
+            return ControllerClaim(broker_id, raised.mzxid, session_id(zk), raised.version)
         # NodeExists: another claim won first; BadVersion: a claim came (and went) meanwhile: look again
+
+
+def session_id(zk: KazooClient) -> int:
+    """This client's ZooKeeper session id; ConnectionLoss while disconnected (kazoo has none then)."""
+    client_id = zk.client_id
+    if client_id is None:
+        raise ConnectionLoss("no ZooKeeper session while disconnected")
+    return client_id[0]
 
 
 def resign_controller(zk: KazooClient, broker_id: int, zxid: int) -> bool:

@@ -137,10 +137,10 @@ def produce(
 
     async def run() -> None:
         stop.arm(asyncio.get_running_loop())
-        if create:
-            await asyncio.to_thread(_create_topic, servers, topic)
         producer = stop.producer = AsyncProducer(servers, on_notice=bar.notice, **settings)
         try:
+            if create:
+                await asyncio.to_thread(_create_topic, servers, topic)
             await producer.start([topic])
             with bar.showing(producer):
                 messages = shell.stream_messages(stream.fileno(), **options)
@@ -279,7 +279,8 @@ class _Stop:
         if in_flight:
             self.bar.notice(f"interrupted: sending nothing more; waiting up to {self.wait_s:g} s for the answers to "
                             f"{in_flight} message(s) in flight (again to quit at once)")  # fmt: skip
-        if not self.read_all and self._task is not None:
+        flushing = self.producer is not None and self.producer.flushing  # (after an input error: counted next)
+        if not self.read_all and not flushing and self._task is not None:
             self._task.cancel()
 
 
