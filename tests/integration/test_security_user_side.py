@@ -455,7 +455,7 @@ def test_tab_completes_acl_and_user_subcommands_and_options(shell):
     ("kafkactl acl ", ["add", "remove", "list"]),
     ("kafkactl user ", ["add", "delete", "list"]),
     ("kafkactl acl add --op", ["--operation"]),
-    ("kafkactl acl list --js", ["--json"]),
+    ("kafkactl acl list --out", ["--output"]),
 ])  # fmt: skip
 def test_the_completion_protocol_offers_exactly_these_words(line, want):
     words = line.split(" ")
