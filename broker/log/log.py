@@ -25,6 +25,7 @@ from broker.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRan
 from broker.log import recovery
 from broker.log.config import LogConfig
 from broker.log.index import IndexCorruptError
+from broker.log.producer_state import ProducerStates
 from broker.log.scanner import Damage, ScannedBatch, scan
 from broker.log.segment import LogSegment, StitchableRun
 from broker.log.txn_index import AbortedTxn, TxnIndex
@@ -164,6 +165,9 @@ class PartitionLog:
             self._open_segment(max(log_start_offset, recovery_point if not clean else 0))
         self.log_start_offset = max(log_start_offset, self.bases[0])
         self.txn_index = TxnIndex(self.dir, self.bases)  # aborted transactions (broker/log/txn_index.py)
+        #: its producers' sequences and open transactions (Kafka's ProducerStateManager, owned by its log);
+        #: empty until the broker loads them (`load_states`) or batches come
+        self.producer_states = ProducerStates()
         self.txn_index.truncate(self.log_end_offset)  # (entries of markers recovery cut away)
         self.recovery_point = self.log_end_offset if not clean else max(recovery_point, self.bases[0])
         self._unflushed_messages = 0

@@ -82,8 +82,6 @@ class LogManager:
         self.broker_id = broker_id
         self.clock = clock
         self.logs: dict[TopicPartition, PartitionLog] = {}
-        #: told when a partition's log is set aside (stray, or deleted): what the broker kept about it goes
-        self.on_set_aside: Callable[[TopicPartition], None] | None = None
         #: told before a partition's log is closed and set aside: the log cleaner drops its clean of it
         self.before_removal: Callable[[TopicPartition], None] | None = None
         #: told when a partition's log rolled a new segment (the broker snapshots its producers there)
@@ -228,8 +226,6 @@ class LogManager:
         if self.before_removal is not None and tp in self.logs:
             self.before_removal(tp)
         plog = self.logs.pop(tp, None)
-        if self.on_set_aside is not None:
-            self.on_set_aside(tp)
         if plog is None:
             return None
         plog.close()

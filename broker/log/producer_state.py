@@ -1,14 +1,13 @@
 """A partition's producer state (Kafka's ProducerStateManager): idempotent producers' sequence checks and
 transactions open here. (Producer ids are handed out by `broker.coordinator.txn.producer_ids`.)
 
-Each partition remembers, per producer id, its epoch and the sequence ranges and offsets of its
-last five batches (as Kafka does). A batch repeating one of them is a duplicate: it is not
-appended again and its first answer is repeated. A batch that skips sequences is refused with
-OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A producer the partition
-has no state for (a new one) is accepted at any sequence. The state is written to snapshot files
-(`broker.log.producer_snapshot`) at each segment roll, every minute if it changed (written off the event loop)
-and at a clean shutdown; start-up and a follower's truncation rebuild it from the newest one at or below the log end and
-every batch after it (`load_states`). After a failed write or fsync it is `repair`ed to what the log holds.
+Each partition's `PartitionLog` holds one (`plog.producer_states`). Per producer id it remembers the epoch
+and the sequence ranges and offsets of the last five batches (as Kafka does). A batch repeating one of
+them is a duplicate: it is not appended again and its first answer is repeated. A batch that skips
+sequences is refused with OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch with INVALID_PRODUCER_EPOCH. A
+producer the partition has no state for (a new one) is accepted at any sequence. Snapshots, start-up and
+a follower's truncation rebuild it from the log (`broker.log.producer_state_io`); after a failed write
+or fsync it is `repair`ed to what the log holds.
 
 Transactions (KIP-98): a producer's first transactional batch opens its transaction here (its first
 offset is kept); the coordinator's marker (WriteTxnMarkers, a control batch) closes it. While it is open
@@ -23,25 +22,15 @@ that becomes leader has the same open transactions.
 
 from __future__ import annotations
 
-import bisect
-import contextlib
-import mmap
-import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from broker.log import producer_snapshot
 from broker.log.producer_snapshot import SnapshotEntry
-from broker.log.scanner import ScannedBatch, scan
-from broker.log.txn_index import AbortedTxn, parse_marker
 from broker.protocol.errors import ErrorCode
-from broker.records.batch import HEADER, BatchHeader, iter_records
-
-if TYPE_CHECKING:
-    from broker.log.log import PartitionLog
+from broker.records.batch import BatchHeader
 
 MAX_SEQ = 2**31 - 1
 KEEP = 5
@@ -247,130 +236,3 @@ class ProducerStates:
                     first_seq = (e.last_sequence - e.offset_delta) % (MAX_SEQ + 1)
                     entry.batches.append((first_seq, e.last_sequence, e.last_offset - e.offset_delta))
         return states
-
-
-def load_states(plog: PartitionLog) -> ProducerStates:
-    """A partition's producer state as its log leaves it (at start-up, and after a truncation): the newest
-    snapshot at or below the log end (snapshots past it are deleted) and every batch after it; without one,
-    every batch from the log start. No range is ever skipped (as Kafka's loadProducerState), so each open
-    transaction is found and each marker closes its own; the aborted ones are noted in the `.txnindex` again
-    (once each: an entry the file holds is not added twice), which rebuilds what a crash lost of it. The cost
-    is bounded by the snapshots: one at every segment roll and one a minute while the producers change
-    (`take_snapshot`, the broker's checkpoint), so at most about a segment is read; a truncation (never below
-    the high watermark) reads from the newest one at or below it, kept for that."""
-    snap = producer_snapshot.latest(plog.dir, plog.log_end_offset)
-    if snap is not None:
-        states, since = ProducerStates.from_snapshot(snap[1], int(time.time() * 1000)), snap[0]
-    else:
-        states, since = ProducerStates(), plog.bases[0]
-    note_completed(plog, states, states.record_batches(iter_headers(plog, since), lambda h: marker_in_log(plog, h)))
-    return states
-
-
-def iter_headers(plog: PartitionLog, offset: int) -> Iterator[BatchHeader]:
-    """The v2 batch headers of the log whose last offset is at or past `offset`, to its end, as the files hold
-    them (below the log start offset too), one segment mapped at a time: memory stays small for any log."""
-    for base in plog.bases[max(bisect.bisect_right(plog.bases, offset) - 1, 0) :]:
-        seg = plog.segments[base]
-        seg.write_deferred()
-        start = 0
-        if offset > base:
-            head = seg.find(offset)
-            if head is None:
-                continue  # every batch of it lies before `offset`
-            start = head.position
-        size = min(seg.size, os.fstat(seg.fd).st_size)
-        if size <= start:
-            continue
-        with mmap.mmap(seg.fd, size, access=mmap.ACCESS_READ) as buf:
-            item = None
-            for item in scan(buf, start, size, verify_crc=False):
-                if isinstance(item, ScannedBatch) and item.header is not None:
-                    yield item.header
-            item = None  # (no view into the map may outlive it)
-
-
-def take_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int, high_watermark: int = -1) -> None:
-    """Write the snapshot of the producers at the log end (at a segment roll, at a clean shutdown), keeping the
-    ones at segment bases and the newest at or below the high watermark (a truncation reloads from the newest
-    one below its point, never below the high watermark) and deleting every other one (those of deleted
-    segments too). Nothing is written for a partition whose producers are unknown (`forget_states`)."""
-    if states is not None and states.unknown:
-        return
-    changes = states.changes if states is not None else 0
-    keep = set(plog.bases)
-    producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms) if states is not None else [],
-                            keep=lambda offset: offset in keep, keep_newest_to=high_watermark)  # fmt: skip
-    if states is not None:
-        states.saved = max(states.saved, changes)
-
-
-def snapshot_due(states: ProducerStates | None) -> bool:
-    """Whether the partition's producer state changed since its last snapshot (the broker asks every minute,
-    so that start-up and truncations read at most about a minute of writes past a snapshot; one whose
-    producers did not change needs none: the last snapshot and the log after it give the same state)."""
-    return states is not None and not states.unknown and states.changes != states.saved
-
-
-def maybe_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int, high_watermark: int = -1) -> bool:
-    """`take_snapshot` if `snapshot_due`, on the calling thread. Returns whether it wrote."""
-    if not snapshot_due(states):
-        return False
-    take_snapshot(plog, states, now_ms, high_watermark)
-    return True
-
-
-class SnapshotJob(NamedTuple):
-    """A snapshot encoded on the event loop, to be written off it (`write_unlinked`) and installed on it."""
-
-    offset: int
-    data: bytes
-    changes: int  # the state's change count it holds
-    keep: frozenset[int]  # the segment bases then
-    high_watermark: int
-
-    def kept(self, offset: int) -> bool:
-        """Whether its prune keeps the snapshot at `offset`: one at a segment base, or a newer one (a roll's)."""
-        return offset in self.keep or offset > self.offset
-
-
-def prepare_snapshot(plog: PartitionLog, states: ProducerStates, now_ms: int, high_watermark: int) -> SnapshotJob:
-    """Encode the snapshot of `states` at the log end (cheap: an entry per producer) for an off-loop write."""
-    return SnapshotJob(plog.log_end_offset, producer_snapshot.encode(states.snapshot(now_ms)), states.changes,
-                       frozenset(plog.bases), high_watermark)  # fmt: skip
-
-
-def forget_states(plog: PartitionLog) -> ProducerStates:
-    """The state of a partition whose producers could not be read from its log (a load or a truncation's
-    rebuild raised): an empty one marked unknown, never snapshotted, and the partition's snapshots deleted, so
-    that no snapshot makes "no producer, nothing open" permanent: the next start-up reads the whole log."""
-    with contextlib.suppress(OSError):  # (those left are true states of the log at their offsets: no harm)
-        producer_snapshot.delete_from(plog.dir, 0)
-    return ProducerStates(unknown=True)
-
-
-def marker_in_log(plog: PartitionLog, h: BatchHeader) -> tuple[bool, int] | None:
-    """(commit?, coordinator epoch) of the control batch `h` of the log, read from its segment file (below the
-    log start offset too: start-up reads whole segments)."""
-    seg = plog.segments[plog.bases[max(bisect.bisect_right(plog.bases, h.base_offset) - 1, 0)]]
-    head = seg.find(h.base_offset)
-    if head is None or head.base_offset != h.base_offset:
-        return None
-    return marker_in(seg.read(head.position, head.size), 0)
-
-
-def marker_in(data: bytes | memoryview, pos: int) -> tuple[bool, int] | None:
-    """(commit?, coordinator epoch) of the control batch at `pos` of `data`, None if it holds no marker."""
-    h = BatchHeader(*HEADER.unpack_from(data, pos))
-    for r in iter_records(data, pos, h):
-        return parse_marker(r.key, r.value)
-    return None
-
-
-def note_completed(plog: PartitionLog, states: ProducerStates, done: Iterable[CompletedTxn]) -> None:
-    """Note the aborted ones of transactions markers closed in the log's `.txnindex` (once each)."""
-    for c in done:
-        if c.aborted:
-            lso = states.first_unstable_offset()
-            plog.add_aborted(AbortedTxn(c.producer_id, c.first_offset, c.last_offset,
-                                        c.last_offset + 1 if lso is None else min(lso, c.last_offset + 1)))  # fmt: skip

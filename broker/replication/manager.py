@@ -21,7 +21,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.log import producer_snapshot
-from broker.log.producer_state import forget_states, load_states, marker_in, note_completed
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_io import forget_states, load_states, marker_in, note_completed
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import HEADER, BatchHeader
 from broker.replication.epochs import UNDEFINED, LeaderEpochCache
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
     from broker.log.log import PartitionLog
     from broker.log.manager import LogManager
-    from broker.log.producer_state import ProducerStates
     from broker.replication.interfaces import ClusterView, FetchWaiters, PartitionState, ReplicaConfig
 
 log = logging.getLogger(__name__)
@@ -52,14 +52,13 @@ class ReplicaManager:
     """The leader and follower sides of every partition this broker holds a replica of."""
 
     def __init__(self, broker_id: int, config: ReplicaConfig, cache: ClusterView, logs: LogManager,
-                 producer_states: dict[TopicPartition, ProducerStates], purgatory: FetchWaiters,
+                 purgatory: FetchWaiters,
                  log_for: Callable[[str, int], PartitionLog | None],
                  blocking: Callable[..., Awaitable[Any]], zk: Callable[[], KazooClient | None]) -> None:  # fmt: skip
         self.broker_id = broker_id
         self.config = config
         self.cache = cache
         self.logs = logs
-        self.producer_states = producer_states
         self.purgatory = purgatory
         self._log_for = log_for  # the partition's local log, created if it is new
         self._blocking = blocking
@@ -415,7 +414,7 @@ class ReplicaManager:
                 cache.assign(h.partition_leader_epoch, h.base_offset)
         if any(h.producer_id >= 0 for h in headers):  # (transactions too: a follower that leads next has them)
             positions = {h.base_offset: pos for h, (pos, *_) in zip(headers, validated, strict=True)}
-            states = self.producer_states[tp]
+            states = plog.producer_states
             done = states.record_batches(headers, lambda h: marker_in(data, positions[h.base_offset]))
             note_completed(plog, states, done)
 
@@ -441,15 +440,15 @@ class ReplicaManager:
         # as Kafka's truncateTo: the producers' state (open transactions, the markers that closed them) as
         # the log now leaves it, from the newest snapshot below the cut and the batches after it
         try:
-            self.producer_states[tp] = load_states(plog)
+            plog.producer_states = load_states(plog)
         except Exception as exc:  # (an unreadable segment): unknown, not the stale state of the cut log
             log.error("%s-%d: rebuilding its producers after the truncation failed (%s): their state is unknown "
                       "until a restart reads the whole log (its snapshots deleted)", *tp, exc)  # fmt: skip
-            self.producer_states[tp] = forget_states(plog)
+            plog.producer_states = forget_states(plog)
 
     def reset_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int) -> None:
         plog.reset_to(offset)
         self.epoch_cache(tp, plog).clear()
-        self.producer_states.pop(tp, None)
+        plog.producer_states = ProducerStates()
         producer_snapshot.delete_from(plog.dir, 0)  # (they describe the log that is gone)
         self.follower_hw[tp] = offset

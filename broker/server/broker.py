@@ -14,7 +14,6 @@ import contextlib
 import logging
 import signal
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +30,8 @@ from broker.log.cleaner import active_producer_ids
 from broker.log.cleaner_threads import LogCleaner
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
-from broker.log.producer_state import (
-    ProducerStates,
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_io import (
     SnapshotJob,
     forget_states,
     load_states,
@@ -69,10 +68,8 @@ class Broker(ZkWatches):
         self.id = config.broker_id
         self.cache = MetadataCache()
         self.logs = LogManager(config.log_dirs, config.log, broker_id=self.id)
-        self.logs.on_set_aside = lambda tp: self.producer_states.pop(tp, None)
         self.logs.on_roll = self._snapshot_at_roll
         self.purgatory = Purgatory()
-        self.producer_states: dict[TopicPartition, ProducerStates] = defaultdict(ProducerStates)
         self.deferred_logs: set[PartitionLog] = set()  # logs with appends deferred until `write_deferred`
         self.pid_pool = ProducerIdPool()
         # the groups' committed offsets and generations in ZooKeeper, written behind on a session of its own
@@ -98,7 +95,7 @@ class Broker(ZkWatches):
             endpoint=self.inter_broker_endpoint,
         )  # fmt: skip
         self.replicas = ReplicaManager(
-            self.id, config, self.cache, self.logs, self.producer_states, self.purgatory,
+            self.id, config, self.cache, self.logs, self.purgatory,
             log_for=self._replica_log, blocking=self.blocking, zk=lambda: self.zk,
         )  # fmt: skip
         self.controller: Controller | None = None
@@ -197,7 +194,7 @@ class Broker(ZkWatches):
             self.logs.before_removal = self.cleaner.abort
             self.logs.on_truncate = self.cleaner.truncated
             self.cleaner.active_producers = lambda plog: active_producer_ids(  # (Kafka's active producers)
-                self.producer_states.get((plog.topic, plog.partition))
+                plog.producer_states
             )
             self.cleaner.start()
         stray = sorted({t for t, _ in self.logs.logs} - set(self.cache.topics))
@@ -334,7 +331,7 @@ class Broker(ZkWatches):
         now_ms = int(time.time() * 1000)  # start-up after a crash reads from there on
         jobs = [(tp, plog, states, prepare_snapshot(plog, states, now_ms, self.high_watermark(plog)))
                 for tp, plog in self.logs.logs.items()
-                if snapshot_due(states := self.producer_states.get(tp))]  # fmt: skip
+                if snapshot_due(states := plog.producer_states)]  # fmt: skip
         if jobs:
             self._snapshots = self.loop.create_task(self._write_snapshots(jobs))
 
@@ -351,7 +348,7 @@ class Broker(ZkWatches):
                 if self.logs.logs.get(tp) is plog:
                     log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
                 continue
-            current = self.logs.logs.get(tp) is plog and self.producer_states.get(tp) is states
+            current = self.logs.logs.get(tp) is plog and plog.producer_states is states
             if not current or states.unknown or plog.log_end_offset < job.offset:
                 unlinked.unlink(missing_ok=True)
                 continue
@@ -522,10 +519,9 @@ class Broker(ZkWatches):
             except Exception as exc:  # the producers are taken as new: duplicates of retries possible, no loss
                 log.error("loading the producers of %s-%d failed (%s): their state is unknown until a restart reads "
                           "the whole log (its snapshots deleted)", tp[0], tp[1], exc)  # fmt: skip
-                self.producer_states[tp] = forget_states(plog)
+                plog.producer_states = forget_states(plog)
                 continue
-            if states.entries:
-                self.producer_states[tp] = states
+            plog.producer_states = states
         if time.monotonic() - started > 1:
             log.info("loaded the producers of %d partitions in %.1f s", len(self.logs.logs), time.monotonic() - started)
 
@@ -534,7 +530,7 @@ class Broker(ZkWatches):
         now_ms = int(time.time() * 1000)
         for tp, plog in self.logs.logs.items():
             try:
-                take_snapshot(plog, self.producer_states.get(tp), now_ms, self.high_watermark(plog))
+                take_snapshot(plog, plog.producer_states, now_ms, self.high_watermark(plog))
             except OSError as exc:
                 log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
 
@@ -544,7 +540,7 @@ class Broker(ZkWatches):
         batch may yet fail to be written: the high watermark is only peeked at here, never kept (a kept one
         would count that batch, and stay above the log end once the failed append is dropped)."""
         try:
-            take_snapshot(plog, self.producer_states.get((plog.topic, plog.partition)), int(time.time() * 1000),
+            take_snapshot(plog, plog.producer_states, int(time.time() * 1000),
                           self.replicas.stable_end((plog.topic, plog.partition), plog))  # fmt: skip
         except OSError as exc:  # (start-up then reads from an older snapshot: slower, as correct)
             log.warning("writing the producer snapshot of %s-%d failed: %s", plog.topic, plog.partition, exc)
@@ -554,16 +550,13 @@ class Broker(ZkWatches):
         a batch the file kept is answered as a duplicate, one of a batch it lost is appended. `since`: the
         log end offset before the failed append (its batches may be in the file, unrecorded). If the file
         cannot be read, the state is forgotten (a retry may then be stored twice, but none is lost)."""
-        tp = (plog.topic, plog.partition)
-        states = self.producer_states.get(tp)
         try:
             written = plog.batch_headers_from(since) if since is not None else []
-            if states is not None or written:
-                self.producer_states[tp].repair(plog.log_end_offset, written)
+            plog.producer_states.repair(plog.log_end_offset, written)
         except Exception as exc:  # (OSError, or a file shorter than the log thinks)
             log.error("reading back the producers of %s-%d failed (%s): their state is unknown until a restart "
                       "reads the whole log (its snapshots deleted)", plog.topic, plog.partition, exc)  # fmt: skip
-            self.producer_states[tp] = forget_states(plog)
+            plog.producer_states = forget_states(plog)
 
     def zookeeper_problem(self) -> str | None:
         """Why a topic change cannot be written now: the ZooKeeper session is down (it would wait for it)."""

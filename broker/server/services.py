@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from broker.coordinator.txn.producer_ids import ProducerIdPool
     from broker.log.log import PartitionLog
     from broker.log.manager import LogManager
-    from broker.log.producer_state import ProducerStates
     from broker.protocol.errors import ErrorCode
     from broker.quota.manager import QuotaManager
     from broker.replication.manager import ReplicaManager
@@ -40,7 +39,6 @@ class Services(Protocol):
     logs: LogManager
     replicas: ReplicaManager
     purgatory: Purgatory
-    producer_states: dict[TopicPartition, ProducerStates]
     deferred_logs: set[PartitionLog]  # appends the Produce handler deferred (written before answers leave)
     pid_pool: ProducerIdPool
     coordinator: GroupCoordinator

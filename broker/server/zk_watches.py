@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from broker.coordinator.txn.coordinator import TxnCoordinator
     from broker.log.cleaner_threads import LogCleaner
     from broker.log.manager import LogManager
-    from broker.log.producer_state import ProducerStates
     from broker.replication.controller import Controller
     from broker.replication.manager import ReplicaManager
     from broker.server.cache import MetadataCache
@@ -48,7 +47,6 @@ class ZkWatches:
     logs: LogManager
     replicas: ReplicaManager
     purgatory: Purgatory
-    producer_states: dict[tuple[str, int], ProducerStates]
     controller: Controller | None
     coordinator: GroupCoordinator
     txn_coordinator: TxnCoordinator
@@ -246,7 +244,6 @@ class ZkWatches:
         if self.logs.get(topic, p) is None:
             return
         self.logs.delete(topic, p)
-        self.producer_states.pop((topic, p), None)
         self.purgatory.notify((topic, p))
         log.info("%s-%d was reassigned to brokers %s: deleted this broker's copy", topic, p,
                  self.cache.topics[topic][p].replicas)  # fmt: skip
@@ -275,7 +272,6 @@ class ZkWatches:
         for t, p in [tp for tp in self.logs.logs if tp[0] == topic]:
             self.replicas.forget((t, p))  # (a topic of the same name may follow: its replicas start afresh)
             self.logs.delete(t, p)
-            self.producer_states.pop((t, p), None)
             self.purgatory.notify((t, p))
         log.info("deleted the local logs of topic %s", topic)
 

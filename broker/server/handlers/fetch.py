@@ -82,8 +82,7 @@ def last_stable_offset(b: Services, plog: Any) -> int:
     an open transaction's first records, as Kafka's updateFirstUnstableOffset), and the ISR holds every
     record (the high watermark)."""
     hw = b.high_watermark(plog)
-    states = b.producer_states.get((plog.topic, plog.partition))
-    first = states.first_unstable_offset() if states is not None else None
+    first = plog.producer_states.first_unstable_offset()
     return hw if first is None else min(hw, max(first, plog.log_start_offset))
 
 

@@ -209,7 +209,7 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
             return out
         span = _producer_span(records, validated)
         transactional = _is_transactional(records)
-        if span is not None and _answered_by_sequence(b, tp, span, plog.log_start_offset, out, transactional):
+        if span is not None and _answered_by_sequence(plog, span, out, transactional):
             if acks == -1 and not out["error_code"]:  # a duplicate: answered once the ISR holds the original
                 out["_last_offset"] = out["base_offset"] + (span.last_seq - span.first_seq) % 2**31
             return out
@@ -235,7 +235,7 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
         b.logs.mark_offline(tp, exc)
         raise  # the connection closes: answers held for it may name offsets the failed write lost
     if span is not None:
-        b.producer_states[tp].record(*span, result.first_offset, transactional=transactional)
+        plog.producer_states.record(*span, result.first_offset, transactional=transactional)
     b.purgatory.notify(tp)
     if acks == -1:
         out["_last_offset"] = result.last_offset
@@ -265,20 +265,19 @@ def _refused_timestamps(plog: PartitionLog, records: memoryview, validated: list
     return True
 
 
-def _answered_by_sequence(b: Services, tp: tuple[str, int], span: _Span,
-                          log_start_offset: int, out: dict[str, Any], transactional: bool = False) -> bool:  # fmt: skip
+def _answered_by_sequence(plog: PartitionLog, span: _Span, out: dict[str, Any], transactional: bool = False) -> bool:
     """Fill `out` for a sequence error or a duplicate (answered with its first offset, not appended)."""
-    err, dup_offset = b.producer_states[tp].check(*span, transactional)
+    err, dup_offset = plog.producer_states.check(*span, transactional)
     if err:
         out["error_code"] = err
         out["error_message"] = f"producer {span.producer_id} epoch {span.epoch} sequence {span.first_seq}: {err.name}"
-        entry = b.producer_states[tp].entries.get(span.producer_id)
-        log.warning("%s-%d: %s; its last batches here (first seq, last seq, offset): %s", tp[0], tp[1],
+        entry = plog.producer_states.entries.get(span.producer_id)
+        log.warning("%s-%d: %s; its last batches here (first seq, last seq, offset): %s", plog.topic, plog.partition,
                     out["error_message"], list(entry.batches) if entry else None)  # fmt: skip
         return True
     if dup_offset >= 0:
         out["base_offset"] = dup_offset
-        out["log_start_offset"] = log_start_offset
+        out["log_start_offset"] = plog.log_start_offset
         return True
     return False
 
@@ -320,10 +319,10 @@ async def handle_describe_producers(b: Services, header: RequestHeader, req: dic
             if plog is None:
                 out["error_code"] = code
                 continue
-            states = b.producer_states.get((name, index))
+            states = plog.producer_states
             out["active_producers"] = [
                 {"producer_id": pid, "producer_epoch": epoch, "last_sequence": seq, "last_timestamp": ms,
                  "coordinator_epoch": coordinator_epoch, "current_txn_start_offset": txn_first}
-                for pid, epoch, seq, ms, coordinator_epoch, txn_first in (states.active() if states is not None else [])
+                for pid, epoch, seq, ms, coordinator_epoch, txn_first in states.active()
             ]  # fmt: skip
     return {"topics": topics}

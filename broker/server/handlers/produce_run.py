@@ -147,7 +147,7 @@ def run_dispatcher(b: Services) -> RunDispatch | None:
         if pid >= 0:  # the batches chain on from the first (the scanner saw to it): check only that one
             first_delta = _Item._make(_ITEM.unpack_from(info, 0)).last_offset_delta  # its records: that + 1
             last_seq = (first_seq + first_delta) % _SEQ
-            err, duplicate_of = b.producer_states[tp].check(pid, epoch, first_seq, last_seq)
+            err, duplicate_of = plog.producer_states.check(pid, epoch, first_seq, last_seq)
             if err or duplicate_of >= 0:
                 return n
         end_before = plog.log_end_offset
@@ -159,7 +159,7 @@ def run_dispatcher(b: Services) -> RunDispatch | None:
             raise
         b.deferred_logs.add(plog)  # written before the answers leave (see `Broker.write_deferred`)
         if pid >= 0:
-            _record_last_batches(b.producer_states[tp], pid, epoch, first_seq, first, info)
+            _record_last_batches(plog.producer_states, pid, epoch, first_seq, first, info)
         b.purgatory.notify(tp)
         if acks == 0:
             return pos, 0, None

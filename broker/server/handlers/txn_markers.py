@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker.errors import CorruptRecordError
-from broker.log.producer_state import note_completed
+from broker.log.producer_state_io import note_completed
 from broker.log.txn_index import marker_record
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
@@ -85,7 +85,7 @@ async def write_marker(b: Services, topic: str, partition: int, producer_id: int
     tp = (topic, partition)
     if b.logs.why_offline(tp) is not None:
         return ErrorCode.KAFKA_STORAGE_ERROR, -1
-    states = b.producer_states[tp]
+    states = plog.producer_states
     err, repeat_of = states.check_marker(producer_id, producer_epoch, coordinator_epoch)
     if err:
         log.info("%s-%d: refused the %s marker of producer %d epoch %d (coordinator epoch %d): %s", topic,

@@ -647,7 +647,7 @@ def test_the_cleaners_high_watermark_is_read_only(tmp_path):
     async def blocking(fn, *args):
         return fn(*args)
 
-    m = ReplicaManager(1, BrokerConfig(), cache, logs, {}, Purgatory(), lambda t, p: logs.get_or_create(t, p),
+    m = ReplicaManager(1, BrokerConfig(), cache, logs, Purgatory(), lambda t, p: logs.get_or_create(t, p),
                        blocking, lambda: None)  # fmt: skip
     m.apply(("t", 0), cache.topics["t"][0])
     plog = logs.get("t", 0)

@@ -1,4 +1,4 @@
-"""broker/log/producer_snapshot.py and the producer state a partition starts with (producer_state.load_states):
+"""broker/log/producer_snapshot.py and the producer state a partition starts with (producer_state_io.load_states):
 Kafka's snapshot layout, its CRC, which snapshot counts, and what the log after it adds."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import time
 
 from broker.log import producer_snapshot as ps
 from broker.log.producer_snapshot import SnapshotEntry
-from broker.log.producer_state import EXPIRATION_MS, MAX_SEQ, ProducerStates, load_states
+from broker.log.producer_state import EXPIRATION_MS, MAX_SEQ, ProducerStates
+from broker.log.producer_state_io import load_states
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import Record, build_batch
 from broker.records.crc import crc32c

@@ -26,7 +26,7 @@ def _manager(tmp_path: Path) -> tuple[ReplicaManager, object]:
     async def blocking(fn, *args):
         return fn(*args)
 
-    m = ReplicaManager(1, BrokerConfig(), cache, logs, {}, Purgatory(), lambda t, p: logs.get_or_create(t, p),
+    m = ReplicaManager(1, BrokerConfig(), cache, logs, Purgatory(), lambda t, p: logs.get_or_create(t, p),
                        blocking, lambda: None)  # fmt: skip
     m.apply(TP, cache.topics["t"][0])
     return m, logs.get(*TP)

@@ -41,7 +41,7 @@ class Broker:
         async def blocking(fn, *args):
             return fn(*args)
 
-        self.replicas = ReplicaManager(1, BrokerConfig(), self.cache, self.logs, {}, Purgatory(),
+        self.replicas = ReplicaManager(1, BrokerConfig(), self.cache, self.logs, Purgatory(),
                                        lambda t, p: self.logs.get_or_create(t, p), blocking, lambda: None)  # fmt: skip
 
     def topic(self, name: str, partitions: int, records: int, config: dict[str, str] | None = None) -> None:

@@ -202,7 +202,7 @@ def test_a_malformed_frame_still_answers_the_requests_before_it(broker, monkeypa
 def test_a_failed_write_sends_no_answer_and_cuts_the_log_back(broker, monkeypatch) -> None:
     plog = broker.logs.get_or_create(TOPIC, 0)
     plog.append(batch(b"kept", producer_id=9, sequence=0))
-    broker.producer_states[(TOPIC, 0)].record(9, 0, 0, 0, 0)
+    plog.producer_states.record(9, 0, 0, 0, 0)
     real_writev = os.writev
 
     def no_space(fd: int, buffers: list[Any]) -> int:
@@ -217,7 +217,7 @@ def test_a_failed_write_sends_no_answer_and_cuts_the_log_back(broker, monkeypatc
     assert plog.log_end_offset == 1 and stored_values(broker) == [b"kept"]
     assert broker.logs.is_offline((TOPIC, 0))  # and its retries are answered KAFKA_STORAGE_ERROR
     # the sequences are what the file holds: a retry of a lost batch is appended, one of the kept batch is not
-    states = broker.producer_states[(TOPIC, 0)]
+    states = plog.producer_states
     assert states.check(9, 0, 1, 1) == (ErrorCode.NONE, -1) and states.check(9, 0, 0, 0) == (ErrorCode.NONE, 0)
 
 
@@ -396,7 +396,6 @@ def test_a_run_of_many_small_batches_takes_index_entries_where_one_by_one_does(t
 def test_a_log_set_aside_as_stray_takes_its_producers_with_it(broker) -> None:
     """The topic was deleted and made again while the broker was down: its old log is set aside, and a retry
     of a batch that old log held is no duplicate in the new one (it would be lost)."""
-    broker.logs.get_or_create(TOPIC, 0, topic_id=1)
-    broker.producer_states[(TOPIC, 0)].record(9, 0, 0, 0, 0)
-    broker.logs.get_or_create(TOPIC, 0, topic_id=2)  # another topic of that name
-    assert (TOPIC, 0) not in broker.producer_states
+    broker.logs.get_or_create(TOPIC, 0, topic_id=1).producer_states.record(9, 0, 0, 0, 0)
+    fresh = broker.logs.get_or_create(TOPIC, 0, topic_id=2)  # another topic of that name
+    assert fresh.producer_states.entries == {} and fresh.producer_states.check(9, 0, 0, 0) == (ErrorCode.NONE, -1)

@@ -15,7 +15,8 @@ import pytest
 from broker.log import producer_snapshot
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog
-from broker.log.producer_state import ProducerStates, take_snapshot
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_io import take_snapshot
 from broker.protocol.api import ApiKey
 from broker.protocol.framing import RequestHeader
 from broker.records.batch import Record, build_batch
@@ -130,9 +131,9 @@ def test_a_partition_whose_producers_failed_to_load_is_never_snapshotted(broker,
         raise OSError("unreadable segment")
 
     monkeypatch.setattr("broker.server.broker.load_states", fail)
-    broker.producer_states.clear()
+    plog.producer_states = ProducerStates()
     broker._load_producer_states()
-    assert broker.producer_states[TP].unknown and _snaps(broker) == []  # the next start-up reads the whole log
+    assert plog.producer_states.unknown and _snaps(broker) == []  # the next start-up reads the whole log
     _produce(broker, _idempotent(1))
     broker._snapshot_at_roll(plog)
     broker._save_producer_states()
@@ -149,7 +150,7 @@ def test_a_failed_repair_leaves_the_partition_unknown(broker, monkeypatch) -> No
 
     monkeypatch.setattr(plog, "batch_headers_from", fail)
     broker.reload_producer_states(plog, 0)
-    assert broker.producer_states[TP].unknown and _snaps(broker) == []
+    assert plog.producer_states.unknown and _snaps(broker) == []
     broker._save_producer_states()
     assert _snaps(broker) == []
 
@@ -165,7 +166,7 @@ def test_a_failed_rebuild_after_a_truncation_leaves_the_partition_unknown(broker
 
     monkeypatch.setattr("broker.replication.manager.load_states", fail)
     broker.replicas.truncate_copy(TP, plog, 1, "as a test")
-    states = broker.producer_states[TP]
+    states = plog.producer_states
     assert states.unknown and states.entries == {}  # not the stale state of the cut log
     assert _snaps(broker) == []
     broker._snapshot_at_roll(plog)

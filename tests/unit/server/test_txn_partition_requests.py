@@ -63,12 +63,12 @@ def test_a_record_set_of_two_batches_is_refused_whole(broker) -> None:
     assert "exactly one record batch" in out["error_message"]
     assert _produce(broker, plain + _txn_batch(), version=7)["error_code"] == ErrorCode.CORRUPT_MESSAGE
     plog = broker.logs.get(TOPIC, 0)
-    assert plog.log_end_offset == 0 and not broker.producer_states[(TOPIC, 0)].open_transactions()
+    assert plog.log_end_offset == 0 and not plog.producer_states.open_transactions()
     # one batch each: the transactional one is tracked and holds the last stable offset
     assert (
         _produce(broker, plain, txn_id=None)["base_offset"] == 0 and _produce(broker, _txn_batch())["base_offset"] == 1
     )
-    assert broker.producer_states[(TOPIC, 0)].open_transactions() == {7: 1}
+    assert plog.producer_states.open_transactions() == {7: 1}
     assert last_stable_offset(broker, plog) == 1
 
 
@@ -87,10 +87,10 @@ def test_a_follower_truncated_below_two_markers_has_the_first_transaction_open_a
     assert _produce(broker, _txn_batch(1))["base_offset"] == 2
     assert _marker(broker, commit=False) == 0  # offset 3
     tp, plog = (TOPIC, 0), broker.logs.get(TOPIC, 0)
-    assert broker.producer_states[tp].open_transactions() == {} and len(plog.txn_index.all()) == 1
+    assert plog.producer_states.open_transactions() == {} and len(plog.txn_index.all()) == 1
     broker.replicas.truncate_copy(tp, plog, 1, "as a test")
     assert plog.log_end_offset == 1 and plog.txn_index.all() == []
-    assert broker.producer_states[tp].open_transactions() == {7: 0}
+    assert plog.producer_states.open_transactions() == {7: 0}
     assert last_stable_offset(broker, plog) == 0
 
 
@@ -106,12 +106,12 @@ def _marker_of(broker: Any, commit: bool, coordinator_epoch: int) -> int:
 def test_a_takeover_coordinators_marker_is_written_and_fences_the_old_ones_late_marker(broker) -> None:
     """Coordinator A wrote T1's abort (coordinator epoch 3); B took the Prepare over (epoch 4) and sends it again:
     it is appended (not a repeat), so the producer's next transaction is not closed by A's late marker."""
-    tp, plog = (TOPIC, 0), broker.logs.get(TOPIC, 0)
+    plog = broker.logs.get(TOPIC, 0)
     assert _produce(broker, _txn_batch(0))["base_offset"] == 0
     assert _marker_of(broker, commit=False, coordinator_epoch=3) == 0  # offset 1
     assert _marker_of(broker, commit=False, coordinator_epoch=3) == 0 and plog.log_end_offset == 2  # A's retry
     assert _marker_of(broker, commit=False, coordinator_epoch=4) == 0 and plog.log_end_offset == 3  # B's
     assert _produce(broker, _txn_batch(1))["base_offset"] == 3  # T2, same producer epoch
     assert _marker_of(broker, commit=False, coordinator_epoch=3) == ErrorCode.TRANSACTION_COORDINATOR_FENCED
-    assert plog.log_end_offset == 4 and broker.producer_states[tp].open_transactions() == {7: 3}
+    assert plog.log_end_offset == 4 and plog.producer_states.open_transactions() == {7: 3}
     assert last_stable_offset(broker, plog) == 3

@@ -103,7 +103,7 @@ def test_a_transaction_opened_before_the_active_segment_survives_a_crash(tmp_pat
     """The broker's minutely snapshot (when the log end moved): start-up (no clean shutdown) reads the log from
     there and finds the transaction though its first batch lies in an older segment."""
     from broker.log.log import PartitionLog
-    from broker.log.producer_state import load_states, maybe_snapshot
+    from broker.log.producer_state_io import load_states, maybe_snapshot
     from broker.records.batch import Record, build_batch
 
     log = PartitionLog(tmp_path / "t-0")
@@ -127,7 +127,7 @@ def test_start_up_reads_markers_below_the_log_start_and_notes_the_aborts(tmp_pat
     import time
 
     from broker.log.log import PartitionLog
-    from broker.log.producer_state import load_states
+    from broker.log.producer_state_io import load_states
     from broker.log.txn_index import AbortedTxn, marker_record
     from broker.records.batch import Record, build_batch
 

@@ -1,4 +1,4 @@
-"""The producer state a partition rebuilds from its log (producer_state.load_states) never skips a range: at start-up
+"""The producer state a partition rebuilds from its log (producer_state_io.load_states) never skips a range: at start-up
 after a crash and after a follower's truncation, from the newest snapshot at or below the log end (one is taken
 at every segment roll) or from the log start; the `.txnindex` rebuilt over the same range; the sequence checks
 around transactions (Kafka's order) and the last stable offset capped at the log start."""
@@ -12,7 +12,8 @@ from types import SimpleNamespace
 from broker.log import producer_snapshot
 from broker.log.config import LogConfig
 from broker.log.log import PartitionLog
-from broker.log.producer_state import ProducerStates, load_states, maybe_snapshot, take_snapshot
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_io import load_states, maybe_snapshot, take_snapshot
 from broker.log.txn_index import AbortedTxn, index_path, marker_record
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import Record, build_batch
@@ -207,7 +208,8 @@ def test_the_last_stable_offset_is_never_below_the_log_start(tmp_path) -> None:
     _plain(log, 100)
     log.delete_retained()
     assert log.log_start_offset > 0
-    b = SimpleNamespace(high_watermark=lambda plog: plog.log_end_offset, producer_states={("t", 0): states})
+    log.producer_states = states
+    b = SimpleNamespace(high_watermark=lambda plog: plog.log_end_offset)
     lso = last_stable_offset(b, log)
     assert lso == log.log_start_offset
     assert log.read(lso, MIB) is not None  # a read_committed consumer reads from there (no OFFSET_OUT_OF_RANGE)
