@@ -34,7 +34,7 @@ from broker.protocol.messages.fetch import EARLIEST
 from broker.records.record_set import whole_length
 
 if TYPE_CHECKING:
-    from broker.replication.manager import ReplicaManager
+    from broker.replication.interfaces import FollowerSide
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Followed:
 class ReplicaFetcher:
     """Copies, from broker `source`, the partitions this broker follows there."""
 
-    def __init__(self, manager: ReplicaManager, source: int) -> None:
+    def __init__(self, manager: FollowerSide, source: int) -> None:
         self.m = manager
         self.source = source
         self.partitions: dict[TopicPartition, Followed] = {}

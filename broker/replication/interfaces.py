@@ -4,7 +4,11 @@ imports (tests/unit/test_layering.py)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from broker.log.log import PartitionLog
+    from broker.replication.throttle import Throttle
 
 TopicPartition = tuple[str, int]
 
@@ -46,3 +50,36 @@ class FetchWaiters(Protocol):
     """The delayed fetches (`broker.server.purgatory.Purgatory`): woken when a partition's high watermark moves."""
 
     def notify(self, tp: TopicPartition) -> None: ...
+
+
+class FollowerSide(Protocol):
+    """What a follower's fetcher (`broker.replication.fetcher.ReplicaFetcher`) asks of the replica manager
+    (`broker.replication.manager.ReplicaManager`) that starts it: where the leader is, the copy's log, and
+    what to do with each answer. The two modules then import only this, not each other."""
+
+    broker_id: int
+    config: ReplicaConfig
+    throttle: Throttle
+
+    def address_of(self, broker_id: int) -> tuple[str, int] | None: ...
+
+    def is_throttled(self, tp: TopicPartition) -> bool: ...
+
+    def follower_log(self, topic: str, partition: int) -> PartitionLog | None: ...
+
+    def latest_epoch(self, tp: TopicPartition, plog: PartitionLog) -> int: ...
+
+    def truncation_point(self, tp: TopicPartition, plog: PartitionLog, asked: int, leader_epoch: int,
+                         leader_end: int) -> int: ...  # fmt: skip
+
+    def truncate_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int, why: str) -> None: ...
+
+    def append_copy(self, tp: TopicPartition, plog: PartitionLog, data: memoryview) -> None: ...
+
+    def follower_high_watermark(self, tp: TopicPartition, plog: PartitionLog, leader_hw: int) -> None: ...
+
+    def follower_log_start(self, tp: TopicPartition, plog: PartitionLog, leader_start: int) -> None: ...
+
+    def reset_copy(self, tp: TopicPartition, plog: PartitionLog, offset: int) -> None: ...
+
+    def known_high_watermark(self, tp: TopicPartition) -> int: ...

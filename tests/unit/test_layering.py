@@ -52,10 +52,10 @@ def test_the_coordinators_and_quotas_never_import_the_server():
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
-def test_no_two_modules_of_the_server_coordinators_quotas_or_log_import_each_other():
+def test_no_two_modules_of_the_server_coordinators_quotas_log_or_replication_import_each_other():
     """(TYPE_CHECKING imports count: a pair leaning on each other is one concern split badly, or a missing
     lower layer.)"""
-    paths = [p for package in ("server", "coordinator", "quota", "log") for p in _modules_of(package)]
+    paths = [p for package in ("server", "coordinator", "quota", "log", "replication") for p in _modules_of(package)]
     names = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in paths}
     deps = {n: {m for m in imported(p) if m in names and m != n} for n, p in names.items()}
     pairs = sorted({tuple(sorted((a, b))) for a in deps for b in deps[a] if a in deps[b]})
