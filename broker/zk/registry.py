@@ -16,11 +16,12 @@ from typing import NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
 from broker.errors import KafkactlError
+from broker.zk import batch, paths
 from broker.zk import client as zkclient
-from broker.zk import paths
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,15 @@ def moves_and_id(zk: KazooClient, topic: str) -> tuple[paths.Moves, int] | None:
     return paths.parse_moves(data), stat.czxid
 
 
+def topics_moves_and_ids(zk: KazooClient, topics: list[str]) -> dict[str, tuple[paths.Moves, int] | None]:
+    """`moves_and_id` of many topics in one pipelined pass."""
+    found = batch.get_many(zk, [paths.topic(t) for t in topics])
+    return {
+        t: None if node is None else (paths.parse_moves(node[0]), node[1].czxid)
+        for t, node in zip(topics, found, strict=True)
+    }
+
+
 def topic_id(zk: KazooClient, topic: str) -> int | None:
     """The id (creation zxid) of a topic, or None when it does not exist."""
     stat = zk.exists(paths.topic(topic))
@@ -219,6 +229,17 @@ def partition_state(zk: KazooClient, topic: str, partition: int) -> dict | None:
         data, stat = zk.get(paths.partition_state(topic, partition))
     except NoNodeError:
         return None
+    return state_of(data, stat)
+
+
+def partition_states(zk: KazooClient, topic: str, partitions: list[int]) -> dict[int, dict | None]:
+    """`partition_state` of many partitions of a topic in one pipelined pass."""
+    found = batch.get_many(zk, [paths.partition_state(topic, p) for p in partitions])
+    return {p: None if node is None else state_of(*node) for p, node in zip(partitions, found, strict=True)}
+
+
+def state_of(data: bytes | None, stat: ZnodeStat) -> dict:
+    """A partition state znode's content, with its version as `zk_version`."""
     state = paths.loads(data) or {}
     state["zk_version"] = stat.version
     return state
@@ -339,6 +360,12 @@ def topic_config(zk: KazooClient, topic: str) -> dict[str, str]:
     except NoNodeError:
         return {}
     return paths.parse_config(data)
+
+
+def topic_configs(zk: KazooClient, topics: list[str]) -> dict[str, dict[str, str]]:
+    """`topic_config` of many topics in one pipelined pass."""
+    found = batch.get_many(zk, [paths.topic_config(t) for t in topics])
+    return {t: {} if node is None else paths.parse_config(node[0]) for t, node in zip(topics, found, strict=True)}
 
 
 def is_being_deleted(zk: KazooClient, topic: str) -> bool:

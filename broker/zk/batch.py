@@ -1,0 +1,104 @@
+"""Pipelined ZooKeeper reads and chunked multis: many requests in flight on one session instead of one
+round trip each.
+
+ZooKeeper answers a session's requests in the order they were sent, so issuing a window of kazoo `*_async`
+calls and then collecting their results costs about one round trip per window, not one per znode. Blocking:
+run them off the event loop (an executor thread or kazoo's callback thread, whose waits the connection
+thread settles). Paths come from `broker.zk.paths`; `broker.zk.registry` builds its bulk reads on these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+#: requests in flight at once (ZooKeeper's default globalOutstandingLimit is 1,000)
+WINDOW = 1000
+#: a multi's bounds: jute.maxbuffer (1 MiB by default) caps a request, so a chunk stays well under it
+MULTI_OPS = 500
+MULTI_BYTES = 512 * 1024
+#: a rough per-op overhead in a multi request (op header, lengths, version, ACL, flags)
+_OP_OVERHEAD = 64
+
+Node = tuple[bytes, ZnodeStat]
+
+
+def get_many(zk: KazooClient, paths: Sequence[str], *, watch: Callable[[Any], None] | None = None,
+             window: int = WINDOW) -> list[Node | None]:  # fmt: skip
+    """(data, stat) of each path, in order, None for a missing znode; `watch` (as `zk.get`'s) is left on each
+    znode that exists. Other errors (the connection dropping) are raised once the window's answers are in."""
+    out: list[Node | None] = []
+    for start in range(0, len(paths), window):
+        pending = [zk.get_async(path, watch=watch) for path in paths[start : start + window]]
+        error: BaseException | None = None
+        for result in pending:
+            try:
+                out.append(result.get())
+            except NoNodeError:
+                out.append(None)
+            except Exception as exc:  # noqa: BLE001 - raised after the window settles (no answer left behind)
+                error = error or exc
+                out.append(None)
+        if error is not None:
+            raise error
+    return out
+
+
+class Op(NamedTuple):
+    """One operation of a multi: `kind` is "create", "set_data", "delete" or "check" (kazoo's transaction
+    methods); `version` -1 means any version (not allowed for "check")."""
+
+    kind: str
+    path: str
+    data: bytes = b""
+    version: int = -1
+
+
+def chunks(ops: Sequence[Op], *, max_ops: int = MULTI_OPS, max_bytes: int = MULTI_BYTES) -> list[Sequence[Op]]:
+    """`ops` cut, in order, into runs of at most `max_ops` operations and about `max_bytes` bytes each."""
+    out: list[Sequence[Op]] = []
+    start = size = 0
+    for i, op in enumerate(ops):
+        cost = len(op.path) + len(op.data) + _OP_OVERHEAD
+        if i > start and (i - start >= max_ops or size + cost > max_bytes):
+            out.append(ops[start:i])
+            start, size = i, 0
+        size += cost
+    if start < len(ops):
+        out.append(ops[start:])
+    return out
+
+
+def multi_chunks(zk: KazooClient, ops: Sequence[Op], *, max_ops: int = MULTI_OPS, max_bytes: int = MULTI_BYTES,
+                 window: int = 8) -> list[Any]:  # fmt: skip
+    """Commit `ops` as consecutive multis of bounded size, up to `window` of them in flight; the result of
+    each op, in order (kazoo's: a path, a stat, True, or the exception of an op that failed, RolledBackError
+    for the others of its chunk). Each chunk is atomic; the whole is not (a chunk after a failed one is still
+    committed): callers that need all-or-nothing check a version in every chunk."""
+    out: list[Any] = []
+    parts = chunks(ops, max_ops=max_ops, max_bytes=max_bytes)
+    for start in range(0, len(parts), window):
+        pending = [_transaction(zk, part).commit_async() for part in parts[start : start + window]]
+        for result in pending:
+            out.extend(result.get())
+    return out
+
+
+def _transaction(zk: KazooClient, ops: Iterable[Op]) -> Any:
+    tx = zk.transaction()
+    for op in ops:
+        if op.kind == "create":
+            tx.create(op.path, op.data)
+        elif op.kind == "set_data":
+            tx.set_data(op.path, op.data, version=op.version)
+        elif op.kind == "delete":
+            tx.delete(op.path, version=op.version)
+        elif op.kind == "check":
+            tx.check(op.path, op.version)
+        else:
+            raise ValueError(f"unknown multi operation {op.kind!r}")
+    return tx

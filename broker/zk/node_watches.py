@@ -1,0 +1,168 @@
+"""Data watches on many znodes, armed with pipelined reads: what kazoo's `DataWatch` does for one znode, without
+a synchronous `get` (and a session listener) per znode.
+
+A watch is set by `get_async(path, watch=...)`; when it fires, the znode is read again the same way (which
+sets the next watch) and the new data goes to `on_change`, in batches. kazoo forgets its watches when the
+connection drops, so after a reconnect the owner calls `rearm()`, which reads every watched znode again (one
+pipelined pass) and reports them all. A znode deleted, or deleted and created again (another `czxid`: another
+incarnation, say a topic of the same name), stops being watched: its owner learns of that through its own
+watch on the parent and calls `watch()` again.
+
+Reads and their reports are ordered: a change seen while `watch()` reads the same znode is folded into what
+`watch()` returns (and reports through `then`), never reported before it, so an owner that applies what
+`watch()` returned cannot overwrite a newer change with an older read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from broker.zk.batch import Node, get_many
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+
+class NodeWatches(Generic[K]):
+    """Watches on znodes, each under a key of the owner's. `on_change(changes)` gets [(key, data, stat)] on
+    kazoo's threads: it must not block (hand the work to the event loop)."""
+
+    def __init__(self, zk: KazooClient, on_change: Callable[[list[tuple[K, bytes, Any]]], None]) -> None:
+        self._zk = zk
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._keys: dict[K, tuple[str, int]] = {}  # key -> (path, czxid of the znode watched)
+        self._paths: dict[str, K] = {}
+        self._arming: dict[K, int] = {}  # key -> watch() calls reading it now
+        self._held: dict[K, Node] = {}  # changes seen while a watch() reads the key (folded into its result)
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def keys(self) -> list[K]:
+        with self._lock:
+            return list(self._keys)
+
+    def watch(self, nodes: Mapping[K, str], then: Callable[[dict[K, Node | None]], None] | None = None
+              ) -> dict[K, Node | None]:  # fmt: skip
+        """Watch each znode (again: a key may be watched already, or name a new incarnation of its znode) and
+        return its (data, stat), None when it does not exist (then it is not watched). Blocking (one pipelined
+        pass); `then(result)` runs before any change seen after the reads is reported."""
+        keys = list(nodes)
+        with self._lock:
+            for key in keys:
+                self._arming[key] = self._arming.get(key, 0) + 1
+                self._claim(nodes[key], key)
+        try:
+            found = get_many(self._zk, [nodes[k] for k in keys], watch=self._fired)
+        except BaseException:
+            with self._lock:
+                for key in keys:
+                    if key not in self._keys and self._paths.get(nodes[key]) == key:
+                        del self._paths[nodes[key]]
+                self._disarm(keys)
+            raise
+        with self._lock:
+            out: dict[K, Node | None] = {}
+            for key, node in zip(keys, found, strict=True):
+                held = self._held.get(key)
+                if node is not None and held is not None and held[1].czxid == node[1].czxid \
+                        and held[1].mzxid > node[1].mzxid:  # fmt: skip
+                    node = held
+                out[key] = node
+                if node is None:
+                    self._forget(key)
+                    if self._paths.get(nodes[key]) == key:
+                        del self._paths[nodes[key]]
+                elif self._paths.get(nodes[key]) == key:
+                    self._keys[key] = (nodes[key], node[1].czxid)
+            self._disarm(keys)
+            if then is not None:
+                then(out)
+        return out
+
+    def unwatch(self, keys: Iterable[K]) -> None:
+        """Stop reporting these keys (ZooKeeper's one-shot watch left on each goes off unheard)."""
+        with self._lock:
+            for key in keys:
+                self._forget(key)
+
+    def rearm(self) -> None:
+        """After a reconnect: read every watched znode again (setting its watch) and report them all."""
+        with self._lock:
+            nodes = {key: path for key, (path, _) in self._keys.items()}
+        if not nodes:
+            return
+
+        def report(found: dict[K, Node | None]) -> None:
+            changes = [(key, node[0], node[1]) for key, node in found.items() if node is not None]
+            if changes:
+                self._on_change(changes)
+
+        self.watch(nodes, then=report)
+
+    # -- kazoo's threads ----------------------------------------------------------------------------
+
+    def _fired(self, event: WatchedEvent) -> None:
+        if event.type == EventType.NONE or self.closed:
+            return  # the connection dropped: kazoo forgot its watches, `rearm()` sets them again
+        with self._lock:
+            key = self._paths.get(event.path)
+        if key is None:
+            return
+        self._zk.get_async(event.path, watch=self._fired).rawlink(lambda result: self._read(key, event.path, result))
+
+    def _read(self, key: K, path: str, result: Any) -> None:
+        try:
+            data, stat = result.get(block=False)
+        except NoNodeError:
+            self.unwatch([key])
+            return
+        except Exception as exc:  # noqa: BLE001 - the connection dropped: `rearm()` reads it again
+            log.debug("reading %s failed: %s", path, type(exc).__name__)
+            return
+        with self._lock:
+            known = self._keys.get(key)
+            if self.closed or (known is not None and known[0] != path):
+                return
+            if key in self._arming:  # a watch() is reading it: its result carries this change
+                held = self._held.get(key)
+                if held is None or held[1].mzxid < stat.mzxid:
+                    self._held[key] = (data, stat)
+                return
+            if known is None:
+                return
+            if known[1] != stat.czxid:  # deleted and made again: not the znode this key watched
+                self._forget(key)
+                return
+            self._on_change([(key, data, stat)])
+
+    def _claim(self, path: str, key: K) -> None:
+        """`path` is watched under `key` now (a key that named it before, for an older incarnation, is dropped)."""
+        old = self._paths.get(path)
+        if old is not None and old != key:
+            self._keys.pop(old, None)
+        self._paths[path] = key
+
+    def _forget(self, key: K) -> None:
+        known = self._keys.pop(key, None)
+        if known is not None and self._paths.get(known[0]) == key:
+            del self._paths[known[0]]
+
+    def _disarm(self, keys: Iterable[K]) -> None:
+        for key in keys:
+            n = self._arming.get(key, 0) - 1
+            if n > 0:
+                self._arming[key] = n
+            else:
+                self._arming.pop(key, None)
+                self._held.pop(key, None)

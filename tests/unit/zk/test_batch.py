@@ -1,0 +1,148 @@
+"""broker.zk.batch (pipelined reads, chunked multis) and broker.zk.node_watches against a real ZooKeeper."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+
+from broker.zk import batch
+from broker.zk.batch import Op
+from broker.zk.node_watches import NodeWatches
+from tests.fixtures import zk_client
+
+
+@pytest.fixture
+def zk(zk_chroot: str) -> Iterator[KazooClient]:
+    client = zk_client(zk_chroot)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def _create(zk: KazooClient, n: int, parent: str = "/n") -> list[str]:
+    zk.ensure_path(parent)
+    paths = [f"{parent}/{i}" for i in range(n)]
+    results = batch.multi_chunks(zk, [Op("create", p, str(i).encode()) for i, p in enumerate(paths)])
+    assert results == paths
+    return paths
+
+
+def test_chunks_bound_ops_and_bytes() -> None:
+    ops = [Op("create", f"/a/{i}", b"x" * 10) for i in range(1201)]
+    parts = batch.chunks(ops)
+    assert [len(p) for p in parts] == [500, 500, 201]
+    big = [Op("set_data", f"/b/{i}", b"y" * 100_000) for i in range(12)]
+    parts = batch.chunks(big, max_bytes=512 * 1024)
+    assert [len(p) for p in parts] == [5, 5, 2]
+    assert [op for part in parts for op in part] == big
+    assert batch.chunks([]) == []
+
+
+def test_multi_chunks_writes_more_than_one_multi_holds(zk: KazooClient) -> None:
+    """2,500 creates of 500 bytes each are 1.2 MB: more than jute.maxbuffer (1 MiB) lets one multi carry."""
+    zk.ensure_path("/big")
+    ops = [Op("create", f"/big/{i}", b"z" * 500) for i in range(2500)]
+    assert batch.multi_chunks(zk, ops) == [op.path for op in ops]
+    assert len(zk.get_children("/big")) == 2500
+    stat = zk.exists("/big/7")
+    sets = [Op("check", "/big/7", version=stat.version), Op("set_data", "/big/7", b"new", stat.version),
+            Op("delete", "/big/8")]  # fmt: skip
+    results = batch.multi_chunks(zk, sets)
+    assert results[0] is True and results[1].version == stat.version + 1 and results[2] is True
+    assert zk.get("/big/7")[0] == b"new" and zk.exists("/big/8") is None
+
+
+def test_multi_chunks_a_failed_chunk_rolls_back_alone(zk: KazooClient) -> None:
+    zk.ensure_path("/c")
+    zk.create("/c/600", b"there")
+    ops = [Op("create", f"/c/{i}") for i in range(1000)]  # chunks 0..499 and 500..999; /c/600 fails the 2nd
+    results = batch.multi_chunks(zk, ops)
+    assert results[:500] == [f"/c/{i}" for i in range(500)]
+    assert isinstance(results[600], NodeExistsError)
+    assert all(isinstance(r, Exception) for r in results[500:])
+    assert sorted(int(c) for c in zk.get_children("/c")) == [*range(500), 600]
+
+
+def test_get_many_in_order_missing_as_none(zk: KazooClient) -> None:
+    paths = _create(zk, 2300)
+    asked = [*paths[::-1], "/n/missing", "/nowhere/at/all"]
+    found = batch.get_many(zk, asked, window=1000)
+    assert [node[0] for node in found[:-2]] == [str(i).encode() for i in range(2299, -1, -1)]  # type: ignore[index]
+    assert found[-2:] == [None, None]
+    assert batch.get_many(zk, []) == []
+
+
+def test_get_many_leaves_watches(zk: KazooClient) -> None:
+    paths = _create(zk, 10)
+    fired: list[str] = []
+    done = threading.Event()
+
+    def watch(event: object) -> None:
+        fired.append(event.path)  # type: ignore[attr-defined]
+        done.set()
+
+    batch.get_many(zk, paths, watch=watch)
+    zk.set("/n/3", b"changed")
+    assert done.wait(10)
+    assert fired == ["/n/3"]
+
+
+class _Seen:
+    def __init__(self) -> None:
+        self.changes: list[tuple[object, bytes, int]] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, changes: list) -> None:
+        with self.cond:
+            self.changes += [(key, data, stat.version) for key, data, stat in changes]
+            self.cond.notify_all()
+
+    def wait_for(self, pred: object, timeout: float = 10) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: pred(self.changes), timeout)  # type: ignore[operator]
+
+
+def test_node_watches_report_changes_and_rearm(zk: KazooClient) -> None:
+    paths = _create(zk, 1500)
+    seen = _Seen()
+    watches: NodeWatches[int] = NodeWatches(zk, seen)
+    got: list[dict] = []
+    read = watches.watch({i: p for i, p in enumerate(paths)} | {-1: "/n/missing"}, then=got.append)
+    assert read[5] is not None and read[5][0] == b"5" and read[-1] is None
+    assert got == [read] and len(watches) == 1500 and -1 not in watches.keys()
+    zk.set("/n/5", b"five")
+    assert seen.wait_for(lambda c: (5, b"five", 1) in c)
+    zk.set("/n/5", b"again")  # (the watch was set again by the read that reported the first change)
+    assert seen.wait_for(lambda c: (5, b"again", 2) in c)
+    watches.unwatch([6])
+    zk.set("/n/6", b"unheard")
+    zk.set("/n/7", b"heard")
+    assert seen.wait_for(lambda c: (7, b"heard", 1) in c)
+    assert not [c for c in seen.changes if c[0] == 6]
+    seen.changes.clear()
+    watches.rearm()  # (as after a reconnect: every znode read, and reported, again)
+    assert seen.wait_for(lambda c: len(c) == 1499)
+    assert (5, b"again", 2) in seen.changes
+
+
+def test_node_watches_drop_a_znode_made_again(zk: KazooClient) -> None:
+    """A znode deleted and created again is another incarnation (a topic of the same name): not reported."""
+    paths = _create(zk, 3)
+    seen = _Seen()
+    watches: NodeWatches[str] = NodeWatches(zk, seen)
+    watches.watch({"a": paths[0], "b": paths[1]})
+    zk.delete(paths[0])
+    zk.create(paths[0], b"new incarnation")
+    zk.set(paths[1], b"b changed")
+    assert seen.wait_for(lambda c: ("b", b"b changed", 1) in c)
+    assert watches.keys() == ["b"]
+    assert not [c for c in seen.changes if c[0] == "a"]
+    watches.watch({"a2": paths[0]})  # its owner watches the new one under a key of its own
+    zk.set(paths[0], b"heard")
+    assert seen.wait_for(lambda c: ("a2", b"heard", 1) in c)
