@@ -50,9 +50,10 @@ from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.purgatory import Purgatory
 from broker.server.tls import server_context
-from broker.server.zk_watches import ZkWatches
+from broker.server.zk_watches import StateKey, ZkWatches
 from broker.zk import client as zkclient
 from broker.zk import registry
+from broker.zk.node_watches import NodeWatches
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class Broker(ZkWatches):
             log_for=self._replica_log, blocking=self.blocking, zk=lambda: self.zk,
         )  # fmt: skip
         self.controller: Controller | None = None
-        self._state_watched: set[tuple[str, int]] = set()
+        self._states: NodeWatches[StateKey] | None = None  # the partition state znodes watched (`_watch`)
         self._assignment_watched: set[str] = set()
         self.servers: dict[str, Server] = {}  # by listener name, in `listeners` order
         self.server: Server | None = None  # the first listener's (its port is the one `--port` sets)
@@ -149,6 +150,7 @@ class Broker(ZkWatches):
             self._connect_zookeeper()
             zk = self.zk
             assert zk is not None
+            self._states = NodeWatches(zk, self._on_states)
             registry.ensure_roots(zk)
             self.cache.cluster_id = registry.cluster_id(zk)
             if self.authorizer is not None:  # the ACLs are there before the first request is
@@ -170,7 +172,7 @@ class Broker(ZkWatches):
                 rebalance_interval_s=float(cfg.props.get("leader.imbalance.check.interval.seconds", 300)),
                 on_holder=lambda: self._call(self._controller_changed),
             )  # fmt: skip
-            self._watch()
+            await self.blocking(self._watch)
             self.controller.elect()
             self._controller_changed()
         except BaseException:
@@ -255,6 +257,8 @@ class Broker(ZkWatches):
             except TimeoutError:
                 log.warning("controlled shutdown: gave up after 15s; stopping anyway")
         self._closing = True
+        if self._states is not None:
+            self._states.closed = True
         if self.authorizer is not None:
             self.authorizer.stop()
         self.quotas.stop()
@@ -392,6 +396,8 @@ class Broker(ZkWatches):
             if self._zk_down:
                 self._zk_down = False
                 log.warning("ZooKeeper at %s is back", self.config.zookeeper_connect)
+            if self.zk is not None and self._states is not None:
+                self.zk.handler.spawn(self._rewatch_states)
             if self._session_lost and self.zk is not None:
                 self._session_lost = False
                 self.zk.handler.spawn(self._reregister)

@@ -11,13 +11,15 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.coordinator.group.coordinator import coordinator_for
 from broker.server.config import log_config_for
 from broker.topics import topic_name_error
 from broker.zk import paths, registry
+from broker.zk.batch import Node
+from broker.zk.node_watches import NodeWatches
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
     from broker.server.purgatory import Purgatory
 
 log = logging.getLogger(__name__)
+
+#: a watched partition state: (topic, partition, id of the topic it was read for)
+StateKey = tuple[str, int, int]
 
 
 class ZkWatches:
@@ -52,7 +57,7 @@ class ZkWatches:
     txn_coordinator: TxnCoordinator
     cleaner: LogCleaner | None
     _closing: bool
-    _state_watched: set[tuple[str, int]]
+    _states: NodeWatches[StateKey] | None
     _assignment_watched: set[str]
     _config_watched: set[str]
     _call: Callable[..., None]
@@ -60,11 +65,12 @@ class ZkWatches:
     blocking: Callable[..., Any]
 
     def _watch(self) -> None:
+        """(an executor thread, at start-up) Fill the metadata cache with every topic in one pipelined pass (the
+        loop applies it whole before the start goes on), then watch what changes it."""
         zk = self.zk
         assert zk is not None
-        self.cache.set_brokers(registry.registered_brokers(zk))
-        for topic in registry.topic_names(zk):  # first fill, synchronously, so the first request sees it all
-            self._load_topic(topic, now=True)
+        self._call(self.cache.set_brokers, registry.registered_brokers(zk))
+        self._load_topics(registry.topic_names(zk))
         ChildrenWatch(zk, paths.BROKER_IDS, self._guarded(self._on_brokers))
         ChildrenWatch(zk, paths.TOPICS, self._guarded(self._on_topics))
         DataWatch(zk, paths.CONTROLLER, self._guarded(self._on_controller))
@@ -72,6 +78,18 @@ class ZkWatches:
         DataWatch(zk, paths.REASSIGN, self._guarded(self._on_reassign_request))
         ChildrenWatch(zk, paths.ISR_CHANGE, self._guarded(self._on_isr_change))
         DataWatch(zk, paths.broker_config(self.id), self._guarded(self._on_broker_config))
+
+    def _rewatch_states(self) -> None:
+        """(a thread of its own, after a reconnect) kazoo forgot the partition state watches when the
+        connection dropped: read every state again (one pipelined pass), which sets them again and applies
+        what changed meanwhile (the cache ignores versions it has seen)."""
+        if self._states is None or self._closing:
+            return
+        try:
+            self._states.rearm()
+        except KazooException as e:  # (dropped again: the next reconnect reads them again)
+            if not self._closing:
+                log.warning("reading the partition states again failed: %s", type(e).__name__)
 
     def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap a watch callback: stop watching once shutting down, and turn a ZooKeeper error
@@ -106,13 +124,14 @@ class ZkWatches:
         self.txn_coordinator.brokers_changed()
 
     def _on_topics(self, children: list[str]) -> None:
+        zk = self.zk
+        assert zk is not None
         names = set(children)
         known = set(self.cache.topics)
-        for topic in sorted(names - known):
-            self._load_topic(topic)
-        for topic in sorted(names & known):  # deleted and created again between two looks at the list
-            if registry.topic_id(self.zk, topic) != self.cache.topic_ids.get(topic):  # type: ignore[arg-type]
-                self._load_topic(topic)
+        both = sorted(names & known)
+        ids = registry.topics_moves_and_ids(zk, both) if both else {}
+        again = [t for t in both if (ids[t] or (None, None))[1] != self.cache.topic_ids.get(t)]  # deleted and
+        self._load_topics(sorted(names - known) + again)  # created again between two looks at the list
         for topic in sorted(known - names):
             self._call(self.forget_topic, topic)
 
@@ -142,39 +161,61 @@ class ZkWatches:
         rate = paths.parse_config(data).get("follower.replication.throttled.rate")
         self._call(self.replicas.throttle.set_rate, int(rate) if rate and rate.isdigit() else None)
 
-    def _load_topic(self, topic: str, *, now: bool = False) -> bool:
-        """Read a topic's assignment, states and config from ZooKeeper and apply them on the loop."""
+    def _load_topic(self, topic: str) -> bool:
+        """(blocking) Read a topic's assignment, states and config from ZooKeeper and have the loop apply them,
+        watching its partition states; False if it does not exist."""
+        return topic in self._load_topics([topic])
+
+    def _load_topics(self, topics: list[str]) -> set[str]:
+        """(blocking) `_load_topic` of many topics: their assignments, configs and partition states each read in
+        one pipelined pass (which sets the state watches), applied by the loop in one step; the topics found."""
+        zk = self.zk
+        assert zk is not None and self._states is not None
+        if not topics:
+            return set()
+        moves = registry.topics_moves_and_ids(zk, topics)
+        found = {t: m for t, m in moves.items() if m is not None}
+        configs = registry.topic_configs(zk, list(found))
+        nodes = {(t, p, tid): paths.partition_state(t, p) for t, ((a, _, _), tid) in found.items() for p in a}
+
+        def apply(read: dict[StateKey, Node | None]) -> None:  # (before any later state change is reported)
+            loaded = []
+            for t, ((assignment, _, removing), tid) in found.items():
+                states = {p: registry.state_of(*node) if (node := read[(t, p, tid)]) else None for p in assignment}
+                loaded.append((t, assignment, states, configs[t], tid, removing))
+            self._call(self._apply_topics, loaded)
+
+        self._states.watch(nodes, then=apply)
+        for topic in found:
+            self._watch_topic(topic)
+        return set(found)
+
+    def _watch_topic(self, topic: str) -> None:
+        """Watch a topic's config and its assignment (partitions added or reassigned)."""
         zk = self.zk
         assert zk is not None
-        found = registry.moves_and_id(zk, topic)
-        if found is None:
-            return False
-        (assignment, _, removing), topic_id = found
-        states = {p: registry.partition_state(zk, topic, p) for p in assignment}
-        config = registry.topic_config(zk, topic)
-        if now:
-            self._apply_topic(topic, assignment, states, config, topic_id, removing)
-        else:
-            self._call(self._apply_topic, topic, assignment, states, config, topic_id, removing)
         if topic not in self._config_watched:
             self._config_watched.add(topic)
             DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
-        self._watch_states(topic, assignment)
-        return True
-
-    def _watch_states(self, topic: str, assignment: dict[int, list[int]]) -> None:
-        """Watch each partition's state znode (leaders elected and ISRs changed reach this broker this way), and
-        the topic's assignment (partitions added)."""
-        zk = self.zk
-        assert zk is not None
         if topic not in self._assignment_watched:
             self._assignment_watched.add(topic)
             DataWatch(zk, paths.topic(topic), self._guarded(self._assignment_watcher(topic)))
-        for p in assignment:
-            if (topic, p) in self._state_watched:
-                continue
-            self._state_watched.add((topic, p))
-            DataWatch(zk, paths.partition_state(topic, p), self._guarded(self._state_watcher(topic, p)))
+
+    def _watch_new_topic(self, topic: str, partitions: list[int], topic_id: int) -> None:
+        """(blocking) Watch the states of a topic this broker created and applied already (what changed since
+        is applied as a change)."""
+        assert self._states is not None
+        nodes = {(topic, p, topic_id): paths.partition_state(topic, p) for p in partitions}
+
+        def report(read: dict[StateKey, Node | None]) -> None:
+            self._on_states([(key, node[0], node[1]) for key, node in read.items() if node is not None])
+
+        self._states.watch(nodes, then=report)
+        self._watch_topic(topic)
+
+    def _apply_topics(self, loaded: list[tuple]) -> None:
+        for found in loaded:
+            self._apply_topic(*found)
 
     def _assignment_watcher(self, topic: str) -> Callable[[bytes | None, Any], bool | None]:
         def on_change(data: bytes | None, stat: Any) -> bool | None:
@@ -191,17 +232,15 @@ class ZkWatches:
 
         return on_change
 
-    def _state_watcher(self, topic: str, p: int) -> Callable[[bytes | None, Any], bool | None]:
-        def on_change(data: bytes | None, stat: Any) -> bool | None:
-            if (topic, p) not in self._state_watched:
-                return False
-            if data is not None and stat is not None:
-                state = paths.loads(data) or {}
-                state["zk_version"] = stat.version
-                self._call(self._apply_state, topic, p, state, registry.topic_id(self.zk, topic))  # type: ignore[arg-type]
-            return None
+    def _on_states(self, changes: list[tuple[StateKey, bytes, Any]]) -> None:
+        """(kazoo's threads) Partition states changed (a leader elected, an ISR changed): the loop applies them."""
+        if changes and not self._closing:
+            self._call(self._apply_states, [(t, p, tid, registry.state_of(data, stat))
+                                            for (t, p, tid), data, stat in changes])  # fmt: skip
 
-        return on_change
+    def _apply_states(self, changes: list[tuple[str, int, int, dict]]) -> None:
+        for topic, p, topic_id, state in changes:
+            self._apply_state(topic, p, state, topic_id)
 
     def _apply_state(self, topic: str, p: int, state: dict, topic_id: int | None) -> None:
         """A partition's new state, if it belongs to the topic the cache holds (a state of a topic deleted and
@@ -260,9 +299,11 @@ class ZkWatches:
 
     def forget_topic(self, topic: str) -> None:
         self._assignment_watched.discard(topic)
-        for tp in [tp for tp in self._state_watched if tp[0] == topic]:
-            self._state_watched.discard(tp)
-            self.replicas.forget(tp)
+        if self._states is not None:
+            keys = [key for key in self._states.keys() if key[0] == topic]
+            self._states.unwatch(keys)
+            for p in {*(key[1] for key in keys), *self.cache.topics.get(topic, {})}:
+                self.replicas.forget((topic, p))
         self.cache.drop_topic(topic)
         self._config_watched.discard(topic)
         self._drop_logs(topic)
@@ -278,18 +319,9 @@ class ZkWatches:
     async def refresh_topic(self, topic: str) -> bool:
         """Fill a cache miss from ZooKeeper; True if the topic exists (an illegal name is never looked up: it
         cannot exist, and as a znode path it could name another node, or none)."""
-        zk = self.zk
-        if zk is None or topic_name_error(topic):
+        if self.zk is None or self._states is None or topic_name_error(topic):
             return False
-        found = await self.blocking(self._read_topic, topic)
-        if found is None:
-            return False
-        self._apply_topic(topic, *found)
-        if topic not in self._config_watched:
-            self._config_watched.add(topic)
-            DataWatch(zk, paths.topic_config(topic), self._guarded(self._config_watcher(topic)))
-        await self.blocking(self._watch_states, topic, found[0])
-        return True
+        return await self.blocking(self._load_topic, topic)  # (applied by the loop before this returns)
 
     async def take_new_topic(self, topic: str, assignment: dict[int, list[int]], config: dict[str, str],
                              topic_id: int | None) -> None:  # fmt: skip
@@ -299,17 +331,5 @@ class ZkWatches:
             p: {"leader": r[0], "leader_epoch": 0, "isr": list(r), "zk_version": 0} for p, r in assignment.items()
         }
         self._apply_topic(topic, assignment, states, config, topic_id)
-        await self.blocking(self._watch_states, topic, assignment)
-
-    def _read_topic(self, topic: str) -> tuple | None:
-        zk = self.zk
-        assert zk is not None
-        try:
-            found = registry.moves_and_id(zk, topic)
-            if found is None:
-                return None
-            (assignment, _, removing), topic_id = found
-            states = {p: registry.partition_state(zk, topic, p) for p in assignment}
-            return assignment, states, registry.topic_config(zk, topic), topic_id, removing
-        except NoNodeError:
-            return None
+        if topic_id is not None and self._states is not None:
+            await self.blocking(self._watch_new_topic, topic, list(assignment), topic_id)
