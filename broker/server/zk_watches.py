@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -68,9 +69,12 @@ class ZkWatches:
         """(an executor thread, at start-up) Fill the metadata cache with every topic in one pipelined pass (the
         loop applies it whole before the start goes on), then watch what changes it."""
         zk = self.zk
-        assert zk is not None
+        assert zk is not None and self._states is not None
+        started = time.monotonic()
         self._call(self.cache.set_brokers, registry.registered_brokers(zk))
-        self._load_topics(registry.topic_names(zk))
+        topics = self._load_topics(registry.topic_names(zk))
+        log.info("read %d topics and their %d partition states from ZooKeeper in %.2f s", len(topics),
+                 sum(1 for key in self._states.keys() if key[0] in topics), time.monotonic() - started)  # fmt: skip
         ChildrenWatch(zk, paths.BROKER_IDS, self._guarded(self._on_brokers))
         ChildrenWatch(zk, paths.TOPICS, self._guarded(self._on_topics))
         DataWatch(zk, paths.CONTROLLER, self._guarded(self._on_controller))
