@@ -8,6 +8,9 @@ Starts a ZooKeeper (`broker.zk.server`) and one broker (`python -m kafkactl brok
 factor 1, waits until all are led, then stops the broker (SIGTERM) and starts it again `--restarts` times from
 each `--repo` in turn (the same ZooKeeper and log dirs: give two checkouts to compare them). Reports, per
 restart, the seconds until the broker logs "serving on" and until Metadata shows every partition with a leader.
+Before the restarts it also times the ZooKeeper part alone, in this process: reading every topic's assignment and
+partition states and watching each state, one round trip after another with a kazoo `DataWatch` per state (the
+broker before issue 28's step 2) and pipelined (`broker.zk.node_watches`, as the broker does now).
 JSON on stdout; nothing is asserted.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +29,8 @@ from pathlib import Path
 
 from broker.client.admin import Admin
 from broker.daemon import free_port, port_open
+from broker.zk import paths, registry
+from broker.zk.node_watches import NodeWatches
 from broker.zk.server import ZooKeeperServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,6 +94,35 @@ def wait_led(broker: Broker, topics: list[str], total: int, timeout: float) -> t
     raise RuntimeError(f"not all {total} partitions led after {timeout:g}s")
 
 
+def zk_read(zk_connect: str, topics: list[str]) -> dict[str, float]:
+    """Seconds to read and watch every partition state of `topics`: serially (with DataWatches), and pipelined."""
+    from kazoo.client import KazooClient
+    from kazoo.recipe.watchers import DataWatch
+
+    out = {}
+    for way in ("serial_s", "pipelined_s"):
+        zk = KazooClient(hosts=zk_connect, timeout=10.0)
+        zk.start(timeout=15)
+        try:
+            started = time.monotonic()
+            if way == "serial_s":
+                for t in topics:
+                    found = registry.moves_and_id(zk, t)
+                    assert found is not None
+                    for p in found[0][0]:
+                        registry.partition_state(zk, t, p)
+                        DataWatch(zk, paths.partition_state(t, p), lambda data, stat: None)
+            else:
+                found_all = registry.topics_moves_and_ids(zk, topics)
+                watches: NodeWatches[tuple[str, int]] = NodeWatches(zk, lambda changes: None)
+                watches.watch({(t, p): paths.partition_state(t, p) for t, m in found_all.items() if m for p in m[0][0]})
+            out[way] = round(time.monotonic() - started, 2)
+        finally:
+            zk.stop()
+            zk.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=5000, help="partitions in all (default 5000)")
@@ -113,6 +148,7 @@ def main() -> None:
                 admin.create_topic(name, n, 1)
         _, led = wait_led(broker, list(counts), args.partitions, 600)
         create_s = time.monotonic() - started
+        read = zk_read(zk.connect_string, list(counts))
         runs: dict[str, list[dict[str, float]]] = {str(r): [] for r in repos}
         for _ in range(args.restarts):
             for repo in repos:
@@ -122,10 +158,11 @@ def main() -> None:
                 serving, led = wait_led(broker, list(counts), args.partitions, 600)
                 runs[str(repo)].append({"serving_s": round(serving or 0, 2), "all_led_s": round(led, 2)})
         print(json.dumps({"partitions": args.partitions, "topics": args.topics, "create_s": round(create_s, 2),
-                          "restarts": runs}))  # fmt: skip
+                          "zk_read": read, "restarts": runs}))  # fmt: skip
     finally:
         broker.stop()
         zk.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
