@@ -172,7 +172,8 @@ class Broker(ZkWatches):
                 rebalance_interval_s=float(cfg.props.get("leader.imbalance.check.interval.seconds", 300)),
                 on_holder=lambda: self._call(self._controller_changed),
             )  # fmt: skip
-            await self.blocking(self._watch)
+            await self.blocking(self._fill)  # (applied by the loop before this returns)
+            await self.blocking(self._watch)  # (so the topics watch finds every topic known)
             self.controller.elect()
             self._controller_changed()
         except BaseException:

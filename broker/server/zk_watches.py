@@ -65,9 +65,9 @@ class ZkWatches:
     _poke_controller: Callable[..., None]
     blocking: Callable[..., Any]
 
-    def _watch(self) -> None:
-        """(an executor thread, at start-up) Fill the metadata cache with every topic in one pipelined pass (the
-        loop applies it whole before the start goes on), then watch what changes it."""
+    def _fill(self) -> None:
+        """(an executor thread, at start-up) Fill the metadata cache with every topic in one pipelined pass, which
+        also watches each partition state (the loop applies it all in one step, before the start goes on)."""
         zk = self.zk
         assert zk is not None and self._states is not None
         started = time.monotonic()
@@ -75,6 +75,11 @@ class ZkWatches:
         topics = self._load_topics(registry.topic_names(zk))
         log.info("read %d topics and their %d partition states from ZooKeeper in %.2f s", len(topics),
                  sum(1 for key in self._states.keys() if key[0] in topics), time.monotonic() - started)  # fmt: skip
+
+    def _watch(self) -> None:
+        """(an executor thread, at start-up, once `_fill` is applied) Watch what changes the cache."""
+        zk = self.zk
+        assert zk is not None
         ChildrenWatch(zk, paths.BROKER_IDS, self._guarded(self._on_brokers))
         ChildrenWatch(zk, paths.TOPICS, self._guarded(self._on_topics))
         DataWatch(zk, paths.CONTROLLER, self._guarded(self._on_controller))
