@@ -146,3 +146,38 @@ def test_node_watches_drop_a_znode_made_again(zk: KazooClient) -> None:
     watches.watch({"a2": paths[0]})  # its owner watches the new one under a key of its own
     zk.set(paths[0], b"heard")
     assert seen.wait_for(lambda c: ("a2", b"heard", 1) in c)
+
+
+def test_node_watches_never_report_an_older_state_after_a_newer(zk: KazooClient, zk_chroot: str) -> None:
+    """What `watch()` returns (through `then`) and the changes reported, in the order an owner would apply
+    them, never go back to an older version of a znode, while another session writes and `watch()` reads again."""
+    paths = _create(zk, 200)
+    applied: list[tuple[int, int]] = []  # (key, version), in the order the owner would apply them
+    watches: NodeWatches[int] = NodeWatches(zk, lambda changes: applied.extend((k, s.version) for k, _, s in changes))
+    writer = zk_client(zk_chroot)
+    stop = threading.Event()
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            writer.set_async(paths[i % len(paths)], str(i).encode())
+            i += 1
+            if i % 200 == 0:
+                writer.sync("/")
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        for _ in range(15):
+            watches.watch(dict(enumerate(paths)), then=lambda read: applied.extend(
+                (k, n[1].version) for k, n in read.items() if n))  # fmt: skip
+    finally:
+        stop.set()
+        thread.join()
+        writer.stop()
+        writer.close()
+    last: dict[int, int] = {}
+    for key, version in applied:
+        assert version >= last.get(key, -1), (key, version, last[key])
+        last[key] = version
+    assert len(applied) > 15 * len(paths)  # (changes were reported between the reads)
