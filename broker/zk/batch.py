@@ -78,7 +78,8 @@ def multi_chunks(zk: KazooClient, ops: Sequence[Op], *, max_ops: int = MULTI_OPS
     """Commit `ops` as consecutive multis of bounded size, up to `window` of them in flight; the result of
     each op, in order (kazoo's: a path, a stat, True, or the exception of an op that failed, RolledBackError
     for the others of its chunk). Each chunk is atomic; the whole is not (a chunk after a failed one is still
-    committed): callers that need all-or-nothing check a version in every chunk."""
+    committed): callers that need all-or-nothing check a version in every chunk. A connection error is raised
+    as it comes, and then the chunks in flight may or may not have been committed (read to find out)."""
     out: list[Any] = []
     parts = chunks(ops, max_ops=max_ops, max_bytes=max_bytes)
     for start in range(0, len(parts), window):
