@@ -10,7 +10,8 @@ watch on the parent and calls `watch()` again.
 
 Reads and their reports are ordered: a change seen while `watch()` reads the same znode is folded into what
 `watch()` returns (and reports through `then`), never reported before it, so an owner that applies what
-`watch()` returned cannot overwrite a newer change with an older read.
+`watch()` returned cannot overwrite a newer change with an older read; and a change is reported only if it is
+newer (by `mzxid`) than the last one reported or returned for its key.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class NodeWatches(Generic[K]):
         self._zk = zk
         self._on_change = on_change
         self._lock = threading.Lock()
-        self._keys: dict[K, tuple[str, int]] = {}  # key -> (path, czxid of the znode watched)
+        self._keys: dict[K, tuple[str, int, int]] = {}  # key -> (path, czxid of the znode watched, last mzxid told)
         self._paths: dict[str, K] = {}
         self._arming: dict[K, int] = {}  # key -> watch() calls reading it now
         self._held: dict[K, Node] = {}  # changes seen while a watch() reads the key (folded into its result)
@@ -84,7 +85,7 @@ class NodeWatches(Generic[K]):
                     if self._paths.get(nodes[key]) == key:
                         del self._paths[nodes[key]]
                 elif self._paths.get(nodes[key]) == key:
-                    self._keys[key] = (nodes[key], node[1].czxid)
+                    self._keys[key] = (nodes[key], node[1].czxid, node[1].mzxid)
             self._disarm(keys)
             if then is not None:
                 then(out)
@@ -99,7 +100,7 @@ class NodeWatches(Generic[K]):
     def rearm(self) -> None:
         """After a reconnect: read every watched znode again (setting its watch) and report them all."""
         with self._lock:
-            nodes = {key: path for key, (path, _) in self._keys.items()}
+            nodes = {key: known[0] for key, known in self._keys.items()}
         if not nodes:
             return
 
@@ -144,6 +145,9 @@ class NodeWatches(Generic[K]):
             if known[1] != stat.czxid:  # deleted and made again: not the znode this key watched
                 self._forget(key)
                 return
+            if stat.mzxid <= known[2]:  # (a read issued before the one its owner has: nothing newer)
+                return
+            self._keys[key] = (path, known[1], stat.mzxid)
             self._on_change([(key, data, stat)])
 
     def _claim(self, path: str, key: K) -> None:
