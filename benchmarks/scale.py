@@ -31,8 +31,11 @@ CPU seconds in the phase ("cpu_s"); then (unless --json-only) a table on stderr.
 then its directory). Figures are reported, never asserted; the waits poll Metadata about 5 times a second,
 so a time is late by up to one poll (one all-topics Metadata of each live broker, itself slow at 10k).
 
-How long it takes: about 4 minutes at 3,000 partitions and 15 at 10,000 on the 2-core development machine (most
-of it the kill -9 restarts, which wait out the session, and ISR catch-up); more while other work runs there.
+How long it takes: 30 minutes at 3,000 partitions on the shared 2-core development machine (load average ~20;
+measured at the baseline of issue 28): the two idempotent produce rounds take about 4 minutes each, each restart
+until the ISR is full about 2, creation 2, the controlled shutdown and the kills about 1 each, and the offsets
+phase its whole --timeout while ZooKeeper's writes lag. 10,000 partitions takes over an hour as things stand;
+raise --timeout there (it also bounds a produce round: message.timeout.ms). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -190,6 +194,11 @@ class Bench:
         while is_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def note(self, text: str) -> None:
+        """Progress on stderr (not with --json-only)."""
+        if not self.args.json_only:
+            print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
     def emit(self, phase: str, value: float | None, unit: str, target: str, met: bool, **extra: Any) -> None:
         line = {"phase": phase, "value": None if value is None else round(value, 3), "unit": unit, "target": target,
                 "met": bool(met), "partitions": self.args.partitions, **extra}  # fmt: skip
@@ -235,7 +244,8 @@ class Bench:
                 producer.produce(t, b"warm-up", partition=p, on_delivery=delivered)
             producer.flush(self.args.timeout)
             times = []
-            for _ in range(2):
+            for r in range(2):
+                self.note(f"produce: {'idempotent' if idempotent else 'plain'} round {r + 1}")
                 t0 = time.monotonic()
                 for i, (t, p) in enumerate(self.tps):
                     producer.produce(t, b"x" * 100, partition=p, on_delivery=delivered)
@@ -293,7 +303,9 @@ class Bench:
             th.join()
         answered = time.monotonic() - t0
         sample = [(g, tp) for g in groups for tp in [self.tps[-1], *random.sample(self.tps, min(50, len(self.tps)))]]
+        sample_size = len(sample)
         written = None
+        pending: dict[str, int] = {}
         with zkclient.session(self.status["zookeeper"]["address"]) as zk:
             while time.monotonic() - t0 < self.args.timeout:
                 results = [zk.get_async(paths.group_offset(g, t, p)) for g, (t, p) in sample]
@@ -304,6 +316,7 @@ class Bench:
                     except Exception:
                         values.append(None)
                 sample = [s for s, v in zip(sample, values, strict=True) if v != b"2"]
+                pending = dict(Counter("missing" if v is None else v.decode() for v in values if v != b"2"))
                 if not sample:
                     written = time.monotonic() - t0
                     break
@@ -313,7 +326,8 @@ class Bench:
         self.emit("offsets", rate, "offsets/s", ">= 50,000/s", bool(rate and rate >= 50000 and not errors),
                   groups=len(groups), commits=count, answered_s=round(answered, 3),
                   answered_per_s=round(count / answered), written_s=None if written is None else round(written, 3),
-                  not_written_in_sample=len(sample), errors=errors[:3])  # fmt: skip
+                  sample_size=sample_size, not_written_in_sample=len(sample), pending_values=pending,
+                  errors=errors[:3])  # fmt: skip
 
     def txn(self) -> None:
         from confluent_kafka import Producer
@@ -449,6 +463,7 @@ class Bench:
         pid0 = self.cpu_pids()
         cpu0 = {i: cpu_seconds(pid) for i, pid in pid0.items()}
         n = len(self.results)
+        self.note(f"{phase} ...")
         try:
             getattr(self, {"controller": "controller_kill"}.get(phase, phase))()
         except Exception as exc:
