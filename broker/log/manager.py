@@ -115,15 +115,13 @@ class LogManager:
 
     def make_durable(self, unsynced: dict[Path, set[Path]]) -> list[str]:
         """One durability point per log dir for what `take_unsynced` gave (a blocking call, off the event
-        loop): `syncfs`, else an fsync per file. Returns what failed (those paths are noted again)."""
+        loop): `syncfs`, else an fsync per file. Returns what failed (the caller notes those paths again)."""
         failed = []
         for d, paths in unsynced.items():
             try:
                 make_durable(d, paths)
             except OSError as exc:
                 failed.append(f"making the new files of {d} durable failed: {exc}")
-                for p in paths:
-                    self.note_unsynced(p)
         return failed
 
     def _rolled(self, plog: PartitionLog) -> None:

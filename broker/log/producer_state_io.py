@@ -38,8 +38,9 @@ def load_states(plog: PartitionLog) -> ProducerStates:
     every batch from the log start. No range is ever skipped (as Kafka's loadProducerState), so each open
     transaction is found and each marker closes its own; the aborted ones are noted in the `.txnindex` again
     (once each: an entry the file holds is not added twice), which rebuilds what a crash lost of it. The cost
-    is bounded by the snapshots: one at every segment roll and one a minute while the producers change
-    (`take_snapshot`, the broker's checkpoint), so at most about a segment is read; a truncation (never below
+    is bounded by the snapshots: one at every segment roll and, in the broker's minutely pass, one once
+    `SNAPSHOT_DUE_BYTES` lie past the last (`snapshot_due`), so at most about a segment is read (about 8 MiB
+    while the producers change); a truncation (never below
     the high watermark) reads from the newest one at or below it, kept for that."""
     snap = producer_snapshot.latest(plog.dir, plog.log_end_offset)
     if snap is not None:
