@@ -125,8 +125,11 @@ def bytes_after(plog: PartitionLog, offset: int) -> int:
     for an offset below it)."""
     i = max(bisect.bisect_right(plog.bases, offset) - 1, 0)
     first = plog.segments[plog.bases[i]]
-    head = first.find(offset) if offset > first.base_offset else None
-    return sum(plog.segments[b].size for b in plog.bases[i:]) - (head.position if head is not None else 0)
+    skip = 0
+    if offset > first.base_offset:
+        head = first.find(offset)
+        skip = head.position if head is not None else first.size  # (None: the segment ends before it)
+    return sum(plog.segments[b].size for b in plog.bases[i:]) - skip
 
 
 def maybe_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int, high_watermark: int = -1) -> bool:
