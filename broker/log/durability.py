@@ -21,6 +21,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from broker.log.checkpoint import fsync_dir
+
 log = logging.getLogger(__name__)
 
 _libc: ctypes.CDLL | None = None
@@ -59,14 +61,8 @@ def syncfs(directory: Path) -> bool:
 
 def fsync_path(path: Path) -> None:
     """fsync a file or a dir by path (one gone meanwhile is skipped: nothing of it is left to keep)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        fsync_dir(path)  # (opens read-only and fsyncs: a file as well as a dir)
 
 
 def make_durable(directory: Path, paths: Iterable[Path]) -> None:
