@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -121,6 +122,7 @@ def main() -> None:
         if trace is not None:
             trace.counts()
         local_cluster.down("fsyncs", purge=True)
+        shutil.rmtree(home, ignore_errors=True)
     print(json.dumps(out))
 
 
