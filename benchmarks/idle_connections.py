@@ -15,54 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import signal
 import socket
 import struct
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from broker.zk.server import ZooKeeperServer
+from private_broker import private_broker, rss_kb
 
 TOPIC = "idle-connections"
 SETTLE_S = 3.0  # the pause before a reading of VmRSS (the broker's loop catches up with accepts and closes)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def start_broker(root: Path, zk_connect: str) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    argv = [sys.executable, "-m", "kafkactl", "broker", "start", "--broker-id", "1", "--port", str(port),
-            "--log-dirs", str(root / "logs"), "-z", zk_connect, "--no-embedded-zookeeper"]  # fmt: skip
-    out = root / "broker.out"
-    env = {**os.environ, "KAFKACTL_HOME": str(root / "home")}
-    with open(out, "ab") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
-    while "serving on" not in out.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"broker did not start:\n{out.read_text(errors='replace')}")
-        time.sleep(0.1)
-    return proc, port
 
 
 def api_versions_request(correlation_id: int) -> bytes:
@@ -122,12 +85,7 @@ def main() -> None:
     args = ap.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    root = Path(tempfile.mkdtemp(prefix="kafkactl-idle-"))
-    zk = ZooKeeperServer(root / "zookeeper", free_port())
-    zk.start()
-    broker = None
-    try:
-        broker, port = start_broker(root, zk.connect_string)
+    with private_broker() as (pid, port, _):
         bootstrap = f"127.0.0.1:{port}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
@@ -136,31 +94,22 @@ def main() -> None:
         results = []
         for n in args.connections:
             time.sleep(SETTLE_S)
-            before = rss_kb(broker.pid)
+            before = rss_kb(pid)
             t0 = time.monotonic()
             socks = open_idle(port, n, args.bare)
             opened_s = time.monotonic() - t0
             time.sleep(SETTLE_S)
-            with_open = rss_kb(broker.pid)
+            with_open = rss_kb(pid)
             rt = round_trip(bootstrap, f"n{n}")
             for s in socks:
                 s.close()
             time.sleep(SETTLE_S)
-            after = rss_kb(broker.pid)
+            after = rss_kb(pid)
             results.append({"connections": n, "rss_before_kb": before, "rss_with_kb": with_open, "rss_after_kb": after,
                             "kb_per_connection": round((with_open - before) / n, 2),
                             "held_after_close_kb": after - before, "open_s": round(opened_s, 2),
                             "round_trip_with_open_s": round(rt, 3)})  # fmt: skip
         print(json.dumps({"bare": args.bare, "results": results}, indent=2))
-    finally:
-        if broker is not None and broker.poll() is None:
-            broker.send_signal(signal.SIGTERM)
-            try:
-                broker.wait(30)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-                broker.wait(10)
-        zk.stop()
 
 
 if __name__ == "__main__":
