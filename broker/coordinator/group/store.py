@@ -8,7 +8,9 @@ ZooKeeper's return, and not tied to the broker's registration session).
 - OffsetCommit: the offsets (each with its metadata string and leader epoch, written after the offset to
   `/consumers/<g>/offset_metadata/<t>/<p>`: `paths.stored_offset`) are held in memory and one writer thread
   writes them in the order they were committed (a partition committed again before its write keeps only the
-  newer commit). While ZooKeeper answers, the commit is answered once written, or after `COMMIT_WAIT_S`
+  newer commit), `WRITE_WINDOW` at a time: the window's offsets with their requests pipelined, then what they
+  carry beside them (each after its own offset), so the rate is ZooKeeper's, not one round trip per write.
+  While ZooKeeper answers, the commit is answered once written, or after `COMMIT_WAIT_S`
   still held; while it does not, at once. Always with error 0: a commit is never refused for ZooKeeper's
   sake, and a member's heartbeats, queued behind its commit on the same connection, are never held back long.
 - Stable generations, and their deletion when a group empties, are queued in order for the same thread.
@@ -81,6 +83,8 @@ READ_WAIT_S = 2.0
 RECONNECT_MAX_DELAY_S = 1.0
 #: the pause after a failed write before the writer tries again while the session looks connected
 RETRY_PAUSE_S = 0.5
+#: commits written at a time, their ZooKeeper requests pipelined (each key is in at most one write in flight)
+WRITE_WINDOW = 2000
 #: how long a DeleteGroups or OffsetDelete waits for its deletion to begin (then it is withdrawn)
 DELETE_WAIT_S = 5.0
 
@@ -601,30 +605,139 @@ class GroupStore:
         return True
 
     def _write_commits(self, commits: list[tuple[OffsetKey, _Commit]]) -> bool:
-        flushed = 0
+        """Write the commits (in commit order), `WRITE_WINDOW` at a time with their writes pipelined; False when
+        ZooKeeper stopped answering (what was not written stays held). The OffsetCommits waiting are answered
+        as each window is written, up to the first commit not written whole."""
+        done = 0  # commits[:done] are written (or dropped after a refusal)
         try:
-            for key, c in commits:
-                try:
-                    written = self._write_offset(key, c)
-                except UNREACHABLE as exc:
-                    self._unreachable(_reason(exc))
+            for at in range(0, len(commits), WRITE_WINDOW):
+                window = commits[at : at + WRITE_WINDOW]
+                finished, reachable = self._write_window(window)
+                for key, c in window:
+                    if key not in finished:
+                        continue
+                    with self._cond:
+                        if self._held.get(key) is c:
+                            del self._held[key]
+                        if c.held and self._outage is not None:
+                            if finished[key]:
+                                self._wrote_held += 1
+                            else:
+                                self._kept_newer += 1
+                while done < len(commits) and commits[done][0] in finished:
+                    done += 1
+                if not reachable:
                     return False
-                except KazooException as exc:
-                    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-                    written = True
-                with self._cond:
-                    if self._held.get(key) is c:
-                        del self._held[key]
-                    if c.held and self._outage is not None:
-                        if written:
-                            self._wrote_held += 1
-                        else:
-                            self._kept_newer += 1
-                flushed = c.seq
             return True
         finally:
-            if flushed:
-                self._release(flushed)
+            upto = _released_upto(commits, done)
+            if upto:
+                self._release(upto)
+
+    def _write_window(self, window: list[tuple[OffsetKey, _Commit]]) -> tuple[dict[OffsetKey, bool], bool]:
+        """Write a window of commits: the held ones one by one (`_write_offset`), the others with their offsets
+        pipelined, then what they carry beside them pipelined (each after its offset, as `_write_offset`).
+        Returns (key → whether its commit was written rather than kept from over a newer one, for each commit done;
+        whether ZooKeeper answered throughout)."""
+        finished: dict[OffsetKey, bool] = {}
+        try:
+            for key, c in window:
+                if c.held:
+                    try:
+                        finished[key] = self._write_offset(key, c)
+                    except UNREACHABLE:
+                        raise
+                    except KazooException as exc:
+                        log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                        finished[key] = True
+            quick = [(key, c) for key, c in window if not c.held]
+            offsets = self._pipelined_offsets(quick, finished)
+            self._pipelined_metadata(offsets, finished)
+        except UNREACHABLE as exc:
+            self._unreachable(_reason(exc))
+            return finished, False
+        return finished, True
+
+    def _pipelined_offsets(self, quick: list[tuple[OffsetKey, _Commit]],
+                           finished: dict[OffsetKey, bool]) -> list[tuple[OffsetKey, _Commit, int | None]]:  # fmt: skip
+        """Set the offset znodes of commits not held, all requests sent before the first answer is awaited (a
+        missing znode is created, one by one); (key, commit, the znode's version before) of those written."""
+        zk = self.zk
+        sent = []
+        for key, c in quick:
+            path = paths.group_offset(*key)
+            sent.append((key, c, self._versions.get(path), zk.set_async(path, paths.offset_data(c.stored))))
+        written = []
+        lost: BaseException | None = None
+        for key, c, before, result in sent:
+            path = paths.group_offset(*key)
+            try:
+                self._versions[path] = result.get().version
+            except NoNodeError:
+                if lost is not None:
+                    continue
+                try:
+                    self._write_offset_znode(key, c)
+                except UNREACHABLE as exc:
+                    lost = exc
+                    continue
+                except KazooException as exc:
+                    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                    finished[key] = True
+                    continue
+            except UNREACHABLE as exc:
+                lost = lost or exc
+                continue
+            except KazooException as exc:
+                log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                finished[key] = True
+                continue
+            written.append((key, c, before))
+        if lost is not None:  # (what carries beside the offsets written goes when ZooKeeper is back: still held)
+            raise lost
+        return written
+
+    def _pipelined_metadata(self, offsets: list[tuple[OffsetKey, _Commit, int | None]],
+                            finished: dict[OffsetKey, bool]) -> None:  # fmt: skip
+        """What the commits whose offsets were just written carry beside them (`consumers.put_offset_metadata`),
+        pipelined; skipped, as in `_write_offset`, for a bare commit over this broker's own bare one."""
+        zk = self.zk
+        sent = []
+        for key, c, before in offsets:
+            path = paths.group_offset(*key)
+            alone = before is not None and self._versions.get(path) == before + 1
+            data = paths.offset_metadata_json(c.stored)
+            if data is None and alone and path in self._bare:
+                finished[key] = True
+                continue
+            self._bare.discard(path)
+            meta = paths.group_offset_metadata(*key)
+            sent.append((key, c, data, zk.set_async(meta, data) if data is not None else zk.delete_async(meta)))
+        lost: BaseException | None = None
+        for key, c, data, result in sent:
+            try:
+                result.get()
+            except NoNodeError:
+                if data is not None and lost is None:  # (a first metadata znode: created with its parents)
+                    try:
+                        consumers.put_offset_metadata(self.zk, *key, c.stored)
+                    except UNREACHABLE as exc:
+                        lost = exc
+                        continue
+                    except KazooException as exc:
+                        log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                elif data is not None:
+                    continue
+            except UNREACHABLE as exc:
+                lost = lost or exc
+                continue
+            except KazooException as exc:
+                log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+            if data is None:
+                self._bare.add(paths.group_offset(*key))
+            finished[key] = True
+        if lost is not None:
+            raise lost
 
     def _write_offset(self, key: OffsetKey, c: _Commit) -> bool:
         """Write one commit, its offset then what it carries beside it (`consumers.put_offset_metadata`); False
@@ -708,6 +821,15 @@ class GroupStore:
             elif not fut.done():
                 keep.append((seq, fut))
         self._waiters = keep
+
+
+def _released_upto(commits: list[tuple[OffsetKey, _Commit]], done: int) -> int:
+    """The last commit number whose commits are all written, when `commits[:done]` are (in commit order, one
+    OffsetCommit's partitions sharing its number): 0 when none."""
+    if not done:
+        return 0
+    last = commits[done - 1][1].seq
+    return last if done == len(commits) or commits[done][1].seq != last else last - 1
 
 
 def _settle(fut: asyncio.Future, value: Any, error: BaseException | None) -> None:
