@@ -168,7 +168,10 @@ class GroupStore:
         self._txn_notes = 0
         # -- the writer thread's --
         self._versions: dict[str, int] = {}  # offset znode → its version after this broker's last write
-        self._bare: set[str] = set()  # offset znodes this broker wrote last, and with no metadata znode beside
+        #: offset znode → what this broker wrote beside it last (`paths.offset_metadata_json`; None: nothing, the
+        #: metadata znode deleted), while its offset is this broker's write: a commit carrying the same is not
+        #: written there again
+        self._beside: dict[str, bytes | None] = {}
         self._writer: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -568,7 +571,7 @@ class GroupStore:
         if ok:
             gone = paths.group(d.group) + "/"
             self._versions = {k: v for k, v in self._versions.items() if not k.startswith(gone)}
-            self._bare = {k for k in self._bare if not k.startswith(gone)}
+            self._beside = {k: v for k, v in self._beside.items() if not k.startswith(gone)}
         with self._cond:
             with contextlib.suppress(ValueError):
                 self._deletions.remove(d)
@@ -700,41 +703,36 @@ class GroupStore:
     def _pipelined_metadata(self, offsets: list[tuple[OffsetKey, _Commit, int | None]],
                             finished: dict[OffsetKey, bool]) -> None:  # fmt: skip
         """What the commits whose offsets were just written carry beside them (`consumers.put_offset_metadata`),
-        pipelined; skipped, as in `_write_offset`, for a bare commit over this broker's own bare one."""
+        pipelined; skipped, as in `_write_offset`, when it is there already (`_beside_unchanged`)."""
         zk = self.zk
         sent = []
         for key, c, before in offsets:
             path = paths.group_offset(*key)
-            alone = before is not None and self._versions.get(path) == before + 1
-            data = paths.offset_metadata_json(c.stored)
-            if data is None and alone and path in self._bare:
+            if self._beside_unchanged(path, before, c):
                 finished[key] = True
                 continue
-            self._bare.discard(path)
+            self._beside.pop(path, None)
+            data = paths.offset_metadata_json(c.stored)
             meta = paths.group_offset_metadata(*key)
             sent.append((key, c, data, zk.set_async(meta, data) if data is not None else zk.delete_async(meta)))
         lost: BaseException | None = None
         for key, c, data, result in sent:
             try:
-                result.get()
-            except NoNodeError:
-                if data is not None and lost is None:  # (a first metadata znode: created with its parents)
-                    try:
+                try:
+                    result.get()
+                except NoNodeError:
+                    if data is not None:  # (a first metadata znode: created with its parents)
+                        if lost is not None:
+                            continue
                         consumers.put_offset_metadata(self.zk, *key, c.stored)
-                    except UNREACHABLE as exc:
-                        lost = exc
-                        continue
-                    except KazooException as exc:
-                        log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-                elif data is not None:
-                    continue
             except UNREACHABLE as exc:
                 lost = lost or exc
                 continue
-            except KazooException as exc:
+            except KazooException as exc:  # (dropped, as in `_write_commits`; not known to be there)
                 log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-            if data is None:
-                self._bare.add(paths.group_offset(*key))
+                finished[key] = True
+                continue
+            self._beside[paths.group_offset(*key)] = data
             finished[key] = True
         if lost is not None:
             raise lost
@@ -746,14 +744,18 @@ class GroupStore:
         before = self._versions.get(path)
         if not self._write_offset_znode(key, c):
             return False
-        alone = before is not None and self._versions.get(path) == before + 1  # nobody else wrote in between
-        bare = paths.offset_metadata_json(c.stored) is None
-        if not (bare and alone and path in self._bare):  # (most commits: no second round trip to ZooKeeper)
-            self._bare.discard(path)
+        if not self._beside_unchanged(path, before, c):
+            self._beside.pop(path, None)
             consumers.put_offset_metadata(self.zk, *key, c.stored)
-        if bare:
-            self._bare.add(path)
+        self._beside[path] = paths.offset_metadata_json(c.stored)
         return True
+
+    def _beside_unchanged(self, path: str, before: int | None, c: _Commit) -> bool:
+        """Whether what a commit carries beside its offset (just written over version `before`) is there already:
+        this broker wrote the same last, and nobody wrote the offset in between (every writer writes the offset
+        first). A bare commit over a bare one, or a client committing the same position again, skips a write."""
+        alone = before is not None and self._versions.get(path) == before + 1
+        return alone and path in self._beside and self._beside[path] == paths.offset_metadata_json(c.stored)
 
     def _write_offset_znode(self, key: OffsetKey, c: _Commit) -> bool:
         """Write one commit's offset; False when it was not written over a newer one. Only a held commit is

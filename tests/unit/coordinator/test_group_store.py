@@ -304,6 +304,28 @@ def test_commits_are_written_a_window_at_a_time_and_those_a_lost_connection_stop
     run(main())
 
 
+def test_what_a_commit_carries_beside_its_offset_is_written_only_when_it_changed() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        offset, meta = f"/consumers/{G}/offsets/{T}/0", f"/consumers/{G}/offset_metadata/{T}/0"
+
+        async def written_by(stored: StoredOffset) -> list[str]:
+            zk.writes.clear()
+            await store.commit(G, {(T, 0): stored})
+            return [path for path, _ in zk.writes]
+
+        assert await written_by(StoredOffset(5, 1, "m")) == [offset, meta]
+        assert await written_by(StoredOffset(5, 1, "m")) == [offset]  # (the same position committed again)
+        assert await written_by(StoredOffset(6, 1, "m")) == [offset, meta]
+        zk.put(offset, b"3")  # someone else (kafkactl group rewind) wrote in between: written again
+        assert await written_by(StoredOffset(6, 1, "m")) == [offset, meta]
+        assert await store.fetch(G, None) == {(T, 0): StoredOffset(6, 1, "m")}
+        await store.close(1)
+
+    run(main())
+
+
 # --- an outage ---------------------------------------------------------------------------------------------------
 
 
