@@ -663,31 +663,23 @@ class GroupStore:
 
     def _pipelined_offsets(self, quick: list[tuple[OffsetKey, _Commit]],
                            finished: dict[OffsetKey, bool]) -> list[tuple[OffsetKey, _Commit, int | None]]:  # fmt: skip
-        """Set the offset znodes of commits not held, all requests sent before the first answer is awaited (a
-        missing znode is created, one by one); (key, commit, the znode's version before) of those written."""
+        """Set the offset znodes of commits not held, all requests sent before the first answer is awaited, then
+        create the missing ones the same way; (key, commit, the znode's version before) of those written."""
         zk = self.zk
         sent = []
         for key, c in quick:
             path = paths.group_offset(*key)
             sent.append((key, c, self._versions.get(path), zk.set_async(path, paths.offset_data(c.stored))))
         written = []
+        missing = []
         lost: BaseException | None = None
         for key, c, before, result in sent:
             path = paths.group_offset(*key)
             try:
                 self._versions[path] = result.get().version
             except NoNodeError:
-                if lost is not None:
-                    continue
-                try:
-                    self._write_offset_znode(key, c)
-                except UNREACHABLE as exc:
-                    lost = exc
-                    continue
-                except KazooException as exc:
-                    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-                    finished[key] = True
-                    continue
+                missing.append((key, c, before))
+                continue
             except UNREACHABLE as exc:
                 lost = lost or exc
                 continue
@@ -696,6 +688,26 @@ class GroupStore:
                 finished[key] = True
                 continue
             written.append((key, c, before))
+        if lost is None and missing:  # (a first commit of the partition)
+            created = [(key, c, before, zk.create_async(paths.group_offset(*key), paths.offset_data(c.stored),
+                                                        makepath=True)) for key, c, before in missing]  # fmt: skip
+            for key, c, before, result in created:
+                try:
+                    try:
+                        result.get()
+                        self._versions[paths.group_offset(*key)] = 0
+                    except NodeExistsError:  # (created meanwhile by someone else: set after all)
+                        if lost is not None:
+                            continue
+                        self._write_offset_znode(key, c)
+                except UNREACHABLE as exc:
+                    lost = lost or exc
+                    continue
+                except KazooException as exc:
+                    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                    finished[key] = True
+                    continue
+                written.append((key, c, before))
         if lost is not None:  # (what carries beside the offsets written goes when ZooKeeper is back: still held)
             raise lost
         return written
@@ -716,15 +728,32 @@ class GroupStore:
             meta = paths.group_offset_metadata(*key)
             sent.append((key, c, data, zk.set_async(meta, data) if data is not None else zk.delete_async(meta)))
         lost: BaseException | None = None
+        for at, (key, c, data, result) in enumerate(sent):
+            try:
+                result.get()
+            except NoNodeError:
+                if data is not None:  # (a first metadata znode: created with its parents, below)
+                    sent[at] = (key, c, data, zk.create_async(paths.group_offset_metadata(*key), data, makepath=True))
+                    continue
+            except UNREACHABLE as exc:
+                lost = lost or exc
+                sent[at] = (key, c, data, None)
+                continue
+            except KazooException:
+                pass  # (dropped: logged below)
         for key, c, data, result in sent:
+            if result is None:
+                continue
             try:
                 try:
                     result.get()
-                except NoNodeError:
-                    if data is not None:  # (a first metadata znode: created with its parents)
-                        if lost is not None:
-                            continue
-                        consumers.put_offset_metadata(self.zk, *key, c.stored)
+                except NodeExistsError:  # (created meanwhile by someone else)
+                    if lost is not None:
+                        continue
+                    consumers.put_offset_metadata(self.zk, *key, c.stored)
+                except NoNodeError:  # (a metadata znode to delete that is not there: fine)
+                    if data is not None:
+                        raise
             except UNREACHABLE as exc:
                 lost = lost or exc
                 continue

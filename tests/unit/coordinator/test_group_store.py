@@ -196,6 +196,9 @@ class FakeZk:
     def delete_async(self, path: str) -> Result:
         return Result(lambda: self.delete(path))
 
+    def create_async(self, path: str, data: bytes = b"", makepath: bool = False) -> Result:
+        return Result(lambda: self.create(path, data, makepath=makepath))
+
     # -- what a test reads --
     def offset(self, topic: str, p: int, group: str = G) -> int | None:
         node = self.nodes.get(f"/consumers/{group}/offsets/{topic}/{p}")
