@@ -270,8 +270,30 @@ def wait_port(host: str, port: int, timeout: float) -> bool:
         time.sleep(0.05)
 
 
+#: "low-high": the ports `free_port` draws from. The test suite gives each of its parallel workers a range of its
+#: own below the kernel's ephemeral range, so neither another worker nor an outgoing connection takes a port
+#: between its choice and its bind; children inherit it. Unset, the kernel picks.
+PORT_RANGE_ENV = "KAFKACTL_PORT_RANGE"
+_port_cursor: int | None = None
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing uses right now (for tests)."""
+    """A TCP port on 127.0.0.1 that nothing uses right now (for tests, benches and `cluster up`)."""
+    global _port_cursor
+    spec = os.environ.get(PORT_RANGE_ENV, "")
+    low, _, high = spec.partition("-")
+    if low.isdigit() and high.isdigit() and 0 < int(low) < int(high) < 65536:
+        lo, hi = int(low), int(high)
+        if _port_cursor is None or not lo <= _port_cursor <= hi:
+            _port_cursor = lo + (os.getpid() * 7919) % (hi - lo + 1)  # parent and children start apart
+        for _ in range(hi - lo + 1):
+            port, _port_cursor = _port_cursor, lo + (_port_cursor + 1 - lo) % (hi - lo + 1)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

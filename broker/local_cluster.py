@@ -261,8 +261,9 @@ def _plan_for_up(name: str, brokers: int | None, ports: Ports | None = None) -> 
     return plan
 
 
-def _start_broker(plan: Plan, broker_id: int, timeout: float) -> int:
+def _start_broker(plan: Plan, broker_id: int, timeout: float, extra: dict[str, str] | None = None) -> int:
     overrides = {
+        **(extra or {}),
         "broker.id": str(broker_id),
         "listeners": f"PLAINTEXT://{HOST}:{plan.brokers[broker_id]}",
         "log.dirs": str(plan.log_dir(broker_id)),
@@ -273,14 +274,15 @@ def _start_broker(plan: Plan, broker_id: int, timeout: float) -> int:
     return launcher.start_broker_daemon(argv, config, timeout, home=plan.dir)
 
 
-def _start_brokers(plan: Plan, ids: list[int], timeout: float, started: dict[int, int]) -> None:
+def _start_brokers(plan: Plan, ids: list[int], timeout: float, started: dict[int, int],
+                   extra: dict[str, str] | None = None) -> None:  # fmt: skip
     """Start brokers `ids` side by side, each waited for until registered and listening; `started` gets
     {id: pid} of each that did (also when interrupted, so they can be stopped), then the first failure
     in id order is raised."""
     if not ids:
         return
     pool = ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="cluster-up")
-    futures = {i: pool.submit(_start_broker, plan, i, timeout) for i in ids}
+    futures = {i: pool.submit(_start_broker, plan, i, timeout, extra) for i in ids}
     try:
         wait(futures.values())
     finally:
@@ -294,10 +296,12 @@ def _start_brokers(plan: Plan, ids: list[int], timeout: float, started: dict[int
 
 
 def up(name: str = DEFAULT_NAME, brokers: int | None = None, *, timeout: float = 60.0,
-       ports: Ports | None = None) -> dict:  # fmt: skip
+       ports: Ports | None = None, overrides: dict[str, str] | None = None) -> dict:  # fmt: skip
     """Start what of cluster `name` is not running (creating it with `brokers` brokers, default 3), on the
     `ports` asked for (else saved or free ones); returns its status with `started`: {"zookeeper": bool,
-    "brokers": [ids]} (nothing started: it was already up).
+    "brokers": [ids]} (nothing started: it was already up). `overrides`: broker config the brokers this call
+    starts run with (not saved: give them to every `up`), under the cluster's own id, listener, log dir and
+    ZooKeeper, which always win.
 
     A start that fails stops what this call started, in reverse order, and raises KafkactlError."""
     if brokers is not None and not 1 <= brokers <= MAX_BROKERS:
@@ -313,7 +317,8 @@ def up(name: str = DEFAULT_NAME, brokers: int | None = None, *, timeout: float =
                 started_zk = start_server_daemon(
                     plan.zookeeper_port, HOST, plan.zookeeper_dir, timeout=timeout, root=plan.dir
                 )
-            _start_brokers(plan, [i for i in sorted(plan.brokers) if broker_pid(plan, i) is None], timeout, started)
+            _start_brokers(plan, [i for i in sorted(plan.brokers) if broker_pid(plan, i) is None], timeout, started,
+                           overrides)  # fmt: skip
         except BaseException as exc:
             undone = _undo(plan, started, started_zk)
             if isinstance(exc, KafkactlError) and undone:

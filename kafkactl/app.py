@@ -6,6 +6,7 @@ exit code (2 for usage errors); a traceback is printed only with `--debug`.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -22,28 +23,6 @@ from broker import __version__
 from broker.client import properties
 from broker.errors import KafkactlError
 from kafkactl import contexts
-from kafkactl.commands import (
-    acl,
-    audit,
-    bench,
-    cluster,
-    config,
-    consume,
-    group,
-    inspect,
-    mirror,
-    produce,
-    quota,
-    recover,
-    schema_registry,
-    spark_load,
-    topic,
-    txn,
-    user,
-    zk,
-    zookeeper,
-)
-from kafkactl.commands import broker as broker_cmd
 from kafkactl.render import error_line
 
 Security = contexts.security_option(
@@ -52,34 +31,74 @@ Security = contexts.security_option(
     "ssl.endpoint.identification.algorithm, sasl.mechanism, sasl.username, sasl.password."
 )
 
-app = typer.Typer(
-    name="kafkactl",
-    help="Run and operate a Kafka-style commit log: brokers, topics, clients, inspection and recovery.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(inspect.app, name="inspect")
-app.command("recover")(recover.recover)
-app.add_typer(bench.app, name="bench")
-app.add_typer(zookeeper.app, name="zookeeper")
-app.add_typer(broker_cmd.app, name="broker")
-app.add_typer(cluster.app, name="cluster")
-app.add_typer(topic.app, name="topic")
-app.command("produce")(produce.produce)
-app.command("consume")(consume.consume)
-app.add_typer(group.app, name="group")
-app.add_typer(zk.app, name="zk")
-app.add_typer(config.app, name="config")
-app.command("spark-load")(spark_load.spark_load)
-app.add_typer(mirror.app, name="mirror")
-app.command("audit")(audit.audit)
-app.add_typer(schema_registry.app, name="schema-registry")
-app.add_typer(user.app, name="user")
-app.add_typer(acl.app, name="acl")
-app.add_typer(quota.app, name="quota")
-app.add_typer(txn.app, name="txn")
+#: every top-level command: name → (module of kafkactl.commands, its Typer app or command function), in the
+#: order of `kafkactl --help`. A command's module is imported only when the command runs (or help lists them
+#: all): `kafkactl topic list` does not load the broker, Spark or the benchmarks.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "inspect": ("inspect", "app"),
+    "recover": ("recover", "recover"),
+    "bench": ("bench", "app"),
+    "zookeeper": ("zookeeper", "app"),
+    "broker": ("broker", "app"),
+    "cluster": ("cluster", "app"),
+    "topic": ("topic", "app"),
+    "produce": ("produce", "produce"),
+    "consume": ("consume", "consume"),
+    "group": ("group", "app"),
+    "zk": ("zk", "app"),
+    "config": ("config", "app"),
+    "spark-load": ("spark_load", "spark_load"),
+    "mirror": ("mirror", "app"),
+    "audit": ("audit", "audit"),
+    "schema-registry": ("schema_registry", "app"),
+    "user": ("user", "app"),
+    "acl": ("acl", "app"),
+    "quota": ("quota", "app"),
+    "txn": ("txn", "app"),
+}
+#: the root options that take a value (`_command_named` skips it)
+_VALUED = {"-b", "--bootstrap-server", "-z", "--zookeeper", "--context", "-X", "--security"}
+
+
+def _app(only: str | None = None) -> typer.Typer:
+    """The Typer app with every command, or with only the command named `only`."""
+    app = typer.Typer(
+        name="kafkactl",
+        help="Run and operate a Kafka-style commit log: brokers, topics, clients, inspection and recovery.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(root)
+    for name, (module, attr) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        target = getattr(importlib.import_module(f"kafkactl.commands.{module}"), attr)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    return app
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The top-level command `argv` runs; "" for none at all (`--version`); None when it names none (bare,
+    `--help`, a typo: the whole tree then)."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in COMMANDS:
+            return arg
+        elif arg == "--version":
+            return ""
+        elif arg.startswith("-"):
+            skip = arg in _VALUED
+        else:
+            return None
+    return None
+
 
 _state = {"debug": False}
 
@@ -93,7 +112,6 @@ def _version(value: bool) -> None:
         raise Exit(0)
 
 
-@app.callback()
 def root(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show tracebacks and debug logs.", envvar="KAFKACTL_DEBUG")
@@ -120,9 +138,9 @@ def root(
         logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
-def command():
-    """The click command tree behind the app (for docs, completions and tests)."""
-    return get_command(app)
+def command(only: str | None = None):  # noqa: ANN201 (a click group)
+    """The click command tree behind the app (for docs, completions and tests), or the part `only` needs."""
+    return get_command(_app(only))
 
 
 def _plain_help(cmd) -> None:  # noqa: ANN001 (a click command or group)
@@ -139,7 +157,7 @@ def run(argv: list[str]) -> int:
     if os.environ.get(COMPLETE_VAR):  # a shell asking for completions (the scripts in completions/)
         completion_init()  # (typer registers its bash/zsh/fish classes only with add_completion=True)
     try:
-        cli = command()
+        cli = command(None if os.environ.get(COMPLETE_VAR) else _command_named(argv))
         if not sys.stdout.isatty():
             _plain_help(cli)
         rv = cli.main(args=argv, prog_name="kafkactl", standalone_mode=False)

@@ -5,4 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test,spark   # the spark extra: pyspark + pyarrow, for tests/spark
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# in parallel workers (pytest-xdist): tests sharing a broker or the Spark session stay on one (tests/conftest.py);
+# three suit a 2-core machine, where most of a test is waiting on its brokers. KAFKACTL_TEST_WORKERS=0: serial.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${KAFKACTL_TEST_WORKERS:-3}" --dist loadgroup "$@"

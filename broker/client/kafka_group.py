@@ -29,32 +29,21 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker.client.aio import AsyncConnection
-from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord, describe_partitions
-from broker.client.group import (
-    _CONSUMER_FIELDS,
-    _GROUP_FIELDS,
-    GroupConfig,
-    GroupError,
-    check_group_id,
-    describe_assignment,
-    new_consumer_id,
-    range_assignment,
-)
+from broker.client.consumer import ConsumeError
+from broker.client.group import range_assignment
+from broker.client.group_member import GroupError, GroupMember, TopicPartition
 from broker.client.group_mode import refusal
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError, error_name
-from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.protocol.messages.groups import CONSUMER_ASSIGNMENT, CONSUMER_SUBSCRIPTION
 from broker.protocol.primitives import DecodeError, Reader
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 PROTOCOL_TYPE = "consumer"
 ASSIGNOR = "range"
@@ -114,232 +103,52 @@ def decode_assignment(data: bytes | None) -> list[TopicPartition]:
 # -- the member ------------------------------------------------------------------------------------------
 
 
-class KafkaGroupConsumer:
+class KafkaGroupConsumer(GroupMember):
     """A member of a broker-coordinated consumer group over an AsyncConsumer (see the module docstring).
 
     `async with KafkaGroupConsumer(bootstrap, "g", ["t"]) as group:` then `getmany()` or `async for batch in
     group:`; settings are GroupConfig's and ConsumerConfig's field names (the ZooKeeper ones are ignored).
     """
 
+    _CLIENT_ID_IS_MEMBER = True  # the client id the coordinator shows
+
     def __init__(self, bootstrap: str, group_id: str, topics: Sequence[str], *,
                  on_assign: Callable[[list[TopicPartition]], None] | None = None,
                  consumer_id: str | None = None, **settings: Any) -> None:  # fmt: skip
-        check_group_id(group_id)
-        if not topics:
-            raise UsageError("a group consumer needs at least one topic")
-        self.config = GroupConfig()
-        consumer_settings: dict[str, Any] = {}
-        for key, value in settings.items():
-            if key in _GROUP_FIELDS:
-                setattr(self.config, key, value)
-            elif key in _CONSUMER_FIELDS:
-                consumer_settings[key] = value
-            else:
-                raise KafkactlError(f"unknown group consumer setting {key!r}")
-        if self.config.auto_offset_reset not in ("earliest", "latest", "none"):
-            raise UsageError(f"auto.offset.reset {self.config.auto_offset_reset!r}: expected earliest or latest")
-        consumer_settings["auto_offset_reset"] = self.config.auto_offset_reset
-        self.group = group_id
-        self.topics = sorted(set(topics))
-        self.consumer_id = consumer_id or new_consumer_id(group_id)  # the client id the coordinator shows
-        consumer_settings.setdefault("client_id", self.consumer_id)
-        self.on_assign = on_assign
-        self.consumer = AsyncConsumer(bootstrap, **consumer_settings)
+        super().__init__(bootstrap, group_id, topics, on_assign=on_assign, consumer_id=consumer_id, **settings)
         # heartbeats, commits, offset fetches and leaving wait request.timeout.ms, not a JoinGroup's hold
         self._request_s = self.consumer.config.request_timeout_ms / 1000
-        #: assignments taken so far (the first one makes it 1)
-        self.generation = 0
         #: the coordinator's member id and generation of this member ("" / -1: not a member)
         self.member_id = ""
         self.generation_id = -1
         self._coordinator: AsyncConnection | None = None
-        self._lock = asyncio.Lock()  # held while handing out records and for a whole rejoin
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._first: asyncio.Future | None = None
-        self._failure: BaseException | None = None
-        self._closing = False
-        self._closed = False
         self._need_join = True
-        self._settled = False  # the AsyncConsumer consumes exactly `_owned`, from the right positions
-        self._owned: list[TopicPartition] = []
-        self._reported: list[TopicPartition] | None = None
-        self._consumed: dict[TopicPartition, int] = {}  # after the last record handed out
-        self._processed: dict[TopicPartition, int] = {}  # after the last record the application is done with
-        self._last_committed: dict[TopicPartition, int] = {}
 
-    # -- life cycle -------------------------------------------------------------------------------------
+    # -- life cycle: GroupMember's hooks ----------------------------------------------------------------
 
-    async def start(self) -> KafkaGroupConsumer:
-        """Connect, join the group and return once the first assignment is taken (or raise why not)."""
-        loop = asyncio.get_running_loop()
-        self._first = loop.create_future()
-        try:
-            await self.consumer.start()
-            self._task = loop.create_task(self._run(), name=f"group {self.group} member")
-            await asyncio.shield(self._first)
-        except BaseException:
-            await self.close()
-            raise
-        return self
+    async def _disconnect(self) -> None:
+        await self._forget_coordinator()
 
-    async def __aenter__(self) -> KafkaGroupConsumer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Leave cleanly: commit what was handed out, LeaveGroup, close the connections."""
-        if self._closed:
-            return
-        self._closing = self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        try:
-            locked = False
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):  # a getmany in another task finishes its round
-                    locked = await self._lock.acquire()
-            try:
-                async with asyncio.timeout(15):
-                    if self._settled:
-                        self._processed.update(self._consumed)
-                        await self._commit({tp: off for tp, off in self._consumed.items() if tp in self._owned})
-                    if self.member_id and self._coordinator is not None:
-                        await self._leave()
-            finally:
-                if locked:
-                    self._lock.release()
-        except (KafkactlError, TimeoutError) as exc:
-            log.warning("group %s: leaving uncleanly (%s); the coordinator expires the member", self.group, exc)
-        finally:
-            self._settled = False
-            if self._coordinator is not None:
-                with contextlib.suppress(Exception):
-                    await self._coordinator.close()
-                self._coordinator = None
-            await self.consumer.close()
-
-    # -- what the application calls (GroupConsumer's surface) -----------------------------------------
-
-    def assignment(self) -> list[TopicPartition]:
-        return list(self._owned)
-
-    def position(self, tp: TopicPartition) -> int | None:
-        return self._consumed.get(tp)
-
-    def leaderless(self) -> list[TopicPartition]:
-        return self.consumer.cluster.leaderless(self.assignment())
-
-    def committed(self) -> dict[TopicPartition, int]:
-        return {tp: off for tp, off in self._last_committed.items() if tp in self._owned}
-
-    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return await self.consumer.end_offsets(tps)
-
-    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return await self.consumer.beginning_offsets(tps)
+    def _member_name(self) -> str:
+        return f"member {self.member_id}"
 
     async def commit(self, offsets: dict[TopicPartition, int] | None = None, *, metadata: str = "") -> None:
-        """Commit the positions after every record handed out (or `offsets`) of owned partitions."""
-        self._raise_failure()
-        if offsets is None:
-            self._processed.update(self._consumed)
-            offsets = {tp: off for tp, off in self._consumed.items() if tp in self._owned}
-        else:
-            for tp, off in offsets.items():
-                if tp not in self._owned:
-                    raise ConsumeError(f"{tp[0]}-{tp[1]} is not owned by this member of group {self.group}")
-                self._processed[tp] = off
+        """GroupMember's `commit`; refused while the group rebalances (a ConsumeError: it then rejoins)."""
         try:
-            await self._commit(dict(offsets), force=True, metadata=metadata)
+            await super().commit(offsets, metadata=metadata)
         except _Rejoin as exc:
             self._rejoin_soon()
             raise ConsumeError(f"group {self.group} is rebalancing; commit not accepted ({exc})", exc.code) from None
 
-    async def getmany(self, timeout_ms: float = 0,
-                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:  # fmt: skip
-        """Records of owned partitions, at most `max_records`, waiting up to `timeout_ms` for some; records
-        returned by earlier calls count as processed from now on. Nothing is handed out while rejoining."""
-        if self._closed:
-            raise ConsumeError("the group consumer is closed")
-        self._raise_failure()
-        self._processed.update(self._consumed)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout_ms, 0) / 1000
-        while True:
-            remaining = deadline - loop.time()
-            if self._lock.locked() and remaining <= 0:
-                return {}
-            try:
-                async with asyncio.timeout(max(remaining, 0.001)):
-                    await self._lock.acquire()
-            except TimeoutError:
-                return {}
-            got: dict[TopicPartition, list[ConsumerRecord]] = {}
-            try:
-                self._raise_failure()
-                wait = min(max(deadline - loop.time(), 0), 0.1)
-                if self._settled:
-                    got = await self.consumer.getmany(timeout_ms=wait * 1000, max_records=max_records)
-                    owned = set(self._owned)
-                    got = {tp: recs for tp, recs in got.items() if tp in owned}
-                    for tp, recs in got.items():
-                        self._consumed[tp] = recs[-1].offset + 1
-            finally:
-                self._lock.release()
-            if got or loop.time() >= deadline:
-                return got
-            if not self._settled:
-                await asyncio.sleep(wait)
-
-    def __aiter__(self) -> AsyncIterator[list[ConsumerRecord]]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[list[ConsumerRecord]]:
-        while not self._closed:
-            try:
-                got = await self.getmany(timeout_ms=500)
-            except ConsumeError:
-                if self._closed:
-                    return
-                raise
-            for recs in got.values():
-                yield recs
-
     # -- the background task: joins, heartbeats, auto-commits -----------------------------------------
-
-    def _raise_failure(self) -> None:
-        if self._failure is not None:
-            exc, self._failure = self._failure, None
-            raise exc
-
-    def _done_first(self) -> None:
-        if self._first is not None and not self._first.done():
-            if self._failure is not None:
-                exc, self._failure = self._failure, None
-                self._first.set_exception(exc)
-            else:
-                self._first.set_result(None)
 
     def _rejoin_soon(self) -> None:
         self._need_join = True
         self._wake.set()
 
-    async def _run(self) -> None:
-        try:
-            await self._rounds()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._settled = False
-            self._failure = exc
-            self._done_first()
-
     async def _rounds(self) -> None:
+        """Join when needed; heartbeat and auto-commit processed positions every interval."""
         loop = asyncio.get_running_loop()
         cfg = self.config
         transient = 0
@@ -363,7 +172,7 @@ class KafkaGroupConsumer:
                     if cfg.enable_auto_commit and loop.time() >= next_commit:
                         next_commit = loop.time() + cfg.auto_commit_interval_ms / 1000
                         if self._settled:
-                            await self._commit({tp: off for tp, off in self._processed.items() if tp in self._owned})
+                            await self._commit(self._processed_positions())
                     if loop.time() >= next_beat:
                         next_beat = loop.time() + cfg.heartbeat_interval_ms / 1000
                         await self._heartbeat()
@@ -422,7 +231,7 @@ class KafkaGroupConsumer:
         """Join (JoinGroup, SyncGroup) and take the assignment; commits what was processed first."""
         if self._settled and self.generation_id >= 0:
             with contextlib.suppress(_Rejoin):  # (too late: the partitions' next owners start from older ones)
-                await self._commit({tp: off for tp, off in self._processed.items() if tp in self._owned})
+                await self._commit(self._processed_positions())
         self._settled = False
         cfg = self.config
         while not self._closing:
@@ -503,9 +312,11 @@ class KafkaGroupConsumer:
         if code:
             raise GroupError(f"group {self.group}: heartbeat refused ({error_name(code)})", code)
 
-    async def _leave(self) -> None:
+    async def _leave_group(self) -> None:
+        """LeaveGroup, when a member of the group."""
         conn = self._coordinator
-        assert conn is not None
+        if not self.member_id or conn is None:
+            return
         member = self.member_id
         self.member_id, self.generation_id = "", -1
         answer = await conn.request(
@@ -553,13 +364,10 @@ class KafkaGroupConsumer:
             return out
         raise GroupError(f"group {self.group}: committed offsets held by a transaction that does not end")
 
-    async def _commit(self, offsets: dict[TopicPartition, int], *, force: bool = False, metadata: str = "") -> None:
-        """OffsetCommit of the offsets that differ from what this member last committed (all with `force`)."""
-        todo = {tp: off for tp, off in offsets.items() if force or self._last_committed.get(tp) != off}
-        if not todo:
-            return
+    async def _write_offsets(self, offsets: dict[TopicPartition, int], metadata: str) -> bool:
+        """OffsetCommit with this member's generation."""
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (t, p), off in sorted(todo.items()):
+        for (t, p), off in sorted(offsets.items()):
             by_topic.setdefault(t, []).append(
                 {
                     "partition_index": p,
@@ -585,50 +393,20 @@ class KafkaGroupConsumer:
         bad = [code for _, code in codes if code]
         if bad:
             raise GroupError(f"group {self.group}: commit refused ({error_name(bad[0])})", bad[0])
-        self._last_committed.update(todo)
-        log.debug("group %s: committed %s", self.group, todo)
+        return True
 
     async def _take(self, wanted: list[TopicPartition]) -> None:
         """Consume exactly `wanted`: each partition from the group's committed offset, else by auto.offset.reset
         (that start committed at once, so a crash cannot move `latest` past messages produced meanwhile)."""
         committed = await self._fetch_committed(wanted) if wanted else {}
-        await self.consumer.assign(wanted)
-        starts = {tp: committed[tp] for tp in wanted if tp in committed}
-        reset = [tp for tp in wanted if tp not in committed]
-        if reset:
-            policy = self.config.auto_offset_reset
-            if policy == "none":
-                raise GroupError(f"group {self.group} has no committed offset for {reset[0][0]}-{reset[0][1]} "
-                                 "and auto.offset.reset is none")  # fmt: skip
-            offline = self.consumer.cluster.leaderless(reset)  # reset by the consumer once their leader is back
-            reset = [tp for tp in reset if tp not in offline]
-            if reset:
-                starts.update(await self.consumer.list_offsets(reset, EARLIEST if policy == "earliest" else LATEST))
-        offline = self.consumer.cluster.leaderless(wanted)
-        if offline:
-            log.warning("group %s: %s without a leader (broker down): read when it is back", self.group,
-                        describe_partitions(offline))  # fmt: skip
         self._consumed, self._processed, self._last_committed = {}, {}, {}
-        for tp, off in starts.items():
-            self.consumer.seek(tp, off)
-            self._consumed[tp] = self._processed[tp] = off
-            if tp in committed:
-                self._last_committed[tp] = committed[tp]
+        fresh = await self._start_partitions(wanted, committed)
         self._owned = list(wanted)
-        if reset:
-            await self._commit({tp: starts[tp] for tp in reset})
+        if fresh:
+            await self._commit(fresh)
         self._settled = True
         self.generation += 1
         self._report()
-
-    def _report(self) -> None:
-        if self._reported == self._owned:
-            return
-        self._reported = list(self._owned)
-        log.info("group %s: member %s assigned %s", self.group, self.member_id,
-                 describe_assignment(self.topics, self._owned))  # fmt: skip
-        if self.on_assign is not None:
-            self.on_assign(list(self._owned))
 
 
 def refusal_code(exc: BaseException) -> int | None:

@@ -36,21 +36,25 @@ class CheckpointError(KafkactlError):
     """A checkpoint file that does not parse."""
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace `path` with `data` so that a crash leaves the old or the new content, never a mix. A failed
-    write (a full disk) leaves the old file and no `.tmp` behind, and the OSError goes on."""
+    write (a full disk) leaves the old file and no `.tmp` behind, and the OSError goes on. `sync=False`:
+    no fsync (a process crash still leaves one whole file; the caller makes it durable against power loss
+    in a batch, `broker.log.durability`)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:

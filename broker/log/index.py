@@ -78,14 +78,16 @@ class _SparseIndex:
         pack = self._pack
         return b"".join(pack(k, v) for k, v in zip(self.keys[start:], self.values[start:], strict=True))
 
-    def flush(self) -> None:
-        """Append the unwritten entries to the file and fsync it."""
+    def flush(self, *, sync: bool = True) -> None:
+        """Append the unwritten entries to the file and fsync it (`sync=False`: only write them, for a
+        durability point the caller makes for the whole dir)."""
         if not self._unflushed:
             return
         with open(self.path, "ab") as f:
             f.write(self._encode(len(self.keys) - self._unflushed))
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         self._unflushed = 0
 
     def rewrite(self) -> None:

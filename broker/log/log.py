@@ -380,11 +380,23 @@ class PartitionLog:
 
     # -- flush ---------------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """fsync every segment holding data past the recovery point, then move the recovery point."""
+    def flush(self, *, sync: bool = True) -> None:
+        """fsync every segment holding data past the recovery point, then move the recovery point.
+        `sync=False` (a clean shutdown's, before one `syncfs` of the whole log dir): only write out what is
+        held in memory, without fsync, and leave the recovery point; `flushed()` once the dir is durable."""
+        for seg in self.unflushed_segments():
+            seg.flush(sync=sync)
+        if sync:
+            self.flushed()
+
+    def unflushed_segments(self) -> list[LogSegment]:
+        """The segments holding data past the recovery point."""
         i = max(bisect.bisect_right(self.bases, self.recovery_point) - 1, 0)
-        for base in self.bases[i:]:
-            self.segments[base].flush()
+        return [self.segments[base] for base in self.bases[i:]]
+
+    def flushed(self) -> None:
+        """Everything written is durable (`flush`, or a durability point of the whole dir): move the recovery
+        point to the log end."""
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()

@@ -25,12 +25,12 @@ from broker.log.checkpoint import (
     REPLICATION,
     OffsetCheckpointFile,
     TopicPartition,
-    fsync_dir,
     read_or_set_aside,
     write_atomically,
 )
 from broker.log.cleaner_swap import recover_swaps
 from broker.log.config import LogConfig
+from broker.log.durability import fsync_path, make_durable, syncfs
 from broker.log.log import PartitionLog, parse_partition_dir
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,31 @@ class LogManager:
         #: partitions whose damage start-up recovery refused to cut (it would have written outside their log
         #: dir, through a symlink): served up to the damage, but nothing is appended after it
         self.offline_partitions: dict[TopicPartition, str] = {}
+        #: per log dir, what was written there without fsync (a new log's dir and files, its topic id, epoch
+        #: checkpoints): made durable in one batch (`take_unsynced`, `make_durable`), never file by file
+        self.unsynced: dict[Path, set[Path]] = {}
+
+    def note_unsynced(self, path: Path) -> None:
+        """`path` (a partition dir, or a file in one) was written without fsync: the next durability point of
+        its log dir covers it."""
+        part = path if path.parent in self.log_dirs else path.parent
+        self.unsynced.setdefault(part.parent, set()).add(path)
+
+    def take_unsynced(self) -> dict[Path, set[Path]]:
+        """What was written without fsync, per online log dir, forgotten here (the caller makes it durable)."""
+        out, self.unsynced = self.unsynced, {}
+        return {d: paths for d, paths in out.items() if d not in self.offline_dirs}
+
+    def make_durable(self, unsynced: dict[Path, set[Path]]) -> list[str]:
+        """One durability point per log dir for what `take_unsynced` gave (a blocking call, off the event
+        loop): `syncfs`, else an fsync per file. Returns what failed (the caller notes those paths again)."""
+        failed = []
+        for d, paths in unsynced.items():
+            try:
+                make_durable(d, paths)
+            except OSError as exc:
+                failed.append(f"making the new files of {d} durable failed: {exc}")
+        return failed
 
     def _rolled(self, plog: PartitionLog) -> None:
         if self.on_roll is not None:
@@ -202,10 +227,13 @@ class LogManager:
             self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
             self.logs[tp].on_roll, self.logs[tp].on_truncate = self._rolled, self._truncated
             self._dir_of[tp] = d
-            fsync_dir(d)
+            self.note_unsynced(self.logs[tp].dir)  # (no fsync per new log: a power loss may lose it, empty)
+            for f in self.logs[tp].active.files():
+                self.note_unsynced(f)
         plog = self.logs[tp]
-        if topic_id is not None and read_topic_id(plog.dir) is None:
-            write_atomically(plog.dir / TOPIC_ID, f"{topic_id}\n".encode())
+        if topic_id is not None and read_topic_id(plog.dir) is None:  # (a lost one is written again here)
+            write_atomically(plog.dir / TOPIC_ID, f"{topic_id}\n".encode(), sync=False)
+            self.note_unsynced(plog.dir / TOPIC_ID)
         return plog
 
     def partitions_in(self, log_dir: Path) -> list[TopicPartition]:
@@ -293,15 +321,43 @@ class LogManager:
 
     def shutdown(self) -> list[str]:
         """Flush every log, write the checkpoints and, in each dir where all of that worked, the clean-shutdown
-        marker; release the locks. Returns what failed: a dir without its marker is recovered at the next start."""
+        marker; release the locks. Returns what failed: a dir without its marker is recovered at the next start.
+
+        The flush is one durability point per log dir: every log's data is written out without fsync, then
+        one `syncfs` of the dir covers them all (and what else was written unsynced: producer snapshots,
+        epoch checkpoints). Only where it fails does each log fsync its files itself. The marker is written
+        only after that succeeded."""
         problems: list[str] = []
         for tp, plog in self.logs.items():
             try:
-                plog.flush()
+                plog.flush(sync=False)
             except Exception as exc:  # a disk error, or a bug: either way this dir's stop is not clean
-                if not self.is_offline(tp):
-                    problems.append(f"flushing {tp[0]}-{tp[1]} failed: {exc}")
-                self.offline_dirs.setdefault(self._dir_of[tp], f"{self._dir_of[tp]}: {exc}")
+                self._flush_failed(tp, exc, problems)
+        unsynced = self.take_unsynced()
+        for d in self.log_dirs:
+            if d in self.offline_dirs:
+                continue
+            tps = [tp for tp, owner in self._dir_of.items() if owner == d and tp in self.logs]
+            try:
+                synced = syncfs(d)
+            except OSError as exc:  # (data may be lost: no marker, the next start recovers the dir)
+                problems.append(f"flushing log dir {d} failed: {exc}")
+                self.offline_dirs.setdefault(d, f"{d}: {exc}")
+                continue
+            if synced:
+                for tp in tps:
+                    self.logs[tp].flushed()
+                continue
+            for tp in tps:  # (no syncfs: every file on its own, as before)
+                try:
+                    segs = self.logs[tp].unflushed_segments()
+                    self.logs[tp].flush()  # (the segments' own descriptors: they report earlier write errors)
+                    for seg in segs:
+                        for f in seg.files()[1:]:  # (the indexes, written above without fsync)
+                            fsync_path(f)
+                except Exception as exc:
+                    self._flush_failed(tp, exc, problems)
+            problems += self.make_durable({d: unsynced.get(d, set())})
         problems += self.checkpoint()
         for plog in self.logs.values():
             plog.close()
@@ -315,6 +371,11 @@ class LogManager:
                 problems.append(f"writing the clean-shutdown marker of {d} failed: {exc}")
         self._unlock()
         return list(dict.fromkeys(problems))
+
+    def _flush_failed(self, tp: TopicPartition, exc: Exception, problems: list[str]) -> None:
+        if not self.is_offline(tp):
+            problems.append(f"flushing {tp[0]}-{tp[1]} failed: {exc}")
+        self.offline_dirs.setdefault(self._dir_of[tp], f"{self._dir_of[tp]}: {exc}")
 
     @property
     def holds_dirs(self) -> bool:

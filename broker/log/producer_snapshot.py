@@ -17,9 +17,12 @@ state the log's batches below `offset` leave. All integers are big-endian.
 | · coordinator_epoch | int32: of the last transaction marker for it here (-1: none) |
 | · current_txn_first_offset | int64: first offset of its open transaction here (-1: none) |
 
-The broker writes one at every segment roll (at the new segment's base, as Kafka's onSegmentRoll), every
-minute for a partition whose producer state changed since its last snapshot (written and fsynced off the
-event loop: `write_unlinked`, then `install`ed on it), and for every partition at a clean shutdown; it keeps
+The broker writes one at every segment roll (at the new segment's base, as Kafka's onSegmentRoll), in the
+minute's pass for a partition whose producer state changed and whose log grew enough past its last snapshot
+to make its replay worth bounding (`producer_state_io.snapshot_due`: all of them written in one job off the
+event loop with `write_unlinked`, made durable by one `syncfs` per log dir, then `install`ed on the loop),
+and at a clean shutdown for a partition whose state changed since its last one (written without fsync, the
+shutdown's `syncfs` makes them durable); it keeps
 those at segment bases, the newest at or below the high watermark (a follower's truncation never cuts below
 it, so it reads at most about a minute of log back) and the newest. Start-up reads the newest at or below
 the log end back and the log after it (from the log start without one); a truncation does the same from the
@@ -37,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.log.checkpoint import fsync_dir, write_atomically
+from broker.log.checkpoint import write_atomically
 from broker.records.crc import crc32c
 
 SUFFIX = ".snapshot"
@@ -95,12 +98,16 @@ def snapshots(directory: Path) -> list[tuple[int, Path]]:
 
 
 def write(directory: Path, offset: int, entries: list[SnapshotEntry],
-          keep: Callable[[int], bool] = lambda offset: False, keep_newest_to: int = -1) -> None:  # fmt: skip
-    """Write the snapshot at `offset` (atomically) and delete every other one of the partition but those at
-    the offsets `keep` names (the broker keeps those at segment bases: a truncation reloads from them) and the
-    newest at or below `keep_newest_to` (the high watermark)."""
-    write_atomically(snapshot_path(directory, offset), encode(entries))
+          keep: Callable[[int], bool] = lambda offset: False, keep_newest_to: int = -1, *,
+          sync: bool = True) -> Path:  # fmt: skip
+    """Write the snapshot at `offset` (atomically; `sync=False`: without fsync, for a batched durability
+    point) and delete every other one of the partition but those at the offsets `keep` names (the broker
+    keeps those at segment bases: a truncation reloads from them) and the newest at or below
+    `keep_newest_to` (the high watermark). Returns the snapshot's path."""
+    path = snapshot_path(directory, offset)
+    write_atomically(path, encode(entries), sync=sync)
     prune(directory, offset, keep, keep_newest_to, off_loop=False)
+    return path
 
 
 def prune(directory: Path, offset: int, keep: Callable[[int], bool], keep_newest_to: int = -1,
@@ -108,7 +115,9 @@ def prune(directory: Path, offset: int, keep: Callable[[int], bool], keep_newest
     """Delete every snapshot of the partition but the one at `offset`, those `keep` names and the newest at or
     below `keep_newest_to`. Deleting a snapshot is always safe (a load reads more log), so this may run off
     the event loop; `off_loop` (after an `install`, the partition's only snapshot write in flight): also
-    delete snapshots left unlinked (by a crash, or a write a shutdown cut short) and fsync the dir."""
+    delete snapshots left unlinked (by a crash, or a write a shutdown cut short). Deletions are not fsynced:
+    a snapshot a power loss brings back is still a true state of the log at its offset (or is past the log
+    end, and `latest` deletes it)."""
     found = snapshots(directory)
     below = [o for o, _ in found if o <= keep_newest_to]
     newest_below = below[-1] if below else -1
@@ -120,18 +129,19 @@ def prune(directory: Path, offset: int, keep: Callable[[int], bool], keep_newest
     for entry in os.scandir(directory):
         if entry.name.endswith(UNLINKED):
             Path(entry.path).unlink(missing_ok=True)
-    fsync_dir(Path(directory))
 
 
-def write_unlinked(directory: Path, offset: int, data: bytes) -> Path:
+def write_unlinked(directory: Path, offset: int, data: bytes, *, sync: bool = True) -> Path:
     """Write and fsync the snapshot `data` at `offset` under a name no load reads (a blocking call, run off the
-    event loop); `install` gives it its name. A failed write leaves nothing behind and the OSError goes on."""
+    event loop); `install` gives it its name. `sync=False`: no fsync (the caller makes a batch of them
+    durable at once, before installing any). A failed write leaves nothing behind and the OSError goes on."""
     path = Path(directory) / f"{offset:020d}{UNLINKED}"
     try:
         with open(path, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
     except OSError:
         path.unlink(missing_ok=True)
         raise

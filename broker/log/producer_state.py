@@ -75,6 +75,9 @@ class ProducerStates:
         self.unknown = unknown
         self.changes = 0  # counts the changes (batches, markers, repairs); `saved`: the count the last snapshot had
         self.saved = 0
+        #: the log offset the last snapshot (or the start of the replay that built this state) is at: what a
+        #: start-up would replay from (`producer_state_io.snapshot_due` weighs the log appended past it)
+        self.saved_offset = 0
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
               transactional: bool = False) -> tuple[ErrorCode, int]:  # fmt: skip

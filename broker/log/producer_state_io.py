@@ -1,8 +1,15 @@
 """A partition's producer state and its log: rebuilt from the newest snapshot and the batches after it
-(`load_states`), snapshotted at segment rolls, every minute while it changes and at a clean shutdown
-(`take_snapshot`, `prepare_snapshot`), forgotten when unreadable (`forget_states`); and the transaction
-markers read back from the segment files. The state itself (`ProducerStates`) is `broker.log.producer_state`,
-held by each `PartitionLog`; the snapshot file format is `broker.log.producer_snapshot`."""
+(`load_states`), snapshotted where that bounds the replay (`take_snapshot`, `prepare_snapshot`): at segment
+rolls, in the broker's minutely pass once enough was appended past the last snapshot (`snapshot_due`), and
+at a clean shutdown if it changed; forgotten when unreadable (`forget_states`); and the transaction markers
+read back from the segment files. The state itself (`ProducerStates`) is `broker.log.producer_state`, held
+by each `PartitionLog`; the snapshot file format is `broker.log.producer_snapshot`.
+
+Why not a snapshot every minute for every changed state: at thousands of partitions (followers included),
+an idempotent round of one message each would write thousands of files a minute for nothing. A snapshot
+is an optimisation (the load replays everything after the newest intact one), and the roll's bounds the
+replay to a segment anyway; the minutely one only shortens that within a big active segment, so it is due
+once `SNAPSHOT_DUE_BYTES` of log or `SNAPSHOT_DUE_CHANGES` producer-state changes lie past the last one."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import mmap
 import os
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.log import producer_snapshot
@@ -30,8 +38,9 @@ def load_states(plog: PartitionLog) -> ProducerStates:
     every batch from the log start. No range is ever skipped (as Kafka's loadProducerState), so each open
     transaction is found and each marker closes its own; the aborted ones are noted in the `.txnindex` again
     (once each: an entry the file holds is not added twice), which rebuilds what a crash lost of it. The cost
-    is bounded by the snapshots: one at every segment roll and one a minute while the producers change
-    (`take_snapshot`, the broker's checkpoint), so at most about a segment is read; a truncation (never below
+    is bounded by the snapshots: one at every segment roll and, in the broker's minutely pass, one once
+    `SNAPSHOT_DUE_BYTES` lie past the last (`snapshot_due`), so at most about a segment is read (about 8 MiB
+    while the producers change); a truncation (never below
     the high watermark) reads from the newest one at or below it, kept for that."""
     snap = producer_snapshot.latest(plog.dir, plog.log_end_offset)
     if snap is not None:
@@ -39,6 +48,7 @@ def load_states(plog: PartitionLog) -> ProducerStates:
     else:
         states, since = ProducerStates(), plog.bases[0]
     note_completed(plog, states, states.record_batches(iter_headers(plog, since), lambda h: marker_in_log(plog, h)))
+    states.saved_offset = since
     return states
 
 
@@ -65,31 +75,66 @@ def iter_headers(plog: PartitionLog, offset: int) -> Iterator[BatchHeader]:
             item = None  # (no view into the map may outlive it)
 
 
-def take_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int, high_watermark: int = -1) -> None:
+#: the minutely pass snapshots a changed state once this much log lies past its last snapshot (what a start-up
+#: after a crash would replay) ...
+SNAPSHOT_DUE_BYTES = 8 << 20
+#: ... or once its producers changed this often since (batches of idempotent producers, markers)
+SNAPSHOT_DUE_CHANGES = 4096
+
+
+def take_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int, high_watermark: int = -1, *,
+                  sync: bool = True) -> Path | None:  # fmt: skip
     """Write the snapshot of the producers at the log end (at a segment roll, at a clean shutdown), keeping the
     ones at segment bases and the newest at or below the high watermark (a truncation reloads from the newest
     one below its point, never below the high watermark) and deleting every other one (those of deleted
-    segments too). Nothing is written for a partition whose producers are unknown (`forget_states`)."""
+    segments too). Nothing is written for a partition whose producers are unknown (`forget_states`).
+    `sync=False`: without fsync (a clean shutdown's `syncfs` makes it durable). Returns the path written."""
     if states is not None and states.unknown:
-        return
+        return None
     changes = states.changes if states is not None else 0
     keep = set(plog.bases)
-    producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms) if states is not None else [],
-                            keep=lambda offset: offset in keep, keep_newest_to=high_watermark)  # fmt: skip
+    path = producer_snapshot.write(plog.dir, plog.log_end_offset, states.snapshot(now_ms) if states is not None
+                                   else [], keep=lambda offset: offset in keep, keep_newest_to=high_watermark,
+                                   sync=sync)  # fmt: skip
     if states is not None:
         states.saved = max(states.saved, changes)
+        states.saved_offset = plog.log_end_offset
+    return path
 
 
-def snapshot_due(states: ProducerStates | None) -> bool:
-    """Whether the partition's producer state changed since its last snapshot (the broker asks every minute,
-    so that start-up and truncations read at most about a minute of writes past a snapshot; one whose
-    producers did not change needs none: the last snapshot and the log after it give the same state)."""
+def changed(states: ProducerStates | None) -> bool:
+    """Whether the partition's producer state changed since its last snapshot (one whose producers did not
+    change needs none: the last snapshot and the log after it give the same state)."""
     return states is not None and not states.unknown and states.changes != states.saved
 
 
+def snapshot_due(plog: PartitionLog, states: ProducerStates | None) -> bool:
+    """Whether the minutely pass should snapshot the partition: its state `changed` and the replay it would
+    save is worth a file (`SNAPSHOT_DUE_BYTES` of log past the last snapshot, or `SNAPSHOT_DUE_CHANGES`
+    changes). A round of one message per partition writes none; the roll's snapshot bounds the rest."""
+    if not changed(states):
+        return False
+    assert states is not None
+    return states.changes - states.saved >= SNAPSHOT_DUE_CHANGES or bytes_after(plog, states.saved_offset) >= (
+        SNAPSHOT_DUE_BYTES
+    )
+
+
+def bytes_after(plog: PartitionLog, offset: int) -> int:
+    """About how many bytes of the log lie from the batch holding `offset` to the log end (the whole log
+    for an offset below it)."""
+    i = max(bisect.bisect_right(plog.bases, offset) - 1, 0)
+    first = plog.segments[plog.bases[i]]
+    skip = 0
+    if offset > first.base_offset:
+        head = first.find(offset)
+        skip = head.position if head is not None else first.size  # (None: the segment ends before it)
+    return sum(plog.segments[b].size for b in plog.bases[i:]) - skip
+
+
 def maybe_snapshot(plog: PartitionLog, states: ProducerStates | None, now_ms: int, high_watermark: int = -1) -> bool:
-    """`take_snapshot` if `snapshot_due`, on the calling thread. Returns whether it wrote."""
-    if not snapshot_due(states):
+    """`take_snapshot` if its state `changed`, on the calling thread. Returns whether it wrote."""
+    if not changed(states):
         return False
     take_snapshot(plog, states, now_ms, high_watermark)
     return True
@@ -113,6 +158,31 @@ def prepare_snapshot(plog: PartitionLog, states: ProducerStates, now_ms: int, hi
     """Encode the snapshot of `states` at the log end (cheap: an entry per producer) for an off-loop write."""
     return SnapshotJob(plog.log_end_offset, producer_snapshot.encode(states.snapshot(now_ms)), states.changes,
                        frozenset(plog.bases), high_watermark)  # fmt: skip
+
+
+def write_unlinked_all(jobs: list[tuple[Path, SnapshotJob]]) -> list[Path | OSError]:
+    """Write each job's snapshot (partition dir, job) under its unlinked name without fsync (a blocking call,
+    one for the whole pass: the caller makes them durable with one `syncfs` per log dir before installing
+    any); per job, the path written or the OSError that kept it from being written."""
+    out: list[Path | OSError] = []
+    for directory, job in jobs:
+        try:
+            out.append(producer_snapshot.write_unlinked(directory, job.offset, job.data, sync=False))
+        except OSError as exc:
+            out.append(exc)
+    return out
+
+
+def prune_all(jobs: list[tuple[Path, SnapshotJob]]) -> list[tuple[Path, OSError]]:
+    """After installing them: delete the older snapshots of each (partition dir, job) (a blocking call, one for
+    the whole pass); the dirs where that failed, with why."""
+    failed = []
+    for directory, job in jobs:
+        try:
+            producer_snapshot.prune(directory, job.offset, job.kept, job.high_watermark)
+        except OSError as exc:
+            failed.append((directory, exc))
+    return failed
 
 
 def forget_states(plog: PartitionLog) -> ProducerStates:

@@ -224,12 +224,13 @@ class LogSegment:
             self.truncate_to_position(self.size - total)
             raise
 
-    def flush(self) -> None:
-        """fsync the log, then write and fsync the new index entries."""
+    def flush(self, *, sync: bool = True) -> None:
+        """fsync the log, then write and fsync the new index entries (`sync=False`: only write them out)."""
         self.write_deferred()
-        os.fsync(self.fd)
-        self.index.flush()
-        self.time_index.flush()
+        if sync:
+            os.fsync(self.fd)
+        self.index.flush(sync=sync)
+        self.time_index.flush(sync=sync)
 
     def truncate_to_position(self, position: int) -> None:
         """Cut the log at `position` (a batch boundary) and forget index entries past it."""

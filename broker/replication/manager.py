@@ -378,9 +378,10 @@ class ReplicaManager:
     def epoch_cache(self, tp: TopicPartition, plog: PartitionLog) -> LeaderEpochCache:
         cache = self.epochs.get(tp)
         if cache is None or cache.path.parent != plog.dir:
-            cache = self.epochs[tp] = LeaderEpochCache.load(plog.dir, lambda: (
-                (h.base_offset, h.partition_leader_epoch) for h in plog.batch_headers_from(plog.log_start_offset)
-            ))  # fmt: skip
+            cache = self.epochs[tp] = LeaderEpochCache.load(plog.dir, lambda offset: (
+                (h.base_offset, h.partition_leader_epoch)
+                for h in plog.batch_headers_from(max(offset, plog.log_start_offset))
+            ), plog.log_end_offset, self.logs.note_unsynced)  # fmt: skip
         return cache
 
     def end_offset_for(self, tp: TopicPartition, plog: PartitionLog, epoch: int) -> tuple[int, int]:

@@ -15,6 +15,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -33,11 +34,14 @@ from broker.log.manager import LogManager
 from broker.log.producer_state import ProducerStates
 from broker.log.producer_state_io import (
     SnapshotJob,
+    changed,
     forget_states,
     load_states,
     prepare_snapshot,
+    prune_all,
     snapshot_due,
     take_snapshot,
+    write_unlinked_all,
 )
 from broker.protocol.errors import ErrorCode
 from broker.quota.manager import QuotaManager
@@ -265,7 +269,7 @@ class Broker(ZkWatches):
         self.quotas.stop()
         for task in self._tasks:
             task.cancel()
-        if self._snapshots is not None:  # (the shutdown writes every partition's snapshot itself)
+        if self._snapshots is not None:  # (the shutdown writes the changed ones itself)
             self._snapshots.cancel()
         if self.controller is not None:
             self.controller.close()
@@ -326,8 +330,9 @@ class Broker(ZkWatches):
                 log.exception("background task %s failed", getattr(fn, "__name__", fn))
 
     def checkpoint(self) -> None:
-        """Write the log dirs' checkpoints, high watermarks included; start writing the producer snapshots of
-        the partitions whose producers changed (off the event loop, `_write_snapshots`)."""
+        """Write the log dirs' checkpoints, high watermarks included; start the pass (`_write_snapshots`, off
+        the event loop) that writes the producer snapshots due (`snapshot_due`) and makes what was written
+        without fsync since the last pass (new logs, topic ids, epoch checkpoints) durable."""
         self._record_high_watermarks()
         for problem in self.logs.checkpoint():
             log.error("%s: the log dir is offline until the broker restarts", problem)
@@ -336,34 +341,65 @@ class Broker(ZkWatches):
         now_ms = int(time.time() * 1000)  # start-up after a crash reads from there on
         jobs = [(tp, plog, states, prepare_snapshot(plog, states, now_ms, self.high_watermark(plog)))
                 for tp, plog in self.logs.logs.items()
-                if snapshot_due(states := plog.producer_states)]  # fmt: skip
-        if jobs:
-            self._snapshots = self.loop.create_task(self._write_snapshots(jobs))
+                if snapshot_due(plog, states := plog.producer_states)]  # fmt: skip
+        unsynced = self.logs.take_unsynced()
+        if jobs or unsynced:
+            self._snapshots = self.loop.create_task(self._write_snapshots(jobs, unsynced))
 
-    async def _write_snapshots(self, jobs: list[tuple[TopicPartition, PartitionLog, ProducerStates, SnapshotJob]]
-                               ) -> None:  # fmt: skip
-        """Write the snapshots of the partitions whose producers changed (`checkpoint`): each is written and
-        fsynced off the event loop under a name no load reads, then installed on the loop only if the
-        partition still has that log and that state (no truncation, deletion or failed load meanwhile) and
-        its log still reaches the offset; the older ones are deleted off the loop (deleting is always safe)."""
-        for tp, plog, states, job in jobs:
-            try:
-                unlinked = await self.blocking(producer_snapshot.write_unlinked, plog.dir, job.offset, job.data)
-            except OSError as exc:
+    async def _write_snapshots(self, jobs: list[tuple[TopicPartition, PartitionLog, ProducerStates, SnapshotJob]],
+                               unsynced: dict[Path, set[Path]] | None = None) -> None:  # fmt: skip
+        """The minute's pass, in one executor job however many partitions: write every due snapshot under a
+        name no load reads, then make them (and `unsynced`) durable with one `syncfs` per log dir; back on the
+        loop install each only if the partition still has that log and that state (no truncation, deletion or
+        failed load meanwhile) and its log still reaches the offset; then delete the older ones in one more
+        job (deleting is always safe)."""
+        unsynced = unsynced or {}
+        try:
+            dirs_jobs = [(plog.dir, job) for _, plog, _, job in jobs]
+            written, problems = await self.blocking(self._write_durably, dirs_jobs, unsynced)
+        except asyncio.CancelledError:  # (a shutdown: its own durability point covers them)
+            for paths in unsynced.values():
+                for p in paths:
+                    self.logs.note_unsynced(p)
+            raise
+        for problem in problems:
+            log.warning("%s", problem)
+            for paths in unsynced.values():  # (tried again at the next pass)
+                for p in paths:
+                    self.logs.note_unsynced(p)
+        installed = []
+        for (tp, plog, states, job), unlinked in zip(jobs, written, strict=True):
+            if isinstance(unlinked, OSError):
                 if self.logs.logs.get(tp) is plog:
-                    log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
+                    log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], unlinked)
                 continue
             current = self.logs.logs.get(tp) is plog and plog.producer_states is states
-            if not current or states.unknown or plog.log_end_offset < job.offset:
+            if problems or not current or states.unknown or plog.log_end_offset < job.offset:
                 unlinked.unlink(missing_ok=True)
                 continue
             try:
                 producer_snapshot.install(unlinked, job.offset)
-                states.saved = max(states.saved, job.changes)
-                await self.blocking(producer_snapshot.prune, plog.dir, job.offset, job.kept, job.high_watermark)
             except OSError as exc:
                 if self.logs.logs.get(tp) is plog:  # (not for a log deleted meanwhile)
                     log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
+                continue
+            states.saved = max(states.saved, job.changes)
+            states.saved_offset = max(states.saved_offset, job.offset)
+            installed.append((plog.dir, job))
+        if installed:
+            for directory, exc in await self.blocking(prune_all, installed):
+                log.warning("deleting the older producer snapshots in %s failed: %s", directory, exc)
+
+    def _write_durably(self, jobs: list[tuple[Path, SnapshotJob]], unsynced: dict[Path, set[Path]]
+                       ) -> tuple[list[Path | OSError], list[str]]:  # fmt: skip
+        """(Off the event loop.) Write the snapshots, then one durability point per log dir for them and for
+        `unsynced`: the paths written (or why not) and what failed to be made durable."""
+        written = write_unlinked_all(jobs)
+        dirs = {d: set(paths) for d, paths in unsynced.items()}
+        for (directory, _), path in zip(jobs, written, strict=True):
+            if not isinstance(path, OSError):
+                dirs.setdefault(directory.parent, set()).add(path)
+        return written, self.logs.make_durable(dirs)
 
     def _record_high_watermarks(self) -> None:
         for tp, plog in self.logs.logs.items():
@@ -533,11 +569,16 @@ class Broker(ZkWatches):
             log.info("loaded the producers of %d partitions in %.1f s", len(self.logs.logs), time.monotonic() - started)
 
     def _save_producer_states(self) -> None:
-        """At a clean shutdown: a snapshot of every partition's producers at its log end."""
+        """At a clean shutdown: a snapshot of the producers at its log end of every partition whose producers
+        changed since its last one, without fsync (`LogManager.shutdown` makes the log dir durable at once)."""
         now_ms = int(time.time() * 1000)
         for tp, plog in self.logs.logs.items():
+            if not changed(plog.producer_states):
+                continue
             try:
-                take_snapshot(plog, plog.producer_states, now_ms, self.high_watermark(plog))
+                path = take_snapshot(plog, plog.producer_states, now_ms, self.high_watermark(plog), sync=False)
+                if path is not None:
+                    self.logs.note_unsynced(path)
             except OSError as exc:
                 log.warning("writing the producer snapshot of %s-%d failed: %s", tp[0], tp[1], exc)
 

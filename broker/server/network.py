@@ -119,8 +119,43 @@ RunDispatch = Callable[[bytearray, int, int], "tuple[int, int, bytes | None] | i
 Dispatch = Callable[[memoryview, str], "list[Any] | None | Awaitable[list[Any] | None]"]
 
 
+class _FreeBuffers:
+    """Receive buffers of `_CHUNK` bytes not in use, kept for the next connection that has bytes to read.
+
+    An idle connection holds no receive buffer (thousands of idle clients would otherwise hold 64 KiB each):
+    it takes one when its socket becomes readable and gives it back once no partial frame remains. At most
+    `limit` are kept; the others are freed, so the memory of connections gone idle or closed is returned.
+    """
+
+    __slots__ = ("free", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.free: list[bytearray] = []
+        self.limit = limit
+
+    def take(self) -> bytearray:
+        return self.free.pop() if self.free else bytearray(_CHUNK)
+
+    def give(self, buf: bytearray) -> None:
+        if len(self.free) < self.limit:
+            self.free.append(buf)
+
+
+_BUFFERS = _FreeBuffers(128)  # (8 MiB kept at most)
+
+
+def _wake(fut: asyncio.Future) -> None:
+    """A reader's or writer's callback: the waiting future done (once; the fd may be reported again meanwhile)."""
+    if not fut.done():
+        fut.set_result(None)
+
+
 class Connection:
-    """One client socket: buffered frame reads, vectored and zero-copy writes."""
+    """One client socket: buffered frame reads, vectored and zero-copy writes. While nothing of a frame is
+    pending it holds no receive buffer (`_FreeBuffers`)."""
+
+    __slots__ = ("sock", "peer", "max_request_bytes", "before_authentication", "loop", "_buf", "_view", "_start",
+                 "_end", "_frame", "pool", "_held", "_big", "active", "busy", "expired", "_recv_into")  # fmt: skip
 
     def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int, pool: BytePool | None = None) -> None:
         self.sock = sock
@@ -128,9 +163,10 @@ class Connection:
         self.max_request_bytes = max_request_bytes  # UNAUTHENTICATED_MAX_BYTES at most until SASL authentication
         self.before_authentication = False  # (the frame size limit is then the pre-authentication one)
         self.loop = asyncio.get_running_loop()
-        self._buf = bytearray(_CHUNK)  # received bytes not yet framed: pipelined small requests arrive together
-        self._view = memoryview(self._buf)
-        self._start = self._end = 0  # the unframed bytes are _buf[_start:_end]
+        #: received bytes not yet framed (pipelined small requests arrive together); None while none are
+        self._buf: bytearray | None = None
+        self._view: memoryview | None = None
+        self._start = self._end = 0  # the unframed bytes are _buf[_start:_end] (both 0 while _buf is None)
         self._frame = bytearray(0)  # reused for big frames up to _REUSE bytes: a fresh 1 MiB buffer costs page faults
         self.pool = pool  # the broker's budget for big frames being received
         self._held = 0  # bytes of it the current big frame holds (given back when the next frame is read)
@@ -140,6 +176,24 @@ class Connection:
         self.expired: float | None = None  # set (idle seconds) when the idle check ends this connection
         #: receive into a buffer: the socket's own call here (no extra coroutine), TLS's in `TlsConnection`
         self._recv_into: Callable[[memoryview], Awaitable[int]] = functools.partial(self.loop.sock_recv_into, sock)
+
+    def drop_buffer(self) -> None:
+        """Give the receive buffer back if no unframed byte is in it. Only where the buffer may be reused anyway
+        (before a wait: deferred work that may refer to it is settled by then)."""
+        if self._buf is not None and self._start == self._end:
+            _BUFFERS.give(self._buf)
+            self._buf = self._view = None
+            self._start = self._end = 0
+
+    async def _readable(self) -> None:
+        """Wait until the socket has bytes (or its end) to read."""
+        fut = self.loop.create_future()
+        fd = self.sock.fileno()
+        self.loop.add_reader(fd, _wake, fut)
+        try:
+            await fut
+        finally:
+            self.loop.remove_reader(fd)
 
     def partial(self) -> tuple[int, int]:
         """(bytes received, size) of a request frame begun but not whole yet; (0, 0) when none is."""
@@ -189,11 +243,16 @@ class Connection:
 
     async def _recv(self) -> bool:
         """Receive more into the buffer (moving what is left to its front first); False at end of stream."""
-        if self._start:
+        if self._start == self._end:  # nothing of a frame here: wait holding no buffer
+            self.drop_buffer()
+            await self._readable()
+            self._buf = _BUFFERS.take()
+            self._view = memoryview(self._buf)
+        elif self._start:
             left = self._end - self._start
-            self._buf[:left] = self._view[self._start : self._end]
+            self._buf[:left] = self._view[self._start : self._end]  # type: ignore[index]
             self._start, self._end = 0, left
-        n = await self._recv_into(self._view[self._end :])
+        n = await self._recv_into(self._view[self._end :])  # type: ignore[index]
         self._end += n
         self.active = self.loop.time()
         return n > 0
@@ -256,7 +315,7 @@ class Connection:
     async def _writable(self) -> None:
         fut = self.loop.create_future()
         fd = self.sock.fileno()
-        self.loop.add_writer(fd, fut.set_result, None)
+        self.loop.add_writer(fd, _wake, fut)
         try:
             await fut
         finally:
@@ -346,6 +405,8 @@ class TlsConnection(Connection):
     answer both write the TLS output: `_flush` sends it under a lock, so records leave whole and in order. An
     orderly end sends close_notify (`close_notify`), best-effort and without waiting."""
 
+    __slots__ = ("_in", "_out", "tls", "_sending", "_torn", "_secure")
+
     def __init__(self, sock: socket.socket, peer: str, max_request_bytes: int, pool: BytePool | None,
                  context: ssl.SSLContext) -> None:  # fmt: skip
         super().__init__(sock, peer, max_request_bytes, pool)
@@ -375,6 +436,11 @@ class TlsConnection(Connection):
         await self._flush()
         self._secure = True
         return tlsmod.principal(self.tls.getpeercert())
+
+    async def _readable(self) -> None:
+        if self._in.pending or self.tls.pending():  # (bytes the handshake or a read took already, not decrypted yet)
+            return
+        await super()._readable()
 
     async def _fill(self) -> bool:
         """Move what the socket has into the TLS input; False at end of stream."""
@@ -694,6 +760,7 @@ class Server:
                         continue
                     if answer is not None and answer.__class__ is not list:
                         settle()
+                        conn.drop_buffer()  # (a fetch may wait long in purgatory: no receive buffer meanwhile)
                         conn.busy = True
                         try:
                             answer = await answer
@@ -756,6 +823,7 @@ class Server:
                     os.close(part.fd)
             self.connections.pop(conn, None)
             conn.release_memory()
+            conn.drop_buffer()
             if conn.__class__ is TlsConnection:
                 conn.close_notify()  # type: ignore[attr-defined]
             sock.close()

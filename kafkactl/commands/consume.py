@@ -22,7 +22,8 @@ import typer
 from broker.client import group_mode, properties, shell
 from broker.client.aio import set_wait_report
 from broker.client.consumer import AsyncConsumer, ConsumeError, ConsumerRecord, describe_partitions
-from broker.client.group import GroupConsumer, check_group_id, describe_assignment, settings_from_properties
+from broker.client.group import GroupConsumer
+from broker.client.group_member import check_group_id, describe_assignment, settings_from_properties
 from broker.client.kafka_group import KafkaGroupConsumer
 from broker.client.offsets import BEGINNING, END, parse_offset
 from broker.client.security import pop_security

@@ -28,7 +28,7 @@ from broker.security import credentials
 from broker.security.certs import Pki
 from broker.security.scram import make_credential
 from tests.integration.cluster import BrokerProcess, new_chroot
-from tests.integration.helpers import connect, zk_session
+from tests.integration.helpers import connect, wait_until, zk_session
 from tests.integration.wire import create_topic, latest_offset
 
 KCAT = "/usr/bin/kcat"
@@ -256,7 +256,8 @@ def test_wrong_password_is_refused_and_nothing_stored(secure_broker: SecureBroke
     if client in ("kcat", "confluent-kafka"):  # (the Python clients say only that no broker could be reached)
         assert "Authentication failed" in str(caught.value), caught.value
     assert stored(secure_broker, topic) == [0] * PARTITIONS
-    assert f"failed authentication with 127.0.0.1 ({MODES[mode][2]}" in secure_broker.proc.log_text()
+    said = f"failed authentication with 127.0.0.1 ({MODES[mode][2]}"  # (logged as the broker closes the connection)
+    wait_until(lambda: said in secure_broker.proc.log_text(), 15, f"the broker's log line {said!r}")
 
 
 @pytest.mark.parametrize("client", CLIENTS)

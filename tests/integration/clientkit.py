@@ -1,12 +1,15 @@
-"""Helpers for the producer / consumer tests: the CLI with stdin bytes, topics, whole-topic reads through the
-Python client, and the batches a broker wrote to its segment files."""
+"""Helpers for the producer / consumer tests: the CLI with stdin bytes, topics, a producer writing in the
+background, whole-topic reads through the Python client, and the batches a broker wrote to its segment files."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -15,6 +18,7 @@ from typing import Any
 
 from broker.client.admin import Admin
 from broker.client.consumer import AsyncConsumer, ConsumerRecord
+from broker.client.producer import AsyncProducer, Delivery
 from broker.records.batch import BatchHeader, Record, decode_header, iter_records
 from tests.integration.helpers import cli_env
 
@@ -117,6 +121,55 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[st
                 return name
             assert time.monotonic() < deadline, f"topic {name} has no leaders: {t}"
             time.sleep(0.05)
+
+
+class AckedProducer(threading.Thread):
+    """Sends numbered messages (`m00000000`, ..., each its own key) with acks=all, `per_tick` of them every
+    `tick_s`, until `stop` is set; keeps (partition, offset, value) of each acknowledged one in `acked` and the
+    errors of the others in `failed`. For tests that kill brokers while a producer writes."""
+
+    def __init__(self, bootstrap: str, topic: str, *, per_tick: int = 10, tick_s: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.per_tick = per_tick
+        self.tick_s = tick_s
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.failed: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        producer = await AsyncProducer(self.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=60000,
+                                       request_timeout_ms=10000).start()  # fmt: skip
+        pending: collections.deque = collections.deque()
+        n = 0
+        try:
+            while not self.stop.is_set():
+                for _ in range(self.per_tick):
+                    value = b"m%08d" % n
+                    n += 1
+                    pending.append((value, await producer.send(self.topic, value, key=value)))
+                await asyncio.sleep(self.tick_s)
+                while pending and pending[0][1].done():
+                    self._take(*pending.popleft())
+            await producer.flush()
+            for value, delivery in pending:
+                with contextlib.suppress(Exception):
+                    await delivery
+                self._take(value, delivery)
+        finally:
+            await producer.close()
+
+    def _take(self, value: bytes, delivery: Delivery) -> None:
+        error = delivery.exception()
+        if error is None:
+            md = delivery.result()
+            self.acked.append((md.partition, md.offset, value))
+        else:
+            self.failed.append(str(error))
 
 
 async def read_all_async(bootstrap: str, topic: str, timeout: float = 20.0, **cfg) -> list[ConsumerRecord]:

@@ -10,21 +10,18 @@ run is quick, but the window in which the metadata still names the dead broker a
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from broker.client.admin import Admin
-from broker.client.producer import AsyncProducer
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.spark.ranges import wait_offsets
+from tests.integration.clientkit import AckedProducer
 from tests.integration.helpers import CliProcess, cli, ok, wait_until
 from tests.integration.test_replication import create, full_isr, states
 
@@ -39,51 +36,6 @@ FORMAT = "%p %o %k %s\\n"
 def told_partitions(lines: list[str]) -> set[int]:
     """The partitions of `orders` that wait lines name (`orders[2,5]`)."""
     return {int(p) for ln in lines for p in ln.split("orders[", 1)[1].split("]", 1)[0].split(",")}
-
-
-class Producer(threading.Thread):
-    """Sends keyed, numbered messages (acks=all) until stopped; keeps (partition, offset, value) of each acked."""
-
-    def __init__(self, bootstrap: str, rate_per_tick: int = 10) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap = bootstrap
-        self.per_tick = rate_per_tick
-        self.acked: list[tuple[int, int, bytes]] = []
-        self.failed: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        producer = await AsyncProducer(self.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=60000,
-                                       request_timeout_ms=10000).start()  # fmt: skip
-        pending: collections.deque = collections.deque()
-        n = 0
-        try:
-            while not self.stop.is_set():
-                for _ in range(self.per_tick):
-                    value = b"m%08d" % n
-                    n += 1
-                    pending.append((value, await producer.send(TOPIC, value, key=value)))
-                await asyncio.sleep(0.02)
-                while pending and pending[0][1].done():
-                    self._take(*pending.popleft())
-            await producer.flush()
-            for value, delivery in pending:
-                with contextlib.suppress(Exception):
-                    await delivery
-                self._take(value, delivery)
-        finally:
-            await producer.close()
-
-    def _take(self, value: bytes, delivery) -> None:
-        error = delivery.exception()
-        if error is None:
-            md = delivery.result()
-            self.acked.append((md.partition, md.offset, value))
-        else:
-            self.failed.append(str(error))
 
 
 def parse(stdout: str) -> list[tuple[int, int, bytes, bytes]]:
@@ -149,37 +101,63 @@ def _drain(tail: CliProcess, acked: list[tuple[int, int, bytes]], timeout: float
         time.sleep(0.2)
 
 
-@pytest.mark.chaos
-@pytest.mark.timeout(600 if DEFAULTS else 300)
-def test_tail_survives_each_broker_kill_and_reads_every_acked_message_once(cluster, zk_chroot, tmp_path: Path):
-    bootstrap = ",".join(b.bootstrap for b in cluster)
-    producer = Producer(bootstrap)
-    tail = CliProcess(["consume", TOPIC, "-f", "--offset", "beginning", "--format", FORMAT, "-b", bootstrap],
-                      tmp_path, name="tail")  # fmt: skip
+def acked_a_while(bootstrap: str, seconds: float = 2.0) -> AckedProducer:
+    """A producer that wrote for `seconds` and stopped, something acknowledged."""
+    producer = AckedProducer(bootstrap, TOPIC)
     producer.start()
-    with tail:
+    time.sleep(seconds)
+    producer.stop.set()
+    producer.join(60)
+    assert producer.acked, producer.failed[:5]
+    return producer
+
+
+def busiest_leader(brokers, zk_chroot: str):
+    """The broker that leads the most partitions of the topic now."""
+    leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
+    return next(b for b in brokers if b.broker_id == leader_counts.most_common(1)[0][0])
+
+
+def reads_through_each_kill(brokers, zk_chroot: str, reader: CliProcess, after_kill=None) -> None:
+    """With a producer writing, `reader` (a `consume` printing `FORMAT`, not started) reads while each broker is
+    killed in turn (`kill_each_in_turn`, `after_kill` passed on); it never exits, and then reads every
+    acknowledged message exactly once, in offset order, without a traceback."""
+    producer = AckedProducer(",".join(b.bootstrap for b in brokers), TOPIC)
+    what = reader.stdout_path.stem  # the name it was given: "tail", "member"
+    producer.start()
+    with reader:
         try:
-            wait_until(lambda: len(parse(tail.stdout())) > 100, 30, "the tail reading")
+            wait_until(lambda: len(parse(reader.stdout())) > 100, 60, f"the {what} reading")
 
             def alive() -> None:
-                assert tail.alive, f"the tail exited with {tail.proc.returncode}:\n{tail.output()[-4000:]}"
+                assert reader.alive, f"the {what} exited with {reader.proc.returncode}:\n{reader.output()[-4000:]}"
 
-            def one_healthy_partition(victim, leaders: dict[int, int]) -> None:
-                """`consume -p N --exit` of a partition the dead broker did not lead: read at once, no wait."""
-                p = next(p for p, leader in sorted(leaders.items()) if leader != victim.broker_id)
-                r = cli("consume", TOPIC, "-p", p, "--exit", "--format", FORMAT, "-b", bootstrap, timeout=60)
-                assert parse(ok(r)) and {q for q, *_ in parse(r.stdout)} == {p}
-                assert "waiting" not in r.stderr, r.stderr
-
-            kill_each_in_turn(cluster, zk_chroot, alive, one_healthy_partition)
+            kill_each_in_turn(brokers, zk_chroot, alive, after_kill)
         finally:
             producer.stop.set()
             producer.join(90)
         assert len(producer.acked) > 1000, producer.failed[:5]
-        _drain(tail, producer.acked)
-        tail.terminate()
-    check_exactly_once_in_order(parse(tail.stdout()), producer.acked)
-    assert "Traceback" not in tail.stderr(), tail.stderr()
+        _drain(reader, producer.acked)
+        reader.terminate()
+    check_exactly_once_in_order(parse(reader.stdout()), producer.acked)
+    assert "Traceback" not in reader.stderr(), reader.stderr()
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(600 if DEFAULTS else 300)
+def test_tail_survives_each_broker_kill_and_reads_every_acked_message_once(cluster, zk_chroot, tmp_path: Path):
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    tail = CliProcess(["consume", TOPIC, "-f", "--offset", "beginning", "--format", FORMAT, "-b", bootstrap],
+                      tmp_path, name="tail")  # fmt: skip
+
+    def one_healthy_partition(victim, leaders: dict[int, int]) -> None:
+        """`consume -p N --exit` of a partition the dead broker did not lead: read at once, no wait."""
+        p = next(p for p, leader in sorted(leaders.items()) if leader != victim.broker_id)
+        r = cli("consume", TOPIC, "-p", p, "--exit", "--format", FORMAT, "-b", bootstrap, timeout=60)
+        assert parse(ok(r)) and {q for q, *_ in parse(r.stdout)} == {p}
+        assert "waiting" not in r.stderr, r.stderr
+
+    reads_through_each_kill(cluster, zk_chroot, tail, one_healthy_partition)
     assert "kafkactl: waiting for a leader of orders[" in tail.stderr(), tail.stderr()  # told, once a broker died
     assert "a leader again" in tail.stderr(), tail.stderr()
 
@@ -188,40 +166,17 @@ def test_tail_survives_each_broker_kill_and_reads_every_acked_message_once(clust
 @pytest.mark.timeout(600 if DEFAULTS else 300)
 def test_group_member_survives_each_broker_kill_and_reads_every_acked_message_once(cluster, zk_chroot, tmp_path: Path):
     bootstrap = ",".join(b.bootstrap for b in cluster)
-    producer = Producer(bootstrap)
     member = CliProcess(["consume", TOPIC, "--group", "g1", "--reset", "earliest", "--format", FORMAT,
                          "-b", bootstrap, "-z", zk_chroot], tmp_path, name="member")  # fmt: skip
-    producer.start()
-    with member:
-        try:
-            wait_until(lambda: len(parse(member.stdout())) > 100, 60, "the member reading")
-
-            def alive() -> None:
-                assert member.alive, f"the member exited with {member.proc.returncode}:\n{member.output()[-4000:]}"
-
-            kill_each_in_turn(cluster, zk_chroot, alive)
-        finally:
-            producer.stop.set()
-            producer.join(90)
-        assert len(producer.acked) > 1000, producer.failed[:5]
-        _drain(member, producer.acked)
-        member.terminate()
-    check_exactly_once_in_order(parse(member.stdout()), producer.acked)
-    assert "Traceback" not in member.stderr(), member.stderr()
+    reads_through_each_kill(cluster, zk_chroot, member)
 
 
 @pytest.mark.chaos
 @pytest.mark.timeout(180)
 def test_plain_consume_right_after_a_kill_waits_for_the_leaders_and_returns_everything(cluster, zk_chroot):
     bootstrap = ",".join(b.bootstrap for b in cluster)
-    producer = Producer(bootstrap)
-    producer.start()
-    time.sleep(2)
-    producer.stop.set()
-    producer.join(60)
-    assert producer.acked, producer.failed[:5]
-    leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
-    victim = next(b for b in cluster if b.broker_id == leader_counts.most_common(1)[0][0])
+    producer = acked_a_while(bootstrap)
+    victim = busiest_leader(cluster, zk_chroot)
     victim.kill()
     r = cli("consume", TOPIC, "--exit", "--format", FORMAT, "-b", bootstrap, timeout=120)
     out = ok(r)
@@ -251,8 +206,7 @@ def test_plain_consume_right_after_a_kill_waits_for_the_leaders_and_returns_ever
     wait_until(lambda: full_isr(zk_chroot, TOPIC), 60, "a full ISR after the restart")
 
     # the admin's offset look-ups (group describe's lag, spark-load's plan) wait for a leader as well
-    leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
-    victim = next(b for b in cluster if b.broker_id == leader_counts.most_common(1)[0][0])
+    victim = busiest_leader(cluster, zk_chroot)
     tps = [(TOPIC, p) for p in range(6)]
     with Admin(bootstrap) as admin:
         admin.list_topics()  # connections to every broker, the victim's too
@@ -271,14 +225,8 @@ def test_plain_consume_right_after_a_kill_waits_for_the_leaders_and_returns_ever
 def test_spark_load_right_after_a_kill_loads_every_message_once(cluster, zk_chroot, tmp_path: Path):
     pytest.importorskip("pyspark")
     bootstrap = ",".join(b.bootstrap for b in cluster)
-    producer = Producer(bootstrap)
-    producer.start()
-    time.sleep(2)
-    producer.stop.set()
-    producer.join(60)
-    assert producer.acked, producer.failed[:5]
-    leader_counts = collections.Counter(st["leader"] for st in states(zk_chroot, TOPIC).values())
-    victim = next(b for b in cluster if b.broker_id == leader_counts.most_common(1)[0][0])
+    producer = acked_a_while(bootstrap)
+    victim = busiest_leader(cluster, zk_chroot)
     victim.kill()
     out = tmp_path / "out"
     run = cli("spark-load", TOPIC, "--to", out, "-b", bootstrap, "--master", "local[2]", "--format", "json",

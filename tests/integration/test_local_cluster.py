@@ -172,3 +172,22 @@ def test_usage_errors(home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytes
     assert out == "" and err.startswith("kafkactl: error: ") and len(err.splitlines()) == 1, err
     assert needle in err
     assert not (home / "clusters").exists() or not any((home / "clusters").iterdir())
+
+
+def test_up_with_overrides_runs_its_brokers_with_them(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`up(overrides=…)` (what benchmarks/scale.py gives its brokers): each broker it starts runs with them,
+    under the cluster's own id and listener."""
+    monkeypatch.setenv("KAFKACTL_HOME", str(home))
+    from broker import local_cluster
+    from broker.client.admin import Admin
+    from broker.protocol.messages.admin import BROKER_RESOURCE
+
+    st = local_cluster.up("ov", 1, overrides={"zookeeper.session.timeout.ms": "7000", "broker.id": "9"})
+    try:
+        assert [b["id"] for b in st["brokers"]] == [1]
+        with Admin(st["bootstrap"]) as admin:
+            configs = {c.name: c for c in admin.describe_configs(BROKER_RESOURCE, "1")}
+        assert configs["zookeeper.session.timeout.ms"].value == "7000"
+        assert configs["zookeeper.session.timeout.ms"].source == "static"
+    finally:
+        local_cluster.down("ov", purge=True)

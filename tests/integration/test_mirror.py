@@ -24,7 +24,7 @@ from broker.client.consumer import AsyncConsumer
 from broker.client.producer import AsyncProducer
 from broker.mirror.stamp import HEADER_KEY
 from broker.protocol.api import ApiKey
-from tests.integration.helpers import cli, cli_env, connect, error_line, json_lines, ok
+from tests.integration.helpers import cli, cli_env, connect, error_line, json_lines, ok, wait_until
 
 KILLS = int(os.environ.get("KAFKACTL_MIRROR_KILLS", "6"))
 SEED = int(os.environ.get("KAFKACTL_CHAOS_SEED", "20261126"))
@@ -186,6 +186,7 @@ def test_a_mirror_killed_at_random_moments_loses_and_repeats_nothing(two_cluster
     stalled = False  # the follower is paused: the mirror started next reads a target tail short of what is there
     try:
         for kill in range(KILLS):
+            said = log.stat().st_size if log.exists() else 0
             with open(log, "ab") as out:
                 proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=cli_env())
             if stalled:
@@ -201,6 +202,8 @@ def test_a_mirror_killed_at_random_moments_loses_and_repeats_nothing(two_cluster
                 stalled = True
                 time.sleep(rng.uniform(0.3, 1.0))
             sig = signal.SIGTERM if kill % 4 == 2 else signal.SIGKILL
+            if sig == signal.SIGTERM:  # (a SIGTERM before its first report may come before its handler is set)
+                wait_until(lambda: log.stat().st_size > said, 60, "the mirror's first report")  # noqa: B023
             proc.send_signal(sig)
             assert proc.wait(60) == (0 if sig == signal.SIGTERM else -9), log.read_text()[-2000:]
     finally:

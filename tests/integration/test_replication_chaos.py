@@ -14,18 +14,15 @@ CI runs KAFKACTL_CHAOS_TRIALS (default 12) trials; the full soak is
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import os
 import random
-import threading
 import time
 
 import pytest
 
 from broker.client.partitioner import partition_for_key
-from broker.client.producer import AsyncProducer
+from tests.integration.clientkit import AckedProducer
 from tests.integration.helpers import cli, ok, wait_until
 from tests.integration.test_replication import create, full_isr, identical_replicas, states
 
@@ -34,49 +31,6 @@ SEED = int(os.environ.get("KAFKACTL_CHAOS_SEED", "20261125"))
 SESSION_MS = 3000
 OVERRIDES = {"zookeeper.session.timeout.ms": str(SESSION_MS), "replica.lag.time.max.ms": "2000"}
 TOPIC = "chaos"
-
-
-class Producer(threading.Thread):
-    """Sends numbered messages at about 2,000/s until stopped; keeps what was acknowledged."""
-
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap = bootstrap
-        self.acked: list[bytes] = []
-        self.failed: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        producer = await AsyncProducer(self.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=60000,
-                                       request_timeout_ms=10000).start()  # fmt: skip
-        pending: collections.deque = collections.deque()
-        n = 0
-        try:
-            while not self.stop.is_set():
-                for _ in range(20):
-                    value = b"m%08d" % n
-                    n += 1
-                    pending.append((value, await producer.send(TOPIC, value, key=value)))
-                await asyncio.sleep(0.01)
-                while pending and pending[0][1].done():
-                    self._take(*pending.popleft())
-            await producer.flush()
-            for value, delivery in pending:
-                with contextlib.suppress(Exception):
-                    await delivery
-                self._take(value, delivery)
-        finally:
-            await producer.close()
-
-    def _take(self, value: bytes, delivery) -> None:
-        error = delivery.exception()
-        if error is None:
-            self.acked.append(value)
-        else:
-            self.failed.append(str(error))
 
 
 def read_all(bootstrap: str) -> dict[tuple[int, int], bytes]:
@@ -97,7 +51,7 @@ def test_no_acknowledged_message_is_lost_while_brokers_are_killed_paused_and_res
     by_id = {b.broker_id: b for b in brokers}
     create(brokers, TOPIC, 3, 3, 2)
     bootstrap = ",".join(b.bootstrap for b in brokers)
-    producer = Producer(bootstrap)
+    producer = AckedProducer(bootstrap, TOPIC, per_tick=20, tick_s=0.01)  # about 2,000/s
     producer.start()
     seen: dict[tuple[int, int], bytes] = {}
     actions = collections.Counter()
@@ -138,7 +92,7 @@ def test_no_acknowledged_message_is_lost_while_brokers_are_killed_paused_and_res
     values = list(final.values())
     counts = collections.Counter(values)
     assert [v for v, c in counts.items() if c > 1] == [], "stored twice"
-    missing = set(producer.acked) - set(values)
+    missing = {v for _, _, v in producer.acked} - set(values)
     ends = {p: max(o for q, o in final if q == p) for p in range(3)}
     assert not missing, (f"{len(missing)} acknowledged messages missing, e.g. "
                          f"{[(v, partition_for_key(v, 3)) for v in sorted(missing)[:5]]}; log ends {ends}")  # fmt: skip

@@ -9,7 +9,7 @@ import pytest
 
 from broker.client.admin import AdminError, check_code
 from broker.client.consumer import ConsumeError
-from broker.client.group import GroupError
+from broker.client.group_member import GroupError
 from broker.client.group_mode import GroupAuthorizationError
 from broker.client.producer import ProduceError
 from broker.errors import KafkactlError

@@ -8,7 +8,9 @@ ZooKeeper's return, and not tied to the broker's registration session).
 - OffsetCommit: the offsets (each with its metadata string and leader epoch, written after the offset to
   `/consumers/<g>/offset_metadata/<t>/<p>`: `paths.stored_offset`) are held in memory and one writer thread
   writes them in the order they were committed (a partition committed again before its write keeps only the
-  newer commit). While ZooKeeper answers, the commit is answered once written, or after `COMMIT_WAIT_S`
+  newer commit), `WRITE_WINDOW` at a time: the window's offsets with their requests pipelined, then what they
+  carry beside them (each after its own offset), so the rate is ZooKeeper's, not one round trip per write.
+  While ZooKeeper answers, the commit is answered once written, or after `COMMIT_WAIT_S`
   still held; while it does not, at once. Always with error 0: a commit is never refused for ZooKeeper's
   sake, and a member's heartbeats, queued behind its commit on the same connection, are never held back long.
 - Stable generations, and their deletion when a group empties, are queued in order for the same thread.
@@ -81,6 +83,8 @@ READ_WAIT_S = 2.0
 RECONNECT_MAX_DELAY_S = 1.0
 #: the pause after a failed write before the writer tries again while the session looks connected
 RETRY_PAUSE_S = 0.5
+#: commits written at a time, their ZooKeeper requests pipelined (each key is in at most one write in flight)
+WRITE_WINDOW = 2000
 #: how long a DeleteGroups or OffsetDelete waits for its deletion to begin (then it is withdrawn)
 DELETE_WAIT_S = 5.0
 
@@ -164,7 +168,10 @@ class GroupStore:
         self._txn_notes = 0
         # -- the writer thread's --
         self._versions: dict[str, int] = {}  # offset znode → its version after this broker's last write
-        self._bare: set[str] = set()  # offset znodes this broker wrote last, and with no metadata znode beside
+        #: offset znode → what this broker wrote beside it last (`paths.offset_metadata_json`; None: nothing, the
+        #: metadata znode deleted), while its offset is this broker's write: a commit carrying the same is not
+        #: written there again
+        self._beside: dict[str, bytes | None] = {}
         self._writer: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -564,7 +571,7 @@ class GroupStore:
         if ok:
             gone = paths.group(d.group) + "/"
             self._versions = {k: v for k, v in self._versions.items() if not k.startswith(gone)}
-            self._bare = {k for k in self._bare if not k.startswith(gone)}
+            self._beside = {k: v for k, v in self._beside.items() if not k.startswith(gone)}
         with self._cond:
             with contextlib.suppress(ValueError):
                 self._deletions.remove(d)
@@ -601,30 +608,163 @@ class GroupStore:
         return True
 
     def _write_commits(self, commits: list[tuple[OffsetKey, _Commit]]) -> bool:
-        flushed = 0
+        """Write the commits (in commit order), `WRITE_WINDOW` at a time with their writes pipelined; False when
+        ZooKeeper stopped answering (what was not written stays held). The OffsetCommits waiting are answered
+        as each window is written, up to the first commit not written whole."""
+        done = 0  # commits[:done] are written (or dropped after a refusal)
         try:
-            for key, c in commits:
-                try:
-                    written = self._write_offset(key, c)
-                except UNREACHABLE as exc:
-                    self._unreachable(_reason(exc))
+            for at in range(0, len(commits), WRITE_WINDOW):
+                window = commits[at : at + WRITE_WINDOW]
+                finished, reachable = self._write_window(window)
+                for key, c in window:
+                    if key not in finished:
+                        continue
+                    with self._cond:
+                        if self._held.get(key) is c:
+                            del self._held[key]
+                        if c.held and self._outage is not None:
+                            if finished[key]:
+                                self._wrote_held += 1
+                            else:
+                                self._kept_newer += 1
+                while done < len(commits) and commits[done][0] in finished:
+                    done += 1
+                if not reachable:
                     return False
-                except KazooException as exc:
-                    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-                    written = True
-                with self._cond:
-                    if self._held.get(key) is c:
-                        del self._held[key]
-                    if c.held and self._outage is not None:
-                        if written:
-                            self._wrote_held += 1
-                        else:
-                            self._kept_newer += 1
-                flushed = c.seq
             return True
         finally:
-            if flushed:
-                self._release(flushed)
+            upto = _released_upto(commits, done)
+            if upto:
+                self._release(upto)
+
+    def _write_window(self, window: list[tuple[OffsetKey, _Commit]]) -> tuple[dict[OffsetKey, bool], bool]:
+        """Write a window of commits: the held ones one by one (`_write_offset`), the others with their offsets
+        pipelined, then what they carry beside them pipelined (each after its offset, as `_write_offset`).
+        Returns (key → whether its commit was written rather than kept from over a newer one, for each commit done;
+        whether ZooKeeper answered throughout)."""
+        finished: dict[OffsetKey, bool] = {}
+        try:
+            for key, c in window:
+                if c.held:
+                    try:
+                        finished[key] = self._write_offset(key, c)
+                    except UNREACHABLE:
+                        raise
+                    except KazooException as exc:
+                        log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                        finished[key] = True
+            quick = [(key, c) for key, c in window if not c.held]
+            offsets = self._pipelined_offsets(quick, finished)
+            self._pipelined_metadata(offsets, finished)
+        except UNREACHABLE as exc:
+            self._unreachable(_reason(exc))
+            return finished, False
+        return finished, True
+
+    def _pipelined_offsets(self, quick: list[tuple[OffsetKey, _Commit]],
+                           finished: dict[OffsetKey, bool]) -> list[tuple[OffsetKey, _Commit, int | None]]:  # fmt: skip
+        """Set the offset znodes of commits not held, all requests sent before the first answer is awaited, then
+        create the missing ones the same way; (key, commit, the znode's version before) of those written."""
+        zk = self.zk
+        sent = []
+        for key, c in quick:
+            path = paths.group_offset(*key)
+            sent.append((key, c, self._versions.get(path), zk.set_async(path, paths.offset_data(c.stored))))
+        written = []
+        missing = []
+        lost: BaseException | None = None
+        for key, c, before, result in sent:
+            path = paths.group_offset(*key)
+            try:
+                self._versions[path] = result.get().version
+            except NoNodeError:
+                missing.append((key, c, before))
+                continue
+            except UNREACHABLE as exc:
+                lost = lost or exc
+                continue
+            except KazooException as exc:
+                log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                finished[key] = True
+                continue
+            written.append((key, c, before))
+        if lost is None and missing:  # (a first commit of the partition)
+            created = [(key, c, before, zk.create_async(paths.group_offset(*key), paths.offset_data(c.stored),
+                                                        makepath=True)) for key, c, before in missing]  # fmt: skip
+            for key, c, before, result in created:
+                try:
+                    try:
+                        result.get()
+                        self._versions[paths.group_offset(*key)] = 0
+                    except NodeExistsError:  # (created meanwhile by someone else: set after all)
+                        if lost is not None:
+                            continue
+                        self._write_offset_znode(key, c)
+                except UNREACHABLE as exc:
+                    lost = lost or exc
+                    continue
+                except KazooException as exc:
+                    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                    finished[key] = True
+                    continue
+                written.append((key, c, before))
+        if lost is not None:  # (what carries beside the offsets written goes when ZooKeeper is back: still held)
+            raise lost
+        return written
+
+    def _pipelined_metadata(self, offsets: list[tuple[OffsetKey, _Commit, int | None]],
+                            finished: dict[OffsetKey, bool]) -> None:  # fmt: skip
+        """What the commits whose offsets were just written carry beside them (`consumers.put_offset_metadata`),
+        pipelined; skipped, as in `_write_offset`, when it is there already (`_beside_unchanged`)."""
+        zk = self.zk
+        sent = []
+        for key, c, before in offsets:
+            path = paths.group_offset(*key)
+            if self._beside_unchanged(path, before, c):
+                finished[key] = True
+                continue
+            self._beside.pop(path, None)
+            data = paths.offset_metadata_json(c.stored)
+            meta = paths.group_offset_metadata(*key)
+            sent.append((key, c, data, zk.set_async(meta, data) if data is not None else zk.delete_async(meta)))
+        lost: BaseException | None = None
+        for at, (key, c, data, result) in enumerate(sent):
+            try:
+                result.get()
+            except NoNodeError:
+                if data is not None:  # (a first metadata znode: created with its parents, below)
+                    sent[at] = (key, c, data, zk.create_async(paths.group_offset_metadata(*key), data, makepath=True))
+                    continue
+            except UNREACHABLE as exc:
+                lost = lost or exc
+                sent[at] = (key, c, data, None)
+                continue
+            except KazooException:
+                pass  # (dropped: logged below)
+        for key, c, data, result in sent:
+            if result is None:
+                continue
+            try:
+                try:
+                    result.get()
+                except NodeExistsError:  # (created meanwhile by someone else)
+                    if lost is not None:
+                        continue
+                    consumers.put_offset_metadata(self.zk, *key, c.stored)
+                except NoNodeError:  # (a metadata znode to delete that is not there: fine)
+                    if data is not None:
+                        raise
+            except UNREACHABLE as exc:
+                lost = lost or exc
+                continue
+            except KazooException as exc:  # (dropped, as in `_write_commits`; not known to be there)
+                log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+                finished[key] = True
+                continue
+            self._beside[paths.group_offset(*key)] = data
+            finished[key] = True
+        if lost is not None:
+            raise lost
 
     def _write_offset(self, key: OffsetKey, c: _Commit) -> bool:
         """Write one commit, its offset then what it carries beside it (`consumers.put_offset_metadata`); False
@@ -633,14 +773,18 @@ class GroupStore:
         before = self._versions.get(path)
         if not self._write_offset_znode(key, c):
             return False
-        alone = before is not None and self._versions.get(path) == before + 1  # nobody else wrote in between
-        bare = paths.offset_metadata_json(c.stored) is None
-        if not (bare and alone and path in self._bare):  # (most commits: no second round trip to ZooKeeper)
-            self._bare.discard(path)
+        if not self._beside_unchanged(path, before, c):
+            self._beside.pop(path, None)
             consumers.put_offset_metadata(self.zk, *key, c.stored)
-        if bare:
-            self._bare.add(path)
+        self._beside[path] = paths.offset_metadata_json(c.stored)
         return True
+
+    def _beside_unchanged(self, path: str, before: int | None, c: _Commit) -> bool:
+        """Whether what a commit carries beside its offset (just written over version `before`) is there already:
+        this broker wrote the same last, and nobody wrote the offset in between (every writer writes the offset
+        first). A bare commit over a bare one, or a client committing the same position again, skips a write."""
+        alone = before is not None and self._versions.get(path) == before + 1
+        return alone and path in self._beside and self._beside[path] == paths.offset_metadata_json(c.stored)
 
     def _write_offset_znode(self, key: OffsetKey, c: _Commit) -> bool:
         """Write one commit's offset; False when it was not written over a newer one. Only a held commit is
@@ -708,6 +852,15 @@ class GroupStore:
             elif not fut.done():
                 keep.append((seq, fut))
         self._waiters = keep
+
+
+def _released_upto(commits: list[tuple[OffsetKey, _Commit]], done: int) -> int:
+    """The last commit number whose commits are all written, when `commits[:done]` are (in commit order, one
+    OffsetCommit's partitions sharing its number): 0 when none."""
+    if not done:
+        return 0
+    last = commits[done - 1][1].seq
+    return last if done == len(commits) or commits[done][1].seq != last else last - 1
 
 
 def _settle(fut: asyncio.Future, value: Any, error: BaseException | None) -> None:

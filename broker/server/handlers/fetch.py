@@ -23,6 +23,7 @@ for the first partition with data) and `max_bytes` in all.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -45,16 +46,30 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
     wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
     denied = _denied(b, [t["topic"] for t in req["topics"]], req["replica_id"])
     committed = req.get("isolation_level", 0) == 1 and req["replica_id"] < 0
-    note = True  # a follower's position is noted once, as its fetch arrives (not each time it is read again)
-    while True:
-        topics, total, errors = await _read_all(b, wanted, req["max_bytes"], req["replica_id"], note, denied,
-                                                committed)  # fmt: skip
-        note = False
-        remaining = deadline - time.monotonic()
-        if total >= min_bytes or errors or remaining <= 0 or not wanted:
-            return {"error_code": 0, "session_id": 0, "topics": topics}
-        _release(topics)
-        await b.purgatory.wait([(t, p["partition"]) for t, p in wanted], remaining)
+    read = functools.partial(_read_all, b, max_bytes=req["max_bytes"], replica=req["replica_id"], denied=denied,
+                             committed=committed)  # fmt: skip
+    # registered before the first read, so that an append while it reads wakes the wait that follows
+    with b.purgatory.watch([(t, p["partition"]) for t, p in wanted]) as watch:
+        topics, total, errors = await read(wanted)  # (a follower's position is noted here, once)
+        while total < min_bytes and not errors and wanted:
+            woken = await watch.next(deadline - time.monotonic())
+            if not woken:  # time is up: the answer is a fresh read of every partition
+                _release(topics)
+                topics, total, errors = await read(wanted, note=False)
+                break
+            # only what was woken is read again, into its place in the answer (a wait over thousands of
+            # partitions then costs per append, not per partition)
+            outs = {(t["topic"], p["partition_index"]): p for t in topics for p in t["partitions"]}
+            again = [(t, p) for t, p in wanted if (t, p["partition"]) in woken]
+            for t, p in again:
+                total -= _release_one(outs[(t, p["partition"])])
+            fresh, total, errors = await read(again, note=False, total=total)
+            for t in fresh:
+                for p in t["partitions"]:
+                    out = outs[(t["topic"], p["partition_index"])]
+                    out.clear()
+                    out.update(p)
+    return {"error_code": 0, "session_id": 0, "topics": topics}
 
 
 def _denied(b: Services, topics: list[str], replica: int) -> set[str]:
@@ -71,9 +86,17 @@ def _denied(b: Services, topics: list[str], replica: int) -> set[str]:
 def _release(topics: list[dict[str, Any]]) -> None:
     for t in topics:
         for p in t["partitions"]:
-            rec = p.get("records")
-            if isinstance(rec, FileRegion):
-                os.close(rec.fd)
+            _release_one(p)
+
+
+def _release_one(out: dict[str, Any]) -> int:
+    """Close the file slice a partition's answer holds; its length (0 without one)."""
+    rec = out.get("records")
+    if isinstance(rec, FileRegion):
+        os.close(rec.fd)
+        out["records"] = b""
+        return rec.length
+    return 0
 
 
 def last_stable_offset(b: Services, plog: Any) -> int:
@@ -88,10 +111,10 @@ def last_stable_offset(b: Services, plog: Any) -> int:
 
 async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_bytes: int, replica: int = -1,
                     note: bool = True, denied: set[str] | frozenset[str] = frozenset(), committed: bool = False,
-                    ) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
+                    total: int = 0) -> tuple[list[dict[str, Any]], int, bool]:  # fmt: skip
+    """Read `wanted` into answers: (topics, bytes in all counting `total` already in the answer, any error)."""
     topics: list[dict[str, Any]] = []
     by_name: dict[str, list[dict[str, Any]]] = {}
-    total = 0
     errors = False
     for topic, p in wanted:
         index = p["partition"]

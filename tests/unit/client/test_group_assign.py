@@ -6,13 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.client.group import (
-    assign_range,
-    describe_assignment,
-    new_consumer_id,
-    range_assignment,
-    settings_from_properties,
-)
+from broker.client.group import assign_range, range_assignment
+from broker.client.group_member import describe_assignment, new_consumer_id, settings_from_properties
 from broker.errors import UsageError
 
 

@@ -189,6 +189,16 @@ class FakeZk:
     def exists_async(self, path: str) -> Result:
         return self._async(lambda: self.exists(path))
 
+    # the writer's pipelined writes answer at once (`hang` is for reads)
+    def set_async(self, path: str, data: bytes) -> Result:
+        return Result(lambda: self.set(path, data))
+
+    def delete_async(self, path: str) -> Result:
+        return Result(lambda: self.delete(path))
+
+    def create_async(self, path: str, data: bytes = b"", makepath: bool = False) -> Result:
+        return Result(lambda: self.create(path, data, makepath=makepath))
+
     # -- what a test reads --
     def offset(self, topic: str, p: int, group: str = G) -> int | None:
         node = self.nodes.get(f"/consumers/{group}/offsets/{topic}/{p}")
@@ -260,6 +270,60 @@ def test_commits_are_written_in_the_order_they_were_made() -> None:
         assert [(path.split("/consumers/")[1], data) for path, data in zk.writes] == [
             (f"{G}/offsets/{T}/1", b"103"), (f"{G}/offsets/{T}/0", b"104"), (f"{G}/offsets/other/0", b"4"),
             (f"h/offsets/{T}/0", b"1")]  # fmt: skip
+        await store.close(1)
+
+    run(main())
+
+
+def test_commits_are_written_a_window_at_a_time_and_those_a_lost_connection_stopped_stay_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(group_store, "WRITE_WINDOW", 3)  # (8 partitions: three windows, pipelined within each)
+
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        await store.commit(G, {(T, p): StoredOffset(10 + p, 2, f"m{p}") for p in range(8)})  # (znodes created)
+        assert [zk.offset(T, p) for p in range(8)] == [10 + p for p in range(8)] and not store.held_commits()
+        assert await store.fetch(G, None) == {(T, p): StoredOffset(10 + p, 2, f"m{p}") for p in range(8)}
+        real_set, calls = zk.set, [0]
+
+        def set_failing_from_the_fifth(path: str, data: bytes, version: int = -1) -> Stat:
+            calls[0] += 1
+            if calls[0] == 5:
+                zk.failing = True  # (the connection drops in the middle of a window)
+            return real_set(path, data, version)
+
+        zk.set = set_failing_from_the_fifth  # type: ignore[method-assign]
+        await store.commit(G, {(T, p): StoredOffset(20 + p, 3, "") for p in range(8)})  # answered: not all written
+        held = store.held_commits()
+        assert held and set(held.values()) <= {20 + p for p in range(8)}
+        assert all(zk.offset(T, p) == 20 + p for (_, _, p) in set(store.held_commits()) ^ {(G, T, p) for p in range(8)})
+        zk.failing = False
+        await until("the held commits written", lambda: not store.held_commits())
+        assert await store.fetch(G, None) == {(T, p): StoredOffset(20 + p, 3, "") for p in range(8)}
+        await store.close(1)
+
+    run(main())
+
+
+def test_what_a_commit_carries_beside_its_offset_is_written_only_when_it_changed() -> None:
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        offset, meta = f"/consumers/{G}/offsets/{T}/0", f"/consumers/{G}/offset_metadata/{T}/0"
+
+        async def written_by(stored: StoredOffset) -> list[str]:
+            zk.writes.clear()
+            await store.commit(G, {(T, 0): stored})
+            return [path for path, _ in zk.writes]
+
+        assert await written_by(StoredOffset(5, 1, "m")) == [offset, meta]
+        assert await written_by(StoredOffset(5, 1, "m")) == [offset]  # (the same position committed again)
+        assert await written_by(StoredOffset(6, 1, "m")) == [offset, meta]
+        zk.put(offset, b"3")  # someone else (kafkactl group rewind) wrote in between: written again
+        assert await written_by(StoredOffset(6, 1, "m")) == [offset, meta]
+        assert await store.fetch(G, None) == {(T, 0): StoredOffset(6, 1, "m")}
         await store.close(1)
 
     run(main())

@@ -370,3 +370,63 @@ def test_an_offline_dir_takes_no_new_partitions(tmp_path, managers, clock):
     m.mark_offline(("t", 1), OSError(5, "Input/output error"))
     with pytest.raises(OSError, match="every log dir is offline"):
         m.get_or_create("t", 9)
+
+
+def test_a_shutdown_flushes_by_one_syncfs_per_dir_else_file_by_file(tmp_path, managers, clock, make_batch,
+                                                                     monkeypatch):  # fmt: skip
+    """The clean-shutdown flush: every log written out, then one syncfs of the dir before the marker; where
+    syncfs is unavailable, each segment and index is fsynced as before; the recovery points reach the log ends
+    either way."""
+    import broker.log.manager as manager
+
+    calls: list[Path] = []
+    fsynced: list[str] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsynced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    for available in (True, False):
+        d = tmp_path / f"data-{available}"
+        m = start(managers, [d], clock)
+        values = fill(m.get_or_create("orders", 0), make_batch, 5)
+        monkeypatch.setattr(manager, "syncfs", lambda p, ok=available: calls.append(p) or ok)
+        monkeypatch.setattr(os, "fsync", counting_fsync)
+        fsynced.clear()
+        assert m.shutdown() == []
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert calls[-1] == d and (d / CLEAN_SHUTDOWN).exists()
+        assert OffsetCheckpointFile(d / RECOVERY_POINT).read() == {("orders", 0): len(values)}
+        segment_fsyncs = [f for f in fsynced if f.endswith((".log", ".index", ".timeindex"))]
+        assert bool(segment_fsyncs) is not available  # syncfs: no fsync per file
+
+
+def test_a_failed_syncfs_leaves_no_marker(tmp_path, managers, clock, make_batch, monkeypatch):
+    """syncfs reports a write-back error: data may be lost, so the dir is not counted clean (its next start
+    recovers it), rather than trusting fsyncs on descriptors opened after the error."""
+    import broker.log.manager as manager
+
+    d = tmp_path / "data"
+    m = start(managers, [d], clock)
+    fill(m.get_or_create("orders", 0), make_batch, 5)
+
+    def failing(p: Path) -> bool:
+        raise OSError(5, "syncfs: Input/output error", str(p))
+
+    monkeypatch.setattr(manager, "syncfs", failing)
+    problems = m.shutdown()
+    assert problems and "Input/output error" in problems[0]
+    assert not (d / CLEAN_SHUTDOWN).exists()
+
+
+def test_a_new_log_is_created_without_fsync(tmp_path, managers, clock, monkeypatch):
+    """Topic creation at thousands of partitions: no fsync per new log; its dir and files are noted for the
+    next durability point of the log dir."""
+    d = tmp_path / "data"
+    m = start(managers, [d], clock)
+    fsynced: list[int] = []
+    monkeypatch.setattr(os, "fsync", fsynced.append)
+    m.get_or_create("orders", 0, topic_id=5)
+    assert fsynced == [] and read_topic_id(d / "orders-0") == 5
+    assert {p.name for p in m.unsynced[d]} >= {"orders-0", "topic.id", segment_name(0)}

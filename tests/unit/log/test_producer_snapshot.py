@@ -128,3 +128,21 @@ def test_an_unlinked_snapshot_is_installed_and_a_left_one_pruned_off_the_loop_on
     ps.prune(tmp_path, 7, keep=lambda offset: False)
     assert [o for o, _ in ps.snapshots(tmp_path)] == [7] and not list(tmp_path.glob(f"*{ps.UNLINKED}"))
     assert ps.latest(tmp_path, 7) == (7, [entry])
+
+
+def test_bytes_after_counts_the_log_past_an_offset(tmp_path):
+    """What `snapshot_due` weighs: the bytes from the batch holding the offset to the log end (none at the
+    log end, the whole log below its start)."""
+    from broker.log.log import PartitionLog
+    from broker.log.producer_state_io import bytes_after
+    from broker.records.batch import Record, build_batch
+
+    log = PartitionLog(tmp_path / "t-0")
+    sizes = [log.size_bytes]
+    for i in range(3):
+        log.append(build_batch([Record(0, 0, b"k", b"v" * (10 + i))]))
+        sizes.append(log.size_bytes)
+    assert bytes_after(log, 0) == sizes[3]
+    assert bytes_after(log, 1) == sizes[3] - sizes[1]
+    assert bytes_after(log, 3) == 0
+    log.close()

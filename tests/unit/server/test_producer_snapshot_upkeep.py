@@ -1,8 +1,10 @@
 """The broker's producer snapshots (a Broker without ZooKeeper or sockets): the minute's snapshots only for
-partitions whose producers changed, written off the event loop and installed only while the state they hold is
-still the partition's; the newest snapshot at or below the high watermark kept (a truncation reads from it); a
-partition whose producers could not be read (start-up, a failed write's repair, a truncation) is unknown:
-never snapshotted, its snapshots deleted so that the next start-up reads its whole log."""
+partitions whose producers changed and whose log grew enough past the last snapshot (a round of one message
+each writes none), written in one job off the event loop and installed only while the state they hold is
+still the partition's; a clean shutdown snapshots only the changed ones; the newest snapshot at or below the
+high watermark kept (a truncation reads from it); a partition whose producers could not be read (start-up,
+a failed write's repair, a truncation) is unknown: never snapshotted, its snapshots deleted so that the next
+start-up reads its whole log."""
 
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ def _minute(broker: Any) -> bool:
     async def run() -> bool:
         broker.loop = asyncio.get_running_loop()
         broker._snapshots = None
+        broker.logs.take_unsynced()  # (only snapshots due start the pass here)
         broker.checkpoint()
         task = broker._snapshots
         if task is not None:
@@ -70,7 +73,96 @@ def _leftovers(broker: Any) -> list[str]:
     return [p.name for p in broker.logs.get(*TP).dir.iterdir() if p.name.endswith(producer_snapshot.UNLINKED)]
 
 
-def test_the_minute_snapshots_only_partitions_whose_producers_changed(broker) -> None:
+@pytest.fixture
+def every_change_due(monkeypatch) -> None:
+    """The minute's rule without its size threshold: any change of the producers makes a snapshot due."""
+    monkeypatch.setattr("broker.log.producer_state_io.SNAPSHOT_DUE_CHANGES", 1)
+
+
+def test_a_round_of_one_message_per_partition_writes_no_snapshot(broker, monkeypatch) -> None:
+    """The producers changed, but the replay a snapshot would save is one batch: not worth a file (and at
+    thousands of partitions, thousands of files a minute). Once enough log lies past the last snapshot, it is."""
+    for seq in range(3):
+        _produce(broker, _idempotent(seq))
+        assert not _minute(broker) and _snaps(broker) == []
+    monkeypatch.setattr("broker.log.producer_state_io.SNAPSHOT_DUE_BYTES", 200)  # (3 small batches exceed it)
+    assert _minute(broker) and _snaps(broker) == [3]
+    _produce(broker, _idempotent(3))
+    assert not _minute(broker) and _snaps(broker) == [3]  # one batch past it: not yet
+    monkeypatch.setattr("broker.log.producer_state_io.SNAPSHOT_DUE_CHANGES", 1)
+    assert _minute(broker) and _snaps(broker) == [4]  # or enough changes
+
+
+def test_a_clean_shutdown_snapshots_only_what_changed_since(broker) -> None:
+    _produce(broker, _plain())
+    broker._save_producer_states()
+    assert _snaps(broker) == []  # no producer: nothing to save
+    _produce(broker, _idempotent(0))
+    broker._save_producer_states()
+    assert _snaps(broker) == [2]
+    _produce(broker, _plain())
+    broker._save_producer_states()
+    assert _snaps(broker) == [2]  # unchanged since: the snapshot and the log after it give the same state
+
+
+def test_the_pass_installs_only_the_logs_still_current(broker, every_change_due) -> None:
+    """One job writes every due snapshot (and makes them durable together); back on the loop, a partition
+    whose log was replaced meanwhile (deleted and created again) gets nothing installed, the others do."""
+    broker.cache.set_topic(TOPIC, {0: [1], 1: [1]}, {p: {"leader": 1, "leader_epoch": 0, "isr": [1]} for p in (0, 1)})
+    broker.replicas.apply((TOPIC, 1), broker.cache.partition(TOPIC, 1))
+    other = broker.logs.get(TOPIC, 1)
+    other.append(_idempotent(0))
+    other.producer_states.record(9, 0, 0, 0, 0)
+    _produce(broker, _idempotent(0))
+    threads: list[int] = []
+    real = broker._write_durably
+
+    def spy(*args: Any) -> Any:
+        threads.append(1)
+        return real(*args)
+
+    broker._write_durably = spy
+
+    async def run() -> None:
+        broker.loop = asyncio.get_running_loop()
+        broker.checkpoint()
+        task = broker._snapshots
+        assert task is not None
+        broker.logs.delete(TOPIC, 1)  # before the pass comes back to the loop
+        broker.logs.get_or_create(TOPIC, 1)
+        await task
+
+    asyncio.run(run())
+    assert threads == [1]  # one job for every partition of the pass
+    assert _snaps(broker) == [1] and _leftovers(broker) == []
+    new = broker.logs.get(TOPIC, 1)
+    assert producer_snapshot.snapshots(new.dir) == []
+    assert not [p for p in new.dir.iterdir() if p.name.endswith(producer_snapshot.UNLINKED)]
+
+
+def test_the_pass_makes_new_files_durable_in_one_batch(broker, monkeypatch) -> None:
+    """A new log's files and its epoch checkpoint are written without fsync; the minute's pass makes them
+    durable with one syncfs per log dir (else an fsync each)."""
+    calls: list[Any] = []
+    monkeypatch.setattr("broker.log.manager.make_durable", lambda d, paths: calls.append((d, set(paths))))
+    broker.logs.get_or_create("fresh", 0, topic_id=7)
+    unsynced = {p.name for paths in broker.logs.unsynced.values() for p in paths}
+    assert {"fresh-0", "topic.id"} <= unsynced
+
+    async def run() -> None:
+        broker.loop = asyncio.get_running_loop()
+        broker._snapshots = None
+        broker.checkpoint()
+        assert broker._snapshots is not None
+        await broker._snapshots
+
+    asyncio.run(run())
+    assert len(calls) == 1 and calls[0][0] == broker.logs.log_dirs[0]
+    assert {p.name for p in calls[0][1]} >= {"fresh-0", "topic.id"}
+    assert broker.logs.unsynced == {}
+
+
+def test_the_minute_snapshots_only_partitions_whose_producers_changed(broker, every_change_due) -> None:
     _produce(broker, _plain())
     assert not _minute(broker) and _snaps(broker) == []  # the log end moved, no producer: no write
     _produce(broker, _idempotent(0))
@@ -84,7 +176,7 @@ def test_the_minute_snapshots_only_partitions_whose_producers_changed(broker) ->
     assert states is not None and states[1][0].last_sequence == 1
 
 
-def test_an_off_loop_snapshot_is_not_installed_once_its_state_was_replaced(broker) -> None:
+def test_an_off_loop_snapshot_is_not_installed_once_its_state_was_replaced(broker, every_change_due) -> None:
     """A truncation (or a failed load) while the snapshot is being written: the state it holds is no longer the
     partition's, so it must not be installed (a later log reaching its offset again would load a stale state)."""
     _produce(broker, _idempotent(0))

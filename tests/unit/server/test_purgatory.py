@@ -148,3 +148,24 @@ def test_same_partition_listed_twice() -> None:
         assert p.waiting() == 0 and not p._waiters
 
     run(main())
+
+
+def test_a_watch_returns_what_was_woken_and_keeps_a_notify_that_came_between_its_waits() -> None:
+    """A fetch registers once for its whole wait and re-reads only the partitions woken (`Watch.next`)."""
+
+    async def main() -> None:
+        p = Purgatory()
+        with p.watch([A, B, C]) as w:
+            assert p.waiting() == 3
+            p.notify(B)  # (while the fetch reads: kept for the next wait)
+            assert await w.next(5.0) == {B}
+            task = asyncio.create_task(w.next(5.0))
+            await settle()
+            p.notify(A)
+            p.notify(C)
+            p.notify(("v", 9))  # (not its partition)
+            assert await task == {A, C}
+            assert await w.next(0.05) == set()  # nothing came: time is up
+        assert p.waiting() == 0 and not p._waiters
+
+    run(main())
