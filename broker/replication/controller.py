@@ -277,25 +277,36 @@ class Controller:
 
 
 def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict[int, list[int]]],
-                         live: set[int]) -> int:  # fmt: skip
+                         live: set[int]) -> list[tuple[str, int, dict]]:  # fmt: skip
     """A controlled shutdown: hand each partition `broker_id` leads to another ISR member and leave every ISR,
     where another live ISR member exists (the last in-sync replica stays: its partition goes offline with
-    it). Written by the stopping broker itself, each conditional on the state's version; returns the count."""
-    moved = 0
-    for topic, assignment in topics.items():
-        for p, replicas in assignment.items():
-            if broker_id not in replicas:
+    it). Written by the stopping broker itself, each conditional on the state's version, in pipelined passes
+    (every state read at once, every change written at once; what someone else wrote first is read and decided
+    again, up to three passes): a round trip per pass, not per partition. Returns the states written, each
+    with its new `zk_version` (for the broker's own cache)."""
+    others = live - {broker_id}
+    pending = [(t, p, replicas) for t, a in topics.items() for p, replicas in a.items() if broker_id in replicas]
+    written: list[tuple[str, int, dict]] = []
+    for _ in range(3):
+        if not pending:
+            break
+        found = registry.partition_states_of(zk, [(t, p) for t, p, _ in pending])
+        changes: list[tuple[str, int, list[int], election.State, int]] = []
+        for (t, p, replicas), st in zip(pending, found, strict=True):
+            if st is None:
                 continue
-            for _ in range(3):
-                st = registry.partition_state(zk, topic, p)
-                if st is None:
-                    break
-                state = election.State(st.get("leader", -1), st.get("leader_epoch", 0), list(st.get("isr", [])))
-                new = election.without(replicas, state, broker_id, live - {broker_id})
-                if new is None:
-                    break
-                if registry.write_partition_state(zk, topic, p, new.leader, new.leader_epoch, new.isr,
-                                                  st["zk_version"]) is not None:  # fmt: skip
-                    moved += 1
-                    break
-    return moved
+            state = election.State(st.get("leader", -1), st.get("leader_epoch", 0), list(st.get("isr", [])))
+            new = election.without(replicas, state, broker_id, others)
+            if new is not None:
+                changes.append((t, p, replicas, new, st["zk_version"]))
+        versions = registry.write_partition_states(
+            zk, [(t, p, new.leader, new.leader_epoch, new.isr, was) for t, p, _, new, was in changes]
+        )
+        pending = []
+        for (t, p, replicas, new, _), version in zip(changes, versions, strict=True):
+            if version is None:
+                pending.append((t, p, replicas))
+            else:
+                written.append((t, p, {"leader": new.leader, "leader_epoch": new.leader_epoch, "isr": list(new.isr),
+                                       "zk_version": version}))  # fmt: skip
+    return written

@@ -297,7 +297,7 @@ class Broker(ZkWatches):
         else:
             log.info("broker %d shut down cleanly", self.id)
 
-    async def _controlled_shutdown(self, wait_s: float = 5.0) -> None:
+    async def _controlled_shutdown(self, wait_s: float = 10.0) -> None:
         """Before stopping: hand every partition this broker leads to another in-sync replica and leave the
         ISRs, so producers and consumers move on at once instead of after the ZooKeeper session expires."""
         zk = self.zk
@@ -306,20 +306,17 @@ class Broker(ZkWatches):
         await self.replicas.stop_fetching()
         topics = {t: {p: info.replicas for p, info in parts.items()} for t, parts in self.cache.topics.items()}
         try:
-            moved = await asyncio.wait_for(self.blocking(move_leadership_away, zk, self.id, topics,
-                                                         set(self.cache.brokers)), wait_s)  # fmt: skip
+            written = await asyncio.wait_for(self.blocking(move_leadership_away, zk, self.id, topics,
+                                                           set(self.cache.brokers)), wait_s)  # fmt: skip
         except (TimeoutError, KazooException) as exc:
             log.warning("controlled shutdown: moving leadership away failed (%s)", type(exc).__name__)
             return
-        deadline = time.monotonic() + wait_s  # until the watches brought back what it wrote
-        while (
-            moved
-            and time.monotonic() < deadline
-            and any(set(info.isr) - {self.id} for tp in self.replicas.leaders if (info := self.cache.partition(*tp)))
-        ):
-            await asyncio.sleep(0.02)
-        if moved:
-            log.info("controlled shutdown: moved %d partition(s) to other replicas", moved)
+        for topic, p, state in written:  # what it wrote is its own cache at once (the watches bring the same later)
+            info = self.cache.set_state(topic, p, state)
+            if info is not None:
+                self.replicas.apply((topic, p), info)
+        if written:
+            log.info("controlled shutdown: moved %d partition(s) to other replicas", len(written))
 
     async def _every(self, interval_ms: int, fn: Callable[[], Any]) -> None:
         while True:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 #: requests in flight at once (ZooKeeper's default globalOutstandingLimit is 1,000)
@@ -39,6 +39,27 @@ def get_many(zk: KazooClient, paths: Sequence[str], *, watch: Callable[[Any], No
             try:
                 out.append(result.get())
             except NoNodeError:
+                out.append(None)
+            except Exception as exc:  # noqa: BLE001 - raised after the window settles (no answer left behind)
+                error = error or exc
+                out.append(None)
+        if error is not None:
+            raise error
+    return out
+
+
+def set_many(zk: KazooClient, writes: Sequence[tuple[str, bytes, int]], *, window: int = WINDOW) -> list[int | None]:
+    """Set each (path, data, version) conditionally, pipelined, each on its own (not one multi): the new version
+    of each, None where the znode was gone or at another version (read it again and decide anew). Other errors
+    are raised once the window's answers are in."""
+    out: list[int | None] = []
+    for start in range(0, len(writes), window):
+        pending = [zk.set_async(path, data, version) for path, data, version in writes[start : start + window]]
+        error: BaseException | None = None
+        for result in pending:
+            try:
+                out.append(result.get().version)
+            except (BadVersionError, NoNodeError):
                 out.append(None)
             except Exception as exc:  # noqa: BLE001 - raised after the window settles (no answer left behind)
                 error = error or exc

@@ -238,11 +238,28 @@ def partition_states(zk: KazooClient, topic: str, partitions: list[int]) -> dict
     return {p: None if node is None else state_of(*node) for p, node in zip(partitions, found, strict=True)}
 
 
+def partition_states_of(zk: KazooClient, tps: list[tuple[str, int]]) -> list[dict | None]:
+    """`partition_state` of partitions of any topics, in order, in one pipelined pass."""
+    found = batch.get_many(zk, [paths.partition_state(t, p) for t, p in tps])
+    return [None if node is None else state_of(*node) for node in found]
+
+
 def state_of(data: bytes | None, stat: ZnodeStat) -> dict:
     """A partition state znode's content, with its version as `zk_version`."""
     state = paths.loads(data) or {}
     state["zk_version"] = stat.version
     return state
+
+
+#: one partition state to write: (topic, partition, leader, leader_epoch, isr, the znode version it replaces)
+StateWrite = tuple[str, int, int, int, list[int], int]
+
+
+def write_partition_states(zk: KazooClient, writes: list[StateWrite]) -> list[int | None]:
+    """`write_partition_state` (unfenced) of many partitions, pipelined: each (topic, partition, leader,
+    leader_epoch, isr, version) gets its new version, or None when someone wrote it first."""
+    return batch.set_many(zk, [(paths.partition_state(t, p), paths.state_json(leader, epoch, isr), version)
+                               for t, p, leader, epoch, isr, version in writes])  # fmt: skip
 
 
 class FencedError(KafkactlError):
