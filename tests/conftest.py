@@ -5,7 +5,7 @@ spark), so a lane runs alone: `bash scripts/test.sh -m unit`, `-m "integration a
 
 The suite runs in parallel workers (pytest-xdist, `--dist loadgroup`, see scripts/test.sh). Tests that share
 a broker for their module are one group, so the module's broker starts once; the Spark lane, which shares
-one Spark session and one broker, is one group. Each worker draws its ports from a range of its own
+one Spark session, is one group. Each worker draws its ports from a range of its own
 (`broker.daemon.PORT_RANGE_ENV`), below the kernel's ephemeral ports.
 """
 
@@ -24,8 +24,9 @@ LANES = ("unit", "cli", "integration", "compat", "spark")
 _TESTS = Path(__file__).parent
 #: ports for the suite's servers: below Linux's default ephemeral range (32768-60999), split between workers
 _PORTS = (12000, 32000)
-#: fixtures shared beyond one test that are cheap enough to start again in each worker
-_CHEAP_SHARED = {"zk_server", "pki", "tmp_path_factory", "worker_id", "testrun_uid"}
+#: fixtures shared beyond one test that are cheap enough to start again in each worker (the Spark lane's broker
+#: too: its tests use topics of their own, and the long ones, which run Spark of their own, then spread out)
+_CHEAP_SHARED = {"zk_server", "pki", "tmp_path_factory", "worker_id", "testrun_uid", "spark_broker"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _shared_group(item: pytest.Item, lane: str) -> str | None:
     """The xdist group of a test whose fixtures outlive it, else None: a module's shared broker keeps the module
-    on one worker, and the lane's session-wide ones (the Spark session and its broker) keep those tests on one."""
+    on one worker, and the lane's session-wide ones (the Spark session) keep those tests on one."""
     if lane == "unit":
         return None
     info = getattr(item, "_fixtureinfo", None)

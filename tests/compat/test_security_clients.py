@@ -27,6 +27,7 @@ from broker.protocol.api import ApiKey
 from broker.security import credentials
 from broker.security.certs import Pki
 from broker.security.scram import make_credential
+from broker.server.broker_logging import REPEATS_ENV
 from tests.integration.cluster import BrokerProcess, new_chroot
 from tests.integration.helpers import connect, wait_until, zk_session
 from tests.integration.wire import create_topic, latest_offset
@@ -72,8 +73,9 @@ def secure_broker(zk_server, pki: Pki, tmp_path_factory: pytest.TempPathFactory)
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(pki.ca),
     }
+    # every refused login logged (the tests look for each; the broker's default keeps 10 lines a minute of one kind)
     with BrokerProcess(1, chroot, tmp_path_factory.mktemp("secure"), port=ports["PLAINTEXT"],
-                       overrides=overrides) as b:  # fmt: skip
+                       overrides=overrides, env={REPEATS_ENV: "0"}) as b:  # fmt: skip
         yield SecureBroker(b, ports, pki)
 
 

@@ -32,7 +32,7 @@ class BrokerProcess:
     """One `kafkactl broker start` child with its own port and log dir."""
 
     def __init__(self, broker_id: int, zk_connect: str, root: Path, *, port: int | None = None,
-                 overrides: dict[str, str] | None = None) -> None:  # fmt: skip
+                 overrides: dict[str, str] | None = None, env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.broker_id = broker_id
         self.zk_connect = zk_connect
         self.port = port or free_port()
@@ -41,6 +41,7 @@ class BrokerProcess:
         self.home = self.root / "home"
         self.output = self.root / f"broker-{broker_id}.out"
         self.overrides = dict(overrides or {})
+        self.env = dict(env or {})  # over the test's own environment
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -57,7 +58,7 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "KAFKACTL_HOME": str(self.home)}
+        env = {**os.environ, "KAFKACTL_HOME": str(self.home), **self.env}
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(self.argv(), stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
