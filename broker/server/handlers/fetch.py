@@ -15,6 +15,10 @@ and gets the aborted transactions overlapping what it may read (from the `.txnin
 wakes the fetches waiting on its partition (the LSO moved); ListOffsets' "latest" under isolation 1 is
 the LSO.
 
+A fetch of Fetch v7+ may belong to an incremental fetch session (`broker.server.fetch_sessions`, KIP-227):
+it then names only the partitions whose fetch fields changed, is read over all its session's partitions
+(a follower's position is noted for each, from its last named offset) and answered with only those with news.
+
 A fetch answers at once when `min_bytes` are there (or it asked for no wait); otherwise it waits in
 the purgatory until an append brings enough or `max_wait_ms` passes. Each partition's records
 leave as a `sendfile` of its segment file, at most `partition_max_bytes` (but always one whole batch
@@ -43,8 +47,11 @@ if TYPE_CHECKING:
 async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + max(req["max_wait_ms"], 0) / 1000
     min_bytes = req["min_bytes"]
-    wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
-    denied = _denied(b, [t["topic"] for t in req["topics"]], req["replica_id"])
+    ctx = b.fetch_sessions.context(req)  # (an incremental fetch covers all its session's partitions)
+    if ctx.error:
+        return {"error_code": ctx.error, "session_id": 0, "topics": []}
+    wanted = ctx.wanted
+    denied = _denied(b, list({t for t, _ in wanted}), req["replica_id"])
     committed = req.get("isolation_level", 0) == 1 and req["replica_id"] < 0
     read = functools.partial(_read_all, b, max_bytes=req["max_bytes"], replica=req["replica_id"], denied=denied,
                              committed=committed)  # fmt: skip
@@ -69,7 +76,7 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
                     out = outs[(t["topic"], p["partition_index"])]
                     out.clear()
                     out.update(p)
-    return {"error_code": 0, "session_id": 0, "topics": topics}
+    return {"error_code": 0, "session_id": ctx.session_id, "topics": ctx.answer(topics)}
 
 
 def _denied(b: Services, topics: list[str], replica: int) -> set[str]:

@@ -144,6 +144,8 @@ def hook(b: Services, handlers: dict[int, Handler], encode: Encode) -> Callable[
         for part in parts:  # the records are not sent: their file regions close
             if isinstance(part, FileRegion):
                 os.close(part.fd)
+        if answer.get("session_id"):  # the fetcher's session must not count this answer's news as sent
+            b.fetch_sessions.forget_sent(answer["session_id"])
         _mute(session, throttle)
         empty = {"throttle_time_ms": throttle, "error_code": 0, "session_id": answer.get("session_id", 0),
                  "topics": []}  # fmt: skip
