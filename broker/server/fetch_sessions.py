@@ -146,11 +146,18 @@ class FetchSessions:
                 parts.pop((t["topic"], index), None)
         return FetchContext(session.wanted(), session, incremental=True)
 
-    def forget_sent(self, session_id: int) -> None:
-        """The answer of session `session_id`'s last fetch was not sent (see `FetchSession.forget_sent`)."""
-        session = self._sessions.get(session_id)
-        if session is not None:
-            session.forget_sent()
+    def unsent(self, session_id: int, full: bool) -> int:
+        """The answer to a fetch of session `session_id` was not sent (a throttled fetch answers empty): the
+        session id to answer instead. A full fetch's new session is dropped (0); an incremental one's next
+        answer holds every partition (`FetchSession.forget_sent`)."""
+        session = self._sessions.get(session_id) if session_id else None
+        if session is None:
+            return 0
+        if full:
+            del self._sessions[session_id]
+            return 0
+        session.forget_sent()
+        return session_id
 
     def _create(self, follower: bool) -> FetchSession | None:
         if self.slots <= 0:

@@ -111,8 +111,9 @@ def test_a_throttled_answer_is_sent_again() -> None:
     cache = FetchSessions()
     ctx = cache.context(_req(0, 0, {"t": [_part(0, 5)]}))
     ctx.answer(_answer("t", _out(0, 5)))
-    cache.forget_sent(ctx.session_id)
+    assert cache.unsent(ctx.session_id, full=False) == ctx.session_id
     assert cache.context(_req(ctx.session_id, 1, {})).answer(_answer("t", _out(0, 5))) == _answer("t", _out(0, 5))
+    assert cache.unsent(ctx.session_id, full=True) == 0 and len(cache) == 0  # a throttled full fetch: no session
 
 
 def test_eviction_takes_the_least_recently_used_consumer_session_first() -> None:
