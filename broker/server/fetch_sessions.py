@@ -10,7 +10,9 @@ A Fetch's `session_id` and `session_epoch` say which kind it is (as Kafka's Fetc
   (`fetch_offset`, `current_leader_epoch`, `log_start_offset`, ...), `forgotten_topics_data` leaves it, and
   the fetch covers all of the session's partitions: one not named fetches from its last named offset (the
   follower's copy has not moved). The answer holds only the partitions with records, an error, a diverging
-  epoch, or a high watermark / last stable offset / log start offset other than the session last sent.
+  epoch, or a high watermark / last stable offset / log start offset other than the session last sent, and
+  those the fetch named (unlike Kafka: a fetcher that dropped an answer, e.g. its copy's leader epoch changed
+  meanwhile, then learns the high watermark again when it names the partition anew).
   An unknown id is FETCH_SESSION_ID_NOT_FOUND, an epoch other than the session's next one
   INVALID_FETCH_SESSION_EPOCH; each accepted incremental fetch moves the epoch on (after 2^31-1 comes 1).
 
@@ -139,8 +141,9 @@ class FetchSessions:
             c = parts.get((topic, p["partition"]))
             if c is None:
                 parts[(topic, p["partition"])] = CachedPartition(p)
-            else:
+            else:  # (answered whatever it holds: the fetcher may have dropped what it was last sent)
                 c.fetch = p
+                c.high_watermark = c.last_stable_offset = c.log_start_offset = -2
         for t in req.get("forgotten_topics_data") or ():
             for index in t["partitions"]:
                 parts.pop((t["topic"], index), None)

@@ -80,6 +80,15 @@ def test_an_error_or_a_changed_log_start_is_news() -> None:
     assert [p["partition_index"] for p in answer[0]["partitions"]] == [0, 1]
 
 
+def test_a_partition_named_again_is_answered_even_without_news() -> None:
+    cache = FetchSessions()
+    ctx = cache.context(_req(0, 0, {"t": [_part(0, 5), _part(1, 5)]}))
+    ctx.answer(_answer("t", _out(0, 5), _out(1, 5)))
+    ctx = cache.context(_req(ctx.session_id, 1, {"t": [_part(1, 5, epoch=1)]}))  # (its leader epoch changed)
+    answer = ctx.answer(_answer("t", _out(0, 5), _out(1, 5)))
+    assert [p["partition_index"] for p in answer[0]["partitions"]] == [1]
+
+
 def test_forgotten_partitions_leave_the_session() -> None:
     cache = FetchSessions()
     sid = cache.context(_req(0, 0, {"t": [_part(0, 5), _part(1, 7)]})).session_id
