@@ -58,6 +58,8 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
     # registered before the first read, so that an append while it reads wakes the wait that follows
     with b.purgatory.watch([(t, p["partition"]) for t, p in wanted]) as watch:
         topics, total, errors = await read(wanted)  # (a follower's position is noted here, once)
+        by_tp: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}  # (built at the first wake)
+        outs: dict[tuple[str, int], dict[str, Any]] = {}
         while total < min_bytes and not errors and wanted:
             woken = await watch.next(deadline - time.monotonic())
             if not woken:  # time is up: the answer is a fresh read of every partition
@@ -66,8 +68,10 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
                 break
             # only what was woken is read again, into its place in the answer (a wait over thousands of
             # partitions then costs per append, not per partition)
-            outs = {(t["topic"], p["partition_index"]): p for t in topics for p in t["partitions"]}
-            again = [(t, p) for t, p in wanted if (t, p["partition"]) in woken]
+            if not by_tp:
+                by_tp = {(t, p["partition"]): (t, p) for t, p in wanted}
+                outs = {(t["topic"], p["partition_index"]): p for t in topics for p in t["partitions"]}
+            again = [by_tp[tp] for tp in woken if tp in by_tp]
             for t, p in again:
                 total -= _release_one(outs[(t, p["partition"])])
             fresh, total, errors = await read(again, note=False, total=total)
@@ -106,12 +110,13 @@ def _release_one(out: dict[str, Any]) -> int:
     return 0
 
 
-def last_stable_offset(b: Services, plog: Any) -> int:
+def last_stable_offset(b: Services, plog: Any, hw: int | None = None) -> int:
     """The partition's last stable offset: below it every transaction is decided (the first offset of the
     oldest one still open here, but never below the log start offset: retention or DeleteRecords may remove
     an open transaction's first records, as Kafka's updateFirstUnstableOffset), and the ISR holds every
-    record (the high watermark)."""
-    hw = b.high_watermark(plog)
+    record (the high watermark, `hw` when the caller has it)."""
+    if hw is None:
+        hw = b.high_watermark(plog)
     first = plog.producer_states.first_unstable_offset()
     return hw if first is None else min(hw, max(first, plog.log_start_offset))
 
@@ -166,7 +171,7 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
                 errors = True
                 continue
         hw = b.high_watermark(plog)
-        lso = last_stable_offset(b, plog)
+        lso = last_stable_offset(b, plog, hw)
         if replica < 0:
             limit = lso if committed else hw
         out["high_watermark"], out["last_stable_offset"] = hw, lso
