@@ -15,6 +15,9 @@ A Fetch's `session_id` and `session_epoch` say which kind it is (as Kafka's Fetc
   meanwhile, then learns the high watermark again when it names the partition anew).
   An unknown id is FETCH_SESSION_ID_NOT_FOUND, an epoch other than the session's next one
   INVALID_FETCH_SESSION_EPOCH; each accepted incremental fetch moves the epoch on (after 2^31-1 comes 1).
+  A partition answered with records moves behind the others in the session's reading order (as Kafka), so
+  that the size limits cannot starve the ones behind it (only the first partition with data is sure of a
+  whole batch).
 
 The cache holds at most `max.incremental.fetch.session.cache.slots` sessions. When full, a new session takes
 the slot of the least recently used consumer session; only when all are followers' (replica id ≥ 0) does a
@@ -93,10 +96,13 @@ class FetchContext:
         for t in topics:
             parts = []
             for p in t["partitions"]:
-                c = s.partitions.get((t["topic"], p["partition_index"]))
+                key = (t["topic"], p["partition_index"])
+                c = s.partitions.get(key)
                 news = c.news(p) if c is not None else True
                 if news or not self.incremental:
                     parts.append(p)
+                if c is not None and self.incremental and p.get("records"):
+                    s.partitions[key] = s.partitions.pop(key)  # (as Kafka: behind the others next time)
             if parts:
                 kept.append({**t, "partitions": parts})
         return kept

@@ -89,6 +89,15 @@ def test_a_partition_named_again_is_answered_even_without_news() -> None:
     assert [p["partition_index"] for p in answer[0]["partitions"]] == [1]
 
 
+def test_a_partition_answered_with_records_is_read_last_next_time() -> None:
+    cache = FetchSessions()
+    ctx = cache.context(_req(0, 0, {"t": [_part(0, 0), _part(1, 0), _part(2, 0)]}))
+    ctx.answer(_answer("t", _out(0, 0), _out(1, 0), _out(2, 0)))
+    ctx = cache.context(_req(ctx.session_id, 1, {}))
+    ctx.answer(_answer("t", _out(0, 0, records=b"x"), _out(1, 0), _out(2, 0)))
+    assert [p["partition"] for _, p in cache.context(_req(ctx.session_id, 2, {})).wanted] == [1, 2, 0]
+
+
 def test_forgotten_partitions_leave_the_session() -> None:
     cache = FetchSessions()
     sid = cache.context(_req(0, 0, {"t": [_part(0, 5), _part(1, 7)]})).session_id
