@@ -1,11 +1,13 @@
 """A follower's fetcher: one per source broker, copying every partition this broker follows there.
 
 One Fetch at a time carries all of them (replica id = this broker's id, `current_leader_epoch` = the
-epoch this broker knows, so a leader of another epoch refuses it); the answer's batches are appended
-byte for byte (offsets and leader epochs as the leader stamped them, CRCs checked) and the leader's
-high watermark is taken, capped at the copy's end, and its log start offset (DeleteRecords moves it).
-The next fetch tells the leader how far the copy got, which is what moves its high watermark, and where
-the copy starts. A trailing batch the leader's size limit cut is left for
+epoch this broker knows, so a leader of another epoch refuses it), in an incremental fetch session
+(KIP-227, `broker.replication.fetch_session`): after the first, full, fetch, each names only the partitions
+whose fetch offset, leader epoch, log start or size limit changed, and the answer holds only those with
+news. The answer's batches are appended byte for byte (offsets and leader epochs as the leader stamped
+them, CRCs checked) and the leader's high watermark is taken, capped at the copy's end, and its log start
+offset (DeleteRecords moves it). The next fetch tells the leader how far the copy got, which is what moves
+its high watermark, and where the copy starts. A trailing batch the leader's size limit cut is left for
 the next fetch.
 
 A partition newly followed is first truncated: OffsetsForLeaderEpoch asks the leader where the copy's
@@ -32,6 +34,7 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.fetch import EARLIEST
 from broker.records.record_set import whole_length
+from broker.replication.fetch_session import FetchSessionBuilder
 
 if TYPE_CHECKING:
     from broker.replication.interfaces import FollowerSide
@@ -65,6 +68,7 @@ class ReplicaFetcher:
         self._conn: AsyncConnection | None = None
         self._task: asyncio.Task | None = None
         self._complained = False
+        self._session = FetchSessionBuilder()  # what the leader's fetch session holds (KIP-227)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source}")
@@ -85,6 +89,7 @@ class ReplicaFetcher:
 
     async def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
+        self._session.reset()  # (whatever the leader took of the fetch in flight: start again in full)
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.close()
@@ -123,6 +128,11 @@ class ReplicaFetcher:
                     await self._truncate(conn, truncating)
                     continue
                 answer = await conn.request(ApiKey.FETCH, self._request(due), version=conn.version_for(ApiKey.FETCH))
+                code = answer.get("error_code", 0)
+                self._session.received(code, answer.get("session_id", 0))
+                if code:  # (a lost session: the next fetch is full, with a new one)
+                    log.info("fetch session with broker %d: %s (fetching in full)", self.source, ErrorCode(code).name)
+                    continue
                 await self._take(conn, due, answer)
                 backoff, self._complained = 0.05, False
             except asyncio.CancelledError:
@@ -177,7 +187,8 @@ class ReplicaFetcher:
                 f.truncating = False
 
     def _request(self, due: dict[TopicPartition, Followed]) -> dict:
-        by_topic: dict[str, list[dict]] = {}
+        """A Fetch of `due` in the session: in full the first time, then only what changed (forgetting the rest)."""
+        wanted: dict[TopicPartition, dict] = {}
         per_partition = self.m.config.replica_fetch_max_bytes
         # throttled copies first: the leader always sends the first partition with data at least a whole batch,
         # so a small throttled limit cannot starve them behind partitions that always have data
@@ -189,15 +200,14 @@ class ReplicaFetcher:
             limit = per_partition
             if self.m.is_throttled((topic, p)):
                 limit = min(per_partition, max(self.m.throttle.rate or 0, 1024))
-            by_topic.setdefault(topic, []).append({
+            wanted[(topic, p)] = {
                 "partition": p, "current_leader_epoch": f.leader_epoch, "fetch_offset": plog.log_end_offset,
                 "log_start_offset": plog.log_start_offset, "partition_max_bytes": limit,
-            })  # fmt: skip
+            }  # fmt: skip
         return {
             "replica_id": self.m.broker_id, "max_wait_ms": self.m.config.replica_fetch_wait_max_ms, "min_bytes": 1,
-            "max_bytes": max(per_partition, 10 * 1024 * 1024), "isolation_level": 0, "session_id": 0,
-            "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [], "rack_id": "",
+            "max_bytes": max(per_partition, 10 * 1024 * 1024), "isolation_level": 0, "rack_id": "",
+            **self._session.build(wanted),
         }  # fmt: skip
 
     async def _take(self, conn: AsyncConnection, due: dict[TopicPartition, Followed], answer: dict) -> None:

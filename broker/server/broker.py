@@ -50,6 +50,7 @@ from broker.replication.manager import ReplicaManager
 from broker.security.acl_authorizer import Authorizer
 from broker.server.cache import MetadataCache, PartitionInfo
 from broker.server.config import BrokerConfig, log_config_for
+from broker.server.fetch_sessions import FetchSessions
 from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.purgatory import Purgatory
@@ -75,6 +76,7 @@ class Broker(ZkWatches):
         self.logs = LogManager(config.log_dirs, config.log, broker_id=self.id)
         self.logs.on_roll = self._snapshot_at_roll
         self.purgatory = Purgatory()
+        self.fetch_sessions = FetchSessions(config.max_incremental_fetch_session_cache_slots)
         self.deferred_logs: set[PartitionLog] = set()  # logs with appends deferred until `write_deferred`
         self.pid_pool = ProducerIdPool()
         # the groups' committed offsets and generations in ZooKeeper, written behind on a session of its own

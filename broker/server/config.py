@@ -99,6 +99,7 @@ DEFAULTS: dict[str, str | None] = {
     "replica.lag.time.max.ms": "30000",
     "replica.fetch.max.bytes": "1048576",
     "replica.fetch.wait.max.ms": "500",
+    "max.incremental.fetch.session.cache.slots": "1000",
     "unclean.leader.election.enable": "false",
     "controlled.shutdown.enable": "true",
     "auto.leader.rebalance.enable": "true",
@@ -338,6 +339,7 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 30000
     replica_fetch_max_bytes: int = 1048576
     replica_fetch_wait_max_ms: int = 500
+    max_incremental_fetch_session_cache_slots: int = 1000
     unclean_leader_election: bool = False
     controlled_shutdown: bool = True
     explicit: frozenset[str] = frozenset()
@@ -401,6 +403,7 @@ class BrokerConfig:
         c.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms")
         c.replica_fetch_max_bytes = _int(props, "replica.fetch.max.bytes")
         c.replica_fetch_wait_max_ms = _int(props, "replica.fetch.wait.max.ms")
+        c.max_incremental_fetch_session_cache_slots = _int(props, "max.incremental.fetch.session.cache.slots")
         c.unclean_leader_election = _bool(props, "unclean.leader.election.enable")
         c.controlled_shutdown = _bool(props, "controlled.shutdown.enable")
         c.log = c._log_config()

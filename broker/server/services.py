@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from broker.security.acl_authorizer import Authorizer
     from broker.server.cache import MetadataCache, PartitionInfo
     from broker.server.config import BrokerConfig
+    from broker.server.fetch_sessions import FetchSessions
     from broker.server.purgatory import Purgatory
 
 TopicPartition = tuple[str, int]
@@ -39,6 +40,7 @@ class Services(Protocol):
     logs: LogManager
     replicas: ReplicaManager
     purgatory: Purgatory
+    fetch_sessions: FetchSessions  # incremental fetch sessions (KIP-227)
     deferred_logs: set[PartitionLog]  # appends the Produce handler deferred (written before answers leave)
     pid_pool: ProducerIdPool
     coordinator: GroupCoordinator

@@ -126,3 +126,15 @@ OFFSET_FOR_LEADER_EPOCH_RESPONSE = Struct(
 
 EARLIEST = -2
 LATEST = -1
+
+#: Fetch v7+ session epochs (KIP-227): 0 creates a session, -1 is sessionless (or closes the session named)
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+_MAX_EPOCH = 0x7FFFFFFF
+
+
+def next_epoch(epoch: int) -> int:
+    """The session epoch after `epoch` (as Kafka's FetchMetadata.nextEpoch: after the last comes 1, never 0)."""
+    if epoch < 0:
+        return INITIAL_EPOCH
+    return 1 if epoch == _MAX_EPOCH else epoch + 1

@@ -15,6 +15,10 @@ and gets the aborted transactions overlapping what it may read (from the `.txnin
 wakes the fetches waiting on its partition (the LSO moved); ListOffsets' "latest" under isolation 1 is
 the LSO.
 
+A fetch of Fetch v7+ may belong to an incremental fetch session (`broker.server.fetch_sessions`, KIP-227):
+it then names only the partitions whose fetch fields changed, is read over all its session's partitions
+(a follower's position is noted for each, from its last named offset) and answered with only those with news.
+
 A fetch answers at once when `min_bytes` are there (or it asked for no wait); otherwise it waits in
 the purgatory until an append brings enough or `max_wait_ms` passes. Each partition's records
 leave as a `sendfile` of its segment file, at most `partition_max_bytes` (but always one whole batch
@@ -43,14 +47,19 @@ if TYPE_CHECKING:
 async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + max(req["max_wait_ms"], 0) / 1000
     min_bytes = req["min_bytes"]
-    wanted = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
-    denied = _denied(b, [t["topic"] for t in req["topics"]], req["replica_id"])
+    ctx = b.fetch_sessions.context(req)  # (an incremental fetch covers all its session's partitions)
+    if ctx.error:
+        return {"error_code": ctx.error, "session_id": 0, "topics": []}
+    wanted = ctx.wanted
+    denied = _denied(b, list({t for t, _ in wanted}), req["replica_id"])
     committed = req.get("isolation_level", 0) == 1 and req["replica_id"] < 0
     read = functools.partial(_read_all, b, max_bytes=req["max_bytes"], replica=req["replica_id"], denied=denied,
                              committed=committed)  # fmt: skip
     # registered before the first read, so that an append while it reads wakes the wait that follows
     with b.purgatory.watch([(t, p["partition"]) for t, p in wanted]) as watch:
         topics, total, errors = await read(wanted)  # (a follower's position is noted here, once)
+        by_tp: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}  # (built at the first wake)
+        outs: dict[tuple[str, int], dict[str, Any]] = {}
         while total < min_bytes and not errors and wanted:
             woken = await watch.next(deadline - time.monotonic())
             if not woken:  # time is up: the answer is a fresh read of every partition
@@ -59,8 +68,10 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
                 break
             # only what was woken is read again, into its place in the answer (a wait over thousands of
             # partitions then costs per append, not per partition)
-            outs = {(t["topic"], p["partition_index"]): p for t in topics for p in t["partitions"]}
-            again = [(t, p) for t, p in wanted if (t, p["partition"]) in woken]
+            if not by_tp:
+                by_tp = {(t, p["partition"]): (t, p) for t, p in wanted}
+                outs = {(t["topic"], p["partition_index"]): p for t in topics for p in t["partitions"]}
+            again = [by_tp[tp] for tp in woken if tp in by_tp]
             for t, p in again:
                 total -= _release_one(outs[(t, p["partition"])])
             fresh, total, errors = await read(again, note=False, total=total)
@@ -69,7 +80,7 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
                     out = outs[(t["topic"], p["partition_index"])]
                     out.clear()
                     out.update(p)
-    return {"error_code": 0, "session_id": 0, "topics": topics}
+    return {"error_code": 0, "session_id": ctx.session_id, "topics": ctx.answer(topics)}
 
 
 def _denied(b: Services, topics: list[str], replica: int) -> set[str]:
@@ -99,12 +110,13 @@ def _release_one(out: dict[str, Any]) -> int:
     return 0
 
 
-def last_stable_offset(b: Services, plog: Any) -> int:
+def last_stable_offset(b: Services, plog: Any, hw: int | None = None) -> int:
     """The partition's last stable offset: below it every transaction is decided (the first offset of the
     oldest one still open here, but never below the log start offset: retention or DeleteRecords may remove
     an open transaction's first records, as Kafka's updateFirstUnstableOffset), and the ISR holds every
-    record (the high watermark)."""
-    hw = b.high_watermark(plog)
+    record (the high watermark, `hw` when the caller has it)."""
+    if hw is None:
+        hw = b.high_watermark(plog)
     first = plog.producer_states.first_unstable_offset()
     return hw if first is None else min(hw, max(first, plog.log_start_offset))
 
@@ -159,7 +171,7 @@ async def _read_all(b: Services, wanted: list[tuple[str, dict[str, Any]]], max_b
                 errors = True
                 continue
         hw = b.high_watermark(plog)
-        lso = last_stable_offset(b, plog)
+        lso = last_stable_offset(b, plog, hw)
         if replica < 0:
             limit = lso if committed else hw
         out["high_watermark"], out["last_stable_offset"] = hw, lso

@@ -118,7 +118,7 @@ def hook(b: Services, handlers: dict[int, Handler], encode: Encode) -> Callable[
             answer = await work
             request_throttle = 0
         if header.api_key == ApiKey.FETCH:
-            return _fetched(header, answer, session, user, client, byte_key, request_throttle)
+            return _fetched(header, body, answer, session, user, client, byte_key, request_throttle)
         throttle = request_throttle
         if byte_key == PRODUCE_KEY:
             throttle = max(throttle, quotas.record(PRODUCE_KEY, user, client, size))
@@ -128,8 +128,8 @@ def hook(b: Services, handlers: dict[int, Handler], encode: Encode) -> Callable[
         answer["throttle_time_ms"] = throttle  # (a version without the field does not write it)
         return encode(header, answer)
 
-    def _fetched(header: RequestHeader, answer: dict[str, Any] | None, session: Session, user: str, client: str,
-                 byte_key: str | None, request_throttle: int) -> list[Any] | None:  # fmt: skip
+    def _fetched(header: RequestHeader, req: dict[str, Any], answer: dict[str, Any] | None, session: Session,
+                 user: str, client: str, byte_key: str | None, request_throttle: int) -> list[Any] | None:  # fmt: skip
         if answer is None:
             return None
         answer["throttle_time_ms"] = request_throttle
@@ -144,9 +144,10 @@ def hook(b: Services, handlers: dict[int, Handler], encode: Encode) -> Callable[
         for part in parts:  # the records are not sent: their file regions close
             if isinstance(part, FileRegion):
                 os.close(part.fd)
+        # as Kafka: a full fetch creates no session then; an incremental one's news are sent next time
+        sid = b.fetch_sessions.unsent(answer.get("session_id", 0), full=req.get("session_epoch", -1) <= 0)
         _mute(session, throttle)
-        empty = {"throttle_time_ms": throttle, "error_code": 0, "session_id": answer.get("session_id", 0),
-                 "topics": []}  # fmt: skip
+        empty = {"throttle_time_ms": throttle, "error_code": 0, "session_id": sid, "topics": []}
         return encode(header, empty)
 
     return throttled

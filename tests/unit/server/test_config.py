@@ -124,7 +124,8 @@ CONFIG_MD = {
     "num.recovery.threads.per.data.dir": "1", "message.max.bytes": "1048588", "socket.request.max.bytes": "104857600",
     "socket.send.buffer.bytes": "102400", "socket.receive.buffer.bytes": "102400", "queued.max.requests": "500",
     "num.replica.fetchers": "1", "replica.lag.time.max.ms": "30000", "replica.fetch.max.bytes": "1048576",
-    "replica.fetch.wait.max.ms": "500", "unclean.leader.election.enable": "false",
+    "replica.fetch.wait.max.ms": "500", "max.incremental.fetch.session.cache.slots": "1000",
+    "unclean.leader.election.enable": "false",
     "controlled.shutdown.enable": "true", "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000", "group.max.session.timeout.ms": "1800000",
     # the defaults of the other topic-level keys (Kafka 2.8's)
