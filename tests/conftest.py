@@ -57,6 +57,12 @@ def _shared_group(item: pytest.Item, lane: str) -> str | None:
     return None
 
 
+def _long(item: pytest.Item) -> bool:
+    """Whether a test is one of the long ones (marked slow or chaos, or of the Spark lane); a group's tests keep
+    their order."""
+    return any(item.get_closest_marker(m) for m in ("slow", "chaos", "spark"))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -66,3 +72,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             group = _shared_group(item, parts[0])
             if group and not item.get_closest_marker("xdist_group"):
                 item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # in parallel, the long tests first: none is left to run alone at the end
+        items.sort(key=lambda item: item.get_closest_marker("xdist_group") is not None or not _long(item))
