@@ -31,37 +31,32 @@ def get_many(zk: KazooClient, paths: Sequence[str], *, watch: Callable[[Any], No
              window: int = WINDOW) -> list[Node | None]:  # fmt: skip
     """(data, stat) of each path, in order, None for a missing znode; `watch` (as `zk.get`'s) is left on each
     znode that exists. Other errors (the connection dropping) are raised once the window's answers are in."""
-    out: list[Node | None] = []
-    for start in range(0, len(paths), window):
-        pending = [zk.get_async(path, watch=watch) for path in paths[start : start + window]]
-        error: BaseException | None = None
-        for result in pending:
-            try:
-                out.append(result.get())
-            except NoNodeError:
-                out.append(None)
-            except Exception as exc:  # noqa: BLE001 - raised after the window settles (no answer left behind)
-                error = error or exc
-                out.append(None)
-        if error is not None:
-            raise error
-    return out
+    return _pipelined([lambda path=path: zk.get_async(path, watch=watch) for path in paths], lambda node: node,
+                      (NoNodeError,), window)  # fmt: skip
 
 
 def set_many(zk: KazooClient, writes: Sequence[tuple[str, bytes, int]], *, window: int = WINDOW) -> list[int | None]:
     """Set each (path, data, version) conditionally, pipelined, each on its own (not one multi): the new version
     of each, None where the znode was gone or at another version (read it again and decide anew). Other errors
     are raised once the window's answers are in."""
-    out: list[int | None] = []
-    for start in range(0, len(writes), window):
-        pending = [zk.set_async(path, data, version) for path, data, version in writes[start : start + window]]
+    calls = [lambda w=w: zk.set_async(*w) for w in writes]
+    return _pipelined(calls, lambda stat: stat.version, (BadVersionError, NoNodeError), window)
+
+
+def _pipelined(calls: Sequence[Callable[[], Any]], answer: Callable[[Any], Any], absent: tuple[type[Exception], ...],
+               window: int) -> list[Any]:  # fmt: skip
+    """Issue `calls` (kazoo `*_async`) a window at a time and collect `answer(result)` of each, in order, None
+    for an `absent` error; any other error is raised once its window has settled (no answer left behind)."""
+    out: list[Any] = []
+    for start in range(0, len(calls), window):
+        pending = [call() for call in calls[start : start + window]]
         error: BaseException | None = None
         for result in pending:
             try:
-                out.append(result.get().version)
-            except (BadVersionError, NoNodeError):
+                out.append(answer(result.get()))
+            except absent:
                 out.append(None)
-            except Exception as exc:  # noqa: BLE001 - raised after the window settles (no answer left behind)
+            except Exception as exc:  # noqa: BLE001 - raised after the window settles
                 error = error or exc
                 out.append(None)
         if error is not None:
