@@ -95,6 +95,8 @@ NO_OFFSET = StoredOffset(-1)
 
 #: errors that mean ZooKeeper did not answer (the request may be retried), not that it refused
 UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+#: what a write's answer may raise: ZooKeeper unreachable (kept, retried) or another refusal (dropped)
+WRITE_FAILURES = (KazooException, KazooTimeoutError)
 
 
 @dataclass
@@ -680,12 +682,8 @@ class GroupStore:
             except NoNodeError:
                 missing.append((key, c, before))
                 continue
-            except UNREACHABLE as exc:
-                lost = lost or exc
-                continue
-            except KazooException as exc:
-                log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-                finished[key] = True
+            except WRITE_FAILURES as exc:
+                lost = _failed_write(key, exc, finished, lost)
                 continue
             written.append((key, c, before))
         if lost is None and missing:  # (a first commit of the partition)
@@ -700,12 +698,8 @@ class GroupStore:
                         if lost is not None:
                             continue
                         self._write_offset_znode(key, c)
-                except UNREACHABLE as exc:
-                    lost = lost or exc
-                    continue
-                except KazooException as exc:
-                    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-                    finished[key] = True
+                except WRITE_FAILURES as exc:
+                    lost = _failed_write(key, exc, finished, lost)
                     continue
                 written.append((key, c, before))
         if lost is not None:  # (what carries beside the offsets written goes when ZooKeeper is back: still held)
@@ -754,12 +748,8 @@ class GroupStore:
                 except NoNodeError:  # (a metadata znode to delete that is not there: fine)
                     if data is not None:
                         raise
-            except UNREACHABLE as exc:
-                lost = lost or exc
-                continue
-            except KazooException as exc:  # (dropped, as in `_write_commits`; not known to be there)
-                log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-                finished[key] = True
+            except WRITE_FAILURES as exc:  # (dropped, as in `_write_commits`; not known to be there)
+                lost = _failed_write(key, exc, finished, lost)
                 continue
             self._beside[paths.group_offset(*key)] = data
             finished[key] = True
@@ -870,6 +860,17 @@ def _settle(fut: asyncio.Future, value: Any, error: BaseException | None) -> Non
         fut.set_exception(error)
     else:
         fut.set_result(value)
+
+
+def _failed_write(key: OffsetKey, exc: BaseException, finished: dict[OffsetKey, bool],
+                  lost: BaseException | None) -> BaseException | None:  # fmt: skip
+    """A pipelined commit write that failed: ZooKeeper unreachable is what `lost` becomes (the first such error,
+    raised once the window settles; the commit stays held); any other error drops the commit, logged."""
+    if isinstance(exc, UNREACHABLE):
+        return lost or exc
+    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
+    finished[key] = True
+    return lost
 
 
 def _reason(exc: BaseException) -> str:
