@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.records.batch import Record, build_batch
+from tests.cli_runner import run_cli
 
 TS = 1_700_000_000_000
 
@@ -38,7 +38,8 @@ def log_dir(tmp_path: Path) -> Path:
 
 
 def kafkactl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
-    """Run the real console entry point in a subprocess (exit codes and stderr as a user sees them)."""
-    return subprocess.run(
-        [sys.executable, "-m", "kafkactl", *map(str, args)], capture_output=True, text=True, check=check, timeout=120
-    )
+    """`kafkactl ARGS` as a user runs it (in this process where it can be: tests/cli_runner.py)."""
+    result = run_cli(list(args), timeout=120)
+    if check:
+        result.check_returncode()
+    return result

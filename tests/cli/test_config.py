@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
+
+from tests.cli_runner import run_cli
 
 
 def run(xdg: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKACTL_")}
     env["XDG_CONFIG_HOME"] = str(xdg)
-    return subprocess.run([sys.executable, "-m", "kafkactl", *args], capture_output=True, text=True, timeout=60,
-                          env=env)  # fmt: skip
+    return run_cli(list(args), env)
 
 
 def test_contexts_are_added_used_listed_and_removed(tmp_path: Path) -> None:

@@ -7,8 +7,6 @@ import asyncio
 import collections
 import contextlib
 import re
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -20,6 +18,7 @@ from broker.client.admin import Admin
 from broker.client.consumer import AsyncConsumer, ConsumerRecord
 from broker.client.producer import AsyncProducer, Delivery
 from broker.records.batch import BatchHeader, Record, decode_header, iter_records
+from tests.cli_runner import run_cli
 from tests.integration.helpers import cli_env
 
 # --- the command line ------------------------------------------------------------------------------
@@ -40,11 +39,8 @@ class Run:
 
 
 def kcli(*args: object, input: bytes = b"", timeout: float = 60.0) -> Run:
-    """`python -m kafkactl ARGS` with `input` on stdin; stdout kept as bytes."""
-    p = subprocess.run(
-        [sys.executable, "-m", "kafkactl", *map(str, args)], input=input, capture_output=True, timeout=timeout,
-        env=cli_env(),
-    )  # fmt: skip
+    """`kafkactl ARGS` with `input` on stdin; stdout kept as bytes."""
+    p = run_cli(list(args), cli_env(), input=input, text=False, timeout=timeout)
     return Run(p.returncode, p.stdout, p.stderr.decode("utf-8", "replace"))
 
 

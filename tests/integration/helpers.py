@@ -1,5 +1,6 @@
-"""Helpers for the integration tests of the broker and topic commands: the CLI as a subprocess, polling with
-deadlines, raw wire requests, ZooKeeper reads, and child processes that are always stopped by pid."""
+"""Helpers for the integration tests of the broker and topic commands: the CLI (in this process where it
+can be), polling with deadlines, raw wire requests, ZooKeeper reads, and child processes that are always
+stopped by pid."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from broker.client.connection import Connection
 from broker.daemon import is_alive, stop_process
 from broker.protocol.api import ApiKey
 from broker.records.batch import Record, build_batch, decode_header, iter_records
+from tests.cli_runner import run_cli
 from tests.integration.cluster import BrokerProcess, new_chroot
 
 T = TypeVar("T")
@@ -37,12 +39,9 @@ def cli_env(home: Path | None = None, **extra: str) -> dict[str, str]:
 
 def cli(*args: object, home: Path | None = None, timeout: float = 60.0,
         input_text: str | None = None) -> subprocess.CompletedProcess:  # fmt: skip
-    """`python -m kafkactl ARGS` in a subprocess (killed by pid after `timeout`), output captured as text;
-    `input_text` its standard input (else /dev/null)."""
-    return subprocess.run(
-        [sys.executable, "-m", "kafkactl", *map(str, args)], capture_output=True, text=True, timeout=timeout,
-        env=cli_env(home), input=input_text, stdin=subprocess.DEVNULL if input_text is None else None,
-    )  # fmt: skip
+    """`kafkactl ARGS` (in this process where it can be: tests/cli_runner.py) with the environment of
+    `cli_env(home)`, output captured as text; `input_text` its standard input (else none)."""
+    return run_cli(list(args), cli_env(home), input=input_text, timeout=timeout)
 
 
 def ok(result: subprocess.CompletedProcess) -> str:

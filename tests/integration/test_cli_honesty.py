@@ -10,12 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli_runner import run_cli
 from tests.integration.helpers import cli, cli_env, error_line, kcat_produce
 
 
 def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kafkactl", *args], input=stdin, capture_output=True, text=True,
-                          timeout=60, env=cli_env())  # fmt: skip
+    return run_cli(list(args), cli_env(), input=stdin)
 
 
 def test_usage_errors_exit_2_with_one_line(tmp_path):

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from broker.daemon import free_port
 from broker.security.certs import Pki, make_pki
+from tests.cli_runner import run_cli
 from tests.integration.helpers import cli_env, error_line, json_lines, ok
 
 USERS = {"alice": "alice-secret"}
@@ -51,10 +51,8 @@ def secured(zk_server, tmp_path_factory) -> Secured:
 
 
 def kafkactl(xdg: Path, *args: object, input_text: str | None = None) -> subprocess.CompletedProcess:
-    """`python -m kafkactl ARGS` with its own config dir (contexts) and no KAFKACTL_* variables."""
-    return subprocess.run([sys.executable, "-m", "kafkactl", *map(str, args)], capture_output=True, text=True,
-                          timeout=90, env=cli_env(XDG_CONFIG_HOME=str(xdg)), input=input_text,
-                          stdin=subprocess.DEVNULL if input_text is None else None)  # fmt: skip
+    """`kafkactl ARGS` with its own config dir (contexts) and no KAFKACTL_* variables."""
+    return run_cli(list(args), cli_env(XDG_CONFIG_HOME=str(xdg)), input=input_text, timeout=90)
 
 
 def settings(s: Secured, protocol: str, mechanism: str | None = None, password: str = "alice-secret") -> list[str]:

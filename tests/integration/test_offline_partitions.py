@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 
 import pytest
 
 from broker.client.partitioner import partition_for_key
 from broker.client.producer import AsyncProducer
+from tests.cli_runner import run_cli
 from tests.integration.helpers import (
     CliProcess,
     cli,
@@ -76,8 +76,7 @@ def last_error(result: subprocess.CompletedProcess, *needles: str) -> str:
 
 
 def produce_lines(text: str, *args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kafkactl", "produce", *map(str, args)], input=text,
-                          capture_output=True, text=True, timeout=30, env=cli_env())  # fmt: skip
+    return run_cli(["produce", *args], cli_env(), input=text, timeout=30)
 
 
 def test_consume_reads_the_partitions_that_have_a_leader(cluster3, zk_chroot, tmp_path):

@@ -28,6 +28,7 @@ import pytest
 
 from broker.daemon import free_port
 from broker.security.certs import Pki
+from tests.cli_runner import run_cli
 from tests.integration.cluster import BrokerProcess, new_chroot
 from tests.integration.helpers import cli, cli_env, error_line, json_lines, ok, wait_until
 from tests.integration.test_replication import states
@@ -42,10 +43,8 @@ AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"
 def kafkactl(
     xdg: Path, *args: object, input_text: str | None = None, timeout: float = 90
 ) -> subprocess.CompletedProcess:
-    """`python -m kafkactl ARGS` with its own config dir (contexts) and no KAFKACTL_* variables."""
-    return subprocess.run([sys.executable, "-m", "kafkactl", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=cli_env(XDG_CONFIG_HOME=str(xdg)), input=input_text,
-                          stdin=subprocess.DEVNULL if input_text is None else None)  # fmt: skip
+    """`kafkactl ARGS` with its own config dir (contexts) and no KAFKACTL_* variables."""
+    return run_cli(list(args), cli_env(XDG_CONFIG_HOME=str(xdg)), input=input_text, timeout=timeout)
 
 
 def xs(settings: dict[str, str]) -> list[str]:

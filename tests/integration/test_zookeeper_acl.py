@@ -4,7 +4,6 @@ registries but cannot change them, and cannot read the users' credentials at all
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 from kazoo.client import KazooClient
@@ -12,6 +11,7 @@ from kazoo.exceptions import NoAuthError
 
 from broker.protocol.api import ApiKey
 from broker.zk import paths
+from tests.cli_runner import run_cli
 from tests.integration.helpers import cli_env, connect, error_line, metadata, ok, wait_until, zk_session
 
 DIGEST = "kafka:zk-secret"
@@ -20,8 +20,7 @@ DIGEST = "kafka:zk-secret"
 def kafkactl(*args: str, digest: str | None = None, **env: str) -> subprocess.CompletedProcess:
     extra = {"KAFKACTL_ZOOKEEPER_AUTH": digest} if digest else {}
     extra.update(env)
-    return subprocess.run([sys.executable, "-m", "kafkactl", *args], capture_output=True, text=True, timeout=60,
-                          env=cli_env(**extra), stdin=subprocess.DEVNULL)  # fmt: skip
+    return run_cli(list(args), cli_env(**extra))
 
 
 def test_set_acl_protects_the_registries(start_broker, zk_chroot: str, tmp_path) -> None:
