@@ -16,8 +16,8 @@ lost is resigned and made anew. A controller fenced while `/controller` still na
 deletes the znode (conditionally, `registry.resign_controller`) and stands again, so `/controller` never
 names a broker that is not acting as controller for long.
 
-It runs on a thread of its own: a pass makes one ZooKeeper read per partition, and must not hold up
-the broker's event loop or kazoo's watch callbacks.
+It runs on a thread of its own: a pass reads every partition's state (pipelined, a few round trips for
+thousands of partitions) and must not hold up the broker's event loop or kazoo's watch callbacks.
 
 Each pass also takes every reassignment in `/admin/reassign_partitions` a step further
 (`broker.replication.reassignment`); a new request or an ISR change notification (a new replica caught
@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
@@ -231,49 +231,91 @@ class Controller:
 
     def elect_all(self, *, preferred: bool = False, fence: int | None = None) -> int:
         """One pass over every partition, each write fenced at `fence` (default: our claim's); returns how many
-        states it changed. FencedError when a newer controller was elected."""
+        states it changed. FencedError when a newer controller was elected. Pipelined: every state read at
+        once, every change written at once, what a leader's ISR change raced is read and decided again (up to
+        five passes): a few round trips per pass, not two per partition."""
         zk = self.zk
         fence = self.epoch_version if fence is None else fence
+        started = time.monotonic()
         live = set(registry.live_brokers(zk))
         wanted = registry.take_preferred_election_request(zk)  # None: none asked; else the partitions asked for
-        changed = 0
-        for topic in registry.topic_names(zk):
-            assignment = registry.assignment(zk, topic)
-            if assignment is None:
+        pending: list[_Candidate] = []
+        for topic, found in registry.topics_moves_and_ids(zk, registry.topic_names(zk)).items():
+            if found is None:
                 continue
             unclean = self.unclean(topic)
-            for p, replicas in sorted(assignment.items()):
+            for p, replicas in sorted(found[0][0].items()):
                 want_preferred = preferred or (wanted is not None and (not wanted or (topic, p) in wanted))
-                changed += self._elect(topic, p, replicas, live, unclean, want_preferred, fence)
+                pending.append(_Candidate(topic, p, replicas, unclean, want_preferred))
+        tally = _Tally()
+        for _ in range(5):
+            if not pending or not self._active:
+                break
+            states = registry.partition_states_of(zk, [(c.topic, c.partition) for c in pending])
+            changes: list[tuple[_Candidate, election.State, election.State, int]] = []
+            for c, st in zip(pending, states, strict=True):
+                if st is None:
+                    continue
+                state = election.State(st.get("leader", -1), st.get("leader_epoch", 0), list(st.get("isr", [])))
+                new = election.on_brokers(c.replicas, state, live, unclean=c.unclean)
+                if new is None and c.want_preferred:
+                    new = election.preferred(c.replicas, state, live)
+                if new is not None:
+                    changes.append((c, state, new, st["zk_version"]))
+            versions = registry.write_partition_states(zk, [
+                (c.topic, c.partition, new.leader, new.leader_epoch, new.isr, was) for c, _, new, was in changes
+            ], fence=fence)  # fmt: skip
+            pending = []
+            for (c, state, new, _), version in zip(changes, versions, strict=True):
+                if version is None:  # a leader's ISR change raced us: read again and decide anew
+                    pending.append(c)
+                else:
+                    tally.add(c, state, new)
         registry.clear_isr_change_notifications(zk)
-        return changed
+        tally.log(time.monotonic() - started)
+        return tally.changed
 
-    def _elect(self, topic: str, p: int, replicas: list[int], live: set[int], unclean: bool,
-               want_preferred: bool, fence: int) -> int:  # fmt: skip
-        for _ in range(5):  # a leader's ISR change may race us: read again and decide anew
-            if not self._active:
-                return 0
-            st = registry.partition_state(self.zk, topic, p)
-            if st is None:
-                return 0
-            state = election.State(st.get("leader", -1), st.get("leader_epoch", 0), list(st.get("isr", [])))
-            new = election.on_brokers(replicas, state, live, unclean=unclean)
-            if new is None and want_preferred:
-                new = election.preferred(replicas, state, live)
-            if new is None:
-                return 0
-            written = registry.write_partition_state(self.zk, topic, p, new.leader, new.leader_epoch, new.isr,
-                                                     st["zk_version"], fence=fence)  # fmt: skip
-            if written is not None:
-                if new.leader != state.leader:
-                    if new.leader < 0:
-                        log.warning("%s-%d is offline: no live replica in its ISR %s (unclean election is off)",
-                                    topic, p, state.isr)  # fmt: skip
-                    else:
-                        log.info("%s-%d: leader %d -> %d at epoch %d, ISR %s", topic, p, state.leader, new.leader,
-                                 new.leader_epoch, new.isr)  # fmt: skip
-                return 1
-        return 0
+
+class _Candidate(NamedTuple):
+    """A partition the controller's pass looks at."""
+
+    topic: str
+    partition: int
+    replicas: list[int]
+    unclean: bool
+    want_preferred: bool
+
+
+class _Tally:
+    """What a controller pass changed, told in one line (and a line per partition at DEBUG): at thousands of
+    partitions, a line each is most of the pass's time and says nothing more."""
+
+    def __init__(self) -> None:
+        self.changed = self.moved = 0
+        self.offline: list[str] = []
+
+    def add(self, c: _Candidate, state: election.State, new: election.State) -> None:
+        self.changed += 1
+        if new.leader == state.leader:
+            return
+        name = f"{c.topic}-{c.partition}"
+        if new.leader < 0:
+            self.offline.append(name)
+            log.debug("%s is offline: no live replica in its ISR %s", name, state.isr)
+        else:
+            self.moved += 1
+            log.debug("%s: leader %d -> %d at epoch %d, ISR %s", name, state.leader, new.leader, new.leader_epoch,
+                      new.isr)  # fmt: skip
+
+    def log(self, took_s: float) -> None:
+        if self.offline:
+            shown = ", ".join(self.offline[:10]) + (f" and {len(self.offline) - 10} more" if len(self.offline) > 10
+                                                    else "")  # fmt: skip
+            log.warning("%d partition(s) offline: no live replica in their ISR (unclean election is off): %s",
+                        len(self.offline), shown)  # fmt: skip
+        if self.changed:
+            log.info("controller pass: %d leader(s) moved, %d state(s) changed in %.2f s", self.moved,
+                     self.changed, took_s)  # fmt: skip
 
 
 def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict[int, list[int]]],

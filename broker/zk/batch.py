@@ -105,6 +105,13 @@ def multi_chunks(zk: KazooClient, ops: Sequence[Op], *, max_ops: int = MULTI_OPS
     return out
 
 
+def multis(zk: KazooClient, transactions: Sequence[Sequence[Op]], *, window: int = WINDOW) -> list[list[Any]]:
+    """Commit each of `transactions` as a multi of its own, pipelined: the results of each (as `multi_chunks`
+    gives them), in order. Connection errors are raised once the window's answers are in."""
+    calls = [lambda ops=ops: _transaction(zk, ops).commit_async() for ops in transactions]
+    return _pipelined(calls, list, (), window)
+
+
 def _transaction(zk: KazooClient, ops: Iterable[Op]) -> Any:
     tx = zk.transaction()
     for op in ops:

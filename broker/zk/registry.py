@@ -255,11 +255,26 @@ def state_of(data: bytes | None, stat: ZnodeStat) -> dict:
 StateWrite = tuple[str, int, int, int, list[int], int]
 
 
-def write_partition_states(zk: KazooClient, writes: list[StateWrite]) -> list[int | None]:
-    """`write_partition_state` (unfenced) of many partitions, pipelined: each (topic, partition, leader,
-    leader_epoch, isr, version) gets its new version, or None when someone wrote it first."""
-    return batch.set_many(zk, [(paths.partition_state(t, p), paths.state_json(leader, epoch, isr), version)
-                               for t, p, leader, epoch, isr, version in writes])  # fmt: skip
+def write_partition_states(zk: KazooClient, writes: list[StateWrite], *, fence: int | None = None) -> list[int | None]:
+    """`write_partition_state` of many partitions, pipelined: each (topic, partition, leader, leader_epoch, isr,
+    version) gets its new version, or None when someone wrote it first. With `fence`, each write is a multi
+    that also checks `/controller_epoch`: FencedError when a newer controller was elected (the writes that
+    went in before it stand, as they would one at a time)."""
+    if fence is None:
+        return batch.set_many(zk, [(paths.partition_state(t, p), paths.state_json(leader, epoch, isr), version)
+                                   for t, p, leader, epoch, isr, version in writes])  # fmt: skip
+    check = batch.Op("check", paths.CONTROLLER_EPOCH, version=fence)
+    results = batch.multis(zk, [
+        (check, batch.Op("set_data", paths.partition_state(t, p), paths.state_json(leader, epoch, isr, fence + 1),
+                         version))
+        for t, p, leader, epoch, isr, version in writes
+    ])  # fmt: skip
+    out: list[int | None] = []
+    for fenced, written in results:
+        if isinstance(fenced, Exception) and not _rolled_back(fenced):
+            raise FencedError("the controller epoch moved")
+        out.append(None if isinstance(written, Exception) else written.version)
+    return out
 
 
 class FencedError(KafkactlError):

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError
 
-from broker.zk import batch
+from broker.zk import batch, paths, registry
 from broker.zk.batch import Op
 from broker.zk.node_watches import NodeWatches
 from tests.fixtures import zk_client
@@ -190,3 +190,37 @@ def test_set_many_writes_each_on_its_own_and_names_the_ones_someone_wrote_first(
     writes = [(paths[0], b"a", 0), (paths[1], b"b", 0), (paths[2], b"c", 0), ("/s/gone", b"d", 0)]
     assert batch.set_many(zk, writes, window=2) == [1, None, 1, None]
     assert [zk.get(p)[0] for p in paths] == [b"a", b"someone else", b"c"]
+
+
+def test_multis_commit_each_transaction_on_its_own(zk: KazooClient) -> None:
+    """One multi per transaction, pipelined: a failed one rolls back alone, the others are committed."""
+    paths = _create(zk, 3, "/m")
+    results = batch.multis(zk, [
+        [Op("check", paths[0], version=0), Op("set_data", paths[1], b"one", 0)],
+        [Op("check", paths[0], version=7), Op("set_data", paths[2], b"two", 0)],  # a stale check: all of it fails
+        [Op("set_data", paths[2], b"three", 0)],
+    ], window=2)  # fmt: skip
+    assert results[0][1].version == 1 and results[2][0].version == 1
+    assert isinstance(results[1][0], BadVersionError) and isinstance(results[1][1], Exception)  # (not applied)
+    assert [zk.get(p)[0] for p in paths] == [b"0", b"one", b"three"]
+
+
+def test_fenced_state_writes_name_the_raced_and_stop_at_a_newer_controller(zk: KazooClient) -> None:
+    """The controller's pipelined writes: a state someone wrote first comes back None, the rest are written
+    with the controller's epoch; once `/controller_epoch` moves, FencedError."""
+    registry.ensure_roots(zk)
+    registry.create_topic(zk, "f", {0: [1], 1: [1], 2: [1]}, {})
+    if zk.exists(paths.CONTROLLER_EPOCH) is None:
+        zk.create(paths.CONTROLLER_EPOCH, b"1", makepath=True)
+    fence = zk.exists(paths.CONTROLLER_EPOCH).version
+    states = registry.partition_states_of(zk, [("f", p) for p in range(3)])
+    registry.write_partition_state(zk, "f", 1, 1, 5, [1], states[1]["zk_version"])  # a leader's ISR write first
+    writes = [("f", p, 1, 9, [1], st["zk_version"]) for p, st in enumerate(states)]
+    versions = registry.write_partition_states(zk, writes, fence=fence)
+    assert versions[1] is None and versions[0] == versions[2] == states[0]["zk_version"] + 1
+    after = registry.partition_states_of(zk, [("f", p) for p in range(3)])
+    assert [st["leader_epoch"] for st in after] == [9, 5, 9]
+    zk.set(paths.CONTROLLER_EPOCH, b"99")  # a newer controller
+    with pytest.raises(registry.FencedError):
+        registry.write_partition_states(zk, [("f", 0, 1, 10, [1], after[0]["zk_version"])], fence=fence)
+    assert registry.partition_state(zk, "f", 0)["leader_epoch"] == 9
