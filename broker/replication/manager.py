@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.log import producer_snapshot
 from broker.log.producer_state import ProducerStates
@@ -48,6 +48,15 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+class _IsrChange(NamedTuple):
+    """An ISR change a leader queued: written conditional on the state version it was decided on."""
+
+    lp: LeaderPartition
+    isr: list[int]
+    leader_epoch: int
+    zk_version: int
+
+
 class ReplicaManager:
     """The leader and follower sides of every partition this broker holds a replica of."""
 
@@ -70,7 +79,10 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._waiters: dict[TopicPartition, list[tuple[int, asyncio.Future]]] = {}
         self._start_waiters: dict[TopicPartition, list[tuple[int, asyncio.Future]]] = {}  # DeleteRecords
-        self._isr_writes: set[TopicPartition] = set()
+        self._isr_writes: set[TopicPartition] = set()  # queued or being written
+        self._isr_queue: dict[TopicPartition, _IsrChange] = {}
+        self._isr_writer: asyncio.Task | None = None
+        self._new_leads: list[str] = []  # (logged together: `_note_lead`)
         self._task: asyncio.Task | None = None
         self.closed = False
         self.fetching = True  # False once a controlled shutdown began: nothing is copied any more
@@ -126,9 +138,26 @@ class ReplicaManager:
         hw = min(self.follower_hw.pop(tp, self.logs.high_watermarks.get(tp, 0)), leo)
         self.leaders[tp] = LeaderPartition.start(self.broker_id, info.replicas, info.isr, info.leader_epoch,
                                                  info.zk_version, hw, leo, _now_ms())  # fmt: skip
-        log.info("leading %s-%d at epoch %d (log end %d, high watermark %d, ISR %s)",
-                 *tp, info.leader_epoch, leo, hw, info.isr)  # fmt: skip
+        self._note_lead(f"{tp[0]}-{tp[1]} at epoch {info.leader_epoch} (log end {leo}, high watermark {hw}, ISR "
+                        f"{info.isr})")  # fmt: skip
         self._hw_moved(tp)
+
+    def _note_lead(self, what: str) -> None:
+        """Log the partitions this broker began to lead, the ones of one batch of states in one line (a
+        failover hands thousands at once)."""
+        self._new_leads.append(what)
+        if len(self._new_leads) > 1:
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self._log_leads)
+        except RuntimeError:  # (not on a loop: now)
+            self._log_leads()
+
+    def _log_leads(self) -> None:
+        leads, self._new_leads = self._new_leads, []
+        if leads:
+            log.info("leading %d partition(s): %s%s", len(leads), ", ".join(leads[:5]),
+                     f" and {len(leads) - 5} more" if len(leads) > 5 else "")  # fmt: skip
 
     def _follow(self, tp: TopicPartition, info: PartitionState) -> None:
         lp = self.leaders.pop(tp, None)
@@ -318,34 +347,69 @@ class ReplicaManager:
                 self._change_isr(tp, lp, [r for r in lp.isr if r not in out])
 
     def _change_isr(self, tp: TopicPartition, lp: LeaderPartition, isr: list[int]) -> None:
+        """Write `isr` as the partition's new ISR, with the others changed by the same fetch or check: the
+        changes queued now are written together once the loop is free again (one pipelined pass and one
+        notification for all of them, not a round trip and a notification each)."""
         if tp in self._isr_writes or self._zk() is None:
             return
         self._isr_writes.add(tp)
-        asyncio.get_running_loop().create_task(self._write_isr(tp, lp, isr))
+        self._isr_queue[tp] = _IsrChange(lp, isr, lp.leader_epoch, lp.zk_version)  # (decided on this version)
+        if self._isr_writer is None:
+            self._isr_writer = asyncio.get_running_loop().create_task(self._write_isrs(), name="isr-writes")
 
-    async def _write_isr(self, tp: TopicPartition, lp: LeaderPartition, isr: list[int]) -> None:
-        zk = self._zk()
+    async def _write_isrs(self) -> None:
         try:
-            assert zk is not None
-            version = await self._blocking(registry.write_partition_state, zk, tp[0], tp[1], self.broker_id,
-                                           lp.leader_epoch, isr, lp.zk_version)  # fmt: skip
-            if version is None:  # the controller wrote first: its state reaches us through the watch
-                log.info("ISR change of %s-%d to %s lost a race; taking the state anew", *tp, isr)
-                return
-            shrank = [r for r in lp.isr if r not in isr]
-            log.info("%s %s-%d's ISR: %s -> %s", "shrinking" if shrank else "expanding", *tp, lp.isr, isr)
-            if self.leaders.get(tp) is lp:
-                lp.isr, lp.zk_version = list(isr), version
-                info = self.cache.partition(*tp)
-                if info is not None and info.zk_version < version:
-                    info.isr, info.zk_version = list(isr), version
-                self._hw_moved(tp)
-            with contextlib.suppress(Exception):
-                await self._blocking(registry.notify_isr_change, zk, [tp])
-        except Exception as exc:
-            log.warning("writing the ISR of %s-%d failed: %s", *tp, str(exc) or type(exc).__name__)
+            while self._isr_queue:
+                await asyncio.sleep(0)  # (the changes the same fetch or check makes next join this batch)
+                queued, self._isr_queue = self._isr_queue, {}
+                await self._write_isr_batch(queued)
         finally:
-            self._isr_writes.discard(tp)
+            self._isr_writer = None
+            for tp in self._isr_queue:  # (cancelled: the next fetch or check decides them again)
+                self._isr_writes.discard(tp)
+            self._isr_queue.clear()
+
+    async def _write_isr_batch(self, queued: dict[TopicPartition, _IsrChange]) -> None:
+        """Write each ISR conditional on the version of the state it was decided on; one we lost a race for
+        (the controller wrote first) is taken anew from the watch."""
+        items = list(queued.items())
+        try:
+            zk = self._zk()
+            if zk is None:
+                return
+            versions = await self._blocking(registry.write_partition_states, zk, [
+                (t, p, self.broker_id, c.leader_epoch, c.isr, c.zk_version) for (t, p), c in items
+            ])  # fmt: skip
+            written: list[TopicPartition] = []
+            shrunk: list[str] = []
+            grown: list[str] = []
+            for (tp, (lp, isr, _, _)), version in zip(items, versions, strict=True):
+                if version is None:
+                    log.debug("ISR change of %s-%d to %s lost a race; taking the state anew", *tp, isr)
+                    continue
+                (shrunk if [r for r in lp.isr if r not in isr] else grown).append(f"{tp[0]}-{tp[1]} {lp.isr} -> {isr}")
+                if self.leaders.get(tp) is lp and lp.zk_version < version:  # (the watch may have brought newer)
+                    lp.isr, lp.zk_version = list(isr), version
+                    info = self.cache.partition(*tp)
+                    if info is not None and info.zk_version < version:
+                        info.isr, info.zk_version = list(isr), version
+                    self._hw_moved(tp)
+                written.append(tp)
+            for what, changes in (("shrank", shrunk), ("expanded", grown)):
+                if changes:
+                    log.info("%s the ISR of %d partition(s): %s%s", what, len(changes), ", ".join(changes[:5]),
+                             f" and {len(changes) - 5} more" if len(changes) > 5 else "")  # fmt: skip
+            if len(written) < len(items):
+                log.info("%d ISR change(s) lost a race with the controller; taking those states anew",
+                         len(items) - len(written))  # fmt: skip
+            if written:
+                with contextlib.suppress(Exception):
+                    await self._blocking(registry.notify_isr_change, zk, written)
+        except Exception as exc:
+            log.warning("writing the ISRs of %d partition(s) failed: %s", len(items), str(exc) or type(exc).__name__)
+        finally:
+            for tp in queued:
+                self._isr_writes.discard(tp)
 
     # -- the follower's side ----------------------------------------------------------------------
 

@@ -43,6 +43,12 @@ def set_many(zk: KazooClient, writes: Sequence[tuple[str, bytes, int]], *, windo
     return _pipelined(calls, lambda stat: stat.version, (BadVersionError, NoNodeError), window)
 
 
+def delete_many(zk: KazooClient, paths: Sequence[str], *, window: int = WINDOW) -> None:
+    """Delete each path (any version), pipelined; one already gone is fine. Other errors are raised once the
+    window's answers are in."""
+    _pipelined([lambda path=path: zk.delete_async(path) for path in paths], lambda _: None, (NoNodeError,), window)
+
+
 def _pipelined(calls: Sequence[Callable[[], Any]], answer: Callable[[Any], Any], absent: tuple[type[Exception], ...],
                window: int) -> list[Any]:  # fmt: skip
     """Issue `calls` (kazoo `*_async`) a window at a time and collect `answer(result)` of each, in order, None

@@ -367,15 +367,20 @@ def clear_isr_change_notifications(zk: KazooClient) -> None:
         children = zk.get_children(paths.ISR_CHANGE)
     except NoNodeError:
         return
-    for child in children:
-        with contextlib.suppress(NoNodeError):
-            zk.delete(f"{paths.ISR_CHANGE}/{child}")
+    batch.delete_many(zk, [f"{paths.ISR_CHANGE}/{child}" for child in children])
+
+
+#: partitions named by one ISR change notification (Kafka's leaders cut theirs the same way)
+ISR_CHANGES_PER_NOTIFICATION = 1000
 
 
 def notify_isr_change(zk: KazooClient, tps: list[tuple[str, int]]) -> None:
-    """A sequential `/isr_change_notification/isr_change_<n>` naming the partitions whose ISR a leader
-    changed, as Kafka's leaders write it (the controller reads and deletes them)."""
-    zk.create(paths.ISR_CHANGE + "/isr_change_", paths.partitions_json(tps), sequence=True, makepath=True)
+    """Sequential `/isr_change_notification/isr_change_<n>` znodes naming the partitions whose ISR a leader
+    changed, as Kafka's leaders write them (the controller reads and deletes them): one per thousand."""
+    step = ISR_CHANGES_PER_NOTIFICATION
+    for start in range(0, len(tps), step):
+        zk.create(paths.ISR_CHANGE + "/isr_change_", paths.partitions_json(tps[start : start + step]),
+                  sequence=True, makepath=True)  # fmt: skip
 
 
 def controller_epoch(zk: KazooClient) -> int:
