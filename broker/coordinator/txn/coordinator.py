@@ -98,11 +98,16 @@ class TxnCoordinator:
         self._completing: dict[str, asyncio.Task] = {}
         self._sweeper: asyncio.Task | None = None
         self._session: int | None = None  # the ZooKeeper session the cached states were read in
+        self.serving = False  # from `start`: the broker's metadata is loaded (a marker needs every topic known)
         self.closing = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Serve, once the broker's metadata cache holds every topic: before that, a Prepare state read from
+        ZooKeeper would be completed against a cache that does not know its partitions (their markers given
+        up as if the topics were deleted, leaving the transaction open in their logs)."""
+        self.serving = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
 
     async def close(self) -> None:
@@ -116,7 +121,8 @@ class TxnCoordinator:
         await self.markers.close()
 
     def coordinates(self, txn_id: str) -> bool:
-        return not self.closing and coordinator_for(txn_id, self.cache.brokers) == self.id
+        """Whether this broker coordinates the id now (NOT_COORDINATOR otherwise: the client looks again)."""
+        return self.serving and not self.closing and coordinator_for(txn_id, self.cache.brokers) == self.id
 
     def brokers_changed(self) -> None:
         """The live brokers changed: forget the ids now coordinated elsewhere; take over (at the next sweep,

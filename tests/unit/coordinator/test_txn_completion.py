@@ -10,8 +10,10 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from broker.coordinator.group.coordinator import coordinator_for
-from broker.coordinator.txn.coordinator import TxnCoordinator
+from broker.coordinator.txn.coordinator import NotCoordinator, TxnCoordinator
 from broker.coordinator.txn.markers_sender import Superseded
 from broker.coordinator.txn.state import TxnMeta, TxnState
 
@@ -70,6 +72,7 @@ def _coordinator(zk: FakeZk, brokers: dict[int, Any]) -> tuple[TxnCoordinator, F
     coord = TxnCoordinator(1, SimpleNamespace(props={}), cache, zk=lambda: zk, blocking=blocking,  # type: ignore[arg-type]
                            new_producer_id=no_pid, endpoint=lambda node: None)  # fmt: skip
     coord.markers = markers = FakeMarkers()  # type: ignore[assignment]
+    coord.serving = True  # (as `start` makes it, without its sweeper)
     return coord, markers
 
 
@@ -149,5 +152,22 @@ def test_a_completion_stops_when_another_coordinator_wrote_the_id() -> None:
         await asyncio.sleep(0.03)
         assert task.done() and txn_id not in coord._txns and not zk.finished
         await coord.close()
+
+    asyncio.run(run())
+
+
+def test_before_start_a_prepare_state_is_left_alone() -> None:
+    """Until `start` (the broker's metadata loaded), the coordinator coordinates nothing: a Prepare state read
+    then would be completed against a cache that knows none of its topics, its markers given up."""
+
+    async def run() -> None:
+        zk = FakeZk(PREPARED, 7)
+        coord, markers = _coordinator(zk, {1: None})
+        coord.serving = False
+        txn_id = _txn_id_on(1, [1])
+        with pytest.raises(NotCoordinator):
+            await coord._get(txn_id)
+        await asyncio.sleep(0.02)
+        assert markers.epochs == [] and coord._completing == {}
 
     asyncio.run(run())
