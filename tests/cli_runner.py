@@ -16,6 +16,7 @@ import io
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Iterator, Mapping
@@ -70,7 +71,10 @@ def run_in_process(argv: list[str], env: Mapping[str, str], input: str | bytes |
     from kafkactl.app import run
 
     data = input.encode() if isinstance(input, str) else input or b""
-    stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    raw_in = tempfile.TemporaryFile()  # (a real file: commands read standard input by its descriptor)
+    raw_in.write(data)
+    raw_in.seek(0)
+    stdin = io.TextIOWrapper(raw_in, encoding="utf-8")
     out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="")
     err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="")
     saved = sys.stdin, sys.stdout, sys.stderr
@@ -85,6 +89,7 @@ def run_in_process(argv: list[str], env: Mapping[str, str], input: str | bytes |
         code = 1
     finally:
         sys.stdin, sys.stdout, sys.stderr = saved
+        stdin.close()
     outputs: list[str | bytes] = []
     for stream in (out, err):
         stream.flush()
