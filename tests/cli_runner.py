@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import io
 import os
 import subprocess
@@ -64,6 +65,30 @@ def _swapped_environ(env: Mapping[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def _process_state() -> Iterator[None]:
+    """What a command sets for its whole process, put back afterwards: the default security of every client
+    connection, the ZooKeeper credentials, the wait reporter, the root and command `-X` settings (a command in
+    this process must not leave its SASL user to the test's own clients)."""
+    from broker.client import aio, security
+    from broker.zk import client as zk_client
+    from kafkactl import app, contexts
+
+    saved = (security._default, dict(zk_client._auth), list(aio._default_wait_report),
+             copy.deepcopy(contexts._security_props), dict(app._state))  # fmt: skip
+    try:
+        yield
+    finally:
+        security.set_default(saved[0])
+        zk_client._auth.clear()
+        zk_client._auth.update(saved[1])
+        aio._default_wait_report[:] = saved[2]
+        contexts._security_props.clear()
+        contexts._security_props.update(saved[3])
+        app._state.clear()
+        app._state.update(saved[4])
+
+
 def run_in_process(argv: list[str], env: Mapping[str, str], input: str | bytes | None = None,
                    text: bool = True) -> subprocess.CompletedProcess:  # fmt: skip
     """kafkactl's `run(argv)` with `env` as the environment, standard input `input` (else empty) and its
@@ -80,7 +105,7 @@ def run_in_process(argv: list[str], env: Mapping[str, str], input: str | bytes |
     saved = sys.stdin, sys.stdout, sys.stderr
     sys.stdin, sys.stdout, sys.stderr = stdin, out, err
     try:
-        with _swapped_environ(env):
+        with _swapped_environ(env), _process_state():
             code = run(argv)
     except SystemExit as exc:  # (click's own exits, outside `run`'s handling)
         code = exc.code if isinstance(exc.code, int) else 1
