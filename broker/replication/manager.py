@@ -242,6 +242,24 @@ class ReplicaManager:
             self._hw_moved(tp)
         return ErrorCode.NONE
 
+    def quiet_fetch(self, tp: TopicPartition, replica: int, fetch_offset: int, leader_epoch: int,
+                    sent: tuple[int, int, int], plog: PartitionLog, now_ms: int) -> bool:  # fmt: skip
+        """A follower's incremental fetch covering a partition it did not name this time: when its copy is
+        whole, in the ISR and told the current high watermark, last stable offset and log start (`sent`), note
+        it as caught up and return True (nothing to read or answer). False: read it the usual way. This keeps
+        a fetch over thousands of idle session partitions from costing a full read of each."""
+        lp = self.leaders.get(tp)
+        if lp is None or replica not in lp.isr or leader_epoch not in (-1, lp.leader_epoch):
+            return False
+        leo = plog.log_end_offset
+        f = lp.followers.get(replica)
+        if f is None or f.leo != fetch_offset or fetch_offset != leo or lp.hw != leo:
+            return False
+        if sent != (leo, leo, plog.log_start_offset) or tp in self._start_waiters:
+            return False
+        lp.fetched(replica, fetch_offset, leo, now_ms)
+        return True
+
     def _hw_moved(self, tp: TopicPartition) -> None:
         """Answer the produce requests the high watermark now covers, and wake the consumers' fetches."""
         lp = self.leaders.get(tp)

@@ -57,14 +57,17 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
                              committed=committed)  # fmt: skip
     # registered before the first read, so that an append while it reads wakes the wait that follows
     with b.purgatory.watch([(t, p["partition"]) for t, p in wanted]) as watch:
-        topics, total, errors = await read(wanted)  # (a follower's position is noted here, once)
+        reading = wanted
+        if ctx.incremental and req["replica_id"] >= 0 and not denied:
+            reading = _not_quiet(b, ctx, req["replica_id"])  # (after the watch: an append now wakes it)
+        topics, total, errors = await read(reading)  # (a follower's position is noted here, once)
         by_tp: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}  # (built at the first wake)
         outs: dict[tuple[str, int], dict[str, Any]] = {}
         while total < min_bytes and not errors and wanted:
             woken = await watch.next(deadline - time.monotonic())
-            if not woken:  # time is up: the answer is a fresh read of every partition
+            if not woken:  # time is up: the answer is a fresh read of every partition read so far
                 _release(topics)
-                topics, total, errors = await read(wanted, note=False)
+                topics, total, errors = await read(reading, note=False)
                 break
             # only what was woken is read again, into its place in the answer (a wait over thousands of
             # partitions then costs per append, not per partition)
@@ -73,14 +76,50 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
                 outs = {(t["topic"], p["partition_index"]): p for t in topics for p in t["partitions"]}
             again = [by_tp[tp] for tp in woken if tp in by_tp]
             for t, p in again:
-                total -= _release_one(outs[(t, p["partition"])])
+                out = outs.get((t, p["partition"]))
+                if out is not None:
+                    total -= _release_one(out)
             fresh, total, errors = await read(again, note=False, total=total)
             for t in fresh:
                 for p in t["partitions"]:
-                    out = outs[(t["topic"], p["partition_index"])]
-                    out.clear()
-                    out.update(p)
+                    key = (t["topic"], p["partition_index"])
+                    out = outs.get(key)
+                    if out is None:  # a quiet partition woken: it joins the answer (and a later re-read)
+                        outs[key] = p
+                        _partitions_of(topics, t["topic"]).append(p)
+                        if reading is not wanted:
+                            reading.append(by_tp[key])
+                    else:
+                        out.clear()
+                        out.update(p)
     return {"error_code": 0, "session_id": ctx.session_id, "topics": ctx.answer(topics)}
+
+
+def _not_quiet(b: Services, ctx: Any, replica: int) -> list[tuple[str, dict[str, Any]]]:
+    """The partitions of a follower's incremental fetch to read: those it named, and those with something new
+    for it; the others are noted as caught up without a read (`ReplicaManager.quiet_fetch`)."""
+    now_ms = int(time.monotonic() * 1000)
+    quiet = b.replicas.quiet_fetch
+    get = b.logs.get
+    out = []
+    for tp, c in ctx.session.partitions.items():
+        fetch = c.fetch
+        plog = get(*tp)
+        sent = (c.high_watermark, c.last_stable_offset, c.log_start_offset)
+        epoch = fetch.get("current_leader_epoch", -1)
+        if plog is None or not quiet(tp, replica, fetch["fetch_offset"], epoch, sent, plog, now_ms):
+            out.append((tp[0], fetch))
+    return out
+
+
+def _partitions_of(topics: list[dict[str, Any]], topic: str) -> list[dict[str, Any]]:
+    """The partitions list of `topic` in an answer's topics (added when it has none yet)."""
+    for t in topics:
+        if t["topic"] == topic:
+            return t["partitions"]
+    entry: dict[str, Any] = {"topic": topic, "partitions": []}
+    topics.append(entry)
+    return entry["partitions"]
 
 
 def _denied(b: Services, topics: list[str], replica: int) -> set[str]:
