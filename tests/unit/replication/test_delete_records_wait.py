@@ -4,37 +4,16 @@ follower's fetch reports a log start at or past the new start, fails when leader
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-from broker.log.manager import LogManager
 from broker.protocol.errors import ErrorCode
 from broker.records.batch import Record, build_batch
-from broker.replication.manager import ReplicaManager
-from broker.server.cache import MetadataCache, PartitionInfo
-from broker.server.config import BrokerConfig
-from broker.server.purgatory import Purgatory
-
-TP = ("t", 0)
-
-
-def _manager(tmp_path: Path) -> tuple[ReplicaManager, object]:
-    logs = LogManager([tmp_path / "logs"], broker_id=1)
-    logs.startup()
-    cache = MetadataCache(brokers={1: ("h", 1, None), 2: ("h", 2, None), 3: ("h", 3, None)})
-    cache.topics["t"] = {0: PartitionInfo([1, 2, 3], 1, 0, [1, 2, 3])}
-
-    async def blocking(fn, *args):
-        return fn(*args)
-
-    m = ReplicaManager(1, BrokerConfig(), cache, logs, Purgatory(), lambda t, p: logs.get_or_create(t, p),
-                       blocking, lambda: None)  # fmt: skip
-    m.apply(TP, cache.topics["t"][0])
-    return m, logs.get(*TP)
+from broker.server.cache import PartitionInfo
+from tests.unit.replication.leader import TP, leader_manager
 
 
 def test_the_answer_waits_for_every_live_follower(tmp_path):
     async def run() -> None:
-        m, plog = _manager(tmp_path)
+        m, plog = leader_manager(tmp_path)
         for i in range(10):
             plog.append(build_batch([Record(0, 0, None, b"v%d" % i)]))
         plog.advance_log_start(5)
@@ -54,7 +33,7 @@ def test_the_answer_waits_for_every_live_follower(tmp_path):
 
 def test_a_dead_follower_is_not_waited_for_and_a_lost_lead_fails_the_wait(tmp_path):
     async def run() -> None:
-        m, plog = _manager(tmp_path)
+        m, plog = leader_manager(tmp_path)
         del m.cache.brokers[3]
         assert await m.wait_log_start(TP, 0, 0.05) == ErrorCode.REQUEST_TIMED_OUT  # broker 2 never told
         m.replica_fetched(TP, 2, 0, plog, log_start=0)
@@ -70,7 +49,7 @@ def test_a_dead_follower_is_not_waited_for_and_a_lost_lead_fails_the_wait(tmp_pa
 
 
 def test_a_follower_takes_its_leaders_start_up_to_its_own_end(tmp_path):
-    m, plog = _manager(tmp_path)
+    m, plog = leader_manager(tmp_path)
     for i in range(10):
         plog.append(build_batch([Record(0, 0, None, b"v%d" % i)]))
     m.follower_log_start(TP, plog, 4)
