@@ -55,6 +55,7 @@ class _IsrChange(NamedTuple):
     isr: list[int]
     leader_epoch: int
     zk_version: int
+    before: list[int]  # the ISR it replaces (for the log)
 
 
 class ReplicaManager:
@@ -371,7 +372,7 @@ class ReplicaManager:
         if tp in self._isr_writes or self._zk() is None:
             return
         self._isr_writes.add(tp)
-        self._isr_queue[tp] = _IsrChange(lp, isr, lp.leader_epoch, lp.zk_version)  # (decided on this version)
+        self._isr_queue[tp] = _IsrChange(lp, isr, lp.leader_epoch, lp.zk_version, list(lp.isr))  # (on this version)
         if self._isr_writer is None:
             self._isr_writer = asyncio.get_running_loop().create_task(self._write_isrs(), name="isr-writes")
 
@@ -401,11 +402,11 @@ class ReplicaManager:
             written: list[TopicPartition] = []
             shrunk: list[str] = []
             grown: list[str] = []
-            for (tp, (lp, isr, _, _)), version in zip(items, versions, strict=True):
+            for (tp, (lp, isr, _, _, before)), version in zip(items, versions, strict=True):
                 if version is None:
                     log.debug("ISR change of %s-%d to %s lost a race; taking the state anew", *tp, isr)
                     continue
-                (shrunk if [r for r in lp.isr if r not in isr] else grown).append(f"{tp[0]}-{tp[1]} {lp.isr} -> {isr}")
+                (shrunk if [r for r in before if r not in isr] else grown).append(f"{tp[0]}-{tp[1]} {before} -> {isr}")
                 if self.leaders.get(tp) is lp and lp.zk_version < version:  # (the watch may have brought newer)
                     lp.isr, lp.zk_version = list(isr), version
                     info = self.cache.partition(*tp)

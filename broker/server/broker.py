@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,8 @@ class Broker(ZkWatches):
         self.servers: dict[str, Server] = {}  # by listener name, in `listeners` order
         self.server: Server | None = None  # the first listener's (its port is the one `--port` sets)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._handed: list[tuple[Callable, tuple]] = []  # calls from kazoo's threads for the loop (`_call`)
+        self._handed_lock = threading.Lock()
         self.stopping: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
         self._snapshots: asyncio.Task | None = None  # the minute's producer snapshots being written
@@ -258,6 +261,7 @@ class Broker(ZkWatches):
             self.loop.call_soon_threadsafe(self.stopping.set)
 
     async def shutdown(self) -> None:
+        log.info("broker %d shutting down", self.id)
         if self.config.controlled_shutdown and self._registered and not self._closing:
             try:  # (bounded: a stop must end even when ZooKeeper or the other brokers do not answer)
                 await asyncio.wait_for(self._controlled_shutdown(), 15)
@@ -275,16 +279,16 @@ class Broker(ZkWatches):
             self._snapshots.cancel()
         if self.controller is not None:
             self.controller.close()
-        await self.replicas.close()
+        await _bounded("closing the replicas", self.replicas.close(), 10)
         self.coordinator.close()
-        await self.txn_coordinator.close()
+        await _bounded("closing the transaction coordinator", self.txn_coordinator.close(), 10)
         await self.group_store.close(5)  # what it holds written, for the coordinators taking over
         zk = self.zk
         if zk is not None and self._registered:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.blocking(registry.deregister_broker, zk, self.id), 5)
-        for server in self.servers.values():
-            await server.close()
+        for name, server in self.servers.items():
+            await _bounded(f"closing the {name} listener", server.close(), 10)
         if self.cleaner is not None:  # (off the loop: a clean waiting for its swap there gives up)
             await self.blocking(self.cleaner.stop)
         self._record_high_watermarks()
@@ -462,10 +466,27 @@ class Broker(ZkWatches):
         log.error("could not register broker %d in ZooKeeper again; restart it", self.id)
 
     def _call(self, fn: Callable, *args: Any) -> None:
-        """Run `fn(*args)` on the event loop (from kazoo's thread)."""
-        if self.loop is not None and not self.loop.is_closed():
+        """Run `fn(*args)` on the event loop (from kazoo's threads), after every call handed over before it.
+        A burst (thousands of state changes after a failover) wakes the loop once, not once per call."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        with self._handed_lock:
+            self._handed.append((fn, args))
+            first = len(self._handed) == 1
+        if first:
             with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(fn, *args)
+                loop.call_soon_threadsafe(self._run_handed)
+
+    def _run_handed(self) -> None:
+        """(the loop) The calls `_call` handed over, in order."""
+        with self._handed_lock:
+            calls, self._handed = self._handed, []
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("%s failed", getattr(fn, "__qualname__", fn))
 
     def _stand_for_controller(self) -> None:
         """Back on the same session: a claim a watch tried while ZooKeeper was away may have failed; try again."""
@@ -639,3 +660,11 @@ class Broker(ZkWatches):
 
 def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() == "true"
+
+
+async def _bounded(what: str, step: Awaitable[Any], timeout_s: float) -> None:
+    """A step of the shutdown, given up (logged) after `timeout_s`: a stop must end whatever one part waits for."""
+    try:
+        await asyncio.wait_for(step, timeout_s)
+    except TimeoutError:
+        log.warning("shutdown: %s took over %g s; going on without it", what, timeout_s)
