@@ -22,27 +22,17 @@ import threading
 import traceback
 from collections.abc import Iterator, Mapping
 
+from kafkactl.app import _command_named
+
 #: the top-level commands that start daemons (broker, zookeeper, cluster), a JVM (spark-load), long-running
 #: loops (mirror, bench): a process of their own, killable by pid and with their own signal handlers
 IN_SUBPROCESS = frozenset({"bench", "broker", "cluster", "zookeeper", "spark-load", "mirror"})
-_VALUED = frozenset({"-b", "--bootstrap-server", "-z", "--zookeeper", "--context", "-X", "--security"})
-
-
-def command_of(argv: list[str]) -> str | None:
-    """The top-level command `argv` names (root options skipped), None for none."""
-    it = iter(argv)
-    for arg in it:
-        if arg in _VALUED:
-            next(it, None)
-        elif not arg.startswith("-"):
-            return arg
-    return None
 
 
 def in_process_allowed(argv: list[str]) -> bool:
     """Whether `argv` may run here: a command of its end, called from the main thread outside an event loop
     (asyncio.run and signal handlers need both)."""
-    if os.environ.get("KAFKACTL_TEST_CLI") == "subprocess" or command_of(argv) in IN_SUBPROCESS:
+    if os.environ.get("KAFKACTL_TEST_CLI") == "subprocess" or _command_named(argv) in IN_SUBPROCESS:
         return False
     if threading.current_thread() is not threading.main_thread():
         return False

@@ -41,6 +41,7 @@ from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.server.network import FileRegion
 
 if TYPE_CHECKING:
+    from broker.server.fetch_sessions import FetchContext
     from broker.server.services import Services
 
 
@@ -95,13 +96,14 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
     return {"error_code": 0, "session_id": ctx.session_id, "topics": ctx.answer(topics)}
 
 
-def _not_quiet(b: Services, ctx: Any, replica: int) -> list[tuple[str, dict[str, Any]]]:
+def _not_quiet(b: Services, ctx: FetchContext, replica: int) -> list[tuple[str, dict[str, Any]]]:
     """The partitions of a follower's incremental fetch to read: those it named, and those with something new
     for it; the others are noted as caught up without a read (`ReplicaManager.quiet_fetch`)."""
     now_ms = int(time.monotonic() * 1000)
     quiet = b.replicas.quiet_fetch
     get = b.logs.get
     out = []
+    assert ctx.session is not None  # (an incremental fetch has its session)
     for tp, c in ctx.session.partitions.items():
         fetch = c.fetch
         plog = get(*tp)
