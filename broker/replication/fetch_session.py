@@ -24,18 +24,28 @@ class FetchSessionBuilder:
         self.session_id = 0
         self.epoch = INITIAL_EPOCH
         self._held: dict[TopicPartition, dict[str, Any]] = {}  # as the leader's session holds them
-        self._pending: dict[TopicPartition, dict[str, Any]] | None = None
+        # what the fetch in flight names (tp → entry) and forgets, to take into `_held` once it is answered
+        self._pending: tuple[dict[TopicPartition, dict[str, Any]], list[TopicPartition]] | None = None
 
-    def build(self, wanted: dict[TopicPartition, dict[str, Any]]) -> dict[str, Any]:
+    def full_next(self) -> bool:
+        """Whether the next fetch is a full one (it names every partition)."""
+        return self.epoch == INITIAL_EPOCH
+
+    def build(self, wanted: dict[TopicPartition, dict[str, Any]],
+              changed: set[TopicPartition] | None = None) -> dict[str, Any]:  # fmt: skip
         """The session fields of the next Fetch of `wanted` (tp → partition entry): `session_id`,
-        `session_epoch`, `topics` (what to name) and `forgotten_topics_data`."""
+        `session_epoch`, `topics` (what to name) and `forgotten_topics_data`. With `changed`, only those
+        partitions can differ from what the session holds (the others are not compared)."""
+        held = self._held
         if self.epoch == INITIAL_EPOCH:
-            named, forgotten = wanted, []
-        else:
-            held = self._held
+            named, forgotten = dict(wanted), []
+        elif changed is None:
             named = {tp: p for tp, p in wanted.items() if held.get(tp) != p}
             forgotten = [tp for tp in held if tp not in wanted]
-        self._pending = dict(wanted)
+        else:
+            named = {tp: p for tp in changed if (p := wanted.get(tp)) is not None and held.get(tp) != p}
+            forgotten = [tp for tp in changed if tp in held and tp not in wanted]
+        self._pending = (named, forgotten)
         return {
             "session_id": self.session_id, "session_epoch": self.epoch,
             "topics": _by_topic(named.items()), "forgotten_topics_data": _by_topic((tp, tp[1]) for tp in forgotten),
@@ -49,7 +59,14 @@ class FetchSessionBuilder:
         elif self.epoch == INITIAL_EPOCH and session_id == 0:  # the leader had no room: full fetches go on
             self.session_id, self._held = 0, {}
         else:
-            self.session_id, self.epoch, self._held = session_id, next_epoch(self.epoch), pending
+            named, forgotten = pending
+            if self.epoch == INITIAL_EPOCH:
+                self._held = named
+            else:
+                self._held.update(named)
+                for tp in forgotten:
+                    self._held.pop(tp, None)
+            self.session_id, self.epoch = session_id, next_epoch(self.epoch)
 
     def reset(self, keep_id: bool = True) -> None:
         """Start again with a full fetch (naming the old session, if `keep_id`, so the leader closes it)."""

@@ -16,6 +16,10 @@ only then is it fetched.
 
 Partitions under a replication throttle (a reassignment's copies, `broker.replication.throttle`) are
 fetched at most a second's worth of the rate at a time, and sit out while the rate is spent.
+
+Building a fetch costs what changed, not the number of partitions followed: the fetcher recomputes the fetch
+fields only of the partitions it touched since the last fetch (copied to, truncated, added, paused or resumed),
+and of all of them at most once a second (`SWEEP_S`: a copy's log start may move by its own retention).
 """
 
 from __future__ import annotations
@@ -50,11 +54,16 @@ _WAIT_FOR_METADATA = {
 }  # fmt: skip
 
 
-@dataclass
+#: how often every partition's fetch fields are recomputed, touched or not
+SWEEP_S = 1.0
+
+
+@dataclass(slots=True)
 class Followed:
     leader_epoch: int
     paused_until: float = 0.0  # monotonic: after an error, no fetch before then
     truncating: bool = True  # not fetched before the leader said where the copy must end
+    since: int = 0  # the fetches sent before it was added: an answer to one of those is not for it
 
 
 class ReplicaFetcher:
@@ -69,16 +78,43 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None
         self._complained = False
         self._session = FetchSessionBuilder()  # what the leader's fetch session holds (KIP-227)
+        self._sent = 0  # fetches sent
+        self._truncating: set[TopicPartition] = set()  # added, not yet truncated
+        self._paused: set[TopicPartition] = set()  # with a pause not yet over
+        self._entries: dict[TopicPartition, dict] = {}  # the fetch fields of what the next fetch covers
+        self._touched: set[TopicPartition] = set()  # whose fetch fields may have changed since the last fetch
+        self._swept = 0.0  # when every partition's fetch fields were last recomputed
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source}")
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
-        self.partitions[tp] = Followed(leader_epoch)
+        self.partitions[tp] = Followed(leader_epoch, since=self._sent)
+        self._truncating.add(tp)
+        self._paused.discard(tp)
+        self._touched.add(tp)
         self._wake.set()
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
+        self._truncating.discard(tp)
+        self._paused.discard(tp)
+        self._touched.add(tp)
+
+    def pause(self, tp: TopicPartition, f: Followed, until: float) -> None:
+        """No fetch of `tp` before `until` (monotonic); meanwhile it leaves the fetch session."""
+        f.paused_until = max(f.paused_until, until)
+        self._paused.add(tp)
+        self._touched.add(tp)
+
+    def _resume(self, now: float) -> None:
+        """The paused partitions whose pause is over are fetched again."""
+        over = [tp for tp in self._paused if (f := self.partitions.get(tp)) is None or f.paused_until <= now]
+        self._paused.difference_update(over)
+        self._touched.update(over)
+
+    def _due_truncating(self) -> dict[TopicPartition, Followed]:
+        return {tp: self.partitions[tp] for tp in self._truncating if tp not in self._paused and tp in self.partitions}
 
     async def close(self) -> None:
         if self._task is not None:
@@ -113,27 +149,31 @@ class ReplicaFetcher:
             if spent:
                 for tp, f in self.partitions.items():
                     if self.m.is_throttled(tp):
-                        f.paused_until = max(f.paused_until, now + spent)
-            due = {tp: f for tp, f in self.partitions.items() if f.paused_until <= now}
-            if not due:
+                        self.pause(tp, f, now + spent)
+            if self._paused:
+                self._resume(now)
+            truncating = self._due_truncating()
+            if not truncating and len(self._paused) >= len(self.partitions):  # (nothing to fetch now)
                 self._wake.clear()
-                pause = min((f.paused_until for f in self.partitions.values()), default=now + 3600) - now
+                ends = [f.paused_until for tp in self._paused if (f := self.partitions.get(tp)) is not None]
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), max(pause, 0.01))
+                    await asyncio.wait_for(self._wake.wait(), max(min(ends, default=now + 3600) - now, 0.01))
                 continue
             try:
                 conn = await self._connection()
-                truncating = {tp: f for tp, f in due.items() if f.truncating}
                 if truncating:
                     await self._truncate(conn, truncating)
                     continue
-                answer = await conn.request(ApiKey.FETCH, self._request(due), version=conn.version_for(ApiKey.FETCH))
+                req = self._request(now)
+                self._sent += 1
+                sent = self._sent
+                answer = await conn.request(ApiKey.FETCH, req, version=conn.version_for(ApiKey.FETCH))
                 code = answer.get("error_code", 0)
                 self._session.received(code, answer.get("session_id", 0))
                 if code:  # (a lost session: the next fetch is full, with a new one)
                     log.info("fetch session with broker %d: %s (fetching in full)", self.source, ErrorCode(code).name)
                     continue
-                await self._take(conn, due, answer)
+                await self._take(conn, sent, answer)
                 backoff, self._complained = 0.05, False
             except asyncio.CancelledError:
                 raise
@@ -156,7 +196,7 @@ class ReplicaFetcher:
         for tp, f in truncating.items():
             plog = self.m.follower_log(*tp)
             if plog is None:
-                f.truncating = False
+                self._truncated(tp, f)
                 continue
             asked[tp] = epoch = self.m.latest_epoch(tp, plog)
             by_topic.setdefault(tp[0], []).append(
@@ -175,64 +215,79 @@ class ReplicaFetcher:
                 if f is None or f is not truncating.get(tp) or plog is None or tp not in asked:
                     continue
                 if p["error_code"]:
-                    f.paused_until = now + 0.2
+                    self.pause(tp, f, now + 0.2)
                     continue
                 try:  # (one copy's failure leaves it truncating, retried; the others of this pass go on)
                     point = self.m.truncation_point(tp, plog, asked[tp], p["leader_epoch"], p["end_offset"])
                     self.m.truncate_copy(tp, plog, point, f"follows broker {self.source} at epoch {f.leader_epoch}")
                 except Exception as exc:
                     log.error("%s-%d: truncating the copy failed (retrying): %s", *tp, exc)
-                    f.paused_until = now + 1.0
+                    self.pause(tp, f, now + 1.0)
                     continue
-                f.truncating = False
+                self._truncated(tp, f)
 
-    def _request(self, due: dict[TopicPartition, Followed]) -> dict:
-        """A Fetch of `due` in the session: in full the first time, then only what changed (forgetting the rest)."""
-        wanted: dict[TopicPartition, dict] = {}
+    def _truncated(self, tp: TopicPartition, f: Followed) -> None:
+        f.truncating = False
+        self._truncating.discard(tp)
+        self._touched.add(tp)
+
+    def _request(self, now: float) -> dict:
+        """The next Fetch in the session: in full the first time, then only what changed (forgetting what left)."""
         per_partition = self.m.config.replica_fetch_max_bytes
-        # throttled copies first: the leader always sends the first partition with data at least a whole batch,
-        # so a small throttled limit cannot starve them behind partitions that always have data
-        order = sorted(due.items(), key=lambda item: not self.m.is_throttled(item[0]))
-        for (topic, p), f in order:
-            plog = self.m.follower_log(topic, p)
+        entries = self._entries
+        full = self._session.full_next()
+        if full or now - self._swept >= SWEEP_S:
+            self._swept, self._touched = now, set(self.partitions) | self._touched
+        touched, self._touched = self._touched, set()
+        for tp in touched:
+            f = self.partitions.get(tp)
+            plog = self.m.follower_log(*tp) if f is not None and not f.truncating and tp not in self._paused else None
             if plog is None:
+                entries.pop(tp, None)
                 continue
             limit = per_partition
-            if self.m.is_throttled((topic, p)):
+            if self.m.is_throttled(tp):
                 limit = min(per_partition, max(self.m.throttle.rate or 0, 1024))
-            wanted[(topic, p)] = {
-                "partition": p, "current_leader_epoch": f.leader_epoch, "fetch_offset": plog.log_end_offset,
+            entries[tp] = {
+                "partition": tp[1], "current_leader_epoch": f.leader_epoch, "fetch_offset": plog.log_end_offset,
                 "log_start_offset": plog.log_start_offset, "partition_max_bytes": limit,
             }  # fmt: skip
+        if full:  # throttled copies first: the leader always sends the first partition with data at least a whole
+            # batch, so a small throttled limit cannot starve them behind partitions that always have data
+            # (the session keeps this order, and moves a partition answered with records behind the others)
+            order = sorted(entries, key=lambda tp: not self.m.is_throttled(tp))
+            self._entries = entries = {tp: entries[tp] for tp in order}
         return {
             "replica_id": self.m.broker_id, "max_wait_ms": self.m.config.replica_fetch_wait_max_ms, "min_bytes": 1,
             "max_bytes": max(per_partition, 10 * 1024 * 1024), "isolation_level": 0, "rack_id": "",
-            **self._session.build(wanted),
+            **self._session.build(entries, None if full else touched),
         }  # fmt: skip
 
-    async def _take(self, conn: AsyncConnection, due: dict[TopicPartition, Followed], answer: dict) -> None:
+    async def _take(self, conn: AsyncConnection, sent: int, answer: dict) -> None:
+        """Take the answer to fetch number `sent`."""
         now = time.monotonic()
         for t in answer["topics"]:
             for p in t["partitions"]:
                 tp = (t["topic"], p["partition_index"])
                 f = self.partitions.get(tp)
-                if f is None or f is not due.get(tp):
-                    continue  # no longer followed here (or followed anew) since the fetch left
+                if f is None or f.since >= sent or f.truncating or tp in self._paused:
+                    continue  # no longer followed here (or followed anew, or paused) since the fetch left
                 code = p["error_code"]
                 if code == ErrorCode.NONE:
                     self._copy(tp, p)
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     await self._out_of_range(conn, tp, f)
                 elif code in _WAIT_FOR_METADATA:
-                    f.paused_until = now + 0.2
+                    self.pause(tp, f, now + 0.2)
                 else:
                     log.warning("fetching %s-%d from broker %d: %s", *tp, self.source, ErrorCode(code).name)
-                    f.paused_until = now + 1.0
+                    self.pause(tp, f, now + 1.0)
 
     def _copy(self, tp: TopicPartition, p: dict) -> None:
         plog = self.m.follower_log(*tp)
         if plog is None:
             return
+        self._touched.add(tp)  # (its log end, and maybe its log start, move)
         records = p["records"]
         if records and self.m.is_throttled(tp):
             self.m.throttle.took(len(records))
@@ -244,7 +299,7 @@ class ReplicaFetcher:
                     self.m.append_copy(tp, plog, data[:whole])
                 except CorruptRecordError as exc:
                     log.error("the copy of %s-%d from broker %d was refused: %s", *tp, self.source, exc)
-                    self.partitions[tp].paused_until = time.monotonic() + 1.0
+                    self.pause(tp, self.partitions[tp], time.monotonic() + 1.0)
                     return
         self.m.follower_high_watermark(tp, plog, p["high_watermark"])
         self.m.follower_log_start(tp, plog, p.get("log_start_offset", -1))
@@ -260,8 +315,9 @@ class ReplicaFetcher:
             {"partition_index": p, "current_leader_epoch": f.leader_epoch, "timestamp": EARLIEST}]}]}  # fmt: skip
         answer = await conn.request(ApiKey.LIST_OFFSETS, req, version=1)
         part = answer["topics"][0]["partitions"][0]
+        self._touched.add(tp)
         if part["error_code"]:
-            f.paused_until = time.monotonic() + 0.2
+            self.pause(tp, f, time.monotonic() + 0.2)
             return
         start = part["offset"]
         if plog.log_end_offset < start:

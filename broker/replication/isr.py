@@ -12,13 +12,43 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+class SessionClock:
+    """When a follower's fetch session last fetched. A partition the session leaves quiet (caught up, nothing
+    new: `ReplicaManager.quiet_fetch`) is caught up as of then, without a write per partition per fetch."""
+
+    __slots__ = ("ms",)
+
+    def __init__(self, ms: int = 0) -> None:
+        self.ms = ms
+
+
+@dataclass(slots=True)
 class Follower:
     leo: int = -1  # its log end offset as its last fetch told (-1: not heard from since this leader took over)
     caught_up_ms: int = 0  # when it last fetched from the leader's log end offset (or from where it was before)
     last_fetch_leo: int = -1  # the leader's log end offset at that follower's previous fetch
     last_fetch_ms: int = 0
     log_start: int = -1  # its log start offset as its last fetch told (-1: not told yet)
+    quiet: SessionClock | None = None  # while quiet in a fetch session: fetched at `leo` whenever that one fetches
+
+    def settle(self) -> None:
+        """Take what the quiet session's fetches since the last noted one said: fetched at its log end (then the
+        leader's), caught up."""
+        q, self.quiet = self.quiet, None
+        if q is not None and q.ms > self.last_fetch_ms:
+            self.caught_up_ms = max(self.caught_up_ms, q.ms)
+            self.last_fetch_ms, self.last_fetch_leo = q.ms, self.leo
+
+    def leave_quiet(self, clock: SessionClock) -> None:
+        """Its session stopped counting it quiet (named, woken, forgotten, closed): what that session's fetches
+        said until its last one is noted, and no later fetch of it counts (`settle`)."""
+        if self.quiet is clock:
+            self.settle()
+
+    def caught_up(self) -> int:
+        """When it was last caught up (its quiet session's last fetch counts)."""
+        q = self.quiet
+        return self.caught_up_ms if q is None else max(self.caught_up_ms, q.ms)
 
 
 @dataclass
@@ -47,6 +77,7 @@ class LeaderPartition:
         f = self.followers.get(replica)
         if f is None:
             f = self.followers[replica] = Follower(caught_up_ms=now_ms)
+        f.settle()
         if offset >= leader_leo:
             f.caught_up_ms = now_ms
         elif f.last_fetch_leo >= 0 and offset >= f.last_fetch_leo:
@@ -80,7 +111,7 @@ class LeaderPartition:
     def lagging(self, now_ms: int, lag_ms: int) -> list[int]:
         """The ISR's followers not caught up within `lag_ms`."""
         return [r for r in self.isr if r != self.leader
-                and now_ms - self.followers.get(r, Follower()).caught_up_ms > lag_ms]  # fmt: skip
+                and now_ms - self.followers.get(r, Follower()).caught_up() > lag_ms]  # fmt: skip
 
     def rejoining(self, leader_leo: int) -> list[int]:
         """Followers outside the ISR whose log has reached the high watermark and this leader's first offset.

@@ -27,7 +27,7 @@ from broker.protocol.errors import ErrorCode
 from broker.records.batch import HEADER, BatchHeader
 from broker.replication.epochs import UNDEFINED, LeaderEpochCache
 from broker.replication.fetcher import ReplicaFetcher
-from broker.replication.isr import LeaderPartition
+from broker.replication.isr import Follower, LeaderPartition, SessionClock
 from broker.replication.reassignment import throttled
 from broker.replication.throttle import Throttle
 from broker.zk import registry
@@ -165,6 +165,7 @@ class ReplicaManager:
         if lp is not None:  # leader no more: what waits for followers will not be answered by this broker
             self.follower_hw[tp] = lp.hw
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self.purgatory.notify(tp)  # (fetch sessions that left it quiet read it again: no longer led here)
         if self.following.get(tp) == (info.leader, info.leader_epoch):
             return
         self._stop_following(tp)
@@ -194,6 +195,7 @@ class ReplicaManager:
         self.epochs.pop(tp, None)
         if self.leaders.pop(tp, None) is not None:
             self._fail_waiters(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self.purgatory.notify(tp)
         self.follower_hw.pop(tp, None)
 
     def is_leader(self, tp: TopicPartition) -> bool:
@@ -244,22 +246,27 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     def quiet_fetch(self, tp: TopicPartition, replica: int, fetch_offset: int, leader_epoch: int,
-                    sent: tuple[int, int, int], plog: PartitionLog, now_ms: int) -> bool:  # fmt: skip
+                    sent: tuple[int, int, int], plog: PartitionLog, now_ms: int,
+                    clock: SessionClock | None = None) -> Follower | None:  # fmt: skip
         """A follower's incremental fetch covering a partition it did not name this time: when its copy is
         whole, in the ISR and told the current high watermark, last stable offset and log start (`sent`), note
-        it as caught up and return True (nothing to read or answer). False: read it the usual way. This keeps
-        a fetch over thousands of idle session partitions from costing a full read of each."""
+        it as caught up and return the follower's record (nothing to read or answer); None: read it the usual
+        way. This keeps a fetch over thousands of idle session partitions from costing a full read of each; with
+        the session's `clock`, its later fetches keep the partition caught up until anything about it changes
+        (which wakes the session's watch: `_hw_moved`, a new leader, an ISR change) or the session stops
+        counting it quiet (`Follower.leave_quiet`)."""
         lp = self.leaders.get(tp)
         if lp is None or replica not in lp.isr or leader_epoch not in (-1, lp.leader_epoch):
-            return False
+            return None
         leo = plog.log_end_offset
         f = lp.followers.get(replica)
         if f is None or f.leo != fetch_offset or fetch_offset != leo or lp.hw != leo:
-            return False
+            return None
         if sent != (leo, leo, plog.log_start_offset) or tp in self._start_waiters:
-            return False
+            return None
         lp.fetched(replica, fetch_offset, leo, now_ms)
-        return True
+        f.quiet = clock
+        return f
 
     def _hw_moved(self, tp: TopicPartition) -> None:
         """Answer the produce requests the high watermark now covers, and wake the consumers' fetches."""
@@ -329,6 +336,7 @@ class ReplicaManager:
             return ErrorCode.NONE
         fut = asyncio.get_running_loop().create_future()
         self._start_waiters.setdefault(tp, []).append((offset, fut))
+        self.purgatory.notify(tp)  # (followers that left it quiet read it again, and learn its new log start)
         try:
             return await asyncio.wait_for(fut, max(timeout_s, 0.001))
         except TimeoutError:

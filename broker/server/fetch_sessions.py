@@ -19,6 +19,12 @@ A Fetch's `session_id` and `session_epoch` say which kind it is (as Kafka's Fetc
   that the size limits cannot starve the ones behind it (only the first partition with data is sure of a
   whole batch).
 
+A session of the broker's cache (`FetchSessions(purgatory=...)`) keeps one purgatory watch over its partitions
+for its life, and a follower's session the set of partitions it left quiet (caught up, nothing new:
+`ReplicaManager.quiet_fetch`) with a clock its fetches move on: an incremental fetch then looks only at the
+partitions it named, those woken since the last fetch and those not quiet, and at all of them at most once a
+second (`SWEEP_MS`), so a fetch costs what changed, not the session's size.
+
 The cache holds at most `max.incremental.fetch.session.cache.slots` sessions. When full, a new session takes
 the slot of the least recently used consumer session; only when all are followers' (replica id ≥ 0) does a
 new follower session take the least recently used follower's. A consumer's new session then gets none (id 0)
@@ -30,14 +36,25 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages.fetch import FINAL_EPOCH, INITIAL_EPOCH, next_epoch
+from broker.replication.isr import SessionClock
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from broker.replication.isr import Follower
+    from broker.server.purgatory import Purgatory, Watch
 
 TopicPartition = tuple[str, int]
 
 _MAX_ID = 0x7FFFFFFF
+
+#: how often a follower's incremental fetch looks again at the partitions it left quiet (a safety net: whatever
+#: could change about them wakes the session's watch)
+SWEEP_MS = 1000
 
 
 @dataclass(slots=True)
@@ -63,9 +80,30 @@ class FetchSession:
     follower: bool
     epoch: int = 1  # the epoch the next incremental fetch must carry
     partitions: dict[TopicPartition, CachedPartition] = field(default_factory=dict)  # in the order first named
+    watch: Watch | None = None  # the purgatory's watch over its partitions, for the session's life
+    busy: bool = False  # a fetch of it is using the watch
+    #: the partitions the last fetches left quiet (a follower's session), with the follower's record of each
+    quiet: dict[TopicPartition, Follower] = field(default_factory=dict)
+    clock: SessionClock = field(default_factory=SessionClock)  # when it last fetched
+    swept_ms: int = 0  # when a fetch last looked at every partition, quiet or not
 
     def wanted(self) -> list[tuple[str, dict[str, Any]]]:
         return [(tp[0], c.fetch) for tp, c in self.partitions.items()]
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+        self.unquiet(list(self.quiet))
+
+    def unquiet(self, tps: Iterable[TopicPartition]) -> None:
+        """`tps` are not quiet any more (named, woken, forgotten): their followers stop counting this session's
+        later fetches as caught up (what the fetches until the last one said is kept: `Follower.leave_quiet`)."""
+        quiet, clock = self.quiet, self.clock
+        for tp in tps:
+            f = quiet.pop(tp, None)
+            if f is not None:
+                f.leave_quiet(clock)
 
     def forget_sent(self) -> None:
         """The last answer never left (a throttled fetch answers empty): the next one holds every partition."""
@@ -77,10 +115,15 @@ class FetchSession:
 class FetchContext:
     """One fetch as its session sees it: what to read (`wanted`) and how to trim the answer (`answer`)."""
 
-    wanted: list[tuple[str, dict[str, Any]]]
+    named: list[tuple[str, dict[str, Any]]]  # what the request named
     session: FetchSession | None = None
     incremental: bool = False
     error: ErrorCode = ErrorCode.NONE
+
+    @property
+    def wanted(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every partition the fetch covers: the request's, or all its session's when incremental."""
+        return self.session.wanted() if self.incremental and self.session is not None else self.named
 
     @property
     def session_id(self) -> int:
@@ -111,8 +154,9 @@ class FetchContext:
 class FetchSessions:
     """A broker's fetch-session cache (bounded, least recently used first out, followers' sessions kept longest)."""
 
-    def __init__(self, slots: int = 1000) -> None:
+    def __init__(self, slots: int = 1000, purgatory: Purgatory | None = None) -> None:
         self.slots = slots
+        self.purgatory = purgatory  # (without one, each fetch registers its own watch)
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recently used first
 
     def __len__(self) -> int:
@@ -127,13 +171,15 @@ class FetchSessions:
         named = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # full: any session named is closed
             if sid:
-                self._sessions.pop(sid, None)
+                self._drop(sid)
             if epoch == FINAL_EPOCH:
                 return FetchContext(named)
             session = self._create(req.get("replica_id", -1) >= 0)
             if session is not None:
                 for topic, p in named:
                     session.partitions[(topic, p["partition"])] = CachedPartition(p)
+                if self.purgatory is not None:
+                    session.watch = self.purgatory.watch(list(session.partitions))
             return FetchContext(named, session)
         session = self._sessions.get(sid)
         if session is None:
@@ -143,17 +189,25 @@ class FetchSessions:
         self._sessions.move_to_end(sid)
         session.epoch = next_epoch(epoch)
         parts = session.partitions
+        added: list[TopicPartition] = []
         for topic, p in named:
-            c = parts.get((topic, p["partition"]))
+            tp = (topic, p["partition"])
+            c = parts.get(tp)
             if c is None:
-                parts[(topic, p["partition"])] = CachedPartition(p)
+                parts[tp] = CachedPartition(p)
+                added.append(tp)
             else:  # (answered whatever it holds: the fetcher may have dropped what it was last sent)
                 c.fetch = p
                 c.high_watermark = c.last_stable_offset = c.log_start_offset = -2
-        for t in req.get("forgotten_topics_data") or ():
-            for index in t["partitions"]:
-                parts.pop((t["topic"], index), None)
-        return FetchContext(session.wanted(), session, incremental=True)
+                session.unquiet((tp,))
+        gone = [(t["topic"], index) for t in req.get("forgotten_topics_data") or () for index in t["partitions"]]
+        for tp in gone:
+            parts.pop(tp, None)
+        session.unquiet(gone)
+        if session.watch is not None:
+            session.watch.add(added)
+            session.watch.discard(gone)
+        return FetchContext(named, session, incremental=True)
 
     def unsent(self, session_id: int, full: bool) -> int:
         """The answer to a fetch of session `session_id` was not sent (a throttled fetch answers empty): the
@@ -163,7 +217,7 @@ class FetchSessions:
         if session is None:
             return 0
         if full:
-            del self._sessions[session_id]
+            self._drop(session_id)
             return 0
         session.forget_sent()
         return session_id
@@ -186,5 +240,10 @@ class FetchSessions:
             victim = next(iter(self._sessions))
         if victim is None:
             return False
-        del self._sessions[victim]
+        self._drop(victim)
         return True
+
+    def _drop(self, session_id: int) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.close()

@@ -3,7 +3,9 @@
 A fetch registers once on all its partitions (`watch`) for the whole of its wait. An append (or a moved high
 watermark) calls `notify(tp)`, which notes `tp` on every watch of that partition and wakes it; the fetch then
 re-reads only the partitions that were woken, so a wait over thousands of partitions costs per append, not
-per partition (a follower's fetch names every partition its leader leads).
+per partition (a follower's fetch names every partition its leader leads). An incremental fetch session keeps
+one watch for its life (`add` and `discard` follow its partitions): what was woken between two of its fetches
+tells the next one what may have changed, so it does not look at the others.
 """
 
 from __future__ import annotations
@@ -22,11 +24,34 @@ class Watch:
 
     def __init__(self, purgatory: Purgatory, tps: list[TopicPartition]) -> None:
         self._purgatory = purgatory
-        self._tps = tps
+        self._tps: set[TopicPartition] = set()
         self._fut: asyncio.Future | None = None
         self.woken: set[TopicPartition] = set()
+        self.add(tps)
+
+    def add(self, tps: list[TopicPartition]) -> None:
+        waiters = self._purgatory._waiters
         for tp in tps:
-            purgatory._waiters[tp].add(self)
+            if tp not in self._tps:
+                self._tps.add(tp)
+                waiters[tp].add(self)
+
+    def discard(self, tps: list[TopicPartition]) -> None:
+        waiters = self._purgatory._waiters
+        for tp in tps:
+            if tp in self._tps:
+                self._tps.discard(tp)
+                self.woken.discard(tp)
+                ws = waiters.get(tp)
+                if ws is not None:
+                    ws.discard(self)
+                    if not ws:
+                        del waiters[tp]
+
+    def drain(self) -> set[TopicPartition]:
+        """The partitions woken since the last call (or `next`), without waiting."""
+        woken, self.woken = self.woken, set()
+        return woken
 
     async def next(self, timeout: float) -> set[TopicPartition]:
         """The partitions woken since the last call, waiting up to `timeout` seconds for one (empty: none came)."""
@@ -47,13 +72,7 @@ class Watch:
             self._fut.set_result(None)
 
     def close(self) -> None:
-        waiters = self._purgatory._waiters
-        for tp in self._tps:
-            ws = waiters.get(tp)
-            if ws is not None:
-                ws.discard(self)
-                if not ws:
-                    del waiters[tp]
+        self.discard(list(self._tps))
 
     def __enter__(self) -> Watch:
         return self

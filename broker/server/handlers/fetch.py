@@ -38,33 +38,47 @@ from broker.protocol.framing import RequestHeader
 from broker.protocol.messages.fetch import EARLIEST, LATEST
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed, cluster_allowed
+from broker.server.fetch_sessions import SWEEP_MS
 from broker.server.network import FileRegion
 
 if TYPE_CHECKING:
-    from broker.server.fetch_sessions import FetchContext
+    from broker.server.fetch_sessions import FetchContext, FetchSession
     from broker.server.services import Services
 
 
 async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + max(req["max_wait_ms"], 0) / 1000
     min_bytes = req["min_bytes"]
+    replica = req["replica_id"]
     ctx = b.fetch_sessions.context(req)  # (an incremental fetch covers all its session's partitions)
     if ctx.error:
         return {"error_code": ctx.error, "session_id": 0, "topics": []}
-    wanted = ctx.wanted
-    denied = _denied(b, list({t for t, _ in wanted}), req["replica_id"])
-    committed = req.get("isolation_level", 0) == 1 and req["replica_id"] < 0
-    read = functools.partial(_read_all, b, max_bytes=req["max_bytes"], replica=req["replica_id"], denied=denied,
+    session = ctx.session
+    denied = _denied(b, ctx, replica)
+    committed = req.get("isolation_level", 0) == 1 and replica < 0
+    read = functools.partial(_read_all, b, max_bytes=req["max_bytes"], replica=replica, denied=denied,
                              committed=committed)  # fmt: skip
-    # registered before the first read, so that an append while it reads wakes the wait that follows
-    with b.purgatory.watch([(t, p["partition"]) for t, p in wanted]) as watch:
-        reading = wanted
-        if ctx.incremental and req["replica_id"] >= 0 and not denied:
-            reading = _not_quiet(b, ctx, req["replica_id"])  # (after the watch: an append now wakes it)
+    # registered before the first read, so that an append while it reads wakes the wait that follows: the
+    # session's own watch (what it noted since the last fetch of the session tells what may have changed), or
+    # one for this fetch
+    own = session is not None and session.watch is not None and not session.busy
+    if own:
+        assert session is not None and session.watch is not None
+        session.busy, watch, since = True, session.watch, session.watch.drain()
+    else:
+        watch, since = b.purgatory.watch([(t, p["partition"]) for t, p in ctx.wanted]), None
+    try:
+        partial = ctx.incremental and replica >= 0 and not denied  # (only what may hold news is read)
+        if partial:
+            assert session is not None
+            reading = _not_quiet(b, session, replica, since)  # (after the watch: an append now wakes it)
+        else:
+            reading = ctx.wanted
+        covers = bool(session.partitions) if ctx.incremental and session is not None else bool(reading)
         topics, total, errors = await read(reading)  # (a follower's position is noted here, once)
-        by_tp: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}  # (built at the first wake)
+        entries: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}  # (built at the first wake)
         outs: dict[tuple[str, int], dict[str, Any]] = {}
-        while total < min_bytes and not errors and wanted:
+        while total < min_bytes and not errors and covers:
             woken = await watch.next(deadline - time.monotonic())
             if not woken:  # time is up: the answer is a fresh read of every partition read so far
                 _release(topics)
@@ -72,10 +86,15 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
                 break
             # only what was woken is read again, into its place in the answer (a wait over thousands of
             # partitions then costs per append, not per partition)
-            if not by_tp:
-                by_tp = {(t, p["partition"]): (t, p) for t, p in wanted}
+            if not outs:
+                if not ctx.incremental:
+                    entries = {(t, p["partition"]): (t, p) for t, p in reading}
                 outs = {(t["topic"], p["partition_index"]): p for t in topics for p in t["partitions"]}
-            again = [by_tp[tp] for tp in woken if tp in by_tp]
+            if ctx.incremental and session is not None:
+                session.unquiet(woken)  # (the next fetch looks at them again)
+                again = [(tp[0], session.partitions[tp].fetch) for tp in woken if tp in session.partitions]
+            else:
+                again = [entries[tp] for tp in woken if tp in entries]
             for t, p in again:
                 out = outs.get((t, p["partition"]))
                 if out is not None:
@@ -88,29 +107,51 @@ async def handle_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) 
                     if out is None:  # a quiet partition woken: it joins the answer (and a later re-read)
                         outs[key] = p
                         _partitions_of(topics, t["topic"]).append(p)
-                        if reading is not wanted:
-                            reading.append(by_tp[key])
+                        if partial and session is not None and key in session.partitions:
+                            reading.append((t["topic"], session.partitions[key].fetch))
                     else:
                         out.clear()
                         out.update(p)
+    finally:
+        if own:
+            assert session is not None
+            session.busy = False
+        else:
+            watch.close()
     return {"error_code": 0, "session_id": ctx.session_id, "topics": ctx.answer(topics)}
 
 
-def _not_quiet(b: Services, ctx: FetchContext, replica: int) -> list[tuple[str, dict[str, Any]]]:
+def _not_quiet(b: Services, session: FetchSession, replica: int,
+               woken: set[tuple[str, int]] | None) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
     """The partitions of a follower's incremental fetch to read: those it named, and those with something new
-    for it; the others are noted as caught up without a read (`ReplicaManager.quiet_fetch`)."""
+    for it; the others are noted as caught up without a read (`ReplicaManager.quiet_fetch`). With the
+    session's watch (`woken`: what it noted since its last fetch), the partitions the last fetches left quiet
+    and nothing woke are not looked at (they stay caught up by the session's clock), except in a sweep over all
+    of them once every `SWEEP_MS`."""
     now_ms = int(time.monotonic() * 1000)
-    quiet = b.replicas.quiet_fetch
+    quiet, parts = session.quiet, session.partitions
+    if woken is None or now_ms - session.swept_ms >= SWEEP_MS:
+        session.swept_ms = now_ms
+        session.unquiet(list(quiet))
+        looked = list(parts.items())
+    else:
+        session.unquiet(woken)
+        looked = [(tp, c) for tp, c in parts.items() if tp not in quiet] if quiet else list(parts.items())
+    is_quiet = b.replicas.quiet_fetch
     get = b.logs.get
+    clock = session.clock
     out = []
-    assert ctx.session is not None  # (an incremental fetch has its session)
-    for tp, c in ctx.session.partitions.items():
+    for tp, c in looked:
         fetch = c.fetch
         plog = get(*tp)
         sent = (c.high_watermark, c.last_stable_offset, c.log_start_offset)
         epoch = fetch.get("current_leader_epoch", -1)
-        if plog is None or not quiet(tp, replica, fetch["fetch_offset"], epoch, sent, plog, now_ms):
+        f = is_quiet(tp, replica, fetch["fetch_offset"], epoch, sent, plog, now_ms, clock) if plog is not None else None
+        if f is not None:
+            quiet[tp] = f
+        else:
             out.append((tp[0], fetch))
+    clock.ms = now_ms  # (the quiet ones were caught up as of this fetch; the others' last was the one before)
     return out
 
 
@@ -124,15 +165,15 @@ def _partitions_of(topics: list[dict[str, Any]], topic: str) -> list[dict[str, A
     return entry["partitions"]
 
 
-def _denied(b: Services, topics: list[str], replica: int) -> set[str]:
+def _denied(b: Services, ctx: FetchContext, replica: int) -> set[str]:
     """The topics the request may not read (as Kafka: a follower needs ClusterAction on the cluster, a
     consumer Read on each topic)."""
     a = b.authorizer
     if a is None:
         return set()
     if replica >= 0:
-        return set() if cluster_allowed(a, Operation.CLUSTER_ACTION, "Fetch") else set(topics)
-    return {t for t in set(topics) if not allowed(a, Operation.READ, ResourceType.TOPIC, t, "Fetch")}
+        return set() if cluster_allowed(a, Operation.CLUSTER_ACTION, "Fetch") else {t for t, _ in ctx.wanted}
+    return {t for t in {t for t, _ in ctx.wanted} if not allowed(a, Operation.READ, ResourceType.TOPIC, t, "Fetch")}
 
 
 def _release(topics: list[dict[str, Any]]) -> None:
