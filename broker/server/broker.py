@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -55,6 +54,7 @@ from broker.server.fetch_sessions import FetchSessions
 from broker.server.limits import default_max_connections, file_limit
 from broker.server.network import Server
 from broker.server.purgatory import Purgatory
+from broker.server.stop_signals import on_stop_signals
 from broker.server.tls import server_context
 from broker.server.zk_watches import StateKey, ZkWatches
 from broker.zk import client as zkclient
@@ -77,7 +77,7 @@ class Broker(ZkWatches):
         self.logs = LogManager(config.log_dirs, config.log, broker_id=self.id)
         self.logs.on_roll = self._snapshot_at_roll
         self.purgatory = Purgatory()
-        self.fetch_sessions = FetchSessions(config.max_incremental_fetch_session_cache_slots)
+        self.fetch_sessions = FetchSessions(config.max_incremental_fetch_session_cache_slots, self.purgatory)
         self.deferred_logs: set[PartitionLog] = set()  # logs with appends deferred until `write_deferred`
         self.pid_pool = ProducerIdPool()
         # the groups' committed offsets and generations in ZooKeeper, written behind on a session of its own
@@ -243,12 +243,11 @@ class Broker(ZkWatches):
                                    connect_timeout_s=cfg.zk_connection_timeout_ms / 1000)  # fmt: skip
 
     async def run(self, on_ready: Callable[[Broker], None] | None = None) -> None:
-        """Start, serve until SIGTERM/SIGINT or `stop()`, then shut down cleanly."""
+        """Start, serve until SIGTERM/SIGINT or `stop()`, then shut down cleanly (a signal during the start-up
+        ends the process at once, as before it serves anything)."""
         await self.start()
         assert self.loop is not None and self.stopping is not None
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                self.loop.add_signal_handler(sig, self.stopping.set)
+        on_stop_signals(self.loop, self.stopping.set)
         if on_ready is not None:
             on_ready(self)
         try:
