@@ -89,6 +89,9 @@ class LogManager:
         #: told after a partition's log was truncated (the log cleaner lowers its checkpoint to the new end)
         self.on_truncate: Callable[[TopicPartition, int], None] | None = None
         self._dir_of: dict[TopicPartition, Path] = {}
+        #: the topic id each log's dir holds, once read or written (a leadership change asks for the log again
+        #: with its topic id: not a file read each time, thousands of them at a failover)
+        self._stamped: dict[TopicPartition, int] = {}
         self._locks: list[int] = []
         self.unclean_dirs: list[Path] = []
         self.high_watermarks: dict[TopicPartition, int] = {}
@@ -212,18 +215,20 @@ class LogManager:
         """
         tp = (topic, partition)
         old = self.logs.get(tp)
-        if old is not None and topic_id is not None and read_topic_id(old.dir) not in (None, topic_id):
+        if old is not None and topic_id is not None and self._stamp_of(tp, old) not in (None, topic_id):
             log.warning("log of %s-%d belongs to an earlier topic of that name: set aside as stray", topic, partition)
             self._move_away(tp, "stray")
         if tp not in self.logs:
             online = [d for d in self.log_dirs if d not in self.offline_dirs]
             if not online:
                 raise OSError(f"every log dir is offline ({'; '.join(self.offline_dirs.values())})")
-            counts = {d: 0 for d in online}
-            for owner in self._dir_of.values():
-                if owner in counts:
-                    counts[owner] += 1
-            d = min(online, key=lambda x: counts[x])
+            d = online[0]
+            if len(online) > 1:
+                counts = {d: 0 for d in online}
+                for owner in self._dir_of.values():
+                    if owner in counts:
+                        counts[owner] += 1
+                d = min(online, key=lambda x: counts[x])
             self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
             self.logs[tp].on_roll, self.logs[tp].on_truncate = self._rolled, self._truncated
             self._dir_of[tp] = d
@@ -231,10 +236,20 @@ class LogManager:
             for f in self.logs[tp].active.files():
                 self.note_unsynced(f)
         plog = self.logs[tp]
-        if topic_id is not None and read_topic_id(plog.dir) is None:  # (a lost one is written again here)
+        if topic_id is not None and self._stamp_of(tp, plog) is None:  # (a lost one is written again here)
             write_atomically(plog.dir / TOPIC_ID, f"{topic_id}\n".encode(), sync=False)
             self.note_unsynced(plog.dir / TOPIC_ID)
+            self._stamped[tp] = topic_id
         return plog
+
+    def _stamp_of(self, tp: TopicPartition, plog: PartitionLog) -> int | None:
+        """The topic id in the log's dir (read once; None: none there)."""
+        stamp = self._stamped.get(tp)
+        if stamp is None:
+            stamp = read_topic_id(plog.dir)
+            if stamp is not None:
+                self._stamped[tp] = stamp
+        return stamp
 
     def partitions_in(self, log_dir: Path) -> list[TopicPartition]:
         """The partitions whose logs live in `log_dir`, sorted."""
@@ -258,6 +273,7 @@ class LogManager:
             return None
         plog.close()
         self._dir_of.pop(tp, None)
+        self._stamped.pop(tp, None)
         self.high_watermarks.pop(tp, None)
         moved = plog.dir.with_name(f"{plog.dir.name}.{int(self.clock() * 1000)}-{suffix}")
         os.replace(plog.dir, moved)
