@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 #: requests in flight at once (ZooKeeper's default globalOutstandingLimit is 1,000)
@@ -108,6 +108,47 @@ def multi_chunks(zk: KazooClient, ops: Sequence[Op], *, max_ops: int = MULTI_OPS
         pending = [_transaction(zk, part).commit_async() for part in parts[start : start + window]]
         for result in pending:
             out.extend(result.get())
+    return out
+
+
+def ensure_parents(zk: KazooClient, leaves: Iterable[str], *, window: int = WINDOW) -> None:
+    """Create the missing ancestors of the znodes `leaves`, a level at a time with its creates pipelined (kazoo's
+    `makepath` walks each path alone, a round trip per level per znode: thousands of first commits at once)."""
+    levels: dict[int, set[str]] = {}
+    for leaf in leaves:
+        parts = leaf.strip("/").split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            levels.setdefault(depth, set()).add("/" + "/".join(parts[:depth]))
+    for depth in sorted(levels):
+        _pipelined([lambda p=p: zk.create_async(p, b"") for p in sorted(levels[depth])], lambda path: path,
+                   (NodeExistsError,), window)  # fmt: skip
+
+
+#: `try_multis`' result for an op of a multi ZooKeeper refused (that op, or another of its chunk, failed)
+REFUSED = object()
+
+
+def try_multis(zk: KazooClient, ops: Sequence[Op], *, max_ops: int = MULTI_OPS, max_bytes: int = MULTI_BYTES,
+               window: int = 64) -> list[Any]:  # fmt: skip
+    """Commit `ops` as multis of bounded size, up to `window` of them in flight, for the one request per many
+    writes (ZooKeeper's cost, and kazoo's, is per request); per op: its result when its chunk was committed,
+    `REFUSED` when ZooKeeper refused the chunk (nothing of it was done: the caller does those ops another way),
+    or the exception a chunk's request raised (connection loss: it may or may not have been committed)."""
+    out: list[Any] = []
+    parts = chunks(ops, max_ops=max_ops, max_bytes=max_bytes)
+    for start in range(0, len(parts), window):
+        sent = parts[start : start + window]
+        pending = [_transaction(zk, part).commit_async() for part in sent]
+        for part, result in zip(sent, pending, strict=True):
+            try:
+                results = result.get()
+            except Exception as exc:  # noqa: BLE001 - the chunk's answer, given per op
+                out.extend([exc] * len(part))
+                continue
+            if any(isinstance(r, Exception) for r in results):
+                out.extend([REFUSED] * len(part))
+            else:
+                out.extend(results)
     return out
 
 

@@ -69,8 +69,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from broker.coordinator.txn import store as txn_store
+from broker.zk import batch, consumers, paths
 from broker.zk import client as zkclient
-from broker.zk import consumers, paths
 from broker.zk.paths import StoredOffset
 
 log = logging.getLogger(__name__)
@@ -174,6 +174,7 @@ class GroupStore:
         #: metadata znode deleted), while its offset is this broker's write: a commit carrying the same is not
         #: written there again
         self._beside: dict[str, bytes | None] = {}
+        self._parents: set[str] = set()  # parents of offset znodes this broker made or saw made
         self._writer: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -574,6 +575,7 @@ class GroupStore:
             gone = paths.group(d.group) + "/"
             self._versions = {k: v for k, v in self._versions.items() if not k.startswith(gone)}
             self._beside = {k: v for k, v in self._beside.items() if not k.startswith(gone)}
+            self._parents = {k for k in self._parents if not k.startswith(gone)}
         with self._cond:
             with contextlib.suppress(ValueError):
                 self._deletions.remove(d)
@@ -665,6 +667,29 @@ class GroupStore:
 
     def _pipelined_offsets(self, quick: list[tuple[OffsetKey, _Commit]],
                            finished: dict[OffsetKey, bool]) -> list[tuple[OffsetKey, _Commit, int | None]]:  # fmt: skip
+        """Set the offset znodes of commits not held, many to a multi (`batch.try_multis`: one request for
+        hundreds of offsets); those of a multi ZooKeeper refused (one of its znodes is missing: a partition's
+        first commit) one request each (`_offsets_one_by_one`); (key, commit, the znode's version before) of
+        those written."""
+        ops = [batch.Op("set_data", paths.group_offset(*key), paths.offset_data(c.stored)) for key, c in quick]
+        befores = [self._versions.get(op.path) for op in ops]
+        written: list[tuple[OffsetKey, _Commit, int | None]] = []
+        alone: list[tuple[OffsetKey, _Commit]] = []
+        lost: BaseException | None = None
+        for (key, c), op, before, result in zip(quick, ops, befores, batch.try_multis(self.zk, ops), strict=True):
+            if result is batch.REFUSED:
+                alone.append((key, c))
+            elif isinstance(result, BaseException):
+                lost = _failed_write(key, result, finished, lost)
+            else:
+                self._versions[op.path] = result.version
+                written.append((key, c, before))
+        if lost is not None:  # (what carries beside the offsets written goes when ZooKeeper is back: still held)
+            raise lost
+        return written + self._offsets_one_by_one(alone, finished) if alone else written
+
+    def _offsets_one_by_one(self, quick: list[tuple[OffsetKey, _Commit]], finished: dict[OffsetKey, bool]
+                            ) -> list[tuple[OffsetKey, _Commit, int | None]]:  # fmt: skip
         """Set the offset znodes of commits not held, all requests sent before the first answer is awaited, then
         create the missing ones the same way; (key, commit, the znode's version before) of those written."""
         zk = self.zk
@@ -686,7 +711,8 @@ class GroupStore:
                 lost = _failed_write(key, exc, finished, lost)
                 continue
             written.append((key, c, before))
-        if lost is None and missing:  # (a first commit of the partition)
+        if lost is None and missing:  # (a first commit of the partition: its parents first, a level at a time)
+            self._ensure_parents([paths.group_offset(*key) for key, _, _ in missing])
             created = [(key, c, before, zk.create_async(paths.group_offset(*key), paths.offset_data(c.stored),
                                                         makepath=True)) for key, c, before in missing]  # fmt: skip
             for key, c, before, result in created:
@@ -709,16 +735,46 @@ class GroupStore:
     def _pipelined_metadata(self, offsets: list[tuple[OffsetKey, _Commit, int | None]],
                             finished: dict[OffsetKey, bool]) -> None:  # fmt: skip
         """What the commits whose offsets were just written carry beside them (`consumers.put_offset_metadata`),
-        pipelined; skipped, as in `_write_offset`, when it is there already (`_beside_unchanged`)."""
-        zk = self.zk
-        sent = []
+        many to a multi, those of a multi ZooKeeper refused (a first metadata znode, one to delete that is not
+        there) pipelined one request each; skipped, as in `_write_offset`, when it is there already
+        (`_beside_unchanged`)."""
+        todo: list[tuple[OffsetKey, _Commit, bytes | None]] = []
         for key, c, before in offsets:
             path = paths.group_offset(*key)
             if self._beside_unchanged(path, before, c):
                 finished[key] = True
                 continue
             self._beside.pop(path, None)
-            data = paths.offset_metadata_json(c.stored)
+            todo.append((key, c, paths.offset_metadata_json(c.stored)))
+        # the deletes in multis of their own: a bare commit's delete finds no znode after a restart (refused), and
+        # would take the sets of its multi down with it
+        todo.sort(key=lambda item: item[2] is None)
+        ops = [batch.Op("set_data", paths.group_offset_metadata(*key), data) if data is not None
+               else batch.Op("delete", paths.group_offset_metadata(*key)) for key, _, data in todo]  # fmt: skip
+        sets = sum(1 for _, _, data in todo if data is not None)
+        results = batch.try_multis(self.zk, ops[:sets]) + batch.try_multis(self.zk, ops[sets:])
+        alone = []
+        lost: BaseException | None = None
+        for (key, c, data), result in zip(todo, results, strict=True):
+            if result is batch.REFUSED:
+                alone.append((key, c, data))
+            elif isinstance(result, BaseException):
+                lost = _failed_write(key, result, finished, lost)
+            else:
+                self._beside[paths.group_offset(*key)] = data
+                finished[key] = True
+        if lost is not None:
+            raise lost
+        if alone:
+            self._metadata_one_by_one(alone, finished)
+
+    def _metadata_one_by_one(self, todo: list[tuple[OffsetKey, _Commit, bytes | None]],
+                             finished: dict[OffsetKey, bool]) -> None:  # fmt: skip
+        """`_pipelined_metadata`'s writes, pipelined one request each (creating the missing znodes)."""
+        zk = self.zk
+        self._ensure_parents([paths.group_offset_metadata(*key) for key, _, data in todo if data is not None])
+        sent = []
+        for key, c, data in todo:
             meta = paths.group_offset_metadata(*key)
             sent.append((key, c, data, zk.set_async(meta, data) if data is not None else zk.delete_async(meta)))
         lost: BaseException | None = None
@@ -755,6 +811,13 @@ class GroupStore:
             finished[key] = True
         if lost is not None:
             raise lost
+
+    def _ensure_parents(self, leaves: list[str]) -> None:
+        """Create the parents of znodes about to be created that this store has not made or seen yet."""
+        new = [leaf for leaf in leaves if leaf.rsplit("/", 1)[0] not in self._parents]
+        if new:
+            batch.ensure_parents(self.zk, new)
+            self._parents.update(leaf.rsplit("/", 1)[0] for leaf in new)
 
     def _write_offset(self, key: OffsetKey, c: _Commit) -> bool:
         """Write one commit, its offset then what it carries beside it (`consumers.put_offset_metadata`); False

@@ -15,7 +15,14 @@ from typing import Any, NamedTuple
 
 import pytest
 from kazoo.client import KazooState
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
 
 from broker.coordinator.group import store as group_store
 from broker.coordinator.group.store import GroupStore
@@ -199,10 +206,60 @@ class FakeZk:
     def create_async(self, path: str, data: bytes = b"", makepath: bool = False) -> Result:
         return Result(lambda: self.create(path, data, makepath=makepath))
 
+    def transaction(self) -> FakeTransaction:
+        return FakeTransaction(self)
+
     # -- what a test reads --
     def offset(self, topic: str, p: int, group: str = G) -> int | None:
         node = self.nodes.get(f"/consumers/{group}/offsets/{topic}/{p}")
         return None if node is None else int(node[0])
+
+
+class FakeTransaction:
+    """A multi: all of its operations or none (kazoo's results: a refused op's exception, RolledBackError for the
+    others)."""
+
+    def __init__(self, zk: FakeZk) -> None:
+        self.zk = zk
+        self.ops: list[tuple[str, str, bytes, int]] = []
+
+    def set_data(self, path: str, data: bytes, version: int = -1) -> None:
+        self.ops.append(("set", path, data, version))
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self.ops.append(("delete", path, b"", version))
+
+    def create(self, path: str, data: bytes = b"") -> None:
+        self.ops.append(("create", path, data, -1))
+
+    def commit_async(self) -> Result:
+        return Result(self._commit)
+
+    def _commit(self) -> list[Any]:
+        zk = self.zk
+        with zk.lock:
+            zk._check()
+            nodes, writes = dict(zk.nodes), list(zk.writes)
+            counted = getattr(zk, "deleted", None)  # (a subclass's count of deletions: a refused multi did none)
+            before = list(counted) if counted is not None else None
+            out: list[Any] = []
+            for kind, path, data, version in self.ops:
+                try:
+                    if kind == "set":
+                        out.append(zk.set(path, data, version))
+                    elif kind == "delete":
+                        zk.delete(path, version)
+                        out.append(True)
+                    else:
+                        out.append(zk.create(path, data))
+                except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError) as exc:
+                    zk.nodes.clear()
+                    zk.nodes.update(nodes)
+                    zk.writes[:] = writes
+                    if counted is not None and before is not None:
+                        counted[:] = before
+                    return [exc if i == len(out) else RolledBackError() for i in range(len(self.ops))]
+            return out
 
 
 def _now_ms() -> int:
@@ -250,6 +307,44 @@ def test_a_commit_is_answered_once_written_and_fetch_reads_zookeeper() -> None:
         assert offsets_of(await store.fetch(G, None)) == {(T, 0): 5, (T, 1): 7, (T, 2): 9}
         await store.commit(G, {(T, 0): 6})
         assert zk.offset(T, 0) == 6
+        await store.close(1)
+
+    run(main())
+
+
+def test_commits_go_many_to_a_multi_and_a_first_one_creates_its_znodes() -> None:
+    """A window's offsets and their metadata go in multis (one request for many); a multi refused because a
+    partition's znode is missing (its first commit) is done one write at a time, which creates it."""
+
+    async def main() -> None:
+        zk = FakeZk()
+        multis: list[int] = []
+        singles: list[str] = []
+        transaction, set_async = zk.transaction, zk.set_async
+
+        def counted_transaction() -> FakeTransaction:
+            tx = transaction()
+            commit = tx.commit_async
+            tx.commit_async = lambda: (multis.append(len(tx.ops)), commit())[1]  # type: ignore[method-assign]
+            return tx
+
+        def counted_set(path: str, data: bytes) -> Result:
+            singles.append(path)
+            return set_async(path, data)
+
+        zk.transaction, zk.set_async = counted_transaction, counted_set  # type: ignore[method-assign]
+        store = await started(zk)
+        first = {(T, p): StoredOffset(p, leader_epoch=3, metadata="m") for p in range(50)}
+        await store.commit(G, first)
+        assert [zk.offset(T, p) for p in range(50)] == list(range(50))
+        assert len(singles) >= 50  # (the first commits: refused in a multi, then written and created one by one)
+        multis.clear()
+        singles.clear()
+        await store.commit(G, {(T, p): StoredOffset(p + 100, leader_epoch=4, metadata="m") for p in range(50)})
+        assert [zk.offset(T, p) for p in range(50)] == [p + 100 for p in range(50)]
+        assert multis == [50, 50] and singles == []  # the offsets in one multi, what they carry in another
+        found = await store.fetch(G, {T: [0, 49]})
+        assert found is not None and (found[(T, 49)].leader_epoch, found[(T, 49)].metadata) == (4, "m")
         await store.close(1)
 
     run(main())
@@ -316,7 +411,7 @@ def test_what_a_commit_carries_beside_its_offset_is_written_only_when_it_changed
         async def written_by(stored: StoredOffset) -> list[str]:
             zk.writes.clear()
             await store.commit(G, {(T, 0): stored})
-            return [path for path, _ in zk.writes]
+            return [path for path, _ in zk.writes if path in (offset, meta)]  # (not their parents, made first)
 
         assert await written_by(StoredOffset(5, 1, "m")) == [offset, meta]
         assert await written_by(StoredOffset(5, 1, "m")) == [offset]  # (the same position committed again)
