@@ -57,15 +57,20 @@ class BrokerProcess:
         return argv
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
+        """Start the broker and wait until this run of it serves (its output is appended to the last run's: only
+        what this run printed counts; a restart may first wait for its old registration to expire)."""
         self.home.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "KAFKACTL_HOME": str(self.home), **self.env}
+        begin = self.output.stat().st_size if self.output.exists() else 0
+        if begin:
+            timeout = max(timeout, 90.0)
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(self.argv(), stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker {self.broker_id} exited with {self.proc.returncode}:\n{self.log_text()}")
-            if port_open("127.0.0.1", self.port, 0.2) and "serving on" in self.log_text():
+            if port_open("127.0.0.1", self.port, 0.2) and b"serving on" in self._output_since(begin):
                 return self
             if time.monotonic() > deadline:
                 self.kill()
@@ -111,6 +116,14 @@ class BrokerProcess:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def _output_since(self, offset: int) -> bytes:
+        try:
+            with open(self.output, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except OSError:
+            return b""
 
     def log_text(self) -> str:
         try:
