@@ -84,6 +84,7 @@ class FetchSession:
     busy: bool = False  # a fetch of it is using the watch
     #: the partitions the last fetches left quiet (a follower's session), with the follower's record of each
     quiet: dict[TopicPartition, Follower] = field(default_factory=dict)
+    loud: dict[TopicPartition, None] = field(default_factory=dict)  # the others (an ordered set)
     clock: SessionClock = field(default_factory=SessionClock)  # when it last fetched
     swept_ms: int = 0  # when a fetch last looked at every partition, quiet or not
 
@@ -99,11 +100,13 @@ class FetchSession:
     def unquiet(self, tps: Iterable[TopicPartition]) -> None:
         """`tps` are not quiet any more (named, woken, forgotten): their followers stop counting this session's
         later fetches as caught up (what the fetches until the last one said is kept: `Follower.leave_quiet`)."""
-        quiet, clock = self.quiet, self.clock
+        quiet, clock, loud, parts = self.quiet, self.clock, self.loud, self.partitions
         for tp in tps:
             f = quiet.pop(tp, None)
             if f is not None:
                 f.leave_quiet(clock)
+                if tp in parts:
+                    loud[tp] = None
 
     def forget_sent(self) -> None:
         """The last answer never left (a throttled fetch answers empty): the next one holds every partition."""
@@ -178,6 +181,7 @@ class FetchSessions:
             if session is not None:
                 for topic, p in named:
                     session.partitions[(topic, p["partition"])] = CachedPartition(p)
+                session.loud = dict.fromkeys(session.partitions)
                 if self.purgatory is not None:
                     session.watch = self.purgatory.watch(list(session.partitions))
             return FetchContext(named, session)
@@ -195,6 +199,7 @@ class FetchSessions:
             c = parts.get(tp)
             if c is None:
                 parts[tp] = CachedPartition(p)
+                session.loud[tp] = None
                 added.append(tp)
             else:  # (answered whatever it holds: the fetcher may have dropped what it was last sent)
                 c.fetch = p
@@ -203,6 +208,7 @@ class FetchSessions:
         gone = [(t["topic"], index) for t in req.get("forgotten_topics_data") or () for index in t["partitions"]]
         for tp in gone:
             parts.pop(tp, None)
+            session.loud.pop(tp, None)
         session.unquiet(gone)
         if session.watch is not None:
             session.watch.add(added)

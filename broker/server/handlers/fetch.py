@@ -129,14 +129,14 @@ def _not_quiet(b: Services, session: FetchSession, replica: int,
     and nothing woke are not looked at (they stay caught up by the session's clock), except in a sweep over all
     of them once every `SWEEP_MS`."""
     now_ms = int(time.monotonic() * 1000)
-    quiet, parts = session.quiet, session.partitions
+    quiet, loud, parts = session.quiet, session.loud, session.partitions
     if woken is None or now_ms - session.swept_ms >= SWEEP_MS:
         session.swept_ms = now_ms
         session.unquiet(list(quiet))
         looked = list(parts.items())
     else:
         session.unquiet(woken)
-        looked = [(tp, c) for tp, c in parts.items() if tp not in quiet] if quiet else list(parts.items())
+        looked = [(tp, parts[tp]) for tp in loud]
     is_quiet = b.replicas.quiet_fetch
     get = b.logs.get
     clock = session.clock
@@ -149,6 +149,7 @@ def _not_quiet(b: Services, session: FetchSession, replica: int,
         f = is_quiet(tp, replica, fetch["fetch_offset"], epoch, sent, plog, now_ms, clock) if plog is not None else None
         if f is not None:
             quiet[tp] = f
+            loud.pop(tp, None)
         else:
             out.append((tp[0], fetch))
     clock.ms = now_ms  # (the quiet ones were caught up as of this fetch; the others' last was the one before)

@@ -55,7 +55,7 @@ def test_a_quiet_partition_is_left_alone_until_something_wakes_it(tmp_path, monk
         cache.context(_req(session.id, epoch, []))
         return _not_quiet(b, session, 2, session.watch.drain())  # type: ignore[union-attr,arg-type]
 
-    assert fetch(1) == [] and looked == [TP] and TP in session.quiet  # looked at once, left quiet
+    assert fetch(1) == [] and looked == [TP] and TP in session.quiet and TP not in session.loud  # left quiet
     follower = m.leaders[TP].followers[2]
     assert follower.quiet is session.clock
     looked.clear()
