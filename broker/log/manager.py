@@ -25,6 +25,7 @@ from broker.log.checkpoint import (
     REPLICATION,
     OffsetCheckpointFile,
     TopicPartition,
+    overwrite,
     read_or_set_aside,
     write_atomically,
 )
@@ -237,7 +238,7 @@ class LogManager:
                 self.note_unsynced(f)
         plog = self.logs[tp]
         if topic_id is not None and self._stamp_of(tp, plog) is None:  # (a lost one is written again here)
-            write_atomically(plog.dir / TOPIC_ID, f"{topic_id}\n".encode(), sync=False)
+            overwrite(plog.dir / TOPIC_ID, f"{topic_id}\n".encode())  # (one small write: whole or empty)
             self.note_unsynced(plog.dir / TOPIC_ID)
             self._stamped[tp] = topic_id
         return plog

@@ -22,6 +22,12 @@ cache; a power loss may leave an older, intact file, so `load` reconciles the fi
 entries starting past the log end are dropped, and epochs the batches carry past the file's last entry are
 added (from that entry's start on; the log's last batch tells cheaply whether any is missing). A file whose
 last entry the log contradicts (a batch at or after its start carrying an older epoch) is rebuilt whole.
+
+The file is rewritten in place (one `pwrite` of the whole text at its start, then a truncation to its length),
+not through a new file renamed over it: on ext4 a rename over a file waits for the new one's data (about
+0.8 ms here, against 14 µs), and every follower's first copy in a new epoch writes the file. A kill -9
+between the two calls leaves the new text followed by the end of the old one, which `parse` ignores (it reads
+the entries the count line announces); a power loss may tear it, and a file that does not parse is rebuilt.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from broker.log.checkpoint import write_atomically
+from broker.log.checkpoint import overwrite
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +129,7 @@ class LeaderEpochCache:
 
     def write(self) -> None:
         try:
-            write_atomically(self.path, render(self.entries).encode(), sync=False)
+            overwrite(self.path, render(self.entries).encode())
         except OSError as exc:  # the next change writes it again; a lost file is rebuilt from the log
             log.warning("writing %s failed: %s", self.path, exc)
             return

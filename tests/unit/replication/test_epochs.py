@@ -83,3 +83,18 @@ def test_truncation_forgets_the_epochs_that_began_past_the_new_end(tmp_path: Pat
     assert cache.entries == [(0, 0), (3, 100)]
     cache.truncate_from_end(100)
     assert cache.entries == [(0, 0)]
+
+
+def test_the_file_is_rewritten_in_place_and_a_stale_tail_is_ignored(tmp_path):
+    """`write` overwrites the file in place; a kill -9 between its write and its truncation leaves the old
+    text's end behind the new one, which a load ignores (it reads the entries the count line announces)."""
+    cache = LeaderEpochCache(tmp_path, [(0, 0), (1, 57), (2, 90)])
+    cache.write()
+    inode = (tmp_path / FILE).stat().st_ino
+    cache.truncate_from_end(60)  # (drops epoch 2)
+    assert parse((tmp_path / FILE).read_text()) == [(0, 0), (1, 57)]
+    assert (tmp_path / FILE).stat().st_ino == inode  # (in place: no new file renamed over it)
+    long, short = render([(0, 0), (1, 57), (2, 90)]).encode(), render([(0, 0)]).encode()
+    (tmp_path / FILE).write_bytes(short + long[len(short) :])  # the write done, the truncation not
+    loaded = LeaderEpochCache.load(tmp_path, lambda offset: [(0, 0)], 10)
+    assert loaded.entries == [(0, 0)]
