@@ -207,12 +207,13 @@ class LogManager:
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None, *,
-                      topic_id: int | None = None) -> PartitionLog:  # fmt: skip
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | Callable[[], LogConfig] | None = None,
+                      *, topic_id: int | None = None) -> PartitionLog:  # fmt: skip
         """The partition's log, created in the log dir holding the fewest partitions if it is new.
 
         With `topic_id`, a log of an older topic of the same name (deleted while this broker was down or
-        before it heard of it) is set aside as `<dir>.<ms>-stray`, never reused; a new log is stamped.
+        before it heard of it) is set aside as `<dir>.<ms>-stray`, never reused; a new log is stamped. `config`
+        may be a function, called only for a new log (a leadership change asks for thousands of existing ones).
         """
         tp = (topic, partition)
         old = self.logs.get(tp)
@@ -230,6 +231,8 @@ class LogManager:
                     if owner in counts:
                         counts[owner] += 1
                 d = min(online, key=lambda x: counts[x])
+            if callable(config):
+                config = config()
             self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
             self.logs[tp].on_roll, self.logs[tp].on_truncate = self._rolled, self._truncated
             self._dir_of[tp] = d

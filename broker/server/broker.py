@@ -542,7 +542,7 @@ class Broker(ZkWatches):
         log dir can take it). A log of an earlier topic of the same name is set aside as stray, never reused."""
         try:
             return self.logs.get_or_create(
-                topic, partition, log_config_for(self.config.log, self.cache.configs.get(topic, {})),
+                topic, partition, lambda: log_config_for(self.config.log, self.cache.configs.get(topic, {})),
                 topic_id=self.cache.topic_ids.get(topic),
             )  # fmt: skip
         except OSError as exc:
