@@ -31,11 +31,9 @@ CPU seconds in the phase ("cpu_s"); then (unless --json-only) a table on stderr.
 then its directory). Figures are reported, never asserted; the waits poll Metadata about 5 times a second,
 so a time is late by up to one poll (one all-topics Metadata of each live broker, itself slow at 10k).
 
-How long it takes: 30 minutes at 3,000 partitions on the shared 2-core development machine (load average ~20;
-measured at the baseline of issue 28): the two idempotent produce rounds take about 4 minutes each, each restart
-until the ISR is full about 2, creation 2, the controlled shutdown and the kills about 1 each, and the offsets
-phase its whole --timeout while ZooKeeper's writes lag. 10,000 partitions takes over an hour as things stand;
-raise --timeout there (it also bounds a produce round: message.timeout.ms). Progress goes to stderr.
+How long it takes, on the idle 2-core development machine: about 4 minutes at 3,000 partitions, and 5 at
+10,000 without the offsets, txn and conns phases (`--topics 10 --timeout 400`; the 10,000-partition offsets
+phase alone takes minutes while ZooKeeper's writes lag). Don't run two at once. Progress goes to stderr.
 """
 
 from __future__ import annotations
