@@ -23,13 +23,13 @@ import json
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 from private_broker import private_broker
 
 from broker.client.admin import Admin
 from broker.client.aio import AsyncConnection
 from broker.protocol.api import ApiKey
-from broker.zk import paths
+from broker.zk import batch, paths
+from broker.zk import client as zkclient
 
 TOPIC = "commits"
 CONNECTIONS = 16  # client connections the groups' commits are spread over (pipelined on each)
@@ -60,16 +60,8 @@ def wait_written(zk: KazooClient, groups: int, partitions: int, per_group: int, 
     todo = [paths.group_offset(f"bench-{g}", TOPIC, p) for g in range(groups)
             for p in group_partitions(g, partitions, per_group)]  # fmt: skip
     while todo:
-        results = [(path, zk.get_async(path)) for path in todo]
-        left = []
-        for path, r in results:
-            try:
-                data, _ = r.get()
-            except NoNodeError:
-                data = None
-            if data != want:
-                left.append(path)
-        todo = left
+        found = batch.get_many(zk, todo)
+        todo = [path for path, node in zip(todo, found, strict=True) if node is None or node[0] != want]
         if todo:
             time.sleep(0.05)
 
@@ -80,7 +72,7 @@ async def run(port: int, zk_connect: str, args: argparse.Namespace) -> dict:
         while sum(p.leader >= 0 for p in admin.describe_topic(TOPIC)) < args.partitions:
             time.sleep(0.5)
     conns = [await AsyncConnection.open("127.0.0.1", port, client_id=f"bench-{i}") for i in range(CONNECTIONS)]
-    zk = KazooClient(hosts=zk_connect, timeout=30)
+    zk = zkclient.new_client(zk_connect, timeout=30)  # (waits with poll(2), reads in pipelined windows)
     zk.start(30)
     rounds = []
     try:
