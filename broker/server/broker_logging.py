@@ -266,4 +266,7 @@ def configure(log_path: Path | str | None = None) -> logging.Handler:
     root.addHandler(handler)
     if root.getEffectiveLevel() > logging.INFO:  # leaders elected, ISRs changed: what Kafka's state-change log says
         logging.getLogger("broker.replication").setLevel(logging.INFO)
+        # and the broker's own few (shutting down, shut down cleanly, controlled shutdown moved N, producers
+        # loaded, retention): a stop that hangs shows where it got to
+        logging.getLogger("broker.server.broker").setLevel(logging.INFO)
     return handler
