@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from broker.replication.controller import Controller
 from broker.zk import paths, registry
@@ -129,7 +130,10 @@ def acting_controllers(brokers: list[BrokerProcess]) -> set[int]:
 
 def controller_of(zk_connect: str) -> int | None:
     with zk_session(zk_connect) as zk:
-        return zk_json(zk, paths.CONTROLLER)["brokerid"] if zk.exists(paths.CONTROLLER) else None
+        try:
+            return zk_json(zk, paths.CONTROLLER)["brokerid"]
+        except NoNodeError:  # (none, or its session just expired: an ephemeral gone between two reads)
+            return None
 
 
 def one_controller(zk_connect: str, brokers: list[BrokerProcess]) -> int | None:
