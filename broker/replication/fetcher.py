@@ -84,6 +84,7 @@ class ReplicaFetcher:
         self._entries: dict[TopicPartition, dict] = {}  # the fetch fields of what the next fetch covers
         self._touched: set[TopicPartition] = set()  # whose fetch fields may have changed since the last fetch
         self._swept = 0.0  # when every partition's fetch fields were last recomputed
+        self._closed = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source}")
@@ -117,10 +118,13 @@ class ReplicaFetcher:
         return {tp: self.partitions[tp] for tp in self._truncating if tp not in self._paused and tp in self.partitions}
 
     async def close(self) -> None:
+        """Stop the fetcher: bounded, and never swallowing a cancellation of the caller (a controlled shutdown's
+        15 s bound cancels it; suppressing that while waiting on a fetcher task that missed its own cancel, as
+        Python 3.11's `wait_for` can, held a SIGTERM stop for minutes)."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await asyncio.wait({self._task}, timeout=5)
         await self._drop_connection()
 
     async def _drop_connection(self) -> None:
@@ -143,7 +147,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         backoff = 0.05
-        while True:
+        while not self._closed:
             now = time.monotonic()
             spent = self.m.throttle.wait_s(now)
             if spent:
