@@ -379,8 +379,8 @@ def test_group_consumer_api_assignment_iteration_and_manual_commit(broker: Broke
     topic = create_topic(bs, unique("grp"), 4)
     group = unique("g")
     sent = produce(bs, topic, 0, 80)
-    settings = {"auto_offset_reset": "earliest", "enable_auto_commit": False, "zookeeper_session_timeout_ms": 4000,
-                "fetch_max_wait_ms": 100}  # fmt: skip
+    # the default 6 s session: a shorter one can expire on a loaded CI machine and rebalance mid-test
+    settings = {"auto_offset_reset": "earliest", "enable_auto_commit": False, "fetch_max_wait_ms": 100}
 
     async def scenario() -> None:
         a = await GroupConsumer(bs, zk, group, [topic], **settings).start()
@@ -395,10 +395,14 @@ def test_group_consumer_api_assignment_iteration_and_manual_commit(broker: Broke
             # seeing what b and a owned: drain a through its iterator, b through getmany
             seen: dict[tuple[int, int], str] = {}
             want = {k for k in sent if (topic, k[0]) in a.assignment()}
-            async for batch in a:
-                seen.update({(r.partition, r.offset): r.value.decode() for r in batch})
-                if want <= seen.keys():
-                    break
+            try:
+                async with asyncio.timeout(60):  # a hang says what was missing, not a bare pytest timeout
+                    async for batch in a:
+                        seen.update({(r.partition, r.offset): r.value.decode() for r in batch})
+                        if want <= seen.keys():
+                            break
+            except TimeoutError:
+                pytest.fail(f"a never handed out {sorted(want - seen.keys())} of {a.assignment()}")
             await a.commit()
             assert a.committed() == {tp: a.position(tp) for tp in a.assignment()}
             with zk_session(zk) as client:
@@ -413,4 +417,4 @@ def test_group_consumer_api_assignment_iteration_and_manual_commit(broker: Broke
             assert consumers.members(client, group) == {}
             assert consumers.owners(client, group) == {}
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), 150))  # a stuck await fails with its traceback
