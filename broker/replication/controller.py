@@ -213,6 +213,7 @@ class Controller:
                     self.elect_all(preferred=preferred, fence=fence)
                 else:
                     registry.clear_isr_change_notifications(self.zk)
+                    registry.prune_state_changes(self.zk)
                 wrote, self._moves_pending = reassignment.advance(self.zk, set(registry.live_brokers(self.zk)),
                                                                   fence)  # fmt: skip
                 if wrote:  # a step was taken: the next may be due at once (nothing else would wake us for it)
@@ -272,6 +273,7 @@ class Controller:
                 else:
                     tally.add(c, state, new)
         registry.clear_isr_change_notifications(zk)
+        registry.prune_state_changes(zk)
         tally.log(time.monotonic() - started)
         return tally.changed
 

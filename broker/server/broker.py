@@ -109,6 +109,7 @@ class Broker(ZkWatches):
         self.controller: Controller | None = None
         self._states: NodeWatches[StateKey] | None = None  # the partition state znodes watched (`_watch`)
         self._assignment_watched: set[str] = set()
+        self._state_changes_seen: set[str] = set()  # the state-change notifications read (`_on_state_changes`)
         self.servers: dict[str, Server] = {}  # by listener name, in `listeners` order
         self.server: Server | None = None  # the first listener's (its port is the one `--port` sets)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -159,7 +160,7 @@ class Broker(ZkWatches):
             self._connect_zookeeper()
             zk = self.zk
             assert zk is not None
-            self._states = NodeWatches(zk, self._on_states)
+            self._states = NodeWatches(zk, self._on_states, armed=False)  # changes come as notifications
             registry.ensure_roots(zk)
             self.cache.cluster_id = registry.cluster_id(zk)
             if self.authorizer is not None:  # the ACLs are there before the first request is

@@ -18,7 +18,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from broker.coordinator.group.coordinator import coordinator_for
 from broker.server.config import log_config_for
 from broker.topics import topic_name_error
-from broker.zk import paths, registry
+from broker.zk import batch, paths, registry
 from broker.zk.batch import Node
 from broker.zk.node_watches import NodeWatches
 
@@ -59,6 +59,7 @@ class ZkWatches:
     cleaner: LogCleaner | None
     _closing: bool
     _states: NodeWatches[StateKey] | None
+    _state_changes_seen: set[str]
     _assignment_watched: set[str]
     _config_watched: set[str]
     _call: Callable[..., None]
@@ -71,6 +72,8 @@ class ZkWatches:
         zk = self.zk
         assert zk is not None and self._states is not None
         started = time.monotonic()
+        # what the notifications there name was written before the reads below: they find it
+        self._state_changes_seen = set(zk.get_children(paths.STATE_CHANGES))
         self._call(self.cache.set_brokers, registry.registered_brokers(zk))
         topics = self._load_topics(registry.topic_names(zk))
         log.info("read %d topics and their %d partition states from ZooKeeper in %.2f s", len(topics),
@@ -86,12 +89,30 @@ class ZkWatches:
         DataWatch(zk, paths.PREFERRED_ELECTION, self._guarded(self._on_preferred_request))
         DataWatch(zk, paths.REASSIGN, self._guarded(self._on_reassign_request))
         ChildrenWatch(zk, paths.ISR_CHANGE, self._guarded(self._on_isr_change))
+        ChildrenWatch(zk, paths.STATE_CHANGES, self._guarded(self._on_state_changes))
         DataWatch(zk, paths.broker_config(self.id), self._guarded(self._on_broker_config))
 
+    def _on_state_changes(self, children: list[str]) -> None:
+        """(kazoo's thread) New state-change notifications: read them, then the partition states they name, each
+        in one pipelined pass, and have the loop apply what changed. One that went before it was read (this
+        broker fell a minute behind) has every state read again."""
+        zk = self.zk
+        assert zk is not None and self._states is not None
+        new = [c for c in children if c not in self._state_changes_seen]
+        if new:  # (a read that fails leaves them unseen: the next event, or the reconnect's full read, has them)
+            found = batch.get_many(zk, [f"{paths.STATE_CHANGES}/{c}" for c in new])
+            if any(node is None for node in found):
+                log.warning("state-change notifications went before this broker read them: reading every state")
+                self._states.rearm()
+            else:
+                tps = sorted({tp for node in found if node is not None for tp in paths.parse_partitions(node[0])})
+                self._states.reread([paths.partition_state(t, p) for t, p in tps])
+        self._state_changes_seen = set(children)
+
     def _rewatch_states(self) -> None:
-        """(a thread of its own, after a reconnect) kazoo forgot the partition state watches when the
-        connection dropped: read every state again (one pipelined pass), which sets them again and applies
-        what changed meanwhile (the cache ignores versions it has seen)."""
+        """(a thread of its own, after a reconnect) Read every partition state again (one pipelined pass) and
+        apply what changed meanwhile (the cache ignores versions it has seen): the safety net behind the
+        state-change notifications."""
         if self._states is None or self._closing:
             return
         try:

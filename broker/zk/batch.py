@@ -72,12 +72,13 @@ def _pipelined(calls: Sequence[Callable[[], Any]], answer: Callable[[Any], Any],
 
 class Op(NamedTuple):
     """One operation of a multi: `kind` is "create", "set_data", "delete" or "check" (kazoo's transaction
-    methods); `version` -1 means any version (not allowed for "check")."""
+    methods); `version` -1 means any version (not allowed for "check"); `sequence`: a sequential create."""
 
     kind: str
     path: str
     data: bytes = b""
     version: int = -1
+    sequence: bool = False
 
 
 def chunks(ops: Sequence[Op], *, max_ops: int = MULTI_OPS, max_bytes: int = MULTI_BYTES) -> list[Sequence[Op]]:
@@ -163,7 +164,7 @@ def _transaction(zk: KazooClient, ops: Iterable[Op]) -> Any:
     tx = zk.transaction()
     for op in ops:
         if op.kind == "create":
-            tx.create(op.path, op.data)
+            tx.create(op.path, op.data, sequence=op.sequence)
         elif op.kind == "set_data":
             tx.set_data(op.path, op.data, version=op.version)
         elif op.kind == "delete":

@@ -8,6 +8,11 @@ pipelined pass) and reports them all. A znode deleted, or deleted and created ag
 incarnation, say a topic of the same name), stops being watched: its owner learns of that through its own
 watch on the parent and calls `watch()` again.
 
+Unarmed (`armed=False`), no ZooKeeper watch is set: the owner learns of changes another way (the broker's
+state-change notifications) and calls `reread(paths)`, which reads those znodes in one pipelined pass and reports
+what is newer, with the same incarnation and ordering rules. Thousands of data watches cost ZooKeeper a
+notification and a read each per broker; one read pass per batch of changes costs a round trip.
+
 Reads and their reports are ordered: a change seen while `watch()` reads the same znode is folded into what
 `watch()` returns (and reports through `then`), never reported before it, so an owner that applies what
 `watch()` returned cannot overwrite a newer change with an older read; and a change is reported only if it is
@@ -36,9 +41,11 @@ class NodeWatches(Generic[K]):
     """Watches on znodes, each under a key of the owner's. `on_change(changes)` gets [(key, data, stat)] on
     kazoo's threads: it must not block (hand the work to the event loop)."""
 
-    def __init__(self, zk: KazooClient, on_change: Callable[[list[tuple[K, bytes, Any]]], None]) -> None:
+    def __init__(self, zk: KazooClient, on_change: Callable[[list[tuple[K, bytes, Any]]], None], *,
+                 armed: bool = True) -> None:  # fmt: skip
         self._zk = zk
         self._on_change = on_change
+        self._armed = armed
         self._lock = threading.Lock()
         self._keys: dict[K, tuple[str, int, int]] = {}  # key -> (path, czxid of the znode watched, last mzxid told)
         self._paths: dict[str, K] = {}
@@ -64,7 +71,7 @@ class NodeWatches(Generic[K]):
                 self._arming[key] = self._arming.get(key, 0) + 1
                 self._claim(nodes[key], key)
         try:
-            found = get_many(self._zk, [nodes[k] for k in keys], watch=self._fired)
+            found = get_many(self._zk, [nodes[k] for k in keys], watch=self._fired if self._armed else None)
         except BaseException:
             with self._lock:
                 for key in keys:
@@ -97,6 +104,19 @@ class NodeWatches(Generic[K]):
             for key in keys:
                 self._forget(key)
 
+    def reread(self, paths: Iterable[str]) -> None:
+        """Read these znodes again (those watched; one pipelined pass) and report what is newer than what was
+        reported for each. Blocking."""
+        with self._lock:
+            keyed = [(path, self._paths[path]) for path in dict.fromkeys(paths) if path in self._paths]
+        if not keyed:
+            return
+        found = get_many(self._zk, [path for path, _ in keyed], watch=self._fired if self._armed else None)
+        with self._lock:
+            changes = [c for (path, key), node in zip(keyed, found, strict=True) if (c := self._newer(key, path, node))]
+            if changes:
+                self._on_change(changes)
+
     def rearm(self) -> None:
         """After a reconnect: read every watched znode again (setting its watch) and report them all."""
         with self._lock:
@@ -124,31 +144,41 @@ class NodeWatches(Generic[K]):
 
     def _read(self, key: K, path: str, result: Any) -> None:
         try:
-            data, stat = result.get(block=False)
+            node = result.get(block=False)
         except NoNodeError:
-            self.unwatch([key])
-            return
+            node = None
         except Exception as exc:  # noqa: BLE001 - the connection dropped: `rearm()` reads it again
             log.debug("reading %s failed: %s", path, type(exc).__name__)
             return
         with self._lock:
-            known = self._keys.get(key)
-            if self.closed or (known is not None and known[0] != path):
-                return
-            if key in self._arming:  # a watch() is reading it: its result carries this change
-                held = self._held.get(key)
-                if held is None or held[1].mzxid < stat.mzxid:
-                    self._held[key] = (data, stat)
-                return
-            if known is None:
-                return
-            if known[1] != stat.czxid:  # deleted and made again: not the znode this key watched
-                self._forget(key)
-                return
-            if stat.mzxid <= known[2]:  # (a read issued before the one its owner has: nothing newer)
-                return
-            self._keys[key] = (path, known[1], stat.mzxid)
-            self._on_change([(key, data, stat)])
+            change = self._newer(key, path, node)
+            if change is not None:
+                self._on_change([change])
+
+    def _newer(self, key: K, path: str, node: Node | None) -> tuple[K, bytes, Any] | None:
+        """(under the lock) What a fresh read of `key`'s znode has to report: the change if it is newer than the
+        last one reported for the same incarnation; None otherwise (a deleted znode is no longer watched)."""
+        known = self._keys.get(key)
+        if self.closed or (known is not None and known[0] != path):
+            return None
+        if node is None:
+            self._forget(key)
+            return None
+        data, stat = node
+        if key in self._arming:  # a watch() is reading it: its result carries this change
+            held = self._held.get(key)
+            if held is None or held[1].mzxid < stat.mzxid:
+                self._held[key] = (data, stat)
+            return None
+        if known is None:
+            return None
+        if known[1] != stat.czxid:  # deleted and made again: not the znode this key watched
+            self._forget(key)
+            return None
+        if stat.mzxid <= known[2]:  # (a read issued before the one its owner has: nothing newer)
+            return None
+        self._keys[key] = (path, known[1], stat.mzxid)
+        return key, data, stat
 
     def _claim(self, path: str, key: K) -> None:
         """`path` is watched under `key` now (a key that named it before, for an older incarnation, is dropped)."""

@@ -11,6 +11,8 @@
 | /controller_epoch | persistent | decimal |
 | /isr_change_notification/isr_change_<seq> | persistent sequential | {"version":1,"partitions":
   [{"topic","partition"}]} |
+| /kafkactl/state_changes/change_<ms>_<seq> | persistent sequential | {"version":1,"partitions":[{"topic",
+  "partition"}]}: partition states written by the same multi (<ms>: when; the controller deletes old ones) |
 | /config/topics/<t> | persistent | {"version":1,"config":{...}} |
 | /config/brokers/<id> | persistent | {"version":1,"config":{...}}: a broker's dynamic config (the replication
   throttle rates `kafkactl topic reassign --throttle` sets) |
@@ -133,7 +135,12 @@ ACL_CHANGE_PREFIX = "acl_changes_"
 TRANSACTIONS = "/kafkactl/transactions"
 TXN_OFFSETS = "/kafkactl/txn_offsets"
 #: the persistent parents a cluster needs (Kafka creates the same set)
-ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE, "/cluster", CONSUMERS, CONFIG_CHANGES)
+#: the state-change notifications: every write of partition states creates one in the same multi, so each broker
+#: learns of state changes through one children watch here instead of a data watch per state znode
+STATE_CHANGES = "/kafkactl/state_changes"
+
+ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE, "/cluster", CONSUMERS, CONFIG_CHANGES,
+         STATE_CHANGES)  # fmt: skip
 #: the resource types' names in ACL znodes, as Kafka writes them
 ACL_RESOURCE_TYPES = ("Topic", "Group", "Cluster", "TransactionalId", "DelegationToken")
 
@@ -426,6 +433,17 @@ def partitions_json(tps: list[tuple[str, int]]) -> bytes:
 def parse_partitions(data: bytes | None) -> set[tuple[str, int]]:
     obj = loads(data) or {}
     return {(str(e["topic"]), int(e["partition"])) for e in obj.get("partitions") or []}
+
+
+def state_change_prefix(now_ms: int | None = None) -> str:
+    """The path a state-change notification is created at (ZooKeeper appends the sequence number)."""
+    return f"{STATE_CHANGES}/change_{int(time.time() * 1000) if now_ms is None else now_ms}_"
+
+
+def state_change_ms(child: str) -> int | None:
+    """When a state-change notification (its name under STATE_CHANGES) was written; None for another name."""
+    parts = child.split("_")
+    return int(parts[1]) if len(parts) == 3 and parts[0] == "change" and parts[1].isdigit() else None
 
 
 def config_json(config: dict[str, str]) -> bytes:

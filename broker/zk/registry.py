@@ -255,25 +255,46 @@ def state_of(data: bytes | None, stat: ZnodeStat) -> dict:
 StateWrite = tuple[str, int, int, int, list[int], int]
 
 
+#: partition states written by one multi, with the state-change notification that names them
+STATES_PER_MULTI = 400
+
+
 def write_partition_states(zk: KazooClient, writes: list[StateWrite], *, fence: int | None = None) -> list[int | None]:
-    """`write_partition_state` of many partitions, pipelined: each (topic, partition, leader, leader_epoch, isr,
-    version) gets its new version, or None when someone wrote it first. With `fence`, each write is a multi
-    that also checks `/controller_epoch`: FencedError when a newer controller was elected (the writes that
-    went in before it stand, as they would one at a time)."""
-    if fence is None:
-        return batch.set_many(zk, [(paths.partition_state(t, p), paths.state_json(leader, epoch, isr), version)
-                                   for t, p, leader, epoch, isr, version in writes])  # fmt: skip
-    check = batch.Op("check", paths.CONTROLLER_EPOCH, version=fence)
-    results = batch.multis(zk, [
-        (check, batch.Op("set_data", paths.partition_state(t, p), paths.state_json(leader, epoch, isr, fence + 1),
-                         version))
-        for t, p, leader, epoch, isr, version in writes
-    ])  # fmt: skip
-    out: list[int | None] = []
-    for fenced, written in results:
-        if isinstance(fenced, Exception) and not _rolled_back(fenced):
-            raise FencedError("the controller epoch moved")
-        out.append(None if isinstance(written, Exception) else written.version)
+    """Write many partition states, each conditional on its znode version: the new version of each, None when
+    someone wrote it first (read it again and decide anew). Multis of up to `STATES_PER_MULTI` states, pipelined,
+    each creating the state-change notification that names its partitions (how brokers learn of them); a multi
+    that one stale write spoiled is sent again without it. With `fence`, each multi also checks
+    `/controller_epoch`: FencedError when a newer controller was elected (multis that went in before stand)."""
+    out: list[int | None] = [None] * len(writes)
+    todo = list(range(len(writes)))
+    head = [batch.Op("check", paths.CONTROLLER_EPOCH, version=fence)] if fence is not None else []
+    epoch = {} if fence is None else {"controller_epoch": fence + 1}
+    made_root = False
+    while todo:
+        parts = [todo[i : i + STATES_PER_MULTI] for i in range(0, len(todo), STATES_PER_MULTI)]
+        transactions = []
+        for part in parts:
+            sets = [batch.Op("set_data", paths.partition_state(t, p), paths.state_json(leader, le, isr, **epoch), v)
+                    for t, p, leader, le, isr, v in (writes[i] for i in part)]  # fmt: skip
+            note = batch.Op("create", paths.state_change_prefix(), paths.partitions_json(
+                [(writes[i][0], writes[i][1]) for i in part]), sequence=True)  # fmt: skip
+            transactions.append([*head, *sets, note])
+        todo = []
+        for part, results in zip(parts, batch.multis(zk, transactions), strict=True):
+            if head and isinstance(results[0], Exception) and not _rolled_back(results[0]):
+                raise FencedError("the controller epoch moved")
+            stale = [isinstance(r, Exception) and not _rolled_back(r) for r in results[len(head) : -1]]
+            if not any(isinstance(r, Exception) for r in results):
+                for i, stat in zip(part, results[len(head) : -1], strict=True):
+                    out[i] = stat.version
+            elif any(stale):
+                todo += [i for i, bad in zip(part, stale, strict=True) if not bad]
+            elif isinstance(results[-1], NoNodeError) and not made_root:  # a ZooKeeper older than the notifications
+                zk.ensure_path(paths.STATE_CHANGES)
+                made_root = True
+                todo += part
+            else:  # the notification itself was refused
+                raise results[-1] if isinstance(results[-1], Exception) else KafkactlError("a state write failed")
     return out
 
 
@@ -287,22 +308,8 @@ def write_partition_state(zk: KazooClient, topic: str, partition: int, leader: i
     a leader's ISR change against the controller's election, and the other way round); returns the new
     version, or None when someone wrote it first (read it again and decide anew). With `fence` (the
     version of `/controller_epoch` a controller won at), the write also requires that no controller was
-    elected since: FencedError otherwise."""
-    path = paths.partition_state(topic, partition)
-    if fence is None:
-        try:
-            return zk.set(path, paths.state_json(leader, leader_epoch, isr), version=version).version
-        except (BadVersionError, NoNodeError):
-            return None
-    tx = zk.transaction()
-    tx.check(paths.CONTROLLER_EPOCH, fence)
-    tx.set_data(path, paths.state_json(leader, leader_epoch, isr, fence + 1), version=version)
-    results = tx.commit()
-    if isinstance(results[0], Exception) and not _rolled_back(results[0]):
-        raise FencedError("the controller epoch moved")
-    if isinstance(results[1], Exception):
-        return None
-    return results[1].version
+    elected since: FencedError otherwise. `write_partition_states` of one."""
+    return write_partition_states(zk, [(topic, partition, leader, leader_epoch, isr, version)], fence=fence)[0]
 
 
 def take_preferred_election_request(zk: KazooClient) -> set[tuple[str, int]] | None:
@@ -368,6 +375,24 @@ def clear_isr_change_notifications(zk: KazooClient) -> None:
     except NoNodeError:
         return
     batch.delete_many(zk, [f"{paths.ISR_CHANGE}/{child}" for child in children])
+
+
+#: how long a state-change notification stays: brokers read each within moments of its writing, and one that finds
+#: a notification gone (it fell that far behind) reads every partition state again
+STATE_CHANGE_TTL_S = 60.0
+
+
+def prune_state_changes(zk: KazooClient, now_ms: int | None = None) -> int:
+    """Delete the state-change notifications older than `STATE_CHANGE_TTL_S` (the controller does, on its passes);
+    how many went."""
+    try:
+        children = zk.get_children(paths.STATE_CHANGES)
+    except NoNodeError:
+        return 0
+    cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - STATE_CHANGE_TTL_S * 1000
+    old = [c for c in children if (ms := paths.state_change_ms(c)) is not None and ms < cutoff]
+    batch.delete_many(zk, [f"{paths.STATE_CHANGES}/{c}" for c in old])
+    return len(old)
 
 
 #: partitions named by one ISR change notification (Kafka's leaders cut theirs the same way)
@@ -471,7 +496,9 @@ def assignment_version(zk: KazooClient, topic: str) -> tuple[dict[int, list[int]
 
 
 def _rolled_back(exc: Exception) -> bool:
-    return type(exc).__name__ == "RolledBackError"
+    """An op of a failed multi that was not at fault: before the failing op ZooKeeper says it was rolled back,
+    after it that it was not run (RuntimeInconsistency)."""
+    return type(exc).__name__ in ("RolledBackError", "RuntimeInconsistency")
 
 
 def delete_topic(zk: KazooClient, topic: str) -> None:

@@ -23,7 +23,11 @@ def test_paths() -> None:
     assert paths.PRODUCER_ID_BLOCK == "/latest_producer_id_block"
     assert paths.ISR_CHANGE == "/isr_change_notification"
     assert set(paths.ROOTS) == {"/brokers/ids", "/brokers/topics", "/config/topics", "/admin/delete_topics",
-                                "/isr_change_notification", "/cluster", "/consumers", "/config/changes"}  # fmt: skip
+                                "/isr_change_notification", "/cluster", "/consumers", "/config/changes",
+                                "/kafkactl/state_changes"}  # fmt: skip
+    assert paths.state_change_prefix(1234) == "/kafkactl/state_changes/change_1234_"
+    assert paths.state_change_ms("change_1234_0000000007") == 1234
+    assert paths.state_change_ms("isr_change_0000000007") is None
 
 
 def test_dumps_is_compact_json() -> None:

@@ -229,3 +229,54 @@ def test_fenced_state_writes_name_the_raced_and_stop_at_a_newer_controller(zk: K
     with pytest.raises(registry.FencedError):
         registry.write_partition_states(zk, [("f", 0, 1, 10, [1], after[0]["zk_version"])], fence=fence)
     assert registry.partition_state(zk, "f", 0)["leader_epoch"] == 9
+
+
+def _notified(zk: KazooClient) -> list[set[tuple[str, int]]]:
+    """The partitions each state-change notification names, oldest first."""
+    children = sorted(zk.get_children(paths.STATE_CHANGES), key=lambda c: c.rsplit("_", 1)[1])
+    return [paths.parse_partitions(zk.get(f"{paths.STATE_CHANGES}/{c}")[0]) for c in children]
+
+
+def test_state_writes_notify_in_the_same_multi_and_old_notifications_are_pruned(zk: KazooClient) -> None:
+    """Every state write lands with a notification naming exactly the partitions it wrote (a stale write is
+    named by none, the rest of its multi is written again); more than a multi's worth makes more than one
+    notification; the controller's prune takes only those older than the TTL."""
+    registry.ensure_roots(zk)
+    registry.create_topic(zk, "s", {p: [1] for p in range(registry.STATES_PER_MULTI + 3)}, {})
+    assert _notified(zk) == []  # a new topic's states are read with the topic
+    states = registry.partition_states(zk, "s", [0, 1, 2])
+    assert registry.write_partition_state(zk, "s", 1, 1, 5, [1], states[1]["zk_version"]) == 1
+    assert _notified(zk) == [{("s", 1)}]
+    versions = registry.write_partition_states(zk, [("s", p, 1, 7, [1], st["zk_version"]) for p, st in states.items()])
+    assert versions == [1, None, 1]
+    assert _notified(zk)[1:] == [{("s", 0), ("s", 2)}]
+    many = registry.partition_states(zk, "s", list(range(3, registry.STATES_PER_MULTI + 3)))
+    registry.write_partition_states(zk, [("s", p, 1, 1, [1], st["zk_version"]) for p, st in many.items()])
+    tail = _notified(zk)[2:]
+    assert [len(n) for n in tail] == [registry.STATES_PER_MULTI] and tail[0] == {("s", p) for p in many}
+    now_ms = int(time.time() * 1000)
+    zk.create(paths.state_change_prefix(now_ms - 3_600_000), paths.partitions_json([("s", 9)]), sequence=True)
+    assert registry.prune_state_changes(zk, now_ms) == 1
+    assert len(_notified(zk)) == 3
+
+
+def test_unarmed_node_watches_report_only_newer_states_of_watched_znodes_on_reread(zk: KazooClient) -> None:
+    """`reread` (how the broker follows its state-change notifications): a changed znode is reported once, an
+    unchanged or unwatched one never, and a znode made again is dropped, not reported."""
+    paths_ = _create(zk, 3)
+    seen: list[list[tuple[int, bytes]]] = []
+    watches: NodeWatches[int] = NodeWatches(zk, lambda changes: seen.append([(k, d) for k, d, _ in changes]),
+                                            armed=False)  # fmt: skip
+    assert {k: node[0] for k, node in watches.watch({0: paths_[0], 1: paths_[1]}).items()} == {0: b"0", 1: b"1"}
+    zk.set(paths_[0], b"zero")
+    zk.set(paths_[2], b"two")  # not watched
+    time.sleep(0.2)
+    assert seen == []  # no ZooKeeper watch was left
+    watches.reread(paths_)
+    assert seen == [[(0, b"zero")]]
+    watches.reread(paths_)
+    assert seen == [[(0, b"zero")]]
+    zk.delete(paths_[1])
+    zk.create(paths_[1], b"again")
+    watches.reread([paths_[1]])
+    assert seen == [[(0, b"zero")]] and watches.keys() == [0]
