@@ -136,7 +136,7 @@ class Bench:
         from broker import local_cluster
 
         with contextlib.suppress(Exception):
-            local_cluster.down(NAME, purge=True, timeout=30)
+            local_cluster.down(NAME, purge=not self.args.keep, timeout=30)
         for pid in self.started_pids:  # whatever the clean stop left, if it is still ours (pids are reused)
             with contextlib.suppress(OSError):
                 cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
@@ -495,6 +495,7 @@ def main() -> None:
     ap.add_argument("--conns", type=int, default=2000, help="idle connections of the conns phase (default 2000)")
     ap.add_argument("--timeout", type=float, default=300, help="longest wait of a phase, s (default 300)")
     ap.add_argument("--json-only", action="store_true", help="no table at the end")
+    ap.add_argument("--keep", action="store_true", help="keep the cluster's directory (its broker logs) at the end")
     args = ap.parse_args()
     args.topics = args.topics or max(1, args.partitions // 1000)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -511,7 +512,10 @@ def main() -> None:
         pass
     finally:
         bench.teardown()
-        shutil.rmtree(home, ignore_errors=True)
+        if args.keep:
+            print(f"the cluster's directory (broker logs under it): {home}", file=sys.stderr)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
     if not args.json_only:
         print(table(bench.results), file=sys.stderr)
 
