@@ -321,20 +321,25 @@ class _Tally:
 
 
 def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict[int, list[int]]],
-                         live: set[int]) -> list[tuple[str, int, dict]]:  # fmt: skip
+                         live: set[int], known: dict[tuple[str, int], dict] | None = None,
+                         ) -> list[tuple[str, int, dict]]:  # fmt: skip
     """A controlled shutdown: hand each partition `broker_id` leads to another ISR member and leave every ISR,
     where another live ISR member exists (the last in-sync replica stays: its partition goes offline with
     it). Written by the stopping broker itself, each conditional on the state's version, in pipelined passes
-    (every state read at once, every change written at once; what someone else wrote first is read and decided
-    again, up to three passes): a round trip per pass, not per partition. Returns the states written, each
-    with its new `zk_version` (for the broker's own cache)."""
+    (every change written at once; what someone else wrote first is read and decided again, up to three
+    passes): a round trip per pass, not per partition. The first pass decides from the `known` states (the
+    broker's cache, with their `zk_version`s) where it has them, reading only the others. Returns the states
+    written, each with its new `zk_version` (for the broker's own cache)."""
     others = live - {broker_id}
     pending = [(t, p, replicas) for t, a in topics.items() for p, replicas in a.items() if broker_id in replicas]
     written: list[tuple[str, int, dict]] = []
-    for _ in range(3):
+    for attempt in range(3):
         if not pending:
             break
-        found = registry.partition_states_of(zk, [(t, p) for t, p, _ in pending])
+        cached = (known or {}) if attempt == 0 else {}  # (a stale one fails its write and is read)
+        unknown = [(t, p) for t, p, _ in pending if (t, p) not in cached]
+        read = dict(zip(unknown, registry.partition_states_of(zk, unknown), strict=True))
+        found = [cached.get((t, p)) or read.get((t, p)) for t, p, _ in pending]
         changes: list[tuple[str, int, list[int], election.State, int]] = []
         for (t, p, replicas), st in zip(pending, found, strict=True):
             if st is None:

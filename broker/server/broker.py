@@ -311,9 +311,13 @@ class Broker(ZkWatches):
             return
         await self.replicas.stop_fetching()
         topics = {t: {p: info.replicas for p, info in parts.items()} for t, parts in self.cache.topics.items()}
+        known = {(t, p): {"leader": info.leader, "leader_epoch": info.leader_epoch, "isr": list(info.isr),
+                          "zk_version": info.zk_version}
+                 for t, parts in self.cache.topics.items() for p, info in parts.items()
+                 if self.id in info.replicas and info.zk_version >= 0}  # fmt: skip
         try:
             written = await asyncio.wait_for(self.blocking(move_leadership_away, zk, self.id, topics,
-                                                           set(self.cache.brokers)), wait_s)  # fmt: skip
+                                                           set(self.cache.brokers), known), wait_s)  # fmt: skip
         except (TimeoutError, KazooException) as exc:
             log.warning("controlled shutdown: moving leadership away failed (%s)", type(exc).__name__)
             return

@@ -280,3 +280,20 @@ def test_unarmed_node_watches_report_only_newer_states_of_watched_znodes_on_rere
     zk.create(paths_[1], b"again")
     watches.reread([paths_[1]])
     assert seen == [[(0, b"zero")]] and watches.keys() == [0]
+
+
+def test_a_controlled_shutdown_decides_from_the_cache_and_reads_only_what_it_had_wrong(zk: KazooClient) -> None:
+    """`move_leadership_away` with the broker's cached states: written without reading them first; a cached
+    state someone has since replaced fails its conditional write, is read and decided again."""
+    from broker.replication.controller import move_leadership_away
+
+    registry.ensure_roots(zk)
+    registry.create_topic(zk, "m", {0: [1, 2], 1: [1, 2], 2: [2, 1]}, {})
+    known = {("m", p): st for p, st in registry.partition_states(zk, "m", [0, 1, 2]).items()}
+    registry.write_partition_state(zk, "m", 1, 1, 3, [1, 2], known[("m", 1)]["zk_version"])  # the cache is behind
+    written = move_leadership_away(zk, 1, {"m": {0: [1, 2], 1: [1, 2], 2: [2, 1]}}, {1, 2}, known)
+    after = registry.partition_states(zk, "m", [0, 1, 2])
+    assert {(t, p): (st["leader"], st["isr"]) for t, p, st in written} == {
+        ("m", 0): (2, [2]), ("m", 1): (2, [2]), ("m", 2): (2, [2])}  # fmt: skip
+    assert [(st["leader"], st["leader_epoch"], st["isr"]) for st in after.values()] == [(2, 1, [2]), (2, 4, [2]),
+                                                                                        (2, 0, [2])]  # fmt: skip
