@@ -181,6 +181,7 @@ class Broker(ZkWatches):
                 auto_rebalance=_flag(cfg.props.get("auto.leader.rebalance.enable")),
                 rebalance_interval_s=float(cfg.props.get("leader.imbalance.check.interval.seconds", 300)),
                 on_holder=lambda: self._call(self._controller_changed),
+                known=self._cached_states,
             )  # fmt: skip
             await self.blocking(self._fill)  # (applied by the loop before this returns)
             await self.blocking(self._watch)  # (so the topics watch finds every topic known)
@@ -311,13 +312,10 @@ class Broker(ZkWatches):
             return
         await self.replicas.stop_fetching()
         topics = {t: {p: info.replicas for p, info in parts.items()} for t, parts in self.cache.topics.items()}
-        known = {(t, p): {"leader": info.leader, "leader_epoch": info.leader_epoch, "isr": list(info.isr),
-                          "zk_version": info.zk_version}
-                 for t, parts in self.cache.topics.items() for p, info in parts.items()
-                 if self.id in info.replicas and info.zk_version >= 0}  # fmt: skip
         try:
             written = await asyncio.wait_for(self.blocking(move_leadership_away, zk, self.id, topics,
-                                                           set(self.cache.brokers), known), wait_s)  # fmt: skip
+                                                           set(self.cache.brokers), self.cache.states(self.id)),
+                                             wait_s)  # fmt: skip
         except (TimeoutError, KazooException) as exc:
             log.warning("controlled shutdown: moving leadership away failed (%s)", type(exc).__name__)
             return
@@ -514,6 +512,17 @@ class Broker(ZkWatches):
         return self.config.unclean_leader_election if value is None else _flag(value)
 
     # -- what handlers ask -------------------------------------------------------------------------
+
+    def _cached_states(self) -> dict[tuple[str, int], dict]:
+        """(the controller's thread) The metadata cache's partition states, copied on the event loop."""
+        loop = self.loop
+        if loop is None or self._closing:
+            return {}
+
+        async def copy() -> dict[tuple[str, int], dict]:
+            return self.cache.states()
+
+        return asyncio.run_coroutine_threadsafe(copy(), loop).result(timeout=2)
 
     async def blocking(self, fn: Callable, *args: Any) -> Any:
         """Run a blocking call (ZooKeeper) off the event loop."""

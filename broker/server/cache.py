@@ -70,6 +70,15 @@ class MetadataCache:
         info.isr, info.zk_version = list(state.get("isr", [])), state.get("zk_version", -1)
         return info
 
+    def states(self, replica: int | None = None) -> dict[tuple[str, int], dict]:
+        """A copy of every partition state read from ZooKeeper (as `registry.partition_state` gives them, with
+        `zk_version`), only those with `replica` among the replicas if given: what a controlled shutdown or the
+        controller's pass decides from first (a write from a state that is behind fails and is read again)."""
+        return {(t, p): {"leader": i.leader, "leader_epoch": i.leader_epoch, "isr": list(i.isr),
+                         "zk_version": i.zk_version}
+                for t, parts in self.topics.items() for p, i in parts.items()
+                if i.zk_version >= 0 and (replica is None or replica in i.replicas)}  # fmt: skip
+
     def drop_topic(self, topic: str) -> None:
         self.topics.pop(topic, None)
         self.configs.pop(topic, None)

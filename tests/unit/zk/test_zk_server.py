@@ -22,7 +22,7 @@ def test_write_config(tmp_path: Path) -> None:
     assert conf["dataDir"] == str((tmp_path / "zk" / "data").resolve())
     assert (tmp_path / "zk" / "data").is_dir()
     assert conf["clientPort"] == "12181" and conf["clientPortAddress"] == "127.0.0.1"
-    assert conf["tickTime"] == "2000" and conf["initLimit"] and conf["syncLimit"]
+    assert conf["tickTime"] == "500" and conf["initLimit"] and conf["syncLimit"]
     assert conf["maxClientCnxns"] == "0"
     assert conf["admin.enableServer"] == "false"
     assert conf["4lw.commands.whitelist"] == "ruok,srvr,stat,mntr"
