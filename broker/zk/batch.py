@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionClosedError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 #: requests in flight at once (ZooKeeper's default globalOutstandingLimit is 1,000)
@@ -28,11 +28,14 @@ Node = tuple[bytes, ZnodeStat]
 
 
 def get_many(zk: KazooClient, paths: Sequence[str], *, watch: Callable[[Any], None] | None = None,
-             window: int = WINDOW) -> list[Node | None]:  # fmt: skip
+             window: int = WINDOW, stop: Callable[[], bool] | None = None) -> list[Node | None]:  # fmt: skip
     """(data, stat) of each path, in order, None for a missing znode; `watch` (as `zk.get`'s) is left on each
-    znode that exists. Other errors (the connection dropping) are raised once the window's answers are in."""
+    znode that exists. Other errors (the connection dropping) are raised once the window's answers are in.
+    `stop()` true before a window: ConnectionClosedError (a kazoo callback reading while its client closes
+    must end: the client's stop waits for that thread, and a request sent after the connection thread is gone
+    can block it for good)."""
     return _pipelined([lambda path=path: zk.get_async(path, watch=watch) for path in paths], lambda node: node,
-                      (NoNodeError,), window)  # fmt: skip
+                      (NoNodeError,), window, stop)  # fmt: skip
 
 
 def set_many(zk: KazooClient, writes: Sequence[tuple[str, bytes, int]], *, window: int = WINDOW) -> list[int | None]:
@@ -50,11 +53,13 @@ def delete_many(zk: KazooClient, paths: Sequence[str], *, window: int = WINDOW) 
 
 
 def _pipelined(calls: Sequence[Callable[[], Any]], answer: Callable[[Any], Any], absent: tuple[type[Exception], ...],
-               window: int) -> list[Any]:  # fmt: skip
+               window: int, stop: Callable[[], bool] | None = None) -> list[Any]:  # fmt: skip
     """Issue `calls` (kazoo `*_async`) a window at a time and collect `answer(result)` of each, in order, None
     for an `absent` error; any other error is raised once its window has settled (no answer left behind)."""
     out: list[Any] = []
     for start in range(0, len(calls), window):
+        if stop is not None and stop():
+            raise ConnectionClosedError("stopped reading: the client is closing")
         pending = [call() for call in calls[start : start + window]]
         error: BaseException | None = None
         for result in pending:

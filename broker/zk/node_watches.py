@@ -71,7 +71,9 @@ class NodeWatches(Generic[K]):
                 self._arming[key] = self._arming.get(key, 0) + 1
                 self._claim(nodes[key], key)
         try:
-            found = get_many(self._zk, [nodes[k] for k in keys], watch=self._fired if self._armed else None)
+            found = get_many(
+                self._zk, [nodes[k] for k in keys], watch=self._fired if self._armed else None, stop=self._stopped
+            )
         except BaseException:
             with self._lock:
                 for key in keys:
@@ -111,7 +113,9 @@ class NodeWatches(Generic[K]):
             keyed = [(path, self._paths[path]) for path in dict.fromkeys(paths) if path in self._paths]
         if not keyed:
             return
-        found = get_many(self._zk, [path for path, _ in keyed], watch=self._fired if self._armed else None)
+        found = get_many(
+            self._zk, [path for path, _ in keyed], watch=self._fired if self._armed else None, stop=self._stopped
+        )
         with self._lock:
             changes = [c for (path, key), node in zip(keyed, found, strict=True) if (c := self._newer(key, path, node))]
             if changes:
@@ -130,6 +134,9 @@ class NodeWatches(Generic[K]):
                 self._on_change(changes)
 
         self.watch(nodes, then=report)
+
+    def _stopped(self) -> bool:
+        return self.closed
 
     # -- kazoo's threads ----------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.exceptions import BadVersionError, ConnectionClosedError, NodeExistsError
 
 from broker.zk import batch, paths, registry
 from broker.zk.batch import Op
@@ -280,6 +280,11 @@ def test_unarmed_node_watches_report_only_newer_states_of_watched_znodes_on_rere
     zk.create(paths_[1], b"again")
     watches.reread([paths_[1]])
     assert seen == [[(0, b"zero")]] and watches.keys() == [0]
+    zk.set(paths_[0], b"late")
+    watches.closed = True  # (its client is closing: a read sent after its connection thread ended could block)
+    with pytest.raises(ConnectionClosedError):
+        watches.reread(paths_)
+    assert seen == [[(0, b"zero")]]
 
 
 def test_a_controlled_shutdown_decides_from_the_cache_and_reads_only_what_it_had_wrong(zk: KazooClient) -> None:
