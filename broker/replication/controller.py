@@ -251,14 +251,15 @@ class Controller:
             unclean = self.unclean(topic)
             for p, replicas in sorted(found[0][0].items()):
                 want_preferred = preferred or (wanted is not None and (not wanted or (topic, p) in wanted))
-                pending.append(_Candidate(topic, p, replicas, unclean, want_preferred))
+                pending.append(_Candidate(topic, p, replicas, unclean, want_preferred, found[1]))
         tally = _Tally()
         cached = self._known_states()
         for attempt in range(6):
             if not pending or not self._active:
                 break
             if attempt == 0 and cached:  # decide from the cache first: its writes need no read before them
-                states = [cached.get((c.topic, c.partition)) for c in pending]
+                states = [st if (st := cached.get((c.topic, c.partition))) and st.get("topic_id") == c.topic_id
+                          else None for c in pending]  # (not a state of an earlier topic of the same name)  # fmt: skip
                 unread = [i for i, st in enumerate(states) if st is None]
                 for i, st in zip(unread, registry.partition_states_of(
                         zk, [(pending[i].topic, pending[i].partition) for i in unread]), strict=True):  # fmt: skip
@@ -312,6 +313,7 @@ class _Candidate(NamedTuple):
     replicas: list[int]
     unclean: bool
     want_preferred: bool
+    topic_id: int | None
 
 
 class _Tally:

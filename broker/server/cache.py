@@ -72,10 +72,11 @@ class MetadataCache:
 
     def states(self, replica: int | None = None) -> dict[tuple[str, int], dict]:
         """A copy of every partition state read from ZooKeeper (as `registry.partition_state` gives them, with
-        `zk_version`), only those with `replica` among the replicas if given: what a controlled shutdown or the
-        controller's pass decides from first (a write from a state that is behind fails and is read again)."""
+        `zk_version`, and the `topic_id` they belong to), only those with `replica` among the replicas if given:
+        what a controlled shutdown or the controller's pass decides from first (a write from a state that is
+        behind fails and is read again)."""
         return {(t, p): {"leader": i.leader, "leader_epoch": i.leader_epoch, "isr": list(i.isr),
-                         "zk_version": i.zk_version}
+                         "zk_version": i.zk_version, "topic_id": self.topic_ids.get(t)}
                 for t, parts in self.topics.items() for p, i in parts.items()
                 if i.zk_version >= 0 and (replica is None or replica in i.replicas)}  # fmt: skip
 

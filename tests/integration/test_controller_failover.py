@@ -92,13 +92,16 @@ def test_a_fenced_controller_resigns_and_a_new_election_runs(two_sessions):
 def test_a_pass_that_starts_from_a_cache_behind_zookeeper_still_decides_every_partition(two_sessions):
     """The controller's first pass decides from the broker's cached states and writes before it reads; a
     partition the cache has at an old version, and one it does not know lost its leader, are read by the next
-    pass and decided from what ZooKeeper holds."""
+    pass and decided from what ZooKeeper holds; a cached state of another topic of the same name is not used."""
     a, b = two_sessions
     registry.ensure_roots(a)
     registry.register_broker(b, 1, [registry.Endpoint("PLAINTEXT", "PLAINTEXT", "h1", 9092)])
     registry.create_topic(a, "k", {0: [5, 1], 1: [5, 1], 2: [1, 5]}, {})  # broker 5 is not live
     registry.write_partition_state(b, "k", 2, 1, 6, [1], 0)  # as the cache has it: nothing to do
-    cache = {("k", p): st for p, st in registry.partition_states(a, "k", [0, 1, 2]).items()}
+    tid = registry.topic_id(a, "k")
+    cache = {("k", p): st | {"topic_id": tid} for p, st in registry.partition_states(a, "k", [0, 1, 2]).items()}
+    # a state of an earlier topic named "k", at the same version: not this topic's, so read, not decided from
+    cache[("k", 0)] = {"leader": 5, "leader_epoch": 50, "isr": [5, 1], "zk_version": 0, "topic_id": tid - 1}
     registry.write_partition_state(b, "k", 1, 5, 4, [5, 1], 0)  # the cache is a version behind
     registry.write_partition_state(b, "k", 2, 5, 7, [5, 1], 1)  # and does not know broker 5 took this one
     c = Controller(a, 1, lambda _topic: False, known=lambda: dict(cache))
