@@ -360,6 +360,10 @@ def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict
     written, each with its new `zk_version` (for the broker's own cache)."""
     others = live - {broker_id}
     pending = [(t, p, replicas) for t, a in topics.items() for p, replicas in a.items() if broker_id in replicas]
+    if known:  # a cached state of an earlier topic of the same name (a cache behind a re-create) is not used
+        ids = {t: m[1] if m else None for t, m in registry.topics_moves_and_ids(zk, sorted(topics)).items()}
+        known = {tp: st for tp, st in known.items() if st.get("topic_id") is not None
+                 and st.get("topic_id") == ids.get(tp[0])}  # fmt: skip
     written: list[tuple[str, int, dict]] = []
     for attempt in range(3):
         if not pending:

@@ -110,6 +110,7 @@ class Broker(ZkWatches):
         self._states: NodeWatches[StateKey] | None = None  # the partition state znodes watched (`_watch`)
         self._assignment_watched: set[str] = set()
         self._state_changes_seen: set[str] = set()  # the state-change notifications read (`_on_state_changes`)
+        self._state_changes_through = -1  # the highest sequence number of those read (or deleted before the start)
         self.servers: dict[str, Server] = {}  # by listener name, in `listeners` order
         self.server: Server | None = None  # the first listener's (its port is the one `--port` sets)
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -60,6 +60,7 @@ class ZkWatches:
     _closing: bool
     _states: NodeWatches[StateKey] | None
     _state_changes_seen: set[str]
+    _state_changes_through: int
     _assignment_watched: set[str]
     _config_watched: set[str]
     _call: Callable[..., None]
@@ -74,6 +75,12 @@ class ZkWatches:
         started = time.monotonic()
         # what the notifications there name was written before the reads below: they find it
         self._state_changes_seen = set(zk.get_children(paths.STATE_CHANGES))
+        self._state_changes_through = max(
+            [
+                registry.state_changes_pruned_through(zk),
+                *(paths.state_change_seq(c) or -1 for c in self._state_changes_seen),
+            ]
+        )
         self._call(self.cache.set_brokers, registry.registered_brokers(zk))
         topics = self._load_topics(registry.topic_names(zk))
         log.info("read %d topics and their %d partition states from ZooKeeper in %.2f s", len(topics),
@@ -94,20 +101,25 @@ class ZkWatches:
 
     def _on_state_changes(self, children: list[str]) -> None:
         """(kazoo's thread) New state-change notifications: read them, then the partition states they name, each
-        in one pipelined pass, and have the loop apply what changed. One that went before it was read (this
-        broker fell a minute behind) has every state read again."""
+        in one pipelined pass, and have the loop apply what changed. When one went before it was read (this
+        broker fell a minute behind: the highest sequence number deleted is above the highest it read, or a
+        listed one is gone), every state is read again."""
         zk = self.zk
         assert zk is not None and self._states is not None
         new = [c for c in children if c not in self._state_changes_seen]
-        if new:  # (a read that fails leaves them unseen: the next event, or the reconnect's full read, has them)
-            found = batch.get_many(zk, [f"{paths.STATE_CHANGES}/{c}" for c in new])
-            if any(node is None for node in found):
-                log.warning("state-change notifications went before this broker read them: reading every state")
-                self._states.rearm()
-            else:
-                tps = sorted({tp for node in found if node is not None for tp in paths.parse_partitions(node[0])})
-                self._states.reread([paths.partition_state(t, p) for t, p in tps])
+        # (a read that fails leaves them unseen: the next event, or the reconnect's full read, has them)
+        pruned = registry.state_changes_pruned_through(zk)  # after the listing: covers what went before it
+        found = batch.get_many(zk, [f"{paths.STATE_CHANGES}/{c}" for c in new]) if new else []
+        if pruned > self._state_changes_through or any(node is None for node in found):
+            log.warning("state-change notifications went before this broker read them: reading every state")
+            self._states.rearm()
+        elif found:
+            tps = sorted({tp for node in found if node is not None for tp in paths.parse_partitions(node[0])})
+            self._states.reread([paths.partition_state(t, p) for t, p in tps])
         self._state_changes_seen = set(children)
+        self._state_changes_through = max(
+            [self._state_changes_through, pruned, *(paths.state_change_seq(c) or -1 for c in children)]
+        )
 
     def _rewatch_states(self) -> None:
         """(a thread of its own, after a reconnect) Read every partition state again (one pipelined pass) and

@@ -38,6 +38,11 @@ def get_many(zk: KazooClient, paths: Sequence[str], *, watch: Callable[[Any], No
                       (NoNodeError,), window, stop)  # fmt: skip
 
 
+def stats_many(zk: KazooClient, paths: Sequence[str], *, window: int = WINDOW) -> list[ZnodeStat | None]:
+    """The stat of each path (`exists`), in order, None for a missing znode; pipelined as `get_many`."""
+    return _pipelined([lambda path=path: zk.exists_async(path) for path in paths], lambda stat: stat, (), window)
+
+
 def set_many(zk: KazooClient, writes: Sequence[tuple[str, bytes, int]], *, window: int = WINDOW) -> list[int | None]:
     """Set each (path, data, version) conditionally, pipelined, each on its own (not one multi): the new version
     of each, None where the znode was gone or at another version (read it again and decide anew). Other errors

@@ -12,7 +12,9 @@
 | /isr_change_notification/isr_change_<seq> | persistent sequential | {"version":1,"partitions":
   [{"topic","partition"}]} |
 | /kafkactl/state_changes/change_<ms>_<seq> | persistent sequential | {"version":1,"partitions":[{"topic",
-  "partition"}]}: partition states written by the same multi (<ms>: when; the controller deletes old ones) |
+  "partition"}]}: partition states written by the same multi (<ms>: when, by the writer's clock); the controller
+  deletes those a minute older than the newest (by ZooKeeper's ctime), and sets /kafkactl/state_changes' own data
+  to the highest sequence number it deleted (a decimal), in the same multi |
 | /config/topics/<t> | persistent | {"version":1,"config":{...}} |
 | /config/brokers/<id> | persistent | {"version":1,"config":{...}}: a broker's dynamic config (the replication
   throttle rates `kafkactl topic reassign --throttle` sets) |
@@ -440,10 +442,16 @@ def state_change_prefix(now_ms: int | None = None) -> str:
     return f"{STATE_CHANGES}/change_{int(time.time() * 1000) if now_ms is None else now_ms}_"
 
 
-def state_change_ms(child: str) -> int | None:
-    """When a state-change notification (its name under STATE_CHANGES) was written; None for another name."""
+def state_change_seq(child: str) -> int | None:
+    """A state-change notification's sequence number (from its name under STATE_CHANGES); None for another name."""
     parts = child.split("_")
-    return int(parts[1]) if len(parts) == 3 and parts[0] == "change" and parts[1].isdigit() else None
+    return int(parts[2]) if len(parts) == 3 and parts[0] == "change" and parts[2].isdigit() else None
+
+
+def parse_pruned_through(data: bytes | None) -> int:
+    """STATE_CHANGES' own data: the highest sequence number of the notifications deleted so far (-1: none)."""
+    text = (data or b"").decode(errors="replace").strip()
+    return int(text) if text.isdigit() else -1
 
 
 def config_json(config: dict[str, str]) -> bytes:

@@ -295,6 +295,9 @@ def write_partition_states(zk: KazooClient, writes: list[StateWrite], *, fence: 
                 todo += part
             else:  # the notification itself was refused
                 raise results[-1] if isinstance(results[-1], Exception) else KafkactlError("a state write failed")
+        if todo:  # ZooKeeper names only the first stale write of a multi: drop every other one before sending again
+            found = batch.get_many(zk, [paths.partition_state(writes[i][0], writes[i][1]) for i in todo])
+            todo = [i for i, node in zip(todo, found, strict=True) if node and node[1].version == writes[i][5]]
     return out
 
 
@@ -377,22 +380,41 @@ def clear_isr_change_notifications(zk: KazooClient) -> None:
     batch.delete_many(zk, [f"{paths.ISR_CHANGE}/{child}" for child in children])
 
 
-#: how long a state-change notification stays: brokers read each within moments of its writing, and one that finds
-#: a notification gone (it fell that far behind) reads every partition state again
+#: how long a state-change notification stays after a newer one was written: brokers read each within moments,
+#: and one that falls this far behind learns it from the highest sequence number deleted, and reads every state
 STATE_CHANGE_TTL_S = 60.0
 
 
-def prune_state_changes(zk: KazooClient, now_ms: int | None = None) -> int:
-    """Delete the state-change notifications older than `STATE_CHANGE_TTL_S` (the controller does, on its passes);
-    how many went."""
+def prune_state_changes(zk: KazooClient, ttl_s: float = STATE_CHANGE_TTL_S) -> int:
+    """Delete the state-change notifications created `ttl_s` or more before the newest one (ZooKeeper's
+    ctimes, no broker's clock), oldest first, each multi also setting STATE_CHANGES' data to the highest sequence
+    number it deleted (the controller does, on its passes); how many went."""
     try:
         children = zk.get_children(paths.STATE_CHANGES)
     except NoNodeError:
         return 0
-    cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - STATE_CHANGE_TTL_S * 1000
-    old = [c for c in children if (ms := paths.state_change_ms(c)) is not None and ms < cutoff]
-    batch.delete_many(zk, [f"{paths.STATE_CHANGES}/{c}" for c in old])
-    return len(old)
+    named = [(seq, c) for c in children if (seq := paths.state_change_seq(c)) is not None]
+    stats = batch.stats_many(zk, [f"{paths.STATE_CHANGES}/{c}" for _, c in named])
+    stamped = [(seq, c, st.ctime) for (seq, c), st in zip(named, stats, strict=True) if st is not None]
+    if not stamped:
+        return 0
+    cutoff = max(ctime for _, _, ctime in stamped) - ttl_s * 1000
+    old = sorted((seq, c) for seq, c, ctime in stamped if ctime < cutoff)
+    parts = [old[i : i + STATES_PER_MULTI] for i in range(0, len(old), STATES_PER_MULTI)]
+    results = batch.multis(zk, [[*(batch.Op("delete", f"{paths.STATE_CHANGES}/{c}") for _, c in part),
+                                 batch.Op("set_data", paths.STATE_CHANGES, str(part[-1][0]).encode())]
+                                for part in parts])  # fmt: skip
+    return sum(len(part) for part, res in zip(parts, results, strict=True)
+               if not any(isinstance(r, Exception) for r in res))  # fmt: skip
+
+
+def state_changes_pruned_through(zk: KazooClient) -> int:
+    """The highest sequence number of the state-change notifications deleted so far (-1: none)."""
+    try:
+        data, _ = zk.get(paths.STATE_CHANGES)
+    except NoNodeError:
+        return -1
+    return paths.parse_pruned_through(data)
 
 
 #: partitions named by one ISR change notification (Kafka's leaders cut theirs the same way)

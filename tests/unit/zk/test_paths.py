@@ -26,8 +26,9 @@ def test_paths() -> None:
                                 "/isr_change_notification", "/cluster", "/consumers", "/config/changes",
                                 "/kafkactl/state_changes"}  # fmt: skip
     assert paths.state_change_prefix(1234) == "/kafkactl/state_changes/change_1234_"
-    assert paths.state_change_ms("change_1234_0000000007") == 1234
-    assert paths.state_change_ms("isr_change_0000000007") is None
+    assert paths.state_change_seq("change_1234_0000000007") == 7
+    assert paths.state_change_seq("isr_change_0000000007") is None
+    assert paths.parse_pruned_through(b"42") == 42 and paths.parse_pruned_through(b"") == -1
 
 
 def test_dumps_is_compact_json() -> None:

@@ -240,7 +240,8 @@ def _notified(zk: KazooClient) -> list[set[tuple[str, int]]]:
 def test_state_writes_notify_in_the_same_multi_and_old_notifications_are_pruned(zk: KazooClient) -> None:
     """Every state write lands with a notification naming exactly the partitions it wrote (a stale write is
     named by none, the rest of its multi is written again); more than a multi's worth makes more than one
-    notification; the controller's prune takes only those older than the TTL."""
+    notification; the controller's prune takes only those older than the TTL, and records the highest sequence
+    number it took."""
     registry.ensure_roots(zk)
     registry.create_topic(zk, "s", {p: [1] for p in range(registry.STATES_PER_MULTI + 3)}, {})
     assert _notified(zk) == []  # a new topic's states are read with the topic
@@ -254,10 +255,13 @@ def test_state_writes_notify_in_the_same_multi_and_old_notifications_are_pruned(
     registry.write_partition_states(zk, [("s", p, 1, 1, [1], st["zk_version"]) for p, st in many.items()])
     tail = _notified(zk)[2:]
     assert [len(n) for n in tail] == [registry.STATES_PER_MULTI] and tail[0] == {("s", p) for p in many}
-    now_ms = int(time.time() * 1000)
-    zk.create(paths.state_change_prefix(now_ms - 3_600_000), paths.partitions_json([("s", 9)]), sequence=True)
-    assert registry.prune_state_changes(zk, now_ms) == 1
-    assert len(_notified(zk)) == 3
+    before = sorted(paths.state_change_seq(c) for c in zk.get_children(paths.STATE_CHANGES))
+    assert registry.state_changes_pruned_through(zk) == -1
+    time.sleep(0.5)
+    newest = zk.create(paths.state_change_prefix(), paths.partitions_json([("s", 9)]), sequence=True)
+    assert registry.prune_state_changes(zk, ttl_s=0.4) == 3  # those 0.4 s older than the newest, by ZooKeeper's clock
+    assert zk.get_children(paths.STATE_CHANGES) == [newest.rsplit("/", 1)[1]]
+    assert registry.state_changes_pruned_through(zk) == before[-1]  # a broker that read less than that missed some
 
 
 def test_unarmed_node_watches_report_only_newer_states_of_watched_znodes_on_reread(zk: KazooClient) -> None:
