@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from broker.client.connection import Connection
 from broker.daemon import is_alive, stop_process
@@ -107,6 +108,15 @@ def zk_session(hosts: str) -> Iterator[KazooClient]:
 def zk_json(zk: KazooClient, path: str) -> Any:
     data, _ = zk.get(path)
     return json.loads(data)
+
+
+def controller_of(zk_connect: str) -> int | None:
+    """The broker `/controller` names, read once (an exists and a get can see the ephemeral go between them)."""
+    with zk_session(zk_connect) as zk:
+        try:
+            return zk_json(zk, "/controller")["brokerid"]
+        except NoNodeError:  # (none, or its session just expired)
+            return None
 
 
 # --- the wire protocol -----------------------------------------------------------------------------

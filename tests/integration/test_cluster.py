@@ -19,6 +19,7 @@ from broker.zk import paths, registry
 from tests.integration.helpers import (
     cli,
     connect,
+    controller_of,
     fetch,
     fetch_body,
     json_lines,
@@ -256,9 +257,7 @@ def test_a_cleanly_stopped_broker_leaves_the_cluster(cluster3, zk_chroot):
     table = tsv(ok(cli("broker", "list", "-z", zk_chroot)))
     assert [r[0] for r in table[1:]] == [str(i) for i in live]
 
-    with zk_session(zk_chroot) as zk:
-        new_controller = wait_until(lambda: zk.exists("/controller") and zk_json(zk, "/controller")["brokerid"], 15,
-                                    "a new controller")  # fmt: skip
+    new_controller = wait_until(lambda: controller_of(zk_chroot), 15, "a new controller")
     assert new_controller in live
     assert [r["controller"] for r in json_lines(ok(cli("broker", "list", "-z", zk_chroot, "-o", "json")))] == [
         i == new_controller for i in live

@@ -21,12 +21,11 @@ from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from broker.replication.controller import Controller
 from broker.zk import paths, registry
 from tests.integration.cluster import BrokerProcess, new_chroot
-from tests.integration.helpers import cli, wait_until, zk_json, zk_session
+from tests.integration.helpers import cli, controller_of, wait_until, zk_session
 from tests.integration.test_replication import create, full_isr, replicas_of, states
 
 ROUNDS = int(os.environ.get("KAFKACTL_CHAOS_ROUNDS", "3"))
@@ -152,14 +151,6 @@ def acting_controllers(brokers: list[BrokerProcess]) -> set[int]:
         if lines and lines[-1] == "is the controller":
             acting.add(b.broker_id)
     return acting
-
-
-def controller_of(zk_connect: str) -> int | None:
-    with zk_session(zk_connect) as zk:
-        try:
-            return zk_json(zk, paths.CONTROLLER)["brokerid"]
-        except NoNodeError:  # (none, or its session just expired: an ephemeral gone between two reads)
-            return None
 
 
 def one_controller(zk_connect: str, brokers: list[BrokerProcess]) -> int | None:

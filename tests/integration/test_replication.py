@@ -18,6 +18,7 @@ from broker.protocol.api import ApiKey
 from tests.integration.helpers import (
     cli,
     connect,
+    controller_of,
     json_lines,
     make_batch,
     metadata,
@@ -226,13 +227,8 @@ def test_a_new_controller_takes_over_when_the_controller_dies(start_broker, zk_c
     by_id = {b.broker_id: b for b in brokers}
     by_id[controller].kill()
 
-    def new_controller() -> int | None:
-        with zk_session(zk_chroot) as zk:
-            node = zk.exists("/controller")
-            return zk_json(zk, "/controller")["brokerid"] if node else None
-
-    successor = wait_until(lambda: (c := new_controller()) not in (None, controller) and c, SESSION_MS / 1000 + 10,
-                           "another controller")  # fmt: skip
+    successor = wait_until(lambda: (c := controller_of(zk_chroot)) not in (None, controller) and c,
+                           SESSION_MS / 1000 + 10, "another controller")  # fmt: skip
     # it elects leaders for what the dead one led (it registers as controller first, then elects)
     wait_until(
         lambda: all(st["leader"] in by_id and st["leader"] != controller for st in states(zk_chroot, "ctl").values()),
