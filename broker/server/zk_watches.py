@@ -75,12 +75,8 @@ class ZkWatches:
         started = time.monotonic()
         # what the notifications there name was written before the reads below: they find it
         self._state_changes_seen = set(zk.get_children(paths.STATE_CHANGES))
-        self._state_changes_through = max(
-            [
-                registry.state_changes_pruned_through(zk),
-                *(paths.state_change_seq(c) or -1 for c in self._state_changes_seen),
-            ]
-        )
+        self._state_changes_through = max(registry.state_changes_pruned_through(zk),
+                                          paths.highest_state_change(self._state_changes_seen))  # fmt: skip
         self._call(self.cache.set_brokers, registry.registered_brokers(zk))
         topics = self._load_topics(registry.topic_names(zk))
         log.info("read %d topics and their %d partition states from ZooKeeper in %.2f s", len(topics),
@@ -117,9 +113,7 @@ class ZkWatches:
             tps = sorted({tp for node in found if node is not None for tp in paths.parse_partitions(node[0])})
             self._states.reread([paths.partition_state(t, p) for t, p in tps])
         self._state_changes_seen = set(children)
-        self._state_changes_through = max(
-            [self._state_changes_through, pruned, *(paths.state_change_seq(c) or -1 for c in children)]
-        )
+        self._state_changes_through = max(self._state_changes_through, pruned, paths.highest_state_change(children))
 
     def _rewatch_states(self) -> None:
         """(a thread of its own, after a reconnect) Read every partition state again (one pipelined pass) and

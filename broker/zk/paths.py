@@ -97,6 +97,7 @@ import json
 import time
 import urllib.parse
 import uuid
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 BROKER_IDS = "/brokers/ids"
@@ -136,11 +137,10 @@ ACL_CHANGE_PREFIX = "acl_changes_"
 #: the transaction coordinators' state (broker/coordinator/txn/store.py documents the JSON)
 TRANSACTIONS = "/kafkactl/transactions"
 TXN_OFFSETS = "/kafkactl/txn_offsets"
-#: the persistent parents a cluster needs (Kafka creates the same set)
 #: the state-change notifications: every write of partition states creates one in the same multi, so each broker
 #: learns of state changes through one children watch here instead of a data watch per state znode
 STATE_CHANGES = "/kafkactl/state_changes"
-
+#: the persistent parents a cluster needs (Kafka creates the same set, and kafkactl its state-change notifications)
 ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGE, "/cluster", CONSUMERS, CONFIG_CHANGES,
          STATE_CHANGES)  # fmt: skip
 #: the resource types' names in ACL znodes, as Kafka writes them
@@ -446,6 +446,11 @@ def state_change_seq(child: str) -> int | None:
     """A state-change notification's sequence number (from its name under STATE_CHANGES); None for another name."""
     parts = child.split("_")
     return int(parts[2]) if len(parts) == 3 and parts[0] == "change" and parts[2].isdigit() else None
+
+
+def highest_state_change(children: Iterable[str]) -> int:
+    """The highest sequence number among these names of state-change notifications (-1: none)."""
+    return max((seq for c in children if (seq := state_change_seq(c)) is not None), default=-1)
 
 
 def parse_pruned_through(data: bytes | None) -> int:

@@ -28,6 +28,8 @@ def test_paths() -> None:
     assert paths.state_change_prefix(1234) == "/kafkactl/state_changes/change_1234_"
     assert paths.state_change_seq("change_1234_0000000007") == 7
     assert paths.state_change_seq("isr_change_0000000007") is None
+    assert paths.highest_state_change(["change_1_0000000000", "change_2_0000000003", "other"]) == 3
+    assert paths.highest_state_change([]) == -1
     assert paths.parse_pruned_through(b"42") == 42 and paths.parse_pruned_through(b"") == -1
 
 
