@@ -152,19 +152,25 @@ class PartitionLog:
         self.topic, self.partition = parsed if parsed else (self.dir.name, 0)
         self.config = config or LogConfig()
         self.clock = clock
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:  # a dir made here holds nothing to scan, recover or load (thousands are made at topic creation)
+            self.dir.mkdir(parents=True)
+            fresh = True
+        except FileExistsError:
+            fresh = False
+        self.created = fresh  #: its dir was made here: it holds nothing else (no topic id yet, for one)
         self.recovery_plan: recovery.PartitionPlan | None = None
-        if not clean:  # logs a WARNING with what it cut, and where to
+        if not clean and not fresh:  # logs a WARNING with what it cut, and where to
             self.recovery_plan = recovery.recover(self.dir, from_offset=recovery_point,
                                                   index_interval_bytes=self.config.index_interval_bytes)  # fmt: skip
         self.segments: dict[int, LogSegment] = {}
         self.bases: list[int] = []
-        for base, _ in recovery.segment_files(self.dir):
+        for base, _ in [] if fresh else recovery.segment_files(self.dir):
             self._open_segment(base)
         if not self.bases:
-            self._open_segment(max(log_start_offset, recovery_point if not clean else 0))
+            self._open_segment(max(log_start_offset, recovery_point if not clean else 0), empty=fresh)
         self.log_start_offset = max(log_start_offset, self.bases[0])
-        self.txn_index = TxnIndex(self.dir, self.bases)  # aborted transactions (broker/log/txn_index.py)
+        #: aborted transactions (broker/log/txn_index.py)
+        self.txn_index = TxnIndex(self.dir, self.bases, scan=not fresh)
         #: its producers' sequences and open transactions (Kafka's ProducerStateManager, owned by its log);
         #: empty until the broker loads them (`load_states`) or batches come
         self.producer_states = ProducerStates()
@@ -185,8 +191,20 @@ class PartitionLog:
             self.dir, base, index_interval_bytes=self.config.index_interval_bytes, created_ms=self._now_ms()
         )
 
-    def _open_segment(self, base: int) -> LogSegment:
+    def _open_segment(self, base: int, *, empty: bool = False) -> LogSegment:
+        """Open (or create) the segment at `base` with its indexes loaded (rebuilt if missing or corrupt);
+        `empty`: it was just created, there is nothing to load."""
         seg = self._new_segment(base)
+        if not empty:
+            seg = self._with_indexes(seg)
+        self.segments[base] = seg
+        bisect.insort(self.bases, base)
+        self._roll_jitter_ms = self._random_jitter()  # (the last opened is the active segment)
+        return seg
+
+    def _with_indexes(self, seg: LogSegment) -> LogSegment:
+        """`seg` with its indexes loaded, or a new one over the same files after rebuilding them."""
+        base = seg.base_offset
         if seg.size and not (seg.index.path.exists() and seg.time_index.path.exists()):
             seg.close()
             recovery.rebuild_indexes(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
@@ -198,9 +216,6 @@ class PartitionLog:
             recovery.rebuild_indexes(self.dir, base, index_interval_bytes=self.config.index_interval_bytes)
             seg = self._new_segment(base)
             seg.load_indexes()
-        self.segments[base] = seg
-        bisect.insort(self.bases, base)
-        self._roll_jitter_ms = self._random_jitter()  # (the last opened is the active segment)
         return seg
 
     def _random_jitter(self) -> int:

@@ -106,11 +106,11 @@ class LogManager:
         #: checkpoints): made durable in one batch (`take_unsynced`, `make_durable`), never file by file
         self.unsynced: dict[Path, set[Path]] = {}
 
-    def note_unsynced(self, path: Path) -> None:
-        """`path` (a partition dir, or a file in one) was written without fsync: the next durability point of
-        its log dir covers it."""
+    def note_unsynced(self, path: Path, *more: Path) -> None:
+        """`path` (a partition dir, or a file in one) and `more` (in the same log dir) were written without
+        fsync: the next durability point of their log dir covers them."""
         part = path if path.parent in self.log_dirs else path.parent
-        self.unsynced.setdefault(part.parent, set()).add(path)
+        self.unsynced.setdefault(part.parent, set()).update((path, *more))
 
     def take_unsynced(self) -> dict[Path, set[Path]]:
         """What was written without fsync, per online log dir, forgotten here (the caller makes it durable)."""
@@ -236,11 +236,11 @@ class LogManager:
             self.logs[tp] = PartitionLog(d / f"{topic}-{partition}", config or self.config, clock=self.clock)
             self.logs[tp].on_roll, self.logs[tp].on_truncate = self._rolled, self._truncated
             self._dir_of[tp] = d
-            self.note_unsynced(self.logs[tp].dir)  # (no fsync per new log: a power loss may lose it, empty)
-            for f in self.logs[tp].active.files():
-                self.note_unsynced(f)
+            # (no fsync per new log: a power loss may lose it, empty)
+            self.note_unsynced(self.logs[tp].dir, *self.logs[tp].active.files())
         plog = self.logs[tp]
-        if topic_id is not None and self._stamp_of(tp, plog) is None:  # (a lost one is written again here)
+        if topic_id is not None and (plog.created and tp not in self._stamped or self._stamp_of(tp, plog) is None):
+            # (a lost one is written again here)
             overwrite(plog.dir / TOPIC_ID, f"{topic_id}\n".encode())  # (one small write: whole or empty)
             self.note_unsynced(plog.dir / TOPIC_ID)
             self._stamped[tp] = topic_id

@@ -87,10 +87,9 @@ class LogSegment:
             self.created_ms = int(st.st_mtime * 1000)
         else:
             self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
-        if not self.size:  # a new segment starts with its (empty) indexes, as Kafka's do
+        if not self.size:  # a new segment starts with its (empty) indexes, as Kafka's do (kept if there)
             for p in (self.index.path, self.time_index.path):
-                if not p.exists():
-                    p.touch()
+                os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o644))
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.first_timestamp = -1  # max timestamp of the first batch: the clock segment.ms rolls by

@@ -70,11 +70,15 @@ def read_file(path: Path) -> list[AbortedTxn]:
 class TxnIndex:
     """The aborted transactions of one partition's segments: their `.txnindex` files and a copy in memory."""
 
-    def __init__(self, directory: Path, bases: list[int]) -> None:
+    def __init__(self, directory: Path, bases: list[int], *, scan: bool = True) -> None:
+        """Load the entries of `bases`' segments, and delete files of other segments (`scan` False: a new
+        log's dir, holding none)."""
         self.dir = Path(directory)
         self.by_segment: dict[int, list[AbortedTxn]] = {}
         self._sorted: list[AbortedTxn] | None = None  # every entry by last offset (rebuilt after a change)
         self._keys: set[tuple[int, int]] = set()  # (producer id, last offset) of every entry: `add` looks up here
+        if not scan:
+            return
         kept = set(bases)
         for path in self.dir.glob(f"*{SUFFIX}"):
             stem = path.name[: -len(SUFFIX)]
