@@ -278,7 +278,7 @@ class Controller:
                     changes.append((c, state, new, st["zk_version"]))
             versions = registry.write_partition_states(zk, [
                 (c.topic, c.partition, new.leader, new.leader_epoch, new.isr, was) for c, _, new, was in changes
-            ], fence=fence)  # fmt: skip
+            ], fence=fence, topic_ids={c.topic: c.topic_id for c, _, _, _ in changes})  # fmt: skip
             retry = [c for (c, _, _, _), version in zip(changes, versions, strict=True) if version is None]
             for (c, state, new, _), version in zip(changes, versions, strict=True):
                 if version is not None:
@@ -360,6 +360,7 @@ def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict
     written, each with its new `zk_version` (for the broker's own cache)."""
     others = live - {broker_id}
     pending = [(t, p, replicas) for t, a in topics.items() for p, replicas in a.items() if broker_id in replicas]
+    ids: dict[str, int | None] | None = None  # (the states written carry them: brokers need not read them)
     if known:  # a cached state of an earlier topic of the same name (a cache behind a re-create) is not used
         ids = {t: m[1] if m else None for t, m in registry.topics_moves_and_ids(zk, sorted(topics)).items()}
         known = {tp: st for tp, st in known.items() if st.get("topic_id") is not None
@@ -381,7 +382,7 @@ def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict
             if new is not None:
                 changes.append((t, p, replicas, new, st["zk_version"]))
         versions = registry.write_partition_states(
-            zk, [(t, p, new.leader, new.leader_epoch, new.isr, was) for t, p, _, new, was in changes]
+            zk, [(t, p, new.leader, new.leader_epoch, new.isr, was) for t, p, _, new, was in changes], topic_ids=ids
         )
         pending = []
         for (t, p, replicas, new, _), version in zip(changes, versions, strict=True):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -404,7 +405,8 @@ class ReplicaManager:
             zk = self._zk()
             if zk is None:
                 return
-            versions = await self._blocking(registry.write_partition_states, zk, [
+            ids = {t: self.cache.topic_ids.get(t) for (t, _), _ in items}  # (carried with the states written)
+            versions = await self._blocking(functools.partial(registry.write_partition_states, topic_ids=ids), zk, [
                 (t, p, self.broker_id, c.leader_epoch, c.isr, c.zk_version) for (t, p), c in items
             ])  # fmt: skip
             written: list[TopicPartition] = []

@@ -110,10 +110,28 @@ class ZkWatches:
             log.warning("state-change notifications went before this broker read them: reading every state")
             self._states.rearm()
         elif found:
-            tps = sorted({tp for node in found if node is not None for tp in paths.parse_partitions(node[0])})
-            self._states.reread([paths.partition_state(t, p) for t, p in tps])
+            self._states.reread(self._tell_states(found))
         self._state_changes_seen = set(children)
         self._state_changes_through = max(self._state_changes_through, pruned, paths.highest_state_change(children))
+
+    def _tell_states(self, notes: list[Node | None]) -> list[str]:
+        """The states these notifications carry, applied without a read (in the order they were written); returns
+        the paths of the states they only name, or that cannot be placed (a topic this broker has not loaded
+        yet, or loads now), to be read."""
+        assert self._states is not None
+        named: set[tuple[str, int]] = set()
+        told: list[tuple[int, StateKey, str, bytes, int]] = []
+        for node in notes:
+            if node is None:
+                continue
+            only_named, carried = paths.parse_state_changes(node[0])
+            named |= only_named
+            zxid = node[1].czxid  # (the multi's: the states were written at the notification's own zxid)
+            told += [(zxid, (c.topic, c.partition, c.topic_id), paths.partition_state(c.topic, c.partition),
+                      paths.dumps(c.state), c.zk_version) for c in carried]  # fmt: skip
+        told.sort(key=lambda t: t[0])
+        unplaced = self._states.tell((key, path, data, zxid, version) for zxid, key, path, data, version in told)
+        return [*dict.fromkeys([*(paths.partition_state(t, p) for t, p in sorted(named)), *unplaced])]
 
     def _rewatch_states(self) -> None:
         """(a thread of its own, after a reconnect) Read every partition state again (one pipelined pass) and

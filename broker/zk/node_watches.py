@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
 from broker.zk.batch import Node, get_many
 
@@ -121,6 +121,25 @@ class NodeWatches(Generic[K]):
             if changes:
                 self._on_change(changes)
 
+    def tell(self, changes: Iterable[tuple[K, str, bytes, int, int]]) -> list[str]:
+        """Report changes learnt without reading: (key, path, data, zxid it was written at, its version), in
+        zxid order, each if it is newer than what was reported for its key, for the incarnation watched (one
+        created before that zxid). Returns the paths it cannot place (a key not watched for that path, or being
+        read by `watch()`): the caller reads those (`reread`)."""
+        unplaced: list[str] = []
+        with self._lock:
+            out: list[tuple[K, bytes, Any]] = []
+            for key, path, data, zxid, version in changes:
+                known = self._keys.get(key)
+                if self.closed or known is None or known[0] != path or key in self._arming:
+                    unplaced.append(path)
+                elif known[1] < zxid and known[2] < zxid:  # (not an older write, nor one of an earlier incarnation)
+                    self._keys[key] = (path, known[1], zxid)
+                    out.append((key, data, _told_stat(known[1], zxid, version, len(data))))
+            if out:
+                self._on_change(out)
+        return unplaced
+
     def rearm(self) -> None:
         """After a reconnect: read every watched znode again (setting its watch) and report them all."""
         with self._lock:
@@ -207,3 +226,8 @@ class NodeWatches(Generic[K]):
             else:
                 self._arming.pop(key, None)
                 self._held.pop(key, None)
+
+
+def _told_stat(czxid: int, mzxid: int, version: int, length: int) -> ZnodeStat:
+    """The stat a read would have given for a change told by `NodeWatches.tell` (what it does not know: 0)."""
+    return ZnodeStat(czxid, mzxid, 0, 0, version, 0, 0, 0, length, 0, 0)

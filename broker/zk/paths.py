@@ -423,9 +423,14 @@ def parse_reassignment(data: bytes | None) -> dict[tuple[str, int], list[int]]:
     return {(str(e["topic"]), int(e["partition"])): [int(b) for b in e["replicas"]] for e in entries}
 
 
+def state_dict(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1) -> dict[str, Any]:
+    """A partition state znode's content (Kafka's `/brokers/topics/<t>/partitions/<p>/state`), as an object."""
+    return {"version": 1, "leader": leader, "leader_epoch": leader_epoch, "controller_epoch": controller_epoch,
+            "isr": isr}  # fmt: skip
+
+
 def state_json(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1) -> bytes:
-    return dumps({"version": 1, "leader": leader, "leader_epoch": leader_epoch,
-                  "controller_epoch": controller_epoch, "isr": isr})  # fmt: skip
+    return dumps(state_dict(leader, leader_epoch, isr, controller_epoch))
 
 
 def partitions_json(tps: list[tuple[str, int]]) -> bytes:
@@ -435,6 +440,40 @@ def partitions_json(tps: list[tuple[str, int]]) -> bytes:
 def parse_partitions(data: bytes | None) -> set[tuple[str, int]]:
     obj = loads(data) or {}
     return {(str(e["topic"]), int(e["partition"])) for e in obj.get("partitions") or []}
+
+
+class CarriedState(NamedTuple):
+    """A partition state a state-change notification carries: what its znode holds from the notification's
+    own zxid (the multi that wrote both), at `zk_version`, for the topic of id `topic_id`."""
+
+    topic: str
+    partition: int
+    topic_id: int
+    zk_version: int
+    state: dict[str, Any]
+
+
+def state_changes_json(named: list[tuple[str, int]], carried: list[CarriedState]) -> bytes:
+    """A state-change notification: the partitions whose states its multi wrote, each with its new state when
+    the writer knew the topic's id and the version its write makes (`carried`), else only named."""
+    return dumps({"version": 2, "partitions": [
+        *({"topic": t, "partition": p} for t, p in named),
+        *({"topic": c.topic, "partition": c.partition, "topic_id": c.topic_id, "zk_version": c.zk_version,
+           "state": c.state} for c in carried),
+    ]})  # fmt: skip
+
+
+def parse_state_changes(data: bytes | None) -> tuple[set[tuple[str, int]], list[CarriedState]]:
+    """A state-change notification's partitions: those only named (to be read), and those it carries."""
+    named: set[tuple[str, int]] = set()
+    carried: list[CarriedState] = []
+    for e in (loads(data) or {}).get("partitions") or []:
+        t, p, state = str(e["topic"]), int(e["partition"]), e.get("state")
+        if isinstance(state, dict) and isinstance(e.get("topic_id"), int) and isinstance(e.get("zk_version"), int):
+            carried.append(CarriedState(t, p, e["topic_id"], e["zk_version"], state))
+        else:
+            named.add((t, p))
+    return named, carried
 
 
 def state_change_prefix(now_ms: int | None = None) -> str:

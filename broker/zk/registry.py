@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from kazoo.client import KazooClient
@@ -259,11 +259,13 @@ StateWrite = tuple[str, int, int, int, list[int], int]
 STATES_PER_MULTI = 400
 
 
-def write_partition_states(zk: KazooClient, writes: list[StateWrite], *, fence: int | None = None) -> list[int | None]:
+def write_partition_states(zk: KazooClient, writes: list[StateWrite], *, fence: int | None = None,
+                           topic_ids: Mapping[str, int | None] | None = None) -> list[int | None]:  # fmt: skip
     """Write many partition states, each conditional on its znode version: the new version of each, None when
     someone wrote it first (read it again and decide anew). Multis of up to `STATES_PER_MULTI` states, pipelined,
-    each creating the state-change notification that names its partitions (how brokers learn of them); a multi
-    that one stale write spoiled is sent again without it. With `fence`, each multi also checks
+    each creating the state-change notification with its partitions (how brokers learn of them): it carries the
+    new states of the topics whose ids `topic_ids` gives (brokers apply them without reading), and names the
+    others. A multi that one stale write spoiled is sent again without it. With `fence`, each multi also checks
     `/controller_epoch`: FencedError when a newer controller was elected (multis that went in before stand)."""
     out: list[int | None] = [None] * len(writes)
     todo = list(range(len(writes)))
@@ -274,10 +276,17 @@ def write_partition_states(zk: KazooClient, writes: list[StateWrite], *, fence: 
         parts = [todo[i : i + STATES_PER_MULTI] for i in range(0, len(todo), STATES_PER_MULTI)]
         transactions = []
         for part in parts:
-            sets = [batch.Op("set_data", paths.partition_state(t, p), paths.state_json(leader, le, isr, **epoch), v)
-                    for t, p, leader, le, isr, v in (writes[i] for i in part)]  # fmt: skip
-            note = batch.Op("create", paths.state_change_prefix(), paths.partitions_json(
-                [(writes[i][0], writes[i][1]) for i in part]), sequence=True)  # fmt: skip
+            sets, named, carried = [], [], []
+            for t, p, leader, le, isr, v in (writes[i] for i in part):
+                state = paths.state_dict(leader, le, isr, **epoch)
+                sets.append(batch.Op("set_data", paths.partition_state(t, p), paths.dumps(state), v))
+                tid = topic_ids.get(t) if topic_ids is not None else None
+                if tid is not None and v >= 0:  # (the version a conditional set makes is the next one)
+                    carried.append(paths.CarriedState(t, p, tid, v + 1, state))
+                else:
+                    named.append((t, p))
+            note = batch.Op("create", paths.state_change_prefix(), paths.state_changes_json(named, carried),
+                            sequence=True)  # fmt: skip
             transactions.append([*head, *sets, note])
         todo = []
         for part, results in zip(parts, batch.multis(zk, transactions), strict=True):
@@ -306,13 +315,15 @@ class FencedError(KafkactlError):
 
 
 def write_partition_state(zk: KazooClient, topic: str, partition: int, leader: int, leader_epoch: int,
-                          isr: list[int], version: int, *, fence: int | None = None) -> int | None:  # fmt: skip
+                          isr: list[int], version: int, *, fence: int | None = None,
+                          topic_id: int | None = None) -> int | None:  # fmt: skip
     """Replace a partition's state if its znode is still at `version` (the conditional update that fences
     a leader's ISR change against the controller's election, and the other way round); returns the new
     version, or None when someone wrote it first (read it again and decide anew). With `fence` (the
     version of `/controller_epoch` a controller won at), the write also requires that no controller was
     elected since: FencedError otherwise. `write_partition_states` of one."""
-    return write_partition_states(zk, [(topic, partition, leader, leader_epoch, isr, version)], fence=fence)[0]
+    return write_partition_states(zk, [(topic, partition, leader, leader_epoch, isr, version)], fence=fence,
+                                  topic_ids={topic: topic_id})[0]  # fmt: skip
 
 
 def take_preferred_election_request(zk: KazooClient) -> set[tuple[str, int]] | None:

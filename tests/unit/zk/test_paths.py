@@ -150,3 +150,12 @@ def test_producer_block_json() -> None:
     assert json.loads(paths.producer_block_json(2, 1000, 1999)) == {
         "version": 1, "broker": 2, "block_start": "1000", "block_end": "1999"
     }  # fmt: skip
+
+
+def test_state_change_notifications_round_trip_named_and_carried_partitions() -> None:
+    carried = [paths.CarriedState("t", 1, 5, 3, paths.state_dict(2, 4, [2, 1], 7))]
+    named, back = paths.parse_state_changes(paths.state_changes_json([("t", 0), ("u", 2)], carried))
+    assert named == {("t", 0), ("u", 2)} and back == carried
+    assert paths.parse_partitions(paths.state_changes_json([("t", 0)], carried)) == {("t", 0), ("t", 1)}
+    old = paths.partitions_json([("t", 0)])  # (a notification of the first version names its partitions only)
+    assert paths.parse_state_changes(old) == ({("t", 0)}, [])

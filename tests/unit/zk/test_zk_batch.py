@@ -264,6 +264,43 @@ def test_state_writes_notify_in_the_same_multi_and_old_notifications_are_pruned(
     assert registry.state_changes_pruned_through(zk) == before[-1]  # a broker that read less than that missed some
 
 
+def test_state_writes_carry_what_a_read_would_give_and_tell_reports_it_once(zk: KazooClient) -> None:
+    """A state written with its topic's id rides in its notification: the same content as its znode, the version
+    the write made, at the notification's own zxid (the multi's). `NodeWatches.tell` reports such a state of a
+    watched znode once, as a read would (data, version, mzxid), never an older one, and hands back the paths it
+    cannot place (a key not watched) for a read; a state written without its topic's id is only named."""
+    registry.ensure_roots(zk)
+    registry.create_topic(zk, "c", {p: [1, 2] for p in range(3)}, {})
+    state_paths = [paths.partition_state("c", p) for p in range(3)]
+    seen: list[tuple[tuple[str, int, int], bytes, int, int]] = []
+    watches: NodeWatches[tuple[str, int, int]] = NodeWatches(
+        zk, lambda changes: seen.extend((k, d, s.version, s.mzxid) for k, d, s in changes), armed=False
+    )
+    watches.watch({("c", p, 77): state_paths[p] for p in (0, 1)})
+    before = registry.partition_states(zk, "c", [0, 1, 2])
+    assert registry.write_partition_states(zk, [("c", p, 2, 1, [2], before[p]["zk_version"]) for p in (0, 1)],
+                                           topic_ids={"c": 77}) == [1, 1]  # fmt: skip
+    assert registry.write_partition_state(zk, "c", 2, 2, 1, [2], before[2]["zk_version"]) == 1  # (no id given)
+    notes = [zk.get(f"{paths.STATE_CHANGES}/{c}") for c in sorted(zk.get_children(paths.STATE_CHANGES))]
+    (named0, carried), (named2, carried2) = [paths.parse_state_changes(data) for data, _ in notes]
+    assert named0 == set() and named2 == {("c", 2)} and carried2 == []
+    assert [(c.topic, c.partition, c.topic_id, c.zk_version) for c in carried] == [("c", 0, 77, 1), ("c", 1, 77, 1)]
+    for c in carried:
+        data, stat = zk.get(state_paths[c.partition])
+        assert paths.loads(data) == c.state and stat.version == c.zk_version and stat.mzxid == notes[0][1].czxid
+    told = [(("c", c.partition, c.topic_id), state_paths[c.partition], paths.dumps(c.state), notes[0][1].czxid,
+             c.zk_version) for c in carried]  # fmt: skip
+    stray = (("c", 2, 77), state_paths[2], b"{}", notes[1][1].czxid, 1)
+    assert watches.tell([*told, stray]) == [state_paths[2]]  # not watched: read it
+    real = {p: zk.get(state_paths[p]) for p in (0, 1)}
+    assert seen == [(("c", p, 77), real[p][0], real[p][1].version, real[p][1].mzxid) for p in (0, 1)]
+    assert watches.tell(told) == [] and len(seen) == 2  # nothing newer
+    older = [(k, path, b"{}", zxid - 1, 0) for k, path, _, zxid, _ in told]
+    assert watches.tell(older) == [] and len(seen) == 2
+    watches.reread(state_paths)  # a read finds nothing newer than what was told
+    assert len(seen) == 2
+
+
 def test_unarmed_node_watches_report_only_newer_states_of_watched_znodes_on_reread(zk: KazooClient) -> None:
     """`reread` (how the broker follows its state-change notifications): a changed znode is reported once, an
     unchanged or unwatched one never, and a znode made again is dropped, not reported."""
