@@ -34,6 +34,9 @@ so a time is late by up to one poll (one all-topics Metadata of each live broker
 How long it takes, on the idle 2-core development machine: about 4 minutes at 3,000 partitions, and 5 at
 10,000 without the offsets, txn and conns phases (`--topics 10 --timeout 400`; the 10,000-partition offsets
 phase alone takes minutes while ZooKeeper's writes lag). Don't run two at once. Progress goes to stderr.
+Leave a minute between runs on ext4: the teardown deletes tens of thousands of files, and for about half a
+minute after that ext4 skips the recently freed inodes one by one when it allocates new ones, which makes the
+next run's create phase up to three times slower (`perf` shows the time in the kernel's `recently_deleted`).
 """
 
 from __future__ import annotations
