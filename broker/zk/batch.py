@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, ConnectionClosedError, NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 #: requests in flight at once (ZooKeeper's default globalOutstandingLimit is 1,000)
@@ -41,14 +41,6 @@ def get_many(zk: KazooClient, paths: Sequence[str], *, watch: Callable[[Any], No
 def stats_many(zk: KazooClient, paths: Sequence[str], *, window: int = WINDOW) -> list[ZnodeStat | None]:
     """The stat of each path (`exists`), in order, None for a missing znode; pipelined as `get_many`."""
     return _pipelined([lambda path=path: zk.exists_async(path) for path in paths], lambda stat: stat, (), window)
-
-
-def set_many(zk: KazooClient, writes: Sequence[tuple[str, bytes, int]], *, window: int = WINDOW) -> list[int | None]:
-    """Set each (path, data, version) conditionally, pipelined, each on its own (not one multi): the new version
-    of each, None where the znode was gone or at another version (read it again and decide anew). Other errors
-    are raised once the window's answers are in."""
-    calls = [lambda w=w: zk.set_async(*w) for w in writes]
-    return _pipelined(calls, lambda stat: stat.version, (BadVersionError, NoNodeError), window)
 
 
 def delete_many(zk: KazooClient, paths: Sequence[str], *, window: int = WINDOW) -> None:

@@ -188,15 +188,6 @@ def test_node_watches_never_report_an_older_state_after_a_newer(zk: KazooClient,
     assert len(applied) > 15 * len(paths)  # (changes were reported between the reads)
 
 
-def test_set_many_writes_each_on_its_own_and_names_the_ones_someone_wrote_first(zk: KazooClient) -> None:
-    """A conditional set per znode, pipelined: a stale version or a missing znode fails alone (None)."""
-    paths = _create(zk, 3, "/s")
-    zk.set(paths[1], b"someone else")  # now at version 1
-    writes = [(paths[0], b"a", 0), (paths[1], b"b", 0), (paths[2], b"c", 0), ("/s/gone", b"d", 0)]
-    assert batch.set_many(zk, writes, window=2) == [1, None, 1, None]
-    assert [zk.get(p)[0] for p in paths] == [b"a", b"someone else", b"c"]
-
-
 def test_multis_commit_each_transaction_on_its_own(zk: KazooClient) -> None:
     """One multi per transaction, pipelined: a failed one rolls back alone, the others are committed."""
     paths = _create(zk, 3, "/m")
