@@ -257,10 +257,14 @@ class Controller:
         for attempt in range(6):
             if not pending or not self._active:
                 break
+            # the states decided from the cache are the topic's of `topic_id` (checked): their notification
+            # carries them; one read during the pass may be of the topic made again since its id was read
+            from_cache: set[tuple[str, int]] = set()
             if attempt == 0 and cached:  # decide from the cache first: its writes need no read before them
                 states = [st if (st := cached.get((c.topic, c.partition))) and st.get("topic_id") == c.topic_id
                           else None for c in pending]  # (not a state of an earlier topic of the same name)  # fmt: skip
                 unread = [i for i, st in enumerate(states) if st is None]
+                from_cache = {(c.topic, c.partition) for c, st in zip(pending, states, strict=True) if st is not None}
                 for i, st in zip(unread, registry.partition_states_of(
                         zk, [(pending[i].topic, pending[i].partition) for i in unread]), strict=True):  # fmt: skip
                     states[i] = st
@@ -278,7 +282,8 @@ class Controller:
                     changes.append((c, state, new, st["zk_version"]))
             versions = registry.write_partition_states(zk, [
                 (c.topic, c.partition, new.leader, new.leader_epoch, new.isr, was) for c, _, new, was in changes
-            ], fence=fence, topic_ids={c.topic: c.topic_id for c, _, _, _ in changes})  # fmt: skip
+            ], fence=fence, carry={(c.topic, c.partition): c.topic_id for c, _, _, _ in changes
+                                   if (c.topic, c.partition) in from_cache})  # fmt: skip
             retry = [c for (c, _, _, _), version in zip(changes, versions, strict=True) if version is None]
             for (c, state, new, _), version in zip(changes, versions, strict=True):
                 if version is not None:
@@ -360,7 +365,7 @@ def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict
     written, each with its new `zk_version` (for the broker's own cache)."""
     others = live - {broker_id}
     pending = [(t, p, replicas) for t, a in topics.items() for p, replicas in a.items() if broker_id in replicas]
-    ids: dict[str, int | None] | None = None  # (the states written carry them: brokers need not read them)
+    ids: dict[str, int | None] | None = None  # (the states written from the cache carry them: see `carry`)
     if known:  # a cached state of an earlier topic of the same name (a cache behind a re-create) is not used
         ids = {t: m[1] if m else None for t, m in registry.topics_moves_and_ids(zk, sorted(topics)).items()}
         known = {tp: st for tp, st in known.items() if st.get("topic_id") is not None
@@ -382,7 +387,9 @@ def move_leadership_away(zk: KazooClient, broker_id: int, topics: dict[str, dict
             if new is not None:
                 changes.append((t, p, replicas, new, st["zk_version"]))
         versions = registry.write_partition_states(
-            zk, [(t, p, new.leader, new.leader_epoch, new.isr, was) for t, p, _, new, was in changes], topic_ids=ids
+            zk,
+            [(t, p, new.leader, new.leader_epoch, new.isr, was) for t, p, _, new, was in changes],
+            carry={(t, p): ids.get(t) for t, p, *_ in changes if (t, p) in cached} if ids else None,
         )
         pending = []
         for (t, p, replicas, new, _), version in zip(changes, versions, strict=True):

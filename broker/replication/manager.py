@@ -405,8 +405,8 @@ class ReplicaManager:
             zk = self._zk()
             if zk is None:
                 return
-            ids = {t: self.cache.topic_ids.get(t) for (t, _), _ in items}  # (carried with the states written)
-            versions = await self._blocking(functools.partial(registry.write_partition_states, topic_ids=ids), zk, [
+            carry = {tp: self.cache.topic_ids.get(tp[0]) for tp, _ in items}  # (the cache decided them)
+            versions = await self._blocking(functools.partial(registry.write_partition_states, carry=carry), zk, [
                 (t, p, self.broker_id, c.leader_epoch, c.isr, c.zk_version) for (t, p), c in items
             ])  # fmt: skip
             written: list[TopicPartition] = []

@@ -110,7 +110,13 @@ class ZkWatches:
             log.warning("state-change notifications went before this broker read them: reading every state")
             self._states.rearm()
         elif found:
-            self._states.reread(self._tell_states(found))
+            try:
+                to_read = self._tell_states(found)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:  # (not written by a broker of ours)
+                log.warning("a state-change notification is malformed (%s): reading every state", exc)
+                self._states.rearm()
+            else:
+                self._states.reread(to_read)
         self._state_changes_seen = set(children)
         self._state_changes_through = max(self._state_changes_through, pruned, paths.highest_state_change(children))
 
@@ -120,17 +126,20 @@ class ZkWatches:
         yet, or loads now), to be read."""
         assert self._states is not None
         named: set[tuple[str, int]] = set()
-        told: list[tuple[int, StateKey, str, bytes, int]] = []
+        newest: dict[StateKey, tuple[int, int, paths.CarriedState]] = {}  # key -> (zxid, version, state): the last
         for node in notes:
             if node is None:
                 continue
             only_named, carried = paths.parse_state_changes(node[0])
             named |= only_named
             zxid = node[1].czxid  # (the multi's: the states were written at the notification's own zxid)
-            told += [(zxid, (c.topic, c.partition, c.topic_id), paths.partition_state(c.topic, c.partition),
-                      paths.dumps(c.state), c.zk_version) for c in carried]  # fmt: skip
-        told.sort(key=lambda t: t[0])
-        unplaced = self._states.tell((key, path, data, zxid, version) for zxid, key, path, data, version in told)
+            for c in carried:
+                key = (c.topic, c.partition, c.topic_id)
+                if key not in newest or newest[key][:2] < (zxid, c.zk_version):
+                    newest[key] = (zxid, c.zk_version, c)
+        told = sorted(newest.items(), key=lambda item: item[1][:2])
+        unplaced = self._states.tell((key, paths.partition_state(c.topic, c.partition), paths.dumps(c.state), zxid,
+                                      version) for key, (zxid, version, c) in told)  # fmt: skip
         return [*dict.fromkeys([*(paths.partition_state(t, p) for t, p in sorted(named)), *unplaced])]
 
     def _rewatch_states(self) -> None:

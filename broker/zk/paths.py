@@ -464,13 +464,15 @@ def state_changes_json(named: list[tuple[str, int]], carried: list[CarriedState]
 
 
 def parse_state_changes(data: bytes | None) -> tuple[set[tuple[str, int]], list[CarriedState]]:
-    """A state-change notification's partitions: those only named (to be read), and those it carries."""
+    """A state-change notification's partitions: those only named (to be read), and those it carries. ValueError
+    (or KeyError, TypeError, AttributeError) for what is not a notification."""
     named: set[tuple[str, int]] = set()
     carried: list[CarriedState] = []
     for e in (loads(data) or {}).get("partitions") or []:
         t, p, state = str(e["topic"]), int(e["partition"]), e.get("state")
-        if isinstance(state, dict) and isinstance(e.get("topic_id"), int) and isinstance(e.get("zk_version"), int):
-            carried.append(CarriedState(t, p, e["topic_id"], e["zk_version"], state))
+        tid, version = e.get("topic_id"), e.get("zk_version")
+        if isinstance(state, dict) and type(tid) is int and type(version) is int and version >= 0:
+            carried.append(CarriedState(t, p, tid, version, state))
         else:
             named.add((t, p))
     return named, carried

@@ -260,13 +260,14 @@ STATES_PER_MULTI = 400
 
 
 def write_partition_states(zk: KazooClient, writes: list[StateWrite], *, fence: int | None = None,
-                           topic_ids: Mapping[str, int | None] | None = None) -> list[int | None]:  # fmt: skip
+                           carry: Mapping[tuple[str, int], int | None] | None = None) -> list[int | None]:  # fmt: skip
     """Write many partition states, each conditional on its znode version: the new version of each, None when
     someone wrote it first (read it again and decide anew). Multis of up to `STATES_PER_MULTI` states, pipelined,
     each creating the state-change notification with its partitions (how brokers learn of them): it carries the
-    new states of the topics whose ids `topic_ids` gives (brokers apply them without reading), and names the
-    others. A multi that one stale write spoiled is sent again without it. With `fence`, each multi also checks
-    `/controller_epoch`: FencedError when a newer controller was elected (multis that went in before stand)."""
+    new states of the partitions `carry` gives the topic id of (brokers apply them without reading: give it only
+    where the state decided on is known to be of that topic), and names the others. A multi that one stale write
+    spoiled is sent again without it. With `fence`, each multi also checks `/controller_epoch`: FencedError when
+    a newer controller was elected (multis that went in before stand)."""
     out: list[int | None] = [None] * len(writes)
     todo = list(range(len(writes)))
     head = [batch.Op("check", paths.CONTROLLER_EPOCH, version=fence)] if fence is not None else []
@@ -280,7 +281,7 @@ def write_partition_states(zk: KazooClient, writes: list[StateWrite], *, fence: 
             for t, p, leader, le, isr, v in (writes[i] for i in part):
                 state = paths.state_dict(leader, le, isr, **epoch)
                 sets.append(batch.Op("set_data", paths.partition_state(t, p), paths.dumps(state), v))
-                tid = topic_ids.get(t) if topic_ids is not None else None
+                tid = carry.get((t, p)) if carry is not None else None
                 if tid is not None and v >= 0:  # (the version a conditional set makes is the next one)
                     carried.append(paths.CarriedState(t, p, tid, v + 1, state))
                 else:
@@ -323,7 +324,7 @@ def write_partition_state(zk: KazooClient, topic: str, partition: int, leader: i
     version of `/controller_epoch` a controller won at), the write also requires that no controller was
     elected since: FencedError otherwise. `write_partition_states` of one."""
     return write_partition_states(zk, [(topic, partition, leader, leader_epoch, isr, version)], fence=fence,
-                                  topic_ids={topic: topic_id})[0]  # fmt: skip
+                                  carry={(topic, partition): topic_id})[0]  # fmt: skip
 
 
 def take_preferred_election_request(zk: KazooClient) -> set[tuple[str, int]] | None:

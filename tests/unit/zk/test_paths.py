@@ -159,3 +159,18 @@ def test_state_change_notifications_round_trip_named_and_carried_partitions() ->
     assert paths.parse_partitions(paths.state_changes_json([("t", 0)], carried)) == {("t", 0), ("t", 1)}
     old = paths.partitions_json([("t", 0)])  # (a notification of the first version names its partitions only)
     assert paths.parse_state_changes(old) == ({("t", 0)}, [])
+
+
+@pytest.mark.parametrize("data", [b"{", b"[1]", b'{"partitions": [1]}', b'{"partitions": [{"topic": "t"}]}',
+                                  b'{"partitions": [{"topic": "t", "partition": "x"}]}'])  # fmt: skip
+def test_a_malformed_state_change_notification_is_an_error_of_the_parsing_kinds(data: bytes) -> None:
+    """(The broker catches these kinds and reads every state instead.)"""
+    with pytest.raises((ValueError, KeyError, TypeError, AttributeError)):
+        paths.parse_state_changes(data)
+
+
+def test_a_carried_state_without_a_proper_id_or_version_is_only_named() -> None:
+    entry = {"topic": "t", "partition": 0, "state": {"leader": 1}}
+    for extra in ({"topic_id": True, "zk_version": 1}, {"topic_id": 5, "zk_version": -1}, {"topic_id": 5}):
+        data = paths.dumps({"version": 2, "partitions": [{**entry, **extra}]})
+        assert paths.parse_state_changes(data) == ({("t", 0)}, [])

@@ -270,7 +270,7 @@ def test_state_writes_carry_what_a_read_would_give_and_tell_reports_it_once(zk: 
     watches.watch({("c", p, 77): state_paths[p] for p in (0, 1)})
     before = registry.partition_states(zk, "c", [0, 1, 2])
     assert registry.write_partition_states(zk, [("c", p, 2, 1, [2], before[p]["zk_version"]) for p in (0, 1)],
-                                           topic_ids={"c": 77}) == [1, 1]  # fmt: skip
+                                           carry={("c", 0): 77, ("c", 1): 77}) == [1, 1]  # fmt: skip
     assert registry.write_partition_state(zk, "c", 2, 2, 1, [2], before[2]["zk_version"]) == 1  # (no id given)
     notes = [zk.get(f"{paths.STATE_CHANGES}/{c}") for c in sorted(zk.get_children(paths.STATE_CHANGES))]
     (named0, carried), (named2, carried2) = [paths.parse_state_changes(data) for data, _ in notes]
@@ -326,9 +326,16 @@ def test_a_controlled_shutdown_decides_from_the_cache_and_reads_only_what_it_had
 
     registry.ensure_roots(zk)
     registry.create_topic(zk, "m", {0: [1, 2], 1: [1, 2], 2: [2, 1]}, {})
-    known = {("m", p): st for p, st in registry.partition_states(zk, "m", [0, 1, 2]).items()}
+    tid = registry.topic_id(zk, "m")
+    known = {("m", p): {**st, "topic_id": tid} for p, st in registry.partition_states(zk, "m", [0, 1, 2]).items()}
     registry.write_partition_state(zk, "m", 1, 1, 3, [1, 2], known[("m", 1)]["zk_version"])  # the cache is behind
+    notes_before = set(zk.get_children(paths.STATE_CHANGES))
     written = move_leadership_away(zk, 1, {"m": {0: [1, 2], 1: [1, 2], 2: [2, 1]}}, {1, 2}, known)
+    notes = [paths.parse_state_changes(zk.get(f"{paths.STATE_CHANGES}/{c}")[0])
+             for c in sorted(set(zk.get_children(paths.STATE_CHANGES)) - notes_before)]  # fmt: skip
+    # what was decided from the cache rides in its notification; the one read after its write failed is named
+    assert [({(c.topic, c.partition) for c in carried}, named) for named, carried in notes] == [
+        ({("m", 0), ("m", 2)}, set()), (set(), {("m", 1)})]  # fmt: skip
     after = registry.partition_states(zk, "m", [0, 1, 2])
     assert {(t, p): (st["leader"], st["isr"]) for t, p, st in written} == {
         ("m", 0): (2, [2]), ("m", 1): (2, [2]), ("m", 2): (2, [2])}  # fmt: skip
