@@ -152,25 +152,26 @@ class PartitionLog:
         self.topic, self.partition = parsed if parsed else (self.dir.name, 0)
         self.config = config or LogConfig()
         self.clock = clock
-        try:  # a dir made here holds nothing to scan, recover or load (thousands are made at topic creation)
+        #: its dir was made here: it holds nothing to scan, recover or load (no topic id yet, for one); thousands
+        #: are made at topic creation
+        self.created = True
+        try:
             self.dir.mkdir(parents=True)
-            fresh = True
         except FileExistsError:
-            fresh = False
-        self.created = fresh  #: its dir was made here: it holds nothing else (no topic id yet, for one)
+            self.created = False
         self.recovery_plan: recovery.PartitionPlan | None = None
-        if not clean and not fresh:  # logs a WARNING with what it cut, and where to
+        if not clean and not self.created:  # logs a WARNING with what it cut, and where to
             self.recovery_plan = recovery.recover(self.dir, from_offset=recovery_point,
                                                   index_interval_bytes=self.config.index_interval_bytes)  # fmt: skip
         self.segments: dict[int, LogSegment] = {}
         self.bases: list[int] = []
-        for base, _ in [] if fresh else recovery.segment_files(self.dir):
+        for base, _ in [] if self.created else recovery.segment_files(self.dir):
             self._open_segment(base)
         if not self.bases:
-            self._open_segment(max(log_start_offset, recovery_point if not clean else 0), empty=fresh)
+            self._open_segment(max(log_start_offset, recovery_point if not clean else 0), empty=self.created)
         self.log_start_offset = max(log_start_offset, self.bases[0])
         #: aborted transactions (broker/log/txn_index.py)
-        self.txn_index = TxnIndex(self.dir, self.bases, scan=not fresh)
+        self.txn_index = TxnIndex(self.dir, self.bases, scan=not self.created)
         #: its producers' sequences and open transactions (Kafka's ProducerStateManager, owned by its log);
         #: empty until the broker loads them (`load_states`) or batches come
         self.producer_states = ProducerStates()

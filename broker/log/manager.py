@@ -239,8 +239,8 @@ class LogManager:
             # (no fsync per new log: a power loss may lose it, empty)
             self.note_unsynced(self.logs[tp].dir, *self.logs[tp].active.files())
         plog = self.logs[tp]
-        if topic_id is not None and (plog.created and tp not in self._stamped or self._stamp_of(tp, plog) is None):
-            # (a lost one is written again here)
+        if topic_id is not None and ((plog.created and tp not in self._stamped) or self._stamp_of(tp, plog) is None):
+            # (a new log has none; a lost one is written again here)
             overwrite(plog.dir / TOPIC_ID, f"{topic_id}\n".encode())  # (one small write: whole or empty)
             self.note_unsynced(plog.dir / TOPIC_ID)
             self._stamped[tp] = topic_id

@@ -11,8 +11,10 @@
 | /controller_epoch | persistent | decimal |
 | /isr_change_notification/isr_change_<seq> | persistent sequential | {"version":1,"partitions":
   [{"topic","partition"}]} |
-| /kafkactl/state_changes/change_<ms>_<seq> | persistent sequential | {"version":1,"partitions":[{"topic",
-  "partition"}]}: partition states written by the same multi (<ms>: when, by the writer's clock); the controller
+| /kafkactl/state_changes/change_<ms>_<seq> | persistent sequential | {"version":2,"partitions":[{"topic",
+  "partition"[,"topic_id","zk_version","state":{...}]}]}: partition states written by the same multi, each carried
+  (its new content and version, written at this znode's czxid) where the writer decided it from a state known to
+  be of that topic id, else only named (version 1 named all) (<ms>: when, by the writer's clock); the controller
   deletes those a minute older than the newest (by ZooKeeper's ctime), and sets /kafkactl/state_changes' own data
   to the highest sequence number it deleted (a decimal), in the same multi |
 | /config/topics/<t> | persistent | {"version":1,"config":{...}} |
@@ -454,8 +456,8 @@ class CarriedState(NamedTuple):
 
 
 def state_changes_json(named: list[tuple[str, int]], carried: list[CarriedState]) -> bytes:
-    """A state-change notification: the partitions whose states its multi wrote, each with its new state when
-    the writer knew the topic's id and the version its write makes (`carried`), else only named."""
+    """A state-change notification: the partitions whose states its multi wrote, each with its new state and the
+    version its write makes where the writer knows the state was that topic id's (`carried`), else only named."""
     return dumps({"version": 2, "partitions": [
         *({"topic": t, "partition": p} for t, p in named),
         *({"topic": c.topic, "partition": c.partition, "topic_id": c.topic_id, "zk_version": c.zk_version,
