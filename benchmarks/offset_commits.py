@@ -28,7 +28,7 @@ from private_broker import private_broker
 from broker.client.admin import Admin
 from broker.client.aio import AsyncConnection
 from broker.protocol.api import ApiKey
-from broker.zk import batch, paths
+from broker.zk import batch, consumers, paths
 from broker.zk import client as zkclient
 
 TOPIC = "commits"
@@ -55,13 +55,20 @@ async def commit_round(conns: list[AsyncConnection], groups: int, partitions: in
 
 
 def wait_written(zk: KazooClient, groups: int, partitions: int, per_group: int, offset: int) -> None:
-    """Until ZooKeeper holds `offset` for every committed partition (read back pipelined, the missing ones again)."""
-    want = str(offset).encode()
-    todo = [paths.group_offset(f"bench-{g}", TOPIC, p) for g in range(groups)
-            for p in group_partitions(g, partitions, per_group)]  # fmt: skip
+    """Until ZooKeeper holds `offset` for every committed partition (its offset blocks read back pipelined, those
+    still missing some again)."""
+    todo: dict[str, set[int]] = {}
+    for g in range(groups):
+        wanted = dict.fromkeys((TOPIC, p) for p in group_partitions(g, partitions, per_group))
+        for path, part in consumers.by_block(f"bench-{g}", wanted).items():
+            todo[path] = set(part)
     while todo:
-        found = batch.get_many(zk, todo)
-        todo = [path for path, node in zip(todo, found, strict=True) if node is None or node[0] != want]
+        names = list(todo)
+        for path, node in zip(names, batch.get_many(zk, names), strict=True):
+            entries = paths.parse_offset_block(node[0]) if node is not None else {}
+            todo[path] = {p for p in todo[path] if p not in entries or entries[p].stored.offset != offset}
+            if not todo[path]:
+                del todo[path]
         if todo:
             time.sleep(0.05)
 

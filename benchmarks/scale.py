@@ -63,8 +63,8 @@ from broker.client.admin import Admin
 from broker.client.cluster import Cluster
 from broker.client.group_admin import _commit_offsets
 from broker.daemon import is_alive
+from broker.zk import batch, paths, registry
 from broker.zk import client as zkclient
-from broker.zk import paths, registry
 
 NAME = "scale"
 PREFIX = "scale-p"
@@ -89,6 +89,12 @@ def states(address: str) -> dict[TP, State]:
 def lacking(seen: dict[TP, State], want: list[TP], ok: Callable[[State], bool]) -> list[TP]:
     """Those of `want` missing from `seen` or whose state is not `ok`."""
     return [tp for tp in want if tp not in seen or not ok(seen[tp])]
+
+
+def committed_in(node: tuple[bytes, object] | None, partition: int) -> int | None:
+    """The offset an offset block (`batch.get_many`'s answer) holds for `partition`; None: none."""
+    entry = paths.parse_offset_block(node[0]).get(partition) if node is not None else None
+    return None if entry is None else entry.stored.offset
 
 
 class Bench:
@@ -309,15 +315,12 @@ class Bench:
         pending: dict[str, int] = {}
         with zkclient.session(self.status["zookeeper"]["address"]) as zk:
             while time.monotonic() - t0 < self.args.timeout:
-                results = [zk.get_async(paths.group_offset(g, t, p)) for g, (t, p) in sample]
-                values = []
-                for res in results:
-                    try:
-                        values.append(res.get(timeout=30)[0])
-                    except Exception:
-                        values.append(None)
-                sample = [s for s, v in zip(sample, values, strict=True) if v != b"2"]
-                pending = dict(Counter("missing" if v is None else v.decode() for v in values if v != b"2"))
+                blocks = {(g, t, p): paths.group_offset_block(g, t, paths.offset_block_of(p)) for g, (t, p) in sample}
+                names = sorted(set(blocks.values()))
+                read = dict(zip(names, batch.get_many(zk, names), strict=True))
+                values = [committed_in(read[blocks[(g, t, p)]], p) for g, (t, p) in sample]
+                sample = [s for s, v in zip(sample, values, strict=True) if v != 2]
+                pending = dict(Counter("missing" if v is None else str(v) for v in values if v != 2))
                 if not sample:
                     written = time.monotonic() - t0
                     break

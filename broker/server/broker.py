@@ -85,7 +85,7 @@ class Broker(ZkWatches):
             config.zookeeper_connect, session_timeout_s=config.zk_session_timeout_ms / 1000,
             connect_timeout_s=config.zk_connection_timeout_ms / 1000,
             owns=lambda g: coordinator_for(g, self.cache.brokers) == self.id,
-            live=lambda g: g in self.coordinator.groups,
+            live=lambda g: g in self.coordinator.groups, moves=lambda: self.cache.brokers_set,
         )  # fmt: skip
         self.coordinator = GroupCoordinator(
             initial_delay_ms=config.group_initial_rebalance_delay_ms,

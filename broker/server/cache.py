@@ -30,9 +30,12 @@ class MetadataCache:
     cluster_id: str | None = None
     #: {broker id: {listener name: (host, port)}}: where each live broker serves each of its listeners
     endpoints: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
+    #: how many times the live brokers were set: each time, groups' coordinators may have moved
+    brokers_set: int = 0
 
     def set_brokers(self, registered: dict[int, Any]) -> None:
         """The live brokers, from `broker.zk.registry.registered_brokers`."""
+        self.brokers_set += 1
         self.endpoints = {i: {name: (e.host, e.port) for name, e in r.endpoints.items()} for i, r in registered.items()}
         self.brokers = {i: (r.host, r.port, r.rack) for i, r in registered.items()}
 

@@ -120,10 +120,11 @@ def committed(zk: KazooClient, group: str, topics: list[str] | None = None) -> d
     out: dict[TopicPartition, Committed] = {}
     names = _children(zk, paths.group_offsets(group)) if topics is None else topics
     for topic in names:
-        for p in _children(zk, f"{paths.group_offsets(group)}/{topic}"):
+        children = _children(zk, paths.group_topic_offsets(group, topic))
+        for p in (c for c in children if c.isdigit()):  # (an earlier version's znodes, under the blocks)
             try:
                 data, stat = zk.get(paths.group_offset(group, topic, int(p)))
-            except (NoNodeError, ValueError):
+            except NoNodeError:
                 continue
             try:
                 extra, _ = zk.get(paths.group_offset_metadata(group, topic, int(p)))
@@ -132,26 +133,58 @@ def committed(zk: KazooClient, group: str, topics: list[str] | None = None) -> d
             stored = paths.stored_offset(data, extra)
             if stored is not None:
                 out[(topic, int(p))] = Committed(stored.offset, stat.mtime, stored.leader_epoch, stored.metadata)
+        for child in children:
+            block = paths.block_number(child)
+            if block is None:
+                continue
+            try:
+                data, _ = zk.get(paths.group_offset_block(group, topic, block))
+            except NoNodeError:
+                continue
+            for p, e in paths.parse_offset_block(data).items():
+                out[(topic, p)] = Committed(e.stored.offset, e.at_ms, e.stored.leader_epoch, e.stored.metadata)
     return dict(sorted(out.items()))
 
 
 def commit(zk: KazooClient, group: str, offsets: dict[TopicPartition, int], metadata: str = "") -> None:
     """Write committed offsets (the next offset to consume, as Kafka commits them), each with `metadata`."""
-    for (topic, p), offset in offsets.items():
-        stored = paths.StoredOffset(int(offset), -1, metadata)
-        _put(zk, paths.group_offset(group, topic, p), paths.offset_data(stored))
-        put_offset_metadata(zk, group, topic, p, stored)
+    at_ms = int(paths.now_ms())
+    write_offsets(zk, group, {tp: paths.BlockEntry(paths.StoredOffset(int(o), -1, metadata), at_ms)
+                              for tp, o in offsets.items()})  # fmt: skip
 
 
-def put_offset_metadata(zk: KazooClient, group: str, topic: str, p: int, stored: paths.StoredOffset) -> None:
-    """Write (after its offset) what a commit carries beside it, or delete what an earlier commit left there."""
-    path = paths.group_offset_metadata(group, topic, p)
-    data = paths.offset_metadata_json(stored)
-    if data is not None:
-        _put(zk, path, data)
-    else:
-        with contextlib.suppress(NoNodeError):
-            zk.delete(path)
+def by_block(group: str, items: dict[TopicPartition, Any]) -> dict[str, dict[int, Any]]:
+    """`items` of a group's partitions by the path of the offset block each belongs to, then by partition."""
+    out: dict[str, dict[int, Any]] = {}
+    for (topic, p), item in items.items():
+        out.setdefault(paths.group_offset_block(group, topic, paths.offset_block_of(p)), {})[p] = item
+    return out
+
+
+def read_block(zk: KazooClient, path: str) -> tuple[dict[int, paths.BlockEntry], int | None]:
+    """An offset block's commits and znode version (None: no such znode)."""
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return {}, None
+    return paths.parse_offset_block(data), stat.version
+
+
+def write_offsets(zk: KazooClient, group: str, entries: dict[TopicPartition, paths.BlockEntry]) -> None:
+    """Write these commits into their blocks, each block read and written again conditionally on its version
+    (again after losing a race with another writer): the other partitions' commits stay."""
+    for path, part in by_block(group, entries).items():
+        while True:
+            current, version = read_block(zk, path)
+            data = paths.offset_block_json({**current, **part})
+            try:
+                if version is None:
+                    zk.create(path, data, makepath=True)
+                else:
+                    zk.set(path, data, version=version)
+                break
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue
 
 
 def store_generation(zk: KazooClient, group: str, generation: int, state: dict[str, Any] | None) -> bool:
@@ -223,17 +256,6 @@ def _stored_generation(data: bytes) -> int:
         return -1  # unreadable: anyone may replace it
 
 
-def _put(zk: KazooClient, path: str, data: bytes) -> None:
-    """Set a persistent node, creating it (and its parents) if it is not there yet."""
-    try:
-        zk.set(path, data)
-    except NoNodeError:
-        try:
-            zk.create(path, data, makepath=True)
-        except NodeExistsError:
-            zk.set(path, data)
-
-
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -264,18 +286,32 @@ def delete_group_state(zk: KazooClient, group: str) -> None:
     if nothing else is under it (a ZooKeeper-coordinated group's `ids` and `owners` are left alone)."""
     with contextlib.suppress(NoNodeError):
         zk.delete(paths.group_generation(group))
-    topics = _children(zk, paths.group_offsets(group))
-    topics = sorted({*topics, *_children(zk, paths.group_offset_metadatas(group))})
-    tps = [(t, int(p)) for t in topics for p in _children(zk, paths.group_topic_offsets(group, t)) if p.isdigit()]
-    tps += [(t, int(p)) for t in topics for p in _children(zk, paths.group_topic_offset_metadata(group, t))
-            if p.isdigit()]  # fmt: skip
-    delete_partition_offsets(zk, group, sorted(set(tps)))
+    topics = sorted({*_children(zk, paths.group_offsets(group)), *_children(zk, paths.group_offset_metadatas(group))})
+    for topic in topics:
+        for base in (paths.group_topic_offsets(group, topic), paths.group_topic_offset_metadata(group, topic)):
+            for child in _children(zk, base):
+                with contextlib.suppress(NoNodeError):
+                    zk.delete(f"{base}/{child}")
     _prune(zk, group, topics)
 
 
 def delete_partition_offsets(zk: KazooClient, group: str, tps: list[TopicPartition]) -> None:
     """OffsetDelete: forget a group's committed offsets of these partitions; the topic, `offsets` and group nodes
     left empty go too (as Kafka drops an empty group whose last offsets were deleted)."""
+    for path, part in by_block(group, dict.fromkeys(tps)).items():
+        while True:
+            current, version = read_block(zk, path)
+            left = {p: e for p, e in current.items() if p not in part}
+            try:
+                if version is None or left == current:
+                    break
+                if left:
+                    zk.set(path, paths.offset_block_json(left), version=version)
+                else:
+                    zk.delete(path, version=version)
+                break
+            except (BadVersionError, NoNodeError):
+                continue
     for topic, p in tps:
         with contextlib.suppress(NoNodeError):
             zk.delete(paths.group_offset(group, topic, p))

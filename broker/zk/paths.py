@@ -38,9 +38,13 @@
 | /latest_producer_id_block | persistent | {"version":1,"broker","block_start","block_end"} |
 | /consumers/<g>/ids/<c> | ephemeral | {"version":1,"subscription":{"<t>":1},"pattern":"static","timestamp"} |
 | /consumers/<g>/owners/<t>/<p> | ephemeral | the owning consumer id (utf-8) |
-| /consumers/<g>/offsets/<t>/<p> | persistent | the committed offset, a decimal string |
-| /consumers/<g>/offset_metadata/<t>/<p> | persistent | {"version":1,"offset","leader_epoch","metadata"}: what the
-  commit of that offset carried, when it carried metadata or a leader epoch (see `stored_offset`) |
+| /consumers/<g>/offsets/<t>/block-<n> | persistent | {"version":1,"offsets":{"<p>":[offset, leader_epoch,
+  metadata, accepted_ms]}}: the group's commits of partitions n*16 to n*16+15 (`OFFSET_BLOCK`), every write
+  conditional on the znode's version |
+| /consumers/<g>/offsets/<t>/<p> | persistent | (read, not written: earlier versions) the committed offset, a decimal
+  string; an entry of the partition's block wins over it |
+| /consumers/<g>/offset_metadata/<t>/<p> | persistent | (read, not written: earlier versions) {"version":1,"offset",
+  "leader_epoch","metadata"}: what the commit of that offset carried (see `stored_offset`) |
 | /consumers/<g>/generation | persistent | {"version":1,"generation","protocol_type","protocol","leader",
   "members":[{"member_id","group_instance_id","client_id","client_host","session_timeout_ms",
   "rebalance_timeout_ms","protocols":[{"name","metadata"}],"assignment"}]} (bytes in base64) |
@@ -82,9 +86,11 @@ ACLs (`broker/security/acl_store.py` documents their JSON), where ZooKeeper-mode
 `ids`, `owners` and `offsets` are the paper's consumer, ownership and offset registries. Only kafkactl's
 own (ZooKeeper-coordinated) group consumer writes `ids` and `owners`; both kinds of group commit to
 `offsets`, so a group with an `ids` node is ZooKeeper-coordinated and one without is the broker's.
-`offset_metadata` keeps beside an offset what Kafka keeps with it in `__consumer_offsets` (the commit's
-metadata string and leader epoch), in a znode of its own so that `offsets` stays the bare decimals every
-reader (an earlier version's broker during a rolling upgrade, say) knows.
+A commit keeps with the offset what Kafka keeps with it in `__consumer_offsets` (the metadata string and the
+leader epoch). The paper kept a znode per partition; a group commits its partitions in blocks of 16 instead
+(one write per block, not two per partition: ZooKeeper's write rate, not the partition count, bounds the
+commit rate). The per-partition znodes of earlier versions are still read, under the blocks, and deleted with
+the group's offsets; a broker of an earlier version does not read blocks (upgrade every broker together).
 `generation` is the broker's group coordinator's last stable generation of a group, what Kafka keeps in
 `__consumer_offsets`: a coordinator that takes a group over (its old one died or moved) loads it, so
 members keep heartbeating and committing without rejoining.
@@ -99,7 +105,7 @@ import json
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 BROKER_IDS = "/brokers/ids"
@@ -121,6 +127,13 @@ PREFERRED_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE = "/isr_change_notification"
 REASSIGN = "/admin/reassign_partitions"
 CONSUMERS = "/consumers"
+#: partitions of a topic whose commits by one group share a znode (`group_offset_block`): a commit of many
+#: partitions is a write per block, not two per partition
+OFFSET_BLOCK = 16
+BLOCK_PREFIX = "block-"
+#: the most bytes of one commit in a block (mostly its metadata string, escaped): a block of `OFFSET_BLOCK` stays
+#: well under ZooKeeper's request limit (jute.maxbuffer, 1 MiB); a larger one is refused (OFFSET_METADATA_TOO_LARGE)
+OFFSET_ENTRY_MAX_BYTES = 32 * 1024
 
 #: the schema registry's state (broker/schema_registry/store.py)
 SCHEMA_REGISTRY = "/kafkactl/schema-registry"
@@ -275,7 +288,27 @@ def group_topic_offsets(name: str, topic: str) -> str:
 
 
 def group_offset(name: str, topic: str, partition: int) -> str:
+    """A partition's offset znode of an earlier version (read, and deleted with the group's offsets; no longer
+    written: `group_offset_block`)."""
     return f"{group(name)}/offsets/{topic}/{partition}"
+
+
+def group_offset_block(name: str, topic: str, block: int) -> str:
+    """The znode holding the group's commits of the topic's partitions `block * OFFSET_BLOCK` up to the next
+    block (`offset_block_json`)."""
+    return f"{group(name)}/offsets/{topic}/{BLOCK_PREFIX}{block}"
+
+
+def offset_block_of(partition: int) -> int:
+    return partition // OFFSET_BLOCK
+
+
+def block_number(child: str) -> int | None:
+    """The block number of a child of `group_topic_offsets` named as a block; None for any other (a partition's
+    znode of an earlier version)."""
+    if child.startswith(BLOCK_PREFIX) and child[len(BLOCK_PREFIX) :].isdigit():
+        return int(child[len(BLOCK_PREFIX) :])
+    return None
 
 
 def group_offset_metadatas(name: str) -> str:
@@ -549,6 +582,46 @@ def offset_metadata_json(stored: StoredOffset) -> bytes | None:
         return None
     return dumps({"version": 1, "offset": int(stored.offset), "leader_epoch": int(stored.leader_epoch),
                   "metadata": stored.metadata})  # fmt: skip
+
+
+class BlockEntry(NamedTuple):
+    """One partition's commit in an offset block: what was committed, and when it was accepted (wall clock ms)."""
+
+    stored: StoredOffset
+    at_ms: int
+
+
+def offset_block_json(entries: Mapping[int, BlockEntry]) -> bytes:
+    """An offset block's data: {"version":1,"offsets":{"<p>":[offset, leader_epoch, metadata, at_ms]}}."""
+    return dumps({"version": 1, "offsets": {str(p): [e.stored.offset, e.stored.leader_epoch, e.stored.metadata,
+                                                     e.at_ms] for p, e in sorted(entries.items())}})  # fmt: skip
+
+
+def parse_offset_block(data: bytes | None) -> dict[int, BlockEntry]:
+    """An offset block's commits by partition; none when it is unreadable (a later version's, or damaged), and
+    without an entry that is unreadable. (A writer merges its commits into what it reads: what was unreadable
+    is written over.)"""
+    try:
+        obj = json.loads(data or b"")
+        entries = obj["offsets"] if isinstance(obj, dict) and obj.get("version") == 1 else {}
+        items = list(entries.items())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    out = {}
+    for p, entry in items:  # (an entry that is not one is left out, not the block's others)
+        if not (isinstance(p, str) and p.isdigit() and isinstance(entry, list) and len(entry) == 4):
+            continue
+        offset, epoch, metadata, at_ms = entry
+        if type(offset) is int and type(epoch) is int and isinstance(metadata, str) and type(at_ms) is int:
+            out[int(p)] = BlockEntry(StoredOffset(offset, epoch, metadata), at_ms)
+    return out
+
+
+def offset_entry_fits(stored: StoredOffset) -> bool:
+    """Whether a commit's entry stays within `OFFSET_ENTRY_MAX_BYTES` (its metadata string, JSON-escaped)."""
+    if len(stored.metadata) * 6 + 64 <= OFFSET_ENTRY_MAX_BYTES:  # (no character escapes longer than \\uXXXX)
+        return True
+    return len(dumps([stored.offset, stored.leader_epoch, stored.metadata, 0])) + 32 <= OFFSET_ENTRY_MAX_BYTES
 
 
 def stored_offset(data: bytes | None, metadata_data: bytes | None = None) -> StoredOffset | None:

@@ -77,17 +77,9 @@ def produce(b: BrokerProcess, topic: str, counts: dict[int, int], *, timestamp: 
 
 
 def zk_offsets(b: BrokerProcess, g: str) -> dict[tuple[str, int], int]:
-    """The group's offset registry as ZooKeeper holds it: {(topic, partition): decimal offset}."""
+    """The group's offset registry as ZooKeeper holds it: {(topic, partition): offset}."""
     with zk_session(b.zk_connect) as zk:
-        base = f"/consumers/{g}/offsets"
-        if zk.exists(base) is None:
-            return {}
-        out = {}
-        for t in zk.get_children(base):
-            for p in zk.get_children(f"{base}/{t}"):
-                data, _ = zk.get(f"{base}/{t}/{p}")
-                out[(t, int(p))] = int(data.decode())
-        return dict(sorted(out.items()))
+        return {tp: c.offset for tp, c in consumers.committed(zk, g).items()}
 
 
 def zk_commit(b: BrokerProcess, g: str, offsets: dict[tuple[str, int], int]) -> None:

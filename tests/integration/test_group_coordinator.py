@@ -3,9 +3,9 @@
 - FindCoordinator names the same broker from every broker: `coordinator_for(group, live ids)`; the group
   APIs sent to another broker get NOT_COORDINATOR (16).
 - A whole group round on the coordinator with raw requests: JoinGroup (two members on their own
-  connections), SyncGroup, Heartbeat, OffsetCommit (stored in ZooKeeper at /consumers/<g>/offsets/<t>/<p>
-  as a decimal string), OffsetFetch v1 and v2+ (null topics: every committed partition), DescribeGroups,
-  ListGroups, LeaveGroup.
+  connections), SyncGroup, Heartbeat, OffsetCommit (stored in ZooKeeper in offset blocks,
+  /consumers/<g>/offsets/<t>/block-<n>), OffsetFetch v1 and v2+ (null topics: every committed partition),
+  DescribeGroups, ListGroups, LeaveGroup.
 - A malformed JoinGroup closes only its own connection.
 - The coordinator broker stopped: FindCoordinator from the others names another live broker, which takes
   the group's stable generation over from ZooKeeper (/consumers/<g>/generation): a member heartbeats and
@@ -38,6 +38,7 @@ from broker.errors import KafkactlError
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.primitives import I16, I32, Reader
+from broker.zk import consumers
 from broker.zk.server import ZooKeeperServer
 from tests.fixtures import zk_client
 from tests.integration.clientkit import kafka_python_knows
@@ -209,11 +210,9 @@ def fetched(answer: dict[str, Any]) -> dict[tuple[str, int], tuple[int, int]]:
             for t in answer["topics"] for p in t["partitions"]}  # fmt: skip
 
 
-def zk_offsets(zk: KazooClient, group: str, topic: str) -> dict[int, bytes]:
-    base = f"/consumers/{group}/offsets/{topic}"
-    if zk.exists(base) is None:
-        return {}
-    return {int(p): zk.get(f"{base}/{p}")[0] for p in zk.get_children(base)}
+def zk_offsets(zk: KazooClient, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets of `topic` as ZooKeeper holds them (`consumers.committed`)."""
+    return {p: c.offset for (_, p), c in consumers.committed(zk, group, [topic]).items()}
 
 
 def describe(c: Connection, group: str, version: int | None = None) -> dict[str, Any]:
@@ -439,8 +438,8 @@ def test_offset_commit_goes_to_zookeeper_and_offset_fetch_reads_it(groups3, zk_o
         answer = m.b.request(ApiKey.OFFSET_COMMIT, commit_body(group, m.gen, m.mb, {(t2, 1): 7, (t2, 0): 0}), 7)
         assert commit_errors(answer) == {(t2, 1): NONE, (t2, 0): NONE}
         # in ZooKeeper, as decimal strings
-        assert zk_offsets(zk, group, t1) == {0: b"5", 2: b"42"}
-        assert zk_offsets(zk, group, t2) == {0: b"0", 1: b"7"}
+        assert zk_offsets(zk, group, t1) == {0: 5, 2: 42}
+        assert zk_offsets(zk, group, t2) == {0: 0, 1: 7}
 
         # refused commits write nothing
         stale = m.a.request(ApiKey.OFFSET_COMMIT, commit_body(group, m.gen - 1, m.ma, {(t1, 0): 99}), 2)
@@ -451,7 +450,7 @@ def test_offset_commit_goes_to_zookeeper_and_offset_fetch_reads_it(groups3, zk_o
         assert commit_errors(simple) == {(t1, 0): UNKNOWN_MEMBER_ID}  # the group is live: not a simple commit
         unknown = m.a.request(ApiKey.OFFSET_COMMIT, commit_body(group, m.gen, m.ma, {(t1, 9): 1, ("nope", 0): 1}), 2)
         assert commit_errors(unknown) == {(t1, 9): 3, ("nope", 0): 3}  # UNKNOWN_TOPIC_OR_PARTITION
-        assert zk_offsets(zk, group, t1) == {0: b"5", 2: b"42"}
+        assert zk_offsets(zk, group, t1) == {0: 5, 2: 42}
 
         with conn_to(coordinator) as c:
             # v1: the partitions asked for, -1 where nothing was committed, errors per partition
@@ -476,7 +475,7 @@ def test_offset_commit_goes_to_zookeeper_and_offset_fetch_reads_it(groups3, zk_o
         assert commit_errors(simple) == {(t1, 1): NONE}
         v0_commit = m.a.request(ApiKey.OFFSET_COMMIT, commit_body(group, -1, "", {(t1, 0): 6}), 0)
         assert commit_errors(v0_commit) == {(t1, 0): NONE}
-        assert zk_offsets(zk, group, t1) == {0: b"6", 1: b"11", 2: b"42"}
+        assert zk_offsets(zk, group, t1) == {0: 6, 1: 11, 2: 42}
     finally:
         m.close()
 
@@ -739,7 +738,7 @@ def test_coordinator_failover_kafka_python_group_resumes_from_committed_offsets(
         first = produce("before", 5)
         consume_until(set(first), "before the failover")
         assert {tp.partition for tp in consumer.assignment()} == set(range(partitions))
-        committed_before = {p: int(v) for p, v in zk_offsets(zk, group, topic).items()}
+        committed_before = zk_offsets(zk, group, topic)
         assert committed_before == {p: 5 for p in range(partitions)}
         with conn_to(by_id(brokers, victim)) as c:
             d = describe(c, group)
@@ -799,7 +798,7 @@ def test_coordinator_failover_kafka_python_group_resumes_from_committed_offsets(
         assert sorted((p, o) for p, o, _ in after) == sorted(second)
         assert all(second[(p, o)] == v for p, o, v in after)
         assert all(first[(p, o)] == v for p, o, v in consumed[:n_before])
-        assert {int(v) for v in zk_offsets(zk, group, topic).values()} == {8}
+        assert set(zk_offsets(zk, group, topic).values()) == {8}
         with conn_to(by_id(brokers, successor)) as c:
             d = describe(c, group)
             assert d["group_state"] == "Stable", d
@@ -872,7 +871,7 @@ def test_group_requests_are_answered_at_once_while_zookeeper_is_down(private_zk:
             a, gen, ma = members.a, members.gen, members.ma
             assert commit_errors(a.request(ApiKey.OFFSET_COMMIT, commit_body(group, gen, ma, {(topic, 0): 5}))) == {
                 (topic, 0): NONE}  # fmt: skip
-            assert zk_offsets(zk, group, topic) == {0: b"5"}  # written before the answer, while ZooKeeper is up
+            assert zk_offsets(zk, group, topic) == {0: 5}  # written before the answer, while ZooKeeper is up
             assert fetched(fetch_offsets(a, group, {topic: [1]}, 5)) == {(topic, 1): (-1, NONE)}
         finally:
             zk.stop()
@@ -911,7 +910,7 @@ def test_group_requests_are_answered_at_once_while_zookeeper_is_down(private_zk:
         try:
             try:  # (CI once timed out here at 10 s, cause unknown: the broker's log says how its session fared)
                 wait_until("the held commits in ZooKeeper",
-                           lambda: zk_offsets(zk, group, topic) == {0: b"7", 2: b"9"}, timeout=20)  # fmt: skip
+                           lambda: zk_offsets(zk, group, topic) == {0: 7, 2: 9}, timeout=20)  # fmt: skip
             except AssertionError as e:
                 raise AssertionError(f"{e}\n--- broker log ---\n{b.log_text()[-6000:]}") from None
             assert heartbeat(a, group, gen, ma) == NONE

@@ -173,8 +173,8 @@ def test_every_client_gets_back_what_every_client_committed_also_after_a_restart
     check("before the restart")
     with zk_session(b.zk_connect) as zk:  # stored in ZooKeeper, not only in the broker's memory
         stored = consumers.committed(zk, kp_g)
-        raw = zk.get(paths.group_offset(kp_g, topic, 1))[0]
-    assert raw == b"16"  # the offset znode stays the bare decimal every earlier reader knows
+        block = paths.parse_offset_block(zk.get(paths.group_offset_block(kp_g, topic, 0))[0])
+    assert block[1].stored.offset == 16  # in the block of partitions 0-15
     assert {tp[1]: (c.offset, c.metadata, c.leader_epoch) for tp, c in stored.items()} == {
         p: (o, m, e) for p, o, m, e in KP_COMMITS}  # fmt: skip
     b.kill()

@@ -65,17 +65,22 @@ def _ids_on_two_brokers() -> tuple[str, str]:
 
 
 def test_a_commit_zookeeper_refuses_stays_prepared_until_its_offsets_are_written(start_broker, zk_chroot) -> None:
-    """The group's committed offset znode refuses writes (an ACL: a ZooKeeper that will not take them yet):
+    """The group's offset block refuses writes (an ACL: a ZooKeeper that will not take them yet):
     the commit stays PrepareCommit (CONCURRENT_TRANSACTIONS to the producer), its held offsets stay pending
     (UNSTABLE_OFFSET_COMMIT from the group's coordinator, broker 2), nothing is lost; once ZooKeeper takes the
     write the sweep completes it and broker 2 answers the transaction's offset."""
     b1, b2 = start_broker(1, overrides=SWEEP), start_broker(2, overrides=SWEEP)
     topic = create_topic(b1.bootstrap, unique("split"))
     txn_id, group = _ids_on_two_brokers()
-    offset_path = paths.group_offset(group, topic, 0)
+    offset_path = paths.group_offset_block(group, topic, 0)
+
+    def committed() -> int:
+        return paths.parse_offset_block(zk.get(offset_path)[0])[0].stored.offset
+
     with zk_session(zk_chroot) as zk, connect(b1.bootstrap) as txn_conn, connect(b2.bootstrap) as group_conn:
         zk.ensure_path(offset_path.rsplit("/", 1)[0])
-        zk.create(offset_path, b"1", acl=[make_acl("world", "anyone", read=True, admin=True)])
+        first = paths.offset_block_json({0: paths.BlockEntry(paths.StoredOffset(1), 0)})
+        zk.create(offset_path, first, acl=[make_acl("world", "anyone", read=True, admin=True)])
         init = _init(txn_conn, txn_id)
         pid, epoch = init["producer_id"], init["producer_epoch"]
         add = {"transactional_id": txn_id, "producer_id": pid, "producer_epoch": epoch, "group_id": group}
@@ -101,7 +106,7 @@ def test_a_commit_zookeeper_refuses_stays_prepared_until_its_offsets_are_written
                 assert _add(other, txn_id, pid, epoch, {topic: [0]}) == {(topic, 0): ErrorCode.CONCURRENT_TRANSACTIONS}
             assert _offset_fetch(group_conn, group, topic, True)["error_code"] == ErrorCode.UNSTABLE_OFFSET_COMMIT
             assert zk.exists(paths.txn_group_offsets(group, txn_id))
-            assert zk.get(offset_path)[0] == b"1"
+            assert committed() == 1
             zk.set_acls(offset_path, OPEN_ACL_UNSAFE)  # ZooKeeper takes the write now
         finally:
             ending.join(30)
@@ -109,4 +114,4 @@ def test_a_commit_zookeeper_refuses_stays_prepared_until_its_offsets_are_written
         wait_until(lambda: _describe(txn_conn, txn_id)["transaction_state"] == "CompleteCommit", 10, "the commit")
         got = _offset_fetch(group_conn, group, topic, True)
         assert (got["error_code"], got["committed_offset"], got["metadata"]) == (0, 42, "m")
-        assert zk.get(offset_path)[0] == b"42" and not zk.exists(paths.txn_group_offsets(group, txn_id))
+        assert committed() == 42 and not zk.exists(paths.txn_group_offsets(group, txn_id))

@@ -14,7 +14,7 @@ import pytest
 
 from broker.coordinator.group.coordinator import coordinator_for
 from broker.protocol.api import ApiKey
-from broker.zk import paths
+from broker.zk import consumers
 from broker.zk.server import ZooKeeperServer
 from tests.fixtures import zk_client
 from tests.integration.cluster import BrokerProcess, new_chroot
@@ -79,7 +79,7 @@ def test_the_groups_coordinator_never_answers_a_transactions_partition_from_memo
         zk = zk_client(chroot)
         try:
             wait_until("the transaction's offset in ZooKeeper",
-                       lambda: zk.get(paths.group_offset(group, topic, 0))[0] == b"9")  # fmt: skip
+                       lambda: [c.offset for c in consumers.committed(zk, group).values()] == [9])  # fmt: skip
         finally:
             zk.stop()
             zk.close()

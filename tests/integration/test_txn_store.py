@@ -17,7 +17,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 from broker.coordinator.txn import store as txn_store
 from broker.coordinator.txn.state import TxnMeta, TxnState
 from broker.protocol.errors import ErrorCode
-from broker.zk import paths
+from broker.zk import consumers, paths
 from tests.integration.helpers import zk_json, zk_session
 
 po = txn_store.PendingOffset
@@ -123,7 +123,7 @@ def test_offsets_left_by_an_earlier_transaction_of_the_same_epoch_are_not_taken(
         version = txn_store.update(zk, "tx", prepared, version)
         _, committed = txn_store.finish(zk, "tx", prepared, version, replace(prepared, state=TxnState.COMPLETE_COMMIT))
         assert committed == {"g": {("t", 1): po(7, -1, "")}}
-        assert not zk.exists(paths.group_offset("g", "t", 0))
+        assert committed_offset(zk, "g", "t", 0) is None
 
 
 def _prepared(zk: KazooClient, txn_id: str, offsets: dict, commit: bool = True) -> tuple[TxnMeta, int]:
@@ -135,55 +135,63 @@ def _prepared(zk: KazooClient, txn_id: str, offsets: dict, commit: bool = True) 
     return prepared, txn_store.update(zk, txn_id, prepared, 0)
 
 
+def committed_offset(zk: KazooClient, group: str, topic: str, p: int) -> tuple[int, int, str] | None:
+    """The group's committed offset of one partition as ZooKeeper holds it (offset, leader epoch, metadata)."""
+    c = consumers.committed(zk, group, [topic]).get((topic, p))
+    return None if c is None else (c.offset, c.leader_epoch, c.metadata)
+
+
 def test_finish_commits_drops_and_completes_at_once(zk_chroot: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with zk_session(zk_chroot) as zk:
         held = {("t", 0): po(10, 4, "m"), ("t", 1): po(20, -1, "")}
-        zk.create(paths.group_offset_metadata("g", "t", 1), b'{"version":1,"offset":3}', makepath=True)  # (older)
+        zk.create(paths.group_offset("g", "t", 1), b"3", makepath=True)  # (an earlier version's, older)
+        consumers.commit(zk, "g", {("t", 2): 30}, "theirs")  # (another partition of the same block)
         prepared, version = _prepared(zk, "tx", {"g": held, "g2": {("u", 0): po(5, -1, "")}})
         with pytest.raises(txn_store.Fenced):  # (another coordinator wrote since: nothing done)
             txn_store.finish(zk, "tx", prepared, version - 1, replace(prepared, state=TxnState.COMPLETE_COMMIT))
-        assert zk.exists(paths.txn_group_offsets("g", "tx")) and not zk.exists(paths.group_offset("g", "t", 0))
+        assert zk.exists(paths.txn_group_offsets("g", "tx")) and committed_offset(zk, "g", "t", 0) is None
         done = replace(prepared, state=TxnState.COMPLETE_COMMIT, groups=frozenset())
-        new_version, committed = txn_store.finish(zk, "tx", prepared, version, done)
-        assert (new_version, set(committed)) == (version + 1, {"g", "g2"})
+        new_version, done_offsets = txn_store.finish(zk, "tx", prepared, version, done)
+        assert (new_version, set(done_offsets)) == (version + 1, {"g", "g2"})
         assert txn_store.load(zk, "tx") == (done, version + 1)
-        assert paths.stored_offset(zk.get(paths.group_offset("g", "t", 0))[0],
-                                   zk.get(paths.group_offset_metadata("g", "t", 0))[0]) == (10, 4, "m")  # fmt: skip
-        assert zk.get(paths.group_offset("g", "t", 1))[0] == b"20"
-        assert not zk.exists(paths.group_offset_metadata("g", "t", 1))  # (a commit without: the old one goes)
-        assert zk.get(paths.group_offset("g2", "u", 0))[0] == b"5"
+        assert committed_offset(zk, "g", "t", 0) == (10, 4, "m")
+        assert committed_offset(zk, "g", "t", 1) == (20, -1, "")  # (the block's entry over the older znode)
+        assert committed_offset(zk, "g", "t", 2) == (30, -1, "theirs")
+        assert committed_offset(zk, "g2", "u", 0) == (5, -1, "")
         assert txn_store.pending_partitions(zk, "g") == set() and not zk.exists(paths.txn_offsets("g"))
 
         # an abort drops them only; more offsets than one multi-op takes are written in several
         prepared, version = _prepared(zk, "ab", {"g": {("t", 0): po(99, -1, "")}}, commit=False)
         txn_store.finish(zk, "ab", prepared, version, replace(prepared, state=TxnState.COMPLETE_ABORT))
-        assert zk.get(paths.group_offset("g", "t", 0))[0] == b"10" and not zk.exists(paths.txn_offsets("g"))
+        assert committed_offset(zk, "g", "t", 0) == (10, 4, "m") and not zk.exists(paths.txn_offsets("g"))
         monkeypatch.setattr(txn_store, "MULTI_MAX_OPS", 4)
-        many = {("v", p): po(100 + p, -1, "") for p in range(9)}
+        many = {("v", p * paths.OFFSET_BLOCK): po(100 + p, -1, "") for p in range(9)}  # (9 blocks: 9 writes)
         prepared, version = _prepared(zk, "many", {"g": many})
         new_version, _ = txn_store.finish(
             zk, "many", prepared, version, replace(prepared, state=TxnState.COMPLETE_COMMIT)
         )
         assert new_version == version + 1
-        assert [zk.get(paths.group_offset("g", "v", p))[0] for p in range(9)] == [b"%d" % (100 + p) for p in range(9)]
+        assert [committed_offset(zk, "g", "v", p * paths.OFFSET_BLOCK) for p in range(9)] == [
+            (100 + p, -1, "") for p in range(9)]  # fmt: skip
 
 
 def test_finish_undone_when_zookeeper_refuses_a_write(zk_chroot: str) -> None:
-    """An offset write ZooKeeper refuses (here: an ACL) leaves the held offsets and the Prepare state as they
-    were, so the completion is retried and no offsets are lost; once it can, it finishes."""
+    """An offset write ZooKeeper refuses (here: an ACL on the offset block) leaves the held offsets and the
+    Prepare state as they were, so the completion is retried and no offsets are lost; once it can, it finishes."""
     with zk_session(zk_chroot) as zk:
-        zk.ensure_path(paths.group_offset("g", "t", 0).rsplit("/", 1)[0])
+        block = paths.group_offset_block("g", "t", 0)
+        zk.ensure_path(block.rsplit("/", 1)[0])
         read_only = [make_acl("world", "anyone", read=True, admin=True)]
-        zk.create(paths.group_offset("g", "t", 0), b"1", acl=read_only)
+        zk.create(block, paths.offset_block_json({0: paths.BlockEntry(paths.StoredOffset(1), 0)}), acl=read_only)
         prepared, version = _prepared(zk, "tx", {"g": {("t", 0): po(42, -1, "")}})
         done = replace(prepared, state=TxnState.COMPLETE_COMMIT, groups=frozenset())
         with pytest.raises(NoAuthError):
             txn_store.finish(zk, "tx", prepared, version, done)
         assert txn_store.load(zk, "tx") == (prepared, version)
-        assert txn_store.pending_partitions(zk, "g") == {("t", 0)}
-        zk.set_acls(paths.group_offset("g", "t", 0), OPEN_ACL_UNSAFE)
+        assert txn_store.pending_partitions(zk, "g") == {("t", 0)} and committed_offset(zk, "g", "t", 0) == (1, -1, "")
+        zk.set_acls(block, OPEN_ACL_UNSAFE)
         assert txn_store.finish(zk, "tx", prepared, version, done)[0] == version + 1
-        assert zk.get(paths.group_offset("g", "t", 0))[0] == b"42"
+        assert committed_offset(zk, "g", "t", 0) == (42, -1, "")
         assert zk_json(zk, paths.transaction("tx"))["state"] == "CompleteCommit"
 
 

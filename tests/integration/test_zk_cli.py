@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from broker.zk import consumers
+from broker.zk import consumers, paths
 from tests.integration.helpers import cli, cli_env, error_line, json_lines, ok, tsv, zk_session
 
 
@@ -82,14 +82,20 @@ def expected_registries(client: KazooClient) -> dict[str, Any]:
             if client.exists(f"{base}/{kind}") is None:
                 continue
             for t in client.get_children(f"{base}/{kind}"):
-                for p in client.get_children(f"{base}/{kind}/{t}"):
-                    data, stat = client.get(f"{base}/{kind}/{t}/{p}")
-                    row = rows.setdefault((t, int(p)), {"topic": t, "partition": int(p), "owner": None,
-                                                        "offset": None, "committed_ms": None})  # fmt: skip
+                for child in client.get_children(f"{base}/{kind}/{t}"):
+                    data, stat = client.get(f"{base}/{kind}/{t}/{child}")
                     if kind == "owners":
-                        row["owner"] = data.decode()
-                    else:
-                        row["offset"], row["committed_ms"] = int(data), stat.mtime
+                        found = {int(child): (data.decode(), None, None)}
+                    else:  # (an offset block: a row per partition in it)
+                        entries = paths.parse_offset_block(data).items()
+                        found = {p: (None, e.stored.offset, e.at_ms) for p, e in entries}
+                    for p, (owner, offset, at_ms) in found.items():
+                        row = rows.setdefault((t, p), {"topic": t, "partition": p, "owner": None, "offset": None,
+                                                       "committed_ms": None})  # fmt: skip
+                        if kind == "owners":
+                            row["owner"] = owner
+                        else:
+                            row["offset"], row["committed_ms"] = offset, at_ms
         groups.append({"group": g, "kind": "zookeeper" if has_ids else "broker", "members": members,
                        "partitions": [rows[k] for k in sorted(rows)]})  # fmt: skip
     return {"brokers": brokers, "topics": topics, "controller": controller, "groups": groups}

@@ -1,15 +1,16 @@
 """The group coordinator's ZooKeeper state, written behind: no group request waits on ZooKeeper.
 
-Committed offsets (`/consumers/<g>/offsets/<t>/<p>`) and each group's stable generation
+Committed offsets (in blocks of a topic's partitions, `/consumers/<g>/offsets/<t>/block-<n>`: `paths`) and each
+group's stable generation
 (`/consumers/<g>/generation`) go through one `GroupStore` per broker, on a ZooKeeper session of its own
 (reconnecting at most `RECONNECT_MAX_DELAY_S` apart, so what it holds is written within about a second of
 ZooKeeper's return, and not tied to the broker's registration session).
 
-- OffsetCommit: the offsets (each with its metadata string and leader epoch, written after the offset to
-  `/consumers/<g>/offset_metadata/<t>/<p>`: `paths.stored_offset`) are held in memory and one writer thread
-  writes them in the order they were committed (a partition committed again before its write keeps only the
-  newer commit), `WRITE_WINDOW` at a time: the window's offsets with their requests pipelined, then what they
-  carry beside them (each after its own offset), so the rate is ZooKeeper's, not one round trip per write.
+- OffsetCommit: the offsets (each with its metadata string and leader epoch) are held in memory and one writer
+  thread writes them in the order they were committed (a partition committed again before its write keeps only
+  the newer commit), `WRITE_WINDOW` at a time: one write per block the window's commits fall in, conditional on
+  the version this broker last wrote or read (read again after losing a race), requests pipelined, so a commit
+  of many partitions costs a write per 16 of them, not a round trip per partition.
   While ZooKeeper answers, the commit is answered once written, or after `COMMIT_WAIT_S`
   still held; while it does not, at once. Always with error 0: a commit is never refused for ZooKeeper's
   sake, and a member's heartbeats, queued behind its commit on the same connection, are never held back long.
@@ -84,9 +85,11 @@ RECONNECT_MAX_DELAY_S = 1.0
 #: the pause after a failed write before the writer tries again while the session looks connected
 RETRY_PAUSE_S = 0.5
 #: commits written at a time, their ZooKeeper requests pipelined (each key is in at most one write in flight)
-WRITE_WINDOW = 2000
+WRITE_WINDOW = 20000
 #: how long a DeleteGroups or OffsetDelete waits for its deletion to begin (then it is withdrawn)
 DELETE_WAIT_S = 5.0
+#: offset blocks whose version and commits the writer keeps (a block not kept is read before it is written)
+BLOCKS_KEPT = 20_000
 
 TopicPartition = tuple[str, int]
 OffsetKey = tuple[str, str, int]  # (group, topic, partition)
@@ -95,8 +98,6 @@ NO_OFFSET = StoredOffset(-1)
 
 #: errors that mean ZooKeeper did not answer (the request may be retried), not that it refused
 UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
-#: what a write's answer may raise: ZooKeeper unreachable (kept, retried) or another refusal (dropped)
-WRITE_FAILURES = (KazooException, KazooTimeoutError)
 
 
 @dataclass
@@ -137,16 +138,21 @@ class GroupStore:
 
     `owns(group)`: whether this broker coordinates the group now (generations of groups that moved away are
     their new coordinator's to write). `live(group)`: whether the group has members here (its offsets may be
-    answered from memory during an outage). `client`: makes the (unstarted) kazoo client, for tests.
+    answered from memory during an outage). `moves()`: a value that changes whenever groups' coordinators may
+    have moved (the blocks this broker knows are then read again: a group deleted and committed again by
+    another coordinator meanwhile has blocks whose versions started again from 0, which a write conditional on
+    the version known here could take for its own). `client`: makes the (unstarted) kazoo client, for tests.
     """
 
     def __init__(self, hosts: str, *, session_timeout_s: float = 18.0, connect_timeout_s: float = 15.0,
                  owns: Callable[[str], bool] = lambda g: True, live: Callable[[str], bool] = lambda g: False,
+                 moves: Callable[[], object] = lambda: None,
                  client: Callable[[], Any] | None = None) -> None:  # fmt: skip
         self.hosts = hosts
         self.connect_timeout_s = connect_timeout_s
         self.owns = owns
         self.live = live
+        self.moves = moves
         self._make_client = client or (lambda: connect_client(hosts, session_timeout_s))
         self.zk: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -169,12 +175,13 @@ class GroupStore:
         self._txn_noted: dict[str, int] = {}  # group → the number of its last TxnOffsetCommit (see fetch)
         self._txn_notes = 0
         # -- the writer thread's --
-        self._versions: dict[str, int] = {}  # offset znode → its version after this broker's last write
-        #: offset znode → what this broker wrote beside it last (`paths.offset_metadata_json`; None: nothing, the
-        #: metadata znode deleted), while its offset is this broker's write: a commit carrying the same is not
-        #: written there again
-        self._beside: dict[str, bytes | None] = {}
-        self._parents: set[str] = set()  # parents of offset znodes this broker made or saw made
+        #: offset block → (its znode version, None: no znode; its commits) as this broker last wrote or read it
+        self._blocks: collections.OrderedDict[str, tuple[int | None, dict[int, paths.BlockEntry]]] = (
+            collections.OrderedDict()
+        )
+        self._parents: set[str] = set()  # parents of offset blocks this broker made or saw made
+        self._known_as_of: tuple[object, int] | None = None  # (moves(), outages) when _blocks was last trusted
+        self._outages = 0  # (under _cond) outages begun: someone else may have written meanwhile
         self._writer: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -329,19 +336,25 @@ class GroupStore:
         return set().union(*(txn_store.held_partitions(d) for d in datas if d is not None))
 
     async def _read_offsets(self, group: str, topics: list[str] | None) -> dict[TopicPartition, StoredOffset]:
-        base = paths.group_offsets(group)
-        names = await self._children(base) if topics is None else topics
-        parts = await asyncio.gather(*(self._children(f"{base}/{t}") for t in names))
-        keys = [(t, int(p)) for t, ps in zip(names, parts, strict=True) for p in ps if p.isdigit()]
-        datas, extras = await asyncio.gather(
-            asyncio.gather(*(self._get(paths.group_offset(group, t, p)) for t, p in keys)),
-            asyncio.gather(*(self._get(paths.group_offset_metadata(group, t, p)) for t, p in keys)),
+        """The group's commits in ZooKeeper: its offset blocks', over the per-partition znodes of an earlier
+        version (as `consumers.committed` reads them)."""
+        names = await self._children(paths.group_offsets(group)) if topics is None else topics
+        children = await asyncio.gather(*(self._children(paths.group_topic_offsets(group, t)) for t in names))
+        legacy = [(t, int(c)) for t, cs in zip(names, children, strict=True) for c in cs if c.isdigit()]
+        blocks = [(t, b) for t, cs in zip(names, children, strict=True) for c in cs
+                  if (b := paths.block_number(c)) is not None]  # fmt: skip
+        datas, extras, block_datas = await asyncio.gather(
+            asyncio.gather(*(self._get(paths.group_offset(group, t, p)) for t, p in legacy)),
+            asyncio.gather(*(self._get(paths.group_offset_metadata(group, t, p)) for t, p in legacy)),
+            asyncio.gather(*(self._get(paths.group_offset_block(group, t, b)) for t, b in blocks)),
         )
         out = {}
-        for key, data, extra in zip(keys, datas, extras, strict=True):
+        for key, data, extra in zip(legacy, datas, extras, strict=True):
             stored = paths.stored_offset(data, extra)  # (None: gone meanwhile, or unreadable: as never committed)
             if stored is not None:
                 out[key] = stored
+        for (t, _), data in zip(blocks, block_datas, strict=True):
+            out.update(((t, p), e.stored) for p, e in paths.parse_offset_block(data).items())
         return out
 
     # -- deletions --------------------------------------------------------------------------------
@@ -486,6 +499,7 @@ class GroupStore:
             if self._stopping:
                 return
             self._reachable = False
+            self._outages += 1
             self._withdraw_deletions()
             for c in self._held.values():
                 c.held = True
@@ -573,9 +587,9 @@ class GroupStore:
             ok = False
         if ok:
             gone = paths.group(d.group) + "/"
-            self._versions = {k: v for k, v in self._versions.items() if not k.startswith(gone)}
-            self._beside = {k: v for k, v in self._beside.items() if not k.startswith(gone)}
-            self._parents = {k for k in self._parents if not k.startswith(gone)}
+            for path in [path for path in self._blocks if path.startswith(gone)]:
+                del self._blocks[path]
+            self._parents = {path for path in self._parents if not path.startswith(gone)}
         with self._cond:
             with contextlib.suppress(ValueError):
                 self._deletions.remove(d)
@@ -642,251 +656,106 @@ class GroupStore:
                 self._release(upto)
 
     def _write_window(self, window: list[tuple[OffsetKey, _Commit]]) -> tuple[dict[OffsetKey, bool], bool]:
-        """Write a window of commits: the held ones one by one (`_write_offset`), the others with their offsets
-        pipelined, then what they carry beside them pipelined (each after its offset, as `_write_offset`).
-        Returns (key → whether its commit was written rather than kept from over a newer one, for each commit done;
-        whether ZooKeeper answered throughout)."""
+        """Write a window of commits into their offset blocks, a write per block, pipelined: each block written
+        over the version this broker last wrote or read (`_blocks`), read again after losing a race. Returns (key
+        → whether its commit was written rather than kept from over a newer one, for each commit done; whether
+        ZooKeeper answered throughout)."""
         finished: dict[OffsetKey, bool] = {}
+        with self._cond:
+            as_of = (self.moves(), self._outages)
+        if as_of != self._known_as_of:  # (coordinators may have moved, or ZooKeeper was away: read blocks again)
+            self._blocks.clear()
+            self._parents.clear()
+            self._known_as_of = as_of
+        todo: dict[str, dict[int, tuple[OffsetKey, _Commit]]] = {}
+        for key, c in window:
+            group, topic, p = key
+            todo.setdefault(paths.group_offset_block(group, topic, paths.offset_block_of(p)), {})[p] = (key, c)
         try:
-            for key, c in window:
-                if c.held:
-                    try:
-                        finished[key] = self._write_offset(key, c)
-                    except UNREACHABLE:
-                        raise
-                    except KazooException as exc:
-                        log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-                        finished[key] = True
-            quick = [(key, c) for key, c in window if not c.held]
-            offsets = self._pipelined_offsets(quick, finished)
-            self._pipelined_metadata(offsets, finished)
+            alone = False
+            while todo:
+                self._read_blocks([path for path in todo if path not in self._blocks])
+                todo = self._write_blocks(todo, finished, alone=alone)
+                alone = True
         except UNREACHABLE as exc:
             self._unreachable(_reason(exc))
             return finished, False
         return finished, True
 
-    def _pipelined_offsets(self, quick: list[tuple[OffsetKey, _Commit]],
-                           finished: dict[OffsetKey, bool]) -> list[tuple[OffsetKey, _Commit, int | None]]:  # fmt: skip
-        """Set the offset znodes of commits not held, many to a multi (`batch.try_multis`: one request for
-        hundreds of offsets); those of a multi ZooKeeper refused (one of its znodes is missing: a partition's
-        first commit) one request each (`_offsets_one_by_one`); (key, commit, the znode's version before) of
-        those written."""
-        ops = [batch.Op("set_data", paths.group_offset(*key), paths.offset_data(c.stored)) for key, c in quick]
-        befores = [self._versions.get(op.path) for op in ops]
-        written: list[tuple[OffsetKey, _Commit, int | None]] = []
-        alone: list[tuple[OffsetKey, _Commit]] = []
-        lost: BaseException | None = None
-        for (key, c), op, before, result in zip(quick, ops, befores, batch.try_multis(self.zk, ops), strict=True):
-            if result is batch.REFUSED:
-                alone.append((key, c))
-            elif isinstance(result, BaseException):
-                lost = _failed_write(key, result, finished, lost)
+    def _read_blocks(self, blocks: list[str]) -> None:
+        """Read these offset blocks (pipelined) into `_blocks`."""
+        for path, node in zip(blocks, batch.get_many(self.zk, blocks), strict=True):
+            if node is None:
+                self._remember(path, None, {})
             else:
-                self._versions[op.path] = result.version
-                written.append((key, c, before))
-        if lost is not None:  # (what carries beside the offsets written goes when ZooKeeper is back: still held)
-            raise lost
-        return written + self._offsets_one_by_one(alone, finished) if alone else written
+                self._remember(path, node[1].version, paths.parse_offset_block(node[0]))
 
-    def _offsets_one_by_one(self, quick: list[tuple[OffsetKey, _Commit]], finished: dict[OffsetKey, bool]
-                            ) -> list[tuple[OffsetKey, _Commit, int | None]]:  # fmt: skip
-        """Set the offset znodes of commits not held, all requests sent before the first answer is awaited, then
-        create the missing ones the same way; (key, commit, the znode's version before) of those written."""
-        zk = self.zk
-        sent = []
-        for key, c in quick:
-            path = paths.group_offset(*key)
-            sent.append((key, c, self._versions.get(path), zk.set_async(path, paths.offset_data(c.stored))))
-        written = []
-        missing = []
-        lost: BaseException | None = None
-        for key, c, before, result in sent:
-            path = paths.group_offset(*key)
-            try:
-                self._versions[path] = result.get().version
-            except NoNodeError:
-                missing.append((key, c, before))
-                continue
-            except WRITE_FAILURES as exc:
-                lost = _failed_write(key, exc, finished, lost)
-                continue
-            written.append((key, c, before))
-        if lost is None and missing:  # (a first commit of the partition: its parents first, a level at a time)
-            self._ensure_parents([paths.group_offset(*key) for key, _, _ in missing])
-            created = [(key, c, before, zk.create_async(paths.group_offset(*key), paths.offset_data(c.stored),
-                                                        makepath=True)) for key, c, before in missing]  # fmt: skip
-            for key, c, before, result in created:
-                try:
-                    try:
-                        result.get()
-                        self._versions[paths.group_offset(*key)] = 0
-                    except NodeExistsError:  # (created meanwhile by someone else: set after all)
-                        if lost is not None:
-                            continue
-                        self._write_offset_znode(key, c)
-                except WRITE_FAILURES as exc:
-                    lost = _failed_write(key, exc, finished, lost)
-                    continue
-                written.append((key, c, before))
-        if lost is not None:  # (what carries beside the offsets written goes when ZooKeeper is back: still held)
-            raise lost
-        return written
-
-    def _pipelined_metadata(self, offsets: list[tuple[OffsetKey, _Commit, int | None]],
-                            finished: dict[OffsetKey, bool]) -> None:  # fmt: skip
-        """What the commits whose offsets were just written carry beside them (`consumers.put_offset_metadata`),
-        many to a multi, those of a multi ZooKeeper refused (a first metadata znode, one to delete that is not
-        there) pipelined one request each; skipped, as in `_write_offset`, when it is there already
-        (`_beside_unchanged`)."""
-        todo: list[tuple[OffsetKey, _Commit, bytes | None]] = []
-        for key, c, before in offsets:
-            path = paths.group_offset(*key)
-            if self._beside_unchanged(path, before, c):
-                finished[key] = True
-                continue
-            self._beside.pop(path, None)
-            todo.append((key, c, paths.offset_metadata_json(c.stored)))
-        # the deletes in multis of their own: a bare commit's delete finds no znode after a restart (refused), and
-        # would take the sets of its multi down with it
-        todo.sort(key=lambda item: item[2] is None)
-        ops = [batch.Op("set_data", paths.group_offset_metadata(*key), data) if data is not None
-               else batch.Op("delete", paths.group_offset_metadata(*key)) for key, _, data in todo]  # fmt: skip
-        sets = sum(1 for _, _, data in todo if data is not None)
-        results = batch.try_multis(self.zk, ops[:sets]) + batch.try_multis(self.zk, ops[sets:])
-        alone = []
-        lost: BaseException | None = None
-        for (key, c, data), result in zip(todo, results, strict=True):
-            if result is batch.REFUSED:
-                alone.append((key, c, data))
-            elif isinstance(result, BaseException):
-                lost = _failed_write(key, result, finished, lost)
+    def _write_blocks(self, todo: dict[str, dict[int, tuple[OffsetKey, _Commit]]], finished: dict[OffsetKey, bool],
+                      *, alone: bool) -> dict[str, dict[int, tuple[OffsetKey, _Commit]]]:  # fmt: skip
+        """Write each block of `todo` with its commits merged in, many blocks to a multi (`alone`: a request each,
+        pipelined, after a multi was refused); the blocks that lost a race (read again and retried by the
+        caller). A held commit is not written over an entry someone else wrote after it was accepted (as in
+        Kafka, the last commit wins; a commit written as it comes is the last)."""
+        planned = []
+        for path, part in todo.items():
+            version, current = self._blocks[path]
+            merged = dict(current)
+            outcome: dict[OffsetKey, bool] = {}
+            for p, (key, c) in part.items():
+                entry = paths.BlockEntry(c.stored, c.at_ms)
+                there = current.get(p)
+                if c.held and there is not None and there != entry and there.at_ms > c.at_ms:
+                    outcome[key] = False
+                else:
+                    merged[p] = entry
+                    outcome[key] = True
+            if merged == current:
+                finished.update(outcome)
             else:
-                self._beside[paths.group_offset(*key)] = data
-                finished[key] = True
-        if lost is not None:
-            raise lost
+                planned.append((path, merged, outcome, version, paths.offset_block_json(merged)))
         if alone:
-            self._metadata_one_by_one(alone, finished)
-
-    def _metadata_one_by_one(self, todo: list[tuple[OffsetKey, _Commit, bytes | None]],
-                             finished: dict[OffsetKey, bool]) -> None:  # fmt: skip
-        """`_pipelined_metadata`'s writes, pipelined one request each (creating the missing znodes)."""
-        zk = self.zk
-        self._ensure_parents([paths.group_offset_metadata(*key) for key, _, data in todo if data is not None])
-        sent = []
-        for key, c, data in todo:
-            meta = paths.group_offset_metadata(*key)
-            sent.append((key, c, data, zk.set_async(meta, data) if data is not None else zk.delete_async(meta)))
+            sent = [self.zk.create_async(path, data, makepath=True) if version is None
+                    else self.zk.set_async(path, data, version) for path, _, _, version, data in planned]  # fmt: skip
+            results = [_answer(result) for result in sent]
+        else:
+            self._ensure_parents([path for path, _, _, version, _ in planned if version is None])
+            results = batch.try_multis(self.zk, [batch.Op("create", path, data) if version is None
+                                                 else batch.Op("set_data", path, data, version)
+                                                 for path, _, _, version, data in planned])  # fmt: skip
+        again: dict[str, dict[int, tuple[OffsetKey, _Commit]]] = {}
         lost: BaseException | None = None
-        for at, (key, c, data, result) in enumerate(sent):
-            try:
-                result.get()
-            except NoNodeError:
-                if data is not None:  # (a first metadata znode: created with its parents, below)
-                    sent[at] = (key, c, data, zk.create_async(paths.group_offset_metadata(*key), data, makepath=True))
-                    continue
-            except UNREACHABLE as exc:
-                lost = lost or exc
-                sent[at] = (key, c, data, None)
-                continue
-            except KazooException:
-                pass  # (dropped: logged below)
-        for key, c, data, result in sent:
-            if result is None:
-                continue
-            try:
-                try:
-                    result.get()
-                except NodeExistsError:  # (created meanwhile by someone else)
-                    if lost is not None:
-                        continue
-                    consumers.put_offset_metadata(self.zk, *key, c.stored)
-                except NoNodeError:  # (a metadata znode to delete that is not there: fine)
-                    if data is not None:
-                        raise
-            except WRITE_FAILURES as exc:  # (dropped, as in `_write_commits`; not known to be there)
-                lost = _failed_write(key, exc, finished, lost)
-                continue
-            self._beside[paths.group_offset(*key)] = data
-            finished[key] = True
-        if lost is not None:
+        for (path, merged, outcome, version, _), result in zip(planned, results, strict=True):
+            if result is batch.REFUSED or isinstance(result, (BadVersionError, NodeExistsError, NoNodeError)):
+                self._blocks.pop(path, None)  # (someone else wrote it: read it again)
+                again[path] = todo[path]
+            elif isinstance(result, UNREACHABLE):
+                self._blocks.pop(path, None)  # (written or not: read it again)
+                lost = lost or result
+            elif isinstance(result, BaseException):
+                log.warning("writing commits to %s failed, dropped: %s", path, _reason(result))
+                finished.update(dict.fromkeys(outcome, True))
+            else:
+                self._remember(path, 0 if version is None else result.version, merged)
+                finished.update(outcome)
+        if lost is not None:  # (what was not written stays held)
             raise lost
+        return again
 
     def _ensure_parents(self, leaves: list[str]) -> None:
-        """Create the parents of znodes about to be created that this store has not made or seen yet."""
+        """Create the parents of blocks about to be created that this store has not made or seen yet (one gone
+        meanwhile refuses the multi: the block is then created alone, with its parents)."""
         new = [leaf for leaf in leaves if leaf.rsplit("/", 1)[0] not in self._parents]
         if new:
             batch.ensure_parents(self.zk, new)
             self._parents.update(leaf.rsplit("/", 1)[0] for leaf in new)
 
-    def _write_offset(self, key: OffsetKey, c: _Commit) -> bool:
-        """Write one commit, its offset then what it carries beside it (`consumers.put_offset_metadata`); False
-        when it was not written over a newer one."""
-        path = paths.group_offset(*key)
-        before = self._versions.get(path)
-        if not self._write_offset_znode(key, c):
-            return False
-        if not self._beside_unchanged(path, before, c):
-            self._beside.pop(path, None)
-            consumers.put_offset_metadata(self.zk, *key, c.stored)
-        self._beside[path] = paths.offset_metadata_json(c.stored)
-        return True
-
-    def _beside_unchanged(self, path: str, before: int | None, c: _Commit) -> bool:
-        """Whether what a commit carries beside its offset (just written over version `before`) is there already:
-        this broker wrote the same last, and nobody wrote the offset in between (every writer writes the offset
-        first). A bare commit over a bare one, or a client committing the same position again, skips a write."""
-        alone = before is not None and self._versions.get(path) == before + 1
-        return alone and path in self._beside and self._beside[path] == paths.offset_metadata_json(c.stored)
-
-    def _write_offset_znode(self, key: OffsetKey, c: _Commit) -> bool:
-        """Write one commit's offset; False when it was not written over a newer one. Only a held commit is
-        checked (one written as it comes is the newest there is: as in Kafka, the last commit wins)."""
-        zk = self.zk
-        path = paths.group_offset(*key)
-        data = paths.offset_data(c.stored)
-        if not c.held:
-            try:
-                stat = zk.set(path, data)
-            except NoNodeError:
-                try:
-                    zk.create(path, data, makepath=True)
-                    self._versions[path] = 0
-                    return True
-                except NodeExistsError:
-                    stat = zk.set(path, data)
-            self._versions[path] = stat.version
-            return True
-        while True:  # held: not over a commit someone else wrote after this one was accepted
-            try:
-                current, stat = zk.get(path)
-            except NoNodeError:
-                try:
-                    zk.create(path, data, makepath=True)
-                except NodeExistsError:
-                    continue
-                self._versions[path] = 0
-                return True
-            if stat.version != self._versions.get(path) and stat.mtime > c.at_ms:
-                if current != data or self._metadata_newer(key, c):
-                    return False
-                # this commit's own offset, written by an attempt whose reply was lost (ConnectionLoss): it is
-                # there, and what it carries beside it is not yet (written next, as after any write)
-                self._versions[path] = stat.version
-                return True
-            try:
-                stat = zk.set(path, data, version=stat.version)
-            except (BadVersionError, NoNodeError):
-                continue
-            self._versions[path] = stat.version
-            return True
-
-    def _metadata_newer(self, key: OffsetKey, c: _Commit) -> bool:
-        """Whether the metadata znode beside a held commit's offset was written after the commit was accepted:
-        by someone else (this commit's own is written only after its offset), committing the same offset
-        later; theirs stays."""
-        stat = self.zk.exists(paths.group_offset_metadata(*key))
-        return stat is not None and stat.mtime > c.at_ms
+    def _remember(self, path: str, version: int | None, entries: dict[int, paths.BlockEntry]) -> None:
+        """Keep a block's version and commits as this broker last wrote or read them (the least recently used
+        forgotten past `BLOCKS_KEPT`: read again when next written)."""
+        self._blocks[path] = (version, entries)
+        self._blocks.move_to_end(path)
+        while len(self._blocks) > BLOCKS_KEPT:
+            self._blocks.popitem(last=False)
 
     def _release(self, upto: int | None) -> None:
         """Answer the OffsetCommits waiting for writes up to `upto` (None: all of them)."""
@@ -916,6 +785,14 @@ def _released_upto(commits: list[tuple[OffsetKey, _Commit]], done: int) -> int:
     return last if done == len(commits) or commits[done][1].seq != last else last - 1
 
 
+def _answer(result: Any) -> Any:
+    """A kazoo asynchronous call's answer, or the exception it failed with."""
+    try:
+        return result.get()
+    except Exception as exc:  # noqa: BLE001 - the caller tells the errors apart
+        return exc
+
+
 def _settle(fut: asyncio.Future, value: Any, error: BaseException | None) -> None:
     if fut.done():
         return
@@ -923,17 +800,6 @@ def _settle(fut: asyncio.Future, value: Any, error: BaseException | None) -> Non
         fut.set_exception(error)
     else:
         fut.set_result(value)
-
-
-def _failed_write(key: OffsetKey, exc: BaseException, finished: dict[OffsetKey, bool],
-                  lost: BaseException | None) -> BaseException | None:  # fmt: skip
-    """A pipelined commit write that failed: ZooKeeper unreachable is what `lost` becomes (the first such error,
-    raised once the window settles; the commit stays held); any other error drops the commit, logged."""
-    if isinstance(exc, UNREACHABLE):
-        return lost or exc
-    log.warning("writing group %s's commit of %s-%d failed, dropped: %s", *key, _reason(exc))
-    finished[key] = True
-    return lost
 
 
 def _reason(exc: BaseException) -> str:

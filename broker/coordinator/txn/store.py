@@ -17,13 +17,13 @@ znode is written past `STATE_MAX_BYTES` (ZooKeeper's request limit): the request
 tag (producer id, epoch, `TxnMeta.txn_number`) says which transaction they belong to; entries of any other
 (left by an earlier version) are not pending and are removed when found.
 
-A transaction ends (`finish`) in one multi-op: on commit its held offsets become the groups' committed
-offsets (`/consumers/<g>/offsets/<t>/<p>` and the `offset_metadata` znode beside, as `broker.zk.consumers`
-writes them), the held copies are deleted, and the Complete state is written, conditional on the Prepare
-state's version. A ZooKeeper that fails or is slow leaves all of it undone (the id stays in its Prepare state
-and is completed again); never the held copy dropped without the offsets written. Offsets too many for one
-multi-op (`MULTI_MAX_OPS`, `MULTI_MAX_BYTES`) are written first, in multi-ops each checking the Prepare state's
-version; the last one drops the held copies and writes Complete. Listed by group, so OffsetFetch's
+A transaction ends (`finish`) in one multi-op: on commit its held offsets become the groups' committed offsets
+(in their blocks, `/consumers/<g>/offsets/<t>/block-<n>`, each conditional on the version read, as
+`broker.zk.consumers` writes them), the held copies are deleted, and the Complete state is written, conditional
+on the Prepare state's version. A ZooKeeper that fails or is slow leaves all of it undone (the id stays in its
+Prepare state and is completed again); never the held copy dropped without the offsets written. Offsets too many
+for one multi-op (`MULTI_MAX_OPS`, `MULTI_MAX_BYTES`) are written first, in multi-ops each checking the Prepare
+state's version; the last one drops the held copies and writes Complete. Listed by group, so OffsetFetch's
 require_stable finds them.
 """
 
@@ -37,7 +37,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 
 from broker.coordinator.txn.state import TopicPartition, TxnMeta, TxnState, holds_offsets_of, txn_offsets_error
 from broker.protocol.errors import ErrorCode
-from broker.zk import paths
+from broker.zk import consumers, paths
 
 #: the most operations, and about the most bytes (paths and data), of one ZooKeeper multi-op here (ZooKeeper
 #: refuses a request over jute.maxbuffer, 1 MiB by default)
@@ -221,24 +221,25 @@ def held_offsets(zk: KazooClient, group: str, txn_id: str, meta: TxnMeta) -> dic
 
 def _offset_ops(zk: KazooClient, group: str, offsets: dict[TopicPartition, PendingOffset]
                 ) -> list[tuple[str, str, bytes | None, int]]:  # fmt: skip
-    """The writes that make `offsets` the group's committed ones, as `broker.zk.consumers` stores a commit:
-    the offset znode and the `offset_metadata` one beside it (deleted when the commit carries neither)."""
+    """The writes that make `offsets` the group's committed ones, as `broker.zk.consumers` stores a commit: each
+    offset block they fall in, read and written again conditionally on its version (a commit written meanwhile
+    makes the multi-op lose its race: read again)."""
+    at_ms = int(paths.now_ms())
+    entries = {tp: paths.BlockEntry(paths.StoredOffset(o.offset, o.leader_epoch, o.metadata), at_ms)
+               for tp, o in offsets.items()}  # fmt: skip
     ops: list[tuple[str, str, bytes | None, int]] = []
     ensured: set[str] = set()
-    for (t, p), o in sorted(offsets.items()):
-        stored = paths.StoredOffset(o.offset, o.leader_epoch, o.metadata)
-        for path, data in ((paths.group_offset(group, t, p), paths.offset_data(stored)),
-                           (paths.group_offset_metadata(group, t, p), paths.offset_metadata_json(stored))):  # fmt: skip
-            exists = zk.exists(path) is not None
-            if data is None:
-                if exists:
-                    ops.append(("delete", path, None, -1))
-                continue
-            parent = path.rsplit("/", 1)[0]
-            if not exists and parent not in ensured:
-                zk.ensure_path(parent)
-                ensured.add(parent)
-            ops.append(("set", path, data, -1) if exists else ("create", path, data, -1))
+    for path, part in sorted(consumers.by_block(group, entries).items()):
+        current, version = consumers.read_block(zk, path)
+        data = paths.offset_block_json({**current, **part})
+        if version is not None:
+            ops.append(("set", path, data, version))
+            continue
+        parent = path.rsplit("/", 1)[0]
+        if parent not in ensured:
+            zk.ensure_path(parent)
+            ensured.add(parent)
+        ops.append(("create", path, data, -1))
     return ops
 
 

@@ -46,15 +46,12 @@ from broker.security.acl_authorizer import allowed, cluster_allowed
 from broker.security.session import current
 from broker.server.handlers.transactions import find_txn_coordinator
 from broker.server.network import current_peer
-from broker.zk.paths import StoredOffset, offset_metadata_json
+from broker.zk.paths import StoredOffset, offset_entry_fits
 
 if TYPE_CHECKING:
     from broker.server.services import Services
 
 log = logging.getLogger(__name__)
-
-#: ZooKeeper's default jute.maxbuffer less room for the request around it: a larger offset znode is refused
-MAX_OFFSET_ZNODE = 1_000_000
 
 
 async def handle_find_coordinator(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -164,15 +161,15 @@ async def handle_offset_commit(b: Services, header: RequestHeader, req: dict[str
 def _stored(version: int, p: dict[str, Any], max_metadata: int) -> StoredOffset | None:
     """What an OffsetCommit partition stores, as Kafka: null metadata is "", epoch -1 is none (v6+ carry one);
     v0 keeps no metadata (Kafka writes v0 commits to ZooKeeper's offset registry, offset only). None: the
-    metadata is longer than `offset.metadata.max.bytes` (Java's length, UTF-16 code units) or would not fit a
-    znode."""
+    metadata is longer than `offset.metadata.max.bytes` (Java's length, UTF-16 code units) or would not fit its
+    offset block (`paths.OFFSET_ENTRY_MAX_BYTES`)."""
     metadata = p.get("committed_metadata")
     if metadata is None:  # (never too large, whatever the limit)
         metadata = ""
-    elif len(metadata.encode("utf-16-le")) // 2 > max_metadata:
+    elif len(metadata) * 2 > max_metadata and len(metadata.encode("utf-16-le")) // 2 > max_metadata:
         return None
     stored = StoredOffset(p["committed_offset"], p.get("committed_leader_epoch", -1), metadata if version else "")
-    return stored if len(offset_metadata_json(stored) or b"") <= MAX_OFFSET_ZNODE else None
+    return stored if offset_entry_fits(stored) else None
 
 
 async def handle_offset_fetch(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:

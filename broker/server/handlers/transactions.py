@@ -28,6 +28,7 @@ from broker.protocol.framing import RequestHeader
 from broker.security.acl import Operation, ResourceType
 from broker.security.acl_authorizer import allowed
 from broker.security.session import current
+from broker.zk.paths import StoredOffset, offset_entry_fits
 
 if TYPE_CHECKING:
     from broker.server.services import Services
@@ -149,7 +150,9 @@ async def handle_txn_offset_commit(b: Services, header: RequestHeader, req: dict
                 code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif b.cache.partition(t, part["partition_index"]) is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif len((part.get("committed_metadata") or "").encode()) > b.config.offset_metadata_max_bytes:
+            elif len((part.get("committed_metadata") or "").encode()) > b.config.offset_metadata_max_bytes or (
+                not offset_entry_fits(StoredOffset(0, 0, part.get("committed_metadata") or ""))
+            ):
                 code = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
                 held[(t, part["partition_index"])] = txn_store.PendingOffset(

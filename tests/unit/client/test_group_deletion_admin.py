@@ -14,7 +14,8 @@ from broker.client import group_admin
 from broker.client.admin import AdminError
 from broker.errors import KafkactlError, UsageError
 from broker.protocol.errors import ErrorCode
-from tests.unit.coordinator.test_group_store import FakeZk
+from broker.zk import consumers
+from tests.unit.coordinator.test_group_store import FakeZk, put_entry
 
 
 class FakeAdmin:
@@ -76,9 +77,11 @@ def test_delete_offsets_of_a_broker_group() -> None:
 
 def test_delete_offsets_of_a_zookeeper_group_goes_to_zookeeper() -> None:
     zk, admin = FakeZk(), FakeAdmin()
-    for p, o in ((0, b"3"), (1, b"4")):
-        zk.put(f"/consumers/zg/offsets/orders/{p}", o)
+    for p, o in ((0, 3), (1, 4)):
+        put_entry(zk, "orders", p, o, group="zg")
+    zk.put("/consumers/zg/offsets/orders/2", b"5")  # (an earlier version's znode of partition 2)
     zk.put("/consumers/zg/ids", b"")  # (kafkactl's own consumer joined it once: none is live now)
-    assert group_admin.delete_offsets(zk, admin, "zg", "orders", [1]) == {("orders", 1): None}  # type: ignore[arg-type]
-    assert admin.calls == []
+    deleted = group_admin.delete_offsets(zk, admin, "zg", "orders", [1, 2])  # type: ignore[arg-type]
+    assert deleted == {("orders", 1): None, ("orders", 2): None} and admin.calls == []
     assert zk.offset("orders", 0, group="zg") == 3 and zk.offset("orders", 1, group="zg") is None
+    assert {tp: c.offset for tp, c in consumers.committed(zk, "zg").items()} == {("orders", 0): 3}  # type: ignore[arg-type]

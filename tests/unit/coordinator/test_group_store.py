@@ -26,7 +26,7 @@ from kazoo.exceptions import (
 
 from broker.coordinator.group import store as group_store
 from broker.coordinator.group.store import GroupStore
-from broker.zk import consumers
+from broker.zk import consumers, paths
 from broker.zk.paths import StoredOffset
 
 G = "g"
@@ -187,7 +187,7 @@ class FakeZk:
     def _async(self, fn: Callable[[], Any]) -> Result:
         return Result(None if self.hang else fn)
 
-    def get_async(self, path: str) -> Result:
+    def get_async(self, path: str, watch: Any = None) -> Result:
         return self._async(lambda: self.get(path))
 
     def get_children_async(self, path: str) -> Result:
@@ -197,8 +197,8 @@ class FakeZk:
         return self._async(lambda: self.exists(path))
 
     # the writer's pipelined writes answer at once (`hang` is for reads)
-    def set_async(self, path: str, data: bytes) -> Result:
-        return Result(lambda: self.set(path, data))
+    def set_async(self, path: str, data: bytes, version: int = -1) -> Result:
+        return Result(lambda: self.set(path, data, version))
 
     def delete_async(self, path: str) -> Result:
         return Result(lambda: self.delete(path))
@@ -211,8 +211,12 @@ class FakeZk:
 
     # -- what a test reads --
     def offset(self, topic: str, p: int, group: str = G) -> int | None:
-        node = self.nodes.get(f"/consumers/{group}/offsets/{topic}/{p}")
-        return None if node is None else int(node[0])
+        entry = self.entry(topic, p, group)
+        return None if entry is None else entry.stored.offset
+
+    def entry(self, topic: str, p: int, group: str = G) -> paths.BlockEntry | None:
+        node = self.nodes.get(paths.group_offset_block(group, topic, paths.offset_block_of(p)))
+        return None if node is None else paths.parse_offset_block(node[0]).get(p)
 
 
 class FakeTransaction:
@@ -229,7 +233,7 @@ class FakeTransaction:
     def delete(self, path: str, version: int = -1) -> None:
         self.ops.append(("delete", path, b"", version))
 
-    def create(self, path: str, data: bytes = b"") -> None:
+    def create(self, path: str, data: bytes = b"", sequence: bool = False) -> None:
         self.ops.append(("create", path, data, -1))
 
     def commit_async(self) -> Result:
@@ -312,9 +316,25 @@ def test_a_commit_is_answered_once_written_and_fetch_reads_zookeeper() -> None:
     run(main())
 
 
-def test_commits_go_many_to_a_multi_and_a_first_one_creates_its_znodes() -> None:
-    """A window's offsets and their metadata go in multis (one request for many); a multi refused because a
-    partition's znode is missing (its first commit) is done one write at a time, which creates it."""
+def put_entry(zk: FakeZk, topic: str, p: int, offset: int, at_ms: int | None = None, group: str = G) -> None:
+    """Someone else (another coordinator, kafkactl group rewind) writes one partition's commit into its block."""
+    path = paths.group_offset_block(group, topic, paths.offset_block_of(p))
+    node = zk.nodes.get(path)
+    entries = paths.parse_offset_block(node[0]) if node is not None else {}
+    entries[p] = paths.BlockEntry(StoredOffset(offset), at_ms or _now_ms())
+    zk.put(path, paths.offset_block_json(entries))
+
+
+def block_writes(zk: FakeZk) -> list[tuple[str, dict[int, int]]]:
+    """The block writes made (path under /consumers, partition -> offset), in order."""
+    return [(path.split("/consumers/")[1], {p: e.stored.offset for p, e in paths.parse_offset_block(data).items()})
+            for path, data in zk.writes if "/block-" in path]  # fmt: skip
+
+
+def test_commits_go_a_block_at_a_time_many_blocks_to_a_multi() -> None:
+    """A commit of 50 partitions is 4 block writes (16 partitions to a block) in one multi, creating the blocks
+    the first time; a multi refused because someone else wrote one of its blocks meanwhile is done again a
+    block at a time, each read again: the other writer's commit of a partition not committed here stays."""
 
     async def main() -> None:
         zk = FakeZk()
@@ -328,23 +348,27 @@ def test_commits_go_many_to_a_multi_and_a_first_one_creates_its_znodes() -> None
             tx.commit_async = lambda: (multis.append(len(tx.ops)), commit())[1]  # type: ignore[method-assign]
             return tx
 
-        def counted_set(path: str, data: bytes) -> Result:
+        def counted_set(path: str, data: bytes, version: int = -1) -> Result:
             singles.append(path)
-            return set_async(path, data)
+            return set_async(path, data, version)
 
         zk.transaction, zk.set_async = counted_transaction, counted_set  # type: ignore[method-assign]
         store = await started(zk)
-        first = {(T, p): StoredOffset(p, leader_epoch=3, metadata="m") for p in range(50)}
-        await store.commit(G, first)
+        await store.commit(G, {(T, p): StoredOffset(p, leader_epoch=3, metadata="m") for p in range(50)})
         assert [zk.offset(T, p) for p in range(50)] == list(range(50))
-        assert len(singles) >= 50  # (the first commits: refused in a multi, then written and created one by one)
+        assert multis == [4] and singles == []  # (the blocks created, in one multi)
         multis.clear()
-        singles.clear()
         await store.commit(G, {(T, p): StoredOffset(p + 100, leader_epoch=4, metadata="m") for p in range(50)})
         assert [zk.offset(T, p) for p in range(50)] == [p + 100 for p in range(50)]
-        assert multis == [50, 50] and singles == []  # the offsets in one multi, what they carry in another
-        found = await store.fetch(G, {T: [0, 49]})
-        assert found is not None and (found[(T, 49)].leader_epoch, found[(T, 49)].metadata) == (4, "m")
+        assert multis == [4] and singles == []
+        multis.clear()
+        put_entry(zk, T, 60, 600)  # (another writer, in the block of partitions 48-63)
+        await store.commit(G, {(T, p): StoredOffset(p + 200, leader_epoch=5, metadata="m") for p in range(50)})
+        assert [zk.offset(T, p) for p in range(50)] == [p + 200 for p in range(50)] and zk.offset(T, 60) == 600
+        assert multis == [4] and len(singles) == 4  # (refused whole, then a block at a time)
+        found = await store.fetch(G, {T: [0, 49, 60]})
+        assert found is not None and (found[(T, 49)].leader_epoch, found[(T, 49)].metadata) == (5, "m")
+        assert found[(T, 60)].offset == 600
         await store.close(1)
 
     run(main())
@@ -361,10 +385,10 @@ def test_commits_are_written_in_the_order_they_were_made() -> None:
         zk.writes.clear()
         zk.up()
         await until("the held commits written", lambda: not store.held_commits())
-        # the newest of each partition only, in the order of their last commits
-        assert [(path.split("/consumers/")[1], data) for path, data in zk.writes] == [
-            (f"{G}/offsets/{T}/1", b"103"), (f"{G}/offsets/{T}/0", b"104"), (f"{G}/offsets/other/0", b"4"),
-            (f"h/offsets/{T}/0", b"1")]  # fmt: skip
+        # the newest of each partition only, a write per block, in the order of their last commits
+        assert block_writes(zk) == [
+            (f"{G}/offsets/{T}/block-0", {0: 104, 1: 103}), (f"{G}/offsets/other/block-0", {0: 4}),
+            (f"h/offsets/{T}/block-0", {0: 1})]  # fmt: skip
         await store.close(1)
 
     run(main())
@@ -373,27 +397,26 @@ def test_commits_are_written_in_the_order_they_were_made() -> None:
 def test_commits_are_written_a_window_at_a_time_and_those_a_lost_connection_stopped_stay_held(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(group_store, "WRITE_WINDOW", 3)  # (8 partitions: three windows, pipelined within each)
+    monkeypatch.setattr(group_store, "WRITE_WINDOW", 3)  # (8 partitions: three windows, a block write each)
 
     async def main() -> None:
         zk = FakeZk()
         store = await started(zk)
-        await store.commit(G, {(T, p): StoredOffset(10 + p, 2, f"m{p}") for p in range(8)})  # (znodes created)
+        await store.commit(G, {(T, p): StoredOffset(10 + p, 2, f"m{p}") for p in range(8)})  # (the block created)
         assert [zk.offset(T, p) for p in range(8)] == [10 + p for p in range(8)] and not store.held_commits()
         assert await store.fetch(G, None) == {(T, p): StoredOffset(10 + p, 2, f"m{p}") for p in range(8)}
         real_set, calls = zk.set, [0]
 
-        def set_failing_from_the_fifth(path: str, data: bytes, version: int = -1) -> Stat:
+        def set_failing_from_the_second(path: str, data: bytes, version: int = -1) -> Stat:
             calls[0] += 1
-            if calls[0] == 5:
-                zk.failing = True  # (the connection drops in the middle of a window)
+            if calls[0] == 2:
+                zk.failing = True  # (the connection drops after the first window)
             return real_set(path, data, version)
 
-        zk.set = set_failing_from_the_fifth  # type: ignore[method-assign]
+        zk.set = set_failing_from_the_second  # type: ignore[method-assign]
         await store.commit(G, {(T, p): StoredOffset(20 + p, 3, "") for p in range(8)})  # answered: not all written
-        held = store.held_commits()
-        assert held and set(held.values()) <= {20 + p for p in range(8)}
-        assert all(zk.offset(T, p) == 20 + p for (_, _, p) in set(store.held_commits()) ^ {(G, T, p) for p in range(8)})
+        assert store.held_commits() == {(G, T, p): 20 + p for p in range(3, 8)}
+        assert [zk.offset(T, p) for p in range(8)] == [20, 21, 22, 13, 14, 15, 16, 17]
         zk.failing = False
         await until("the held commits written", lambda: not store.held_commits())
         assert await store.fetch(G, None) == {(T, p): StoredOffset(20 + p, 3, "") for p in range(8)}
@@ -402,23 +425,37 @@ def test_commits_are_written_a_window_at_a_time_and_those_a_lost_connection_stop
     run(main())
 
 
-def test_what_a_commit_carries_beside_its_offset_is_written_only_when_it_changed() -> None:
+def test_blocks_are_read_again_after_coordinators_may_have_moved() -> None:
+    """A group deleted and committed again by another coordinator meanwhile has a block whose version started
+    again from 0: once the broker set changed (`moves`), the store reads it again instead of writing over it
+    at the version it knew."""
+
+    async def main() -> None:
+        zk = FakeZk()
+        moves = [0]
+        store = GroupStore("fake:2181", connect_timeout_s=1, client=lambda: zk, moves=lambda: moves[0])
+        store.start(asyncio.get_running_loop())
+        await store.commit(G, {(T, 0): 5, (T, 2): 9})  # (the block at version 0, known here)
+        consumers.delete_group_state(zk, G)  # type: ignore[arg-type] - the group's next coordinator deletes it
+        consumers.commit(zk, G, {(T, 1): 7})  # type: ignore[arg-type] - and a commit makes the block again
+        moves[0] += 1  # (the broker set changed: this broker coordinates the group again)
+        await store.commit(G, {(T, 0): 6})
+        assert offsets_of(await store.fetch(G, None)) == {(T, 0): 6, (T, 1): 7}
+        await store.close(1)
+
+    run(main())
+
+
+def test_a_block_written_by_someone_else_meanwhile_is_read_again_not_written_over() -> None:
     async def main() -> None:
         zk = FakeZk()
         store = await started(zk)
-        offset, meta = f"/consumers/{G}/offsets/{T}/0", f"/consumers/{G}/offset_metadata/{T}/0"
-
-        async def written_by(stored: StoredOffset) -> list[str]:
-            zk.writes.clear()
-            await store.commit(G, {(T, 0): stored})
-            return [path for path, _ in zk.writes if path in (offset, meta)]  # (not their parents, made first)
-
-        assert await written_by(StoredOffset(5, 1, "m")) == [offset, meta]
-        assert await written_by(StoredOffset(5, 1, "m")) == [offset]  # (the same position committed again)
-        assert await written_by(StoredOffset(6, 1, "m")) == [offset, meta]
-        zk.put(offset, b"3")  # someone else (kafkactl group rewind) wrote in between: written again
-        assert await written_by(StoredOffset(6, 1, "m")) == [offset, meta]
-        assert await store.fetch(G, None) == {(T, 0): StoredOffset(6, 1, "m")}
+        await store.commit(G, {(T, 0): StoredOffset(5, 1, "m")})
+        put_entry(zk, T, 1, 3)  # kafkactl group rewind, between two of this broker's writes to the block
+        zk.writes.clear()
+        await store.commit(G, {(T, 0): StoredOffset(6, 1, "m")})
+        assert len(block_writes(zk)) == 1  # (refused at the version this broker wrote, read again, written once)
+        assert await store.fetch(G, None) == {(T, 0): StoredOffset(6, 1, "m"), (T, 1): StoredOffset(3)}
         await store.close(1)
 
     run(main())
@@ -487,10 +524,10 @@ def test_a_held_commit_is_not_written_over_a_newer_one(caplog: pytest.LogCapture
         store = await started(zk)
         await store.commit(G, {(T, 0): 10, (T, 1): 10})
         zk.down()
-        zk.put(f"/consumers/{G}/offsets/{T}/1", b"3", mtime=_now_ms() - 60_000)  # older than what is held
+        put_entry(zk, T, 1, 3, _now_ms() - 60_000)  # older than what is held
         await store.commit(G, {(T, 0): 20, (T, 1): 20})
         await asyncio.sleep(0.01)
-        zk.put(f"/consumers/{G}/offsets/{T}/0", b"25")  # the group's next coordinator, after it
+        put_entry(zk, T, 0, 25)  # the group's next coordinator, after it
         zk.up()
         await until("the held commits written", lambda: not store.held_commits())
         assert (zk.offset(T, 0), zk.offset(T, 1)) == (25, 20)

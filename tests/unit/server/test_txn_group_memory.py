@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from broker.protocol.errors import ErrorCode
 from broker.server.handlers.transactions import handle_txn_offset_commit
 from broker.zk import paths
-from tests.unit.coordinator.test_group_store import FakeZk, G, T, offsets_of, run, short_bounds, started
+from tests.unit.coordinator.test_group_store import FakeZk, G, T, offsets_of, put_entry, run, short_bounds, started
 
 __all__ = ["short_bounds"]  # (its autouse fixture: short bounds here too)
 
@@ -25,9 +25,9 @@ def held_copy(zk: FakeZk, txn_id: str, offsets: dict[tuple[str, int], int]) -> N
 
 def txn_committed(zk: FakeZk, txn_id: str, offsets: dict[tuple[str, int], int]) -> None:
     """What `txn_store.finish` does on the transaction coordinator's broker (maybe another one): the offsets
-    become the group's, the held copy goes."""
+    become the group's (in their offset blocks), the held copy goes."""
     for (t, p), o in offsets.items():
-        zk.put(paths.group_offset(G, t, p), str(o).encode())
+        put_entry(zk, t, p, o)
     with zk.lock:
         del zk.nodes[paths.txn_group_offsets(G, txn_id)]
 
