@@ -1,18 +1,21 @@
 """Group offset commits per second that one broker writes to ZooKeeper, with many groups committing at once.
 
     .venv/bin/python benchmarks/offset_commits.py [--groups 1000] [--partitions 1000] [--per-group 50]
-                                                  [--rounds 4] [--no-epoch]
+                                                  [--rounds 4] [--no-epoch] [--connections 1000]
 
 Starts a private ZooKeeper and one broker (`private_broker.py`), a topic of `--partitions` partitions, and
 `--groups` groups without members, each committing (OffsetCommit outside a generation, as an admin client
 does) the offsets of `--per-group` partitions of it (group g from partition g * per-group, wrapping around),
-all groups at once, `--rounds` times, each round's offsets one higher. Leader epoch 0 on each commit unless
-`--no-epoch` (clients send the epoch they fetched at, which the broker keeps beside the offset).
+all groups at once, `--rounds` times, each round's offsets one higher, over `--connections` client connections
+(at most one a group, as each group's consumer has its own: a broker answers a connection's requests one at a
+time, in order, as Kafka does, so a few connections shared by many groups would time their queue). Leader
+epoch 0 on each commit unless `--no-epoch` (clients send the epoch they fetched at, which the broker keeps with
+the offset).
 
 The broker answers a commit once written or after about a second still held, so answers do not time the
-writes: a round ends when ZooKeeper holds every offset it committed (read back pipelined). The first round
-creates the znodes; the later ones set them. JSON on stdout: partition-offsets/s per round, and of the
-rounds after the first together.
+writes: a round ends when ZooKeeper holds every offset it committed (its offset blocks read back pipelined,
+which itself takes a few tenths of a second). The first round creates the blocks; the later ones set them.
+JSON on stdout: partition-offsets/s per round, and of the rounds after the first together.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from broker.zk import batch, consumers, paths
 from broker.zk import client as zkclient
 
 TOPIC = "commits"
-CONNECTIONS = 16  # client connections the groups' commits are spread over (pipelined on each)
 
 
 def group_partitions(g: int, partitions: int, per_group: int) -> list[int]:
@@ -78,7 +80,8 @@ async def run(port: int, zk_connect: str, args: argparse.Namespace) -> dict:
         admin.create_topic(TOPIC, args.partitions, 1)
         while sum(p.leader >= 0 for p in admin.describe_topic(TOPIC)) < args.partitions:
             time.sleep(0.5)
-    conns = [await AsyncConnection.open("127.0.0.1", port, client_id=f"bench-{i}") for i in range(CONNECTIONS)]
+    count = max(1, min(args.connections, args.groups))
+    conns = [await AsyncConnection.open("127.0.0.1", port, client_id=f"bench-{i}") for i in range(count)]
     zk = zkclient.new_client(zk_connect, timeout=30)  # (waits with poll(2), reads in pipelined windows)
     zk.start(30)
     rounds = []
@@ -111,7 +114,13 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--per-group", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--no-epoch", action="store_true", help="commit with leader epoch -1 (no metadata znode)")
+    ap.add_argument("--no-epoch", action="store_true", help="commit with leader epoch -1")
+    ap.add_argument(
+        "--connections",
+        type=int,
+        default=1000,
+        help="client connections the groups' commits are spread over (default 1000: at most one a group)",
+    )
     args = ap.parse_args()
     with private_broker() as (_, port, zk_connect):
         print(json.dumps(asyncio.run(run(port, zk_connect, args)), indent=2))

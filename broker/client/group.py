@@ -10,7 +10,7 @@ the members at different times: release what this round claimed, back off a rand
 (the paper: it settles within a few retries). A rebalance that leaves the range unchanged and still
 owned is a no-op.
 
-A newly owned partition starts at the group's committed offset (`/consumers/<g>/offsets/<t>/<p>`), or
+A newly owned partition starts at the group's committed offset (`/consumers/<g>/offsets/<t>/`), or
 where `auto.offset.reset` says (earliest / latest), committed at once so a crash before the first
 auto-commit cannot move a `latest` start past messages produced meanwhile.
 

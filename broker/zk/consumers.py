@@ -260,12 +260,6 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def delete_offsets(zk: KazooClient, group: str, topic: str) -> None:
-    """Forget a group's committed offsets of one topic."""
-    zk.delete(f"{paths.group_offsets(group)}/{topic}", recursive=True)
-    zk.delete(paths.group_topic_offset_metadata(group, topic), recursive=True)
-
-
 def delete_group(zk: KazooClient, group: str) -> bool:
     """Remove a group's registries; False if it did not exist."""
     if zk.exists(paths.group(group)) is None:
@@ -298,6 +292,11 @@ def delete_group_state(zk: KazooClient, group: str) -> None:
 def delete_partition_offsets(zk: KazooClient, group: str, tps: list[TopicPartition]) -> None:
     """OffsetDelete: forget a group's committed offsets of these partitions; the topic, `offsets` and group nodes
     left empty go too (as Kafka drops an empty group whose last offsets were deleted)."""
+    for topic, p in tps:  # (first: a partition's earlier znode would show again from under its block)
+        with contextlib.suppress(NoNodeError):
+            zk.delete(paths.group_offset(group, topic, p))
+        with contextlib.suppress(NoNodeError):
+            zk.delete(paths.group_offset_metadata(group, topic, p))
     for path, part in by_block(group, dict.fromkeys(tps)).items():
         while True:
             current, version = read_block(zk, path)
@@ -312,11 +311,6 @@ def delete_partition_offsets(zk: KazooClient, group: str, tps: list[TopicPartiti
                 break
             except (BadVersionError, NoNodeError):
                 continue
-    for topic, p in tps:
-        with contextlib.suppress(NoNodeError):
-            zk.delete(paths.group_offset(group, topic, p))
-        with contextlib.suppress(NoNodeError):
-            zk.delete(paths.group_offset_metadata(group, topic, p))
     _prune(zk, group, sorted({t for t, _ in tps}))
 
 

@@ -619,7 +619,7 @@ def parse_offset_block(data: bytes | None) -> dict[int, BlockEntry]:
 
 def offset_entry_fits(stored: StoredOffset) -> bool:
     """Whether a commit's entry stays within `OFFSET_ENTRY_MAX_BYTES` (its metadata string, JSON-escaped)."""
-    if len(stored.metadata) * 6 + 64 <= OFFSET_ENTRY_MAX_BYTES:  # (no character escapes longer than \\uXXXX)
+    if len(stored.metadata) * 12 + 64 <= OFFSET_ENTRY_MAX_BYTES:  # (none escapes longer than two \\uXXXX)
         return True
     return len(dumps([stored.offset, stored.leader_epoch, stored.metadata, 0])) + 32 <= OFFSET_ENTRY_MAX_BYTES
 

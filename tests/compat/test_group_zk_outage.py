@@ -8,7 +8,7 @@ memory (answered at once, error 0), writing them when it returns. So:
 - no member loses its partitions: no assign or revoke callback after the initial split, outage included;
 - consumption goes on: messages produced during the outage are consumed during it, and the longest gap in
   consumption while messages were waiting stays under the session timeout;
-- once ZooKeeper is back, `/consumers/<g>/offsets/<t>/<p>` hold the commits made during the outage (the
+- once ZooKeeper is back, the group's offset blocks hold the commits made during the outage (the
   producer stops before ZooKeeper returns, so they are the last commits: nothing changes them afterwards);
 - every message is consumed exactly once (the members close cleanly), and members started afterwards begin
   exactly at the committed offsets: no redelivery before the last commit;

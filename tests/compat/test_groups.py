@@ -8,7 +8,7 @@ once everything is consumed and committed one member is killed with SIGKILL, mor
 and the survivor must own every partition within the session timeout plus a rebalance, resuming the dead
 member's partitions exactly at their committed offsets. Every produced message is consumed at least once
 across both outputs, with its key and value; offsets increase strictly per partition within each member's
-output; the committed offsets in ZooKeeper (/consumers/<g>/offsets/<t>/<p>, decimal strings) never run
+output; the committed offsets in ZooKeeper (/consumers/<g>/offsets/<t>/block-<n>) never run
 ahead of what was consumed, and after the survivor's clean close (SIGTERM: commit and leave) they are its
 last consumed offset + 1 on every partition.
 
@@ -35,6 +35,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker.client.sync import Producer
+from broker.zk import consumers
 from tests.fixtures import zk_client
 from tests.integration.cluster import BrokerProcess
 
@@ -244,16 +245,8 @@ def produce(producer: Producer, topic: str, tag: str, per_partition: int,
 
 
 def committed(zk: KazooClient, group: str, topic: str) -> Offsets:
-    """The group's committed offsets in ZooKeeper's offset registry (decimal strings)."""
-    base = f"/consumers/{group}/offsets/{topic}"
-    if zk.exists(base) is None:
-        return {}
-    out = {}
-    for p in zk.get_children(base):
-        data, _ = zk.get(f"{base}/{p}")
-        assert re.fullmatch(rb"-?\d+", data), f"{base}/{p} holds {data!r}"
-        out[int(p)] = int(data)
-    return out
+    """The group's committed offsets in ZooKeeper's offset registry (its offset blocks: `consumers.committed`)."""
+    return {p: c.offset for (_, p), c in consumers.committed(zk, group, [topic]).items()}
 
 
 def ends(produced: dict[tuple[int, int], Any]) -> Offsets:

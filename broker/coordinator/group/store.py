@@ -64,7 +64,9 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
+    RequestTimeoutError,
     SessionExpiredError,
+    ThrottledOpError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
@@ -97,7 +99,15 @@ OffsetKey = tuple[str, str, int]  # (group, topic, partition)
 NO_OFFSET = StoredOffset(-1)
 
 #: errors that mean ZooKeeper did not answer (the request may be retried), not that it refused
-UNREACHABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+UNREACHABLE = (
+    ConnectionLoss,
+    ConnectionClosedError,
+    SessionExpiredError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+    RequestTimeoutError,
+    ThrottledOpError,
+)
 
 
 @dataclass
@@ -674,31 +684,30 @@ class GroupStore:
         try:
             alone = False
             while todo:
-                self._read_blocks([path for path in todo if path not in self._blocks])
-                todo = self._write_blocks(todo, finished, alone=alone)
+                known = {path: self._blocks[path] for path in todo if path in self._blocks}
+                known.update(self._read_blocks([path for path in todo if path not in known]))
+                todo = self._write_blocks(todo, known, finished, alone=alone)
                 alone = True
         except UNREACHABLE as exc:
             self._unreachable(_reason(exc))
             return finished, False
         return finished, True
 
-    def _read_blocks(self, blocks: list[str]) -> None:
-        """Read these offset blocks (pipelined) into `_blocks`."""
-        for path, node in zip(blocks, batch.get_many(self.zk, blocks), strict=True):
-            if node is None:
-                self._remember(path, None, {})
-            else:
-                self._remember(path, node[1].version, paths.parse_offset_block(node[0]))
+    def _read_blocks(self, blocks: list[str]) -> dict[str, tuple[int | None, dict[int, paths.BlockEntry]]]:
+        """Read these offset blocks (pipelined): {path: (version, None: no such znode; its commits)}."""
+        return {path: (None, {}) if node is None else (node[1].version, paths.parse_offset_block(node[0]))
+                for path, node in zip(blocks, batch.get_many(self.zk, blocks), strict=True)}  # fmt: skip
 
-    def _write_blocks(self, todo: dict[str, dict[int, tuple[OffsetKey, _Commit]]], finished: dict[OffsetKey, bool],
+    def _write_blocks(self, todo: dict[str, dict[int, tuple[OffsetKey, _Commit]]],
+                      known: dict[str, tuple[int | None, dict[int, paths.BlockEntry]]], finished: dict[OffsetKey, bool],
                       *, alone: bool) -> dict[str, dict[int, tuple[OffsetKey, _Commit]]]:  # fmt: skip
-        """Write each block of `todo` with its commits merged in, many blocks to a multi (`alone`: a request each,
-        pipelined, after a multi was refused); the blocks that lost a race (read again and retried by the
-        caller). A held commit is not written over an entry someone else wrote after it was accepted (as in
-        Kafka, the last commit wins; a commit written as it comes is the last)."""
+        """Write each block of `todo` with its commits merged into what `known` says it holds, many blocks to a
+        multi (`alone`: a request each, pipelined, after a multi was refused); the blocks that lost a race (read
+        again and retried by the caller). A held commit is not written over an entry someone else wrote after it
+        was accepted (as in Kafka, the last commit wins; a commit written as it comes is the last)."""
         planned = []
         for path, part in todo.items():
-            version, current = self._blocks[path]
+            version, current = known[path]
             merged = dict(current)
             outcome: dict[OffsetKey, bool] = {}
             for p, (key, c) in part.items():
@@ -714,9 +723,12 @@ class GroupStore:
             else:
                 planned.append((path, merged, outcome, version, paths.offset_block_json(merged)))
         if alone:
-            sent = [self.zk.create_async(path, data, makepath=True) if version is None
-                    else self.zk.set_async(path, data, version) for path, _, _, version, data in planned]  # fmt: skip
-            results = [_answer(result) for result in sent]
+            results = []
+            for at in range(0, len(planned), batch.WINDOW):
+                sent = [self.zk.create_async(path, data, makepath=True) if version is None
+                        else self.zk.set_async(path, data, version)
+                        for path, _, _, version, data in planned[at : at + batch.WINDOW]]  # fmt: skip
+                results += [_answer(result) for result in sent]
         else:
             self._ensure_parents([path for path, _, _, version, _ in planned if version is None])
             results = batch.try_multis(self.zk, [batch.Op("create", path, data) if version is None

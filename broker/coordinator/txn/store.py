@@ -283,6 +283,9 @@ def finish(zk: KazooClient, txn_id: str, prepared: TxnMeta, version: int, done: 
                 chunk, budget = [], sum(map(_size, last))
             chunk.append(op)
             budget += _size(op)
+        if chunk and budget > MULTI_MAX_BYTES:  # (a large final part: the last writes go before it, alone)
+            _commit(zk, [("check", txn_path, None, version), *chunk], 0)
+            chunk = []
         results = _commit(zk, [*chunk, *last], len(chunk) + len(last) - 1)
         return int(results[-1].version)
 

@@ -2,12 +2,12 @@
 OffsetFetch, DescribeGroups, ListGroups, DeleteGroups and OffsetDelete.
 
 Membership is `broker.coordinator.group.coordinator`'s; committed offsets live in ZooKeeper's offset registry
-(`/consumers/<g>/offsets/<t>/<p>`), through the broker's `broker.coordinator.group.store`, so no group request
-waits on ZooKeeper for long: OffsetCommit is answered once the write is done, or held in memory (error 0)
-when ZooKeeper is slow or unreachable; OffsetFetch answers what ZooKeeper and memory say, and a partition
-that neither can tell during an outage COORDINATOR_LOAD_IN_PROGRESS (retriable: librdkafka retries it in
-place). A request for a group this broker does not coordinate gets NOT_COORDINATOR, and the client asks
-FindCoordinator again.
+(in blocks of partitions, `/consumers/<g>/offsets/<t>/block-<n>`), through the broker's
+`broker.coordinator.group.store`, so no group request waits on ZooKeeper for long: OffsetCommit is answered once
+the write is done, or held in memory (error 0) when ZooKeeper is slow or unreachable; OffsetFetch answers what
+ZooKeeper and memory say, and a partition that neither can tell during an outage COORDINATOR_LOAD_IN_PROGRESS
+(retriable: librdkafka retries it in place). A request for a group this broker does not coordinate gets
+NOT_COORDINATOR, and the client asks FindCoordinator again.
 
 With an authorizer (as Kafka): JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit need Read on the
 group, FindCoordinator, DescribeGroups and OffsetFetch Describe (GROUP_AUTHORIZATION_FAILED); OffsetCommit

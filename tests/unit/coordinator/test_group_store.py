@@ -446,6 +446,24 @@ def test_blocks_are_read_again_after_coordinators_may_have_moved() -> None:
     run(main())
 
 
+def test_a_window_of_more_blocks_than_the_store_keeps_is_written_whole(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(group_store, "BLOCKS_KEPT", 2)  # (7 blocks a commit: those read push out those known)
+
+    async def main() -> None:
+        zk = FakeZk()
+        store = await started(zk)
+        for r in range(3):
+            await store.commit(G, {(T, p): 100 * r + p for p in range(100)})
+            assert [zk.offset(T, p) for p in range(100)] == [100 * r + p for p in range(100)]
+            assert not store.held_commits()
+        await store.close(1)
+
+    run(main())
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_a_block_written_by_someone_else_meanwhile_is_read_again_not_written_over() -> None:
     async def main() -> None:
         zk = FakeZk()
