@@ -84,6 +84,9 @@ def validate_batches(
 ) -> list[tuple[int, int, int, int, int]]:
     """Check that `data` is whole, checksummed v2 batches whose headers tell the truth about their records,
     as Kafka's LogValidator does for a client's batches; returns (position, size, count, delta, max ts) each.
+    A client's batch whose max timestamp is not its records' largest is taken, as Kafka takes it: the max
+    timestamp returned is the records' (librdkafka sends records stamped -1 under a max timestamp of 0), and
+    `PartitionLog.append` writes it into the header.
 
     Raises CorruptRecordError (framing, magic, CRC), InvalidRecordError (a header that disagrees with its
     records, or a batch a client may not write) or RecordTooLargeError; nothing is appended then. Batches
@@ -106,14 +109,13 @@ def validate_batches(
             )
         h = item.header
         assert h is not None
+        largest = h.max_timestamp
         problem = _client_batch_problem(h) if client else None
         if problem is None and client:
-            largest = check_records(data, pos, h)
-            if largest != h.max_timestamp:
-                problem = f"max timestamp {h.max_timestamp} is not its records' largest, {largest}"
+            largest = check_records(data, pos, h)  # (`append` writes it into a header that says otherwise)
         if problem is not None:
             raise InvalidRecordError(f"record batch at byte {pos}: {problem}")
-        out.append((pos, item.size, h.record_count, h.last_offset_delta, h.max_timestamp))
+        out.append((pos, item.size, h.record_count, h.last_offset_delta, largest))
     return out
 
 
@@ -276,12 +278,15 @@ class PartitionLog:
             base = next_offset if assign_offsets else _base_offset(mv, pos)
             if base < next_offset:
                 raise CorruptRecordError(f"batch offset {base} is below the log end offset {next_offset}")
-            if log_append:
+            if log_append or (assign_offsets and _MAX_TS.unpack_from(mv, pos + _MAX_TS_OFFSET)[0] != batch_max_ts):
+                # LogAppendTime: the log's clock stamps the batch; CreateTime: its max timestamp is set to its
+                # records' largest (`validate_batches`), as Kafka's LogValidator sets it; the CRC follows
                 body = bytearray(mv[pos + 16 : pos + size])
-                batch_max_ts = now
-                attrs = _ATTRS.unpack_from(body, ATTRIBUTES_OFFSET - 16)[0] | TIMESTAMP_TYPE_BIT
-                _ATTRS.pack_into(body, ATTRIBUTES_OFFSET - 16, attrs)
-                _MAX_TS.pack_into(body, _MAX_TS_OFFSET - 16, now)
+                if log_append:
+                    batch_max_ts = now
+                    attrs = _ATTRS.unpack_from(body, ATTRIBUTES_OFFSET - 16)[0] | TIMESTAMP_TYPE_BIT
+                    _ATTRS.pack_into(body, ATTRIBUTES_OFFSET - 16, attrs)
+                _MAX_TS.pack_into(body, _MAX_TS_OFFSET - 16, batch_max_ts)
                 struct.pack_into(">I", body, CRC_OFFSET - 16, crc32c(memoryview(body)[ATTRIBUTES_OFFSET - 16 :]))
                 rest: Buffer = body
             else:

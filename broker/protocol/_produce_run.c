@@ -141,7 +141,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         const char *why;
         if (walk_records(r + 61, rsize - 61, count, s64(r + 27), &records_max_ts, &why) < 0 ||
             records_max_ts != s64(r + 35))
-            break; /* the general path rejects it, saying why */
+            break; /* the general path: sets its max timestamp to the records' largest, or says why not */
 #undef NEED
         Item *it = &items[n++];
         it->position = r - b;

@@ -53,9 +53,6 @@ LIES = {
     "offset delta 2**31-1": {"last_offset_delta": 2**31 - 1},
     "count and delta agree but lie": {"record_count": 5, "last_offset_delta": 4},
     "fewer than it holds": {"record_count": 2, "last_offset_delta": 1},
-    "max timestamp too high": {"max_timestamp": T + 21},
-    "max timestamp too low": {"max_timestamp": T + 19},
-    "base timestamp shifted": {"base_timestamp": T + 1},
     "control": {"attributes": 0x20},
     "transactional, no producer id": {"attributes": 0x10},  # (a producer's transactional batches pass: below)
     "LogAppendTime": {"attributes": 0x08},
@@ -72,6 +69,32 @@ def test_a_header_that_lies_is_an_invalid_record(walker, lie, codec):
     good = three(codec)
     with pytest.raises(InvalidRecordError):
         validate_batches(good + forge(good, **fields), MAX)
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP])
+@pytest.mark.parametrize("fields", [{"max_timestamp": T + 21}, {"max_timestamp": T + 19}, {"max_timestamp": -1},
+                                    {"base_timestamp": T + 1}])  # fmt: skip
+def test_a_max_timestamp_none_of_its_records_has_is_taken_as_their_largest(walker, codec, fields):
+    """As Kafka's LogValidator: the batch is valid, and its max timestamp is its records' largest."""
+    good = three(codec)
+    largest = T + 20 + (fields.get("base_timestamp", T) - T)
+    assert [b[4] for b in validate_batches(good + forge(good, **fields), MAX)] == [T + 20, largest]
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD])
+def test_append_writes_the_records_largest_timestamp_into_the_header_and_checksums_it(open_log, codec):
+    """librdkafka's batches of records stamped -1 under a max timestamp of 0: stored, the header saying -1,
+    its CRC right; an honest batch after it is stored byte for byte but for its offset."""
+    log = open_log()
+    unstamped = build_batch([Record(i, -1, b"k", b"v%d" % i) for i in range(3)], codec=codec)
+    lying = forge(unstamped, max_timestamp=0)
+    assert log.append(lying).max_timestamp == -1
+    log.append(three(codec))
+    stored = log.read(0, 1 << 20).read()
+    first = decode_header(stored)
+    assert (first.max_timestamp, first.crc) == (-1, compute_crc(stored, 0, first.size))
+    assert stored[first.size + 8 :] == three(codec)[8:]  # (the second: only its offset set)
+    assert validate_batches(stored, MAX, client=False)[0][4] == -1
 
 
 def test_a_transactional_producers_batch_passes(walker):
