@@ -21,7 +21,13 @@ class CorruptRecordError(KafkactlError):
 
 class InvalidRecordError(CorruptRecordError):
     """A batch that checksums but whose header disagrees with its records, or that a client may not write
-    (Kafka's InvalidRecordException: INVALID_RECORD from Produce v8 on, CORRUPT_MESSAGE before)."""
+    (Kafka's InvalidRecordException: INVALID_RECORD from Produce v8 on, CORRUPT_MESSAGE before).
+    `record_errors`: (index of the record in its batch, why) of each record refused, when they are known one
+    by one (Produce v8's record_errors: the client fails those records and retries the others)."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors or []
 
 
 class OffsetOutOfRangeError(KafkactlError):

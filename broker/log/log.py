@@ -364,11 +364,15 @@ class PartitionLog:
         records to a compacted log must have keys (Kafka's LogValidator: the cleaner could keep no other)."""
         batches = validate_batches(data, self.config.max_message_bytes, client=client)
         if client and self.config.compact:
+            why = f"Compacted topic cannot accept message without key in topic partition {self.topic}-{self.partition}."
+            keyless: list[tuple[int, str]] = []
             for pos, *_ in batches:
                 h = BatchHeader._make(struct.unpack_from(">qiibIhiqqqhii", data, pos))
-                if not h.attributes & CONTROL_BIT and any(r.key is None for r in iter_records(data, pos, h)):
-                    raise InvalidRecordError("Compacted topic cannot accept message without key in topic "
-                                             f"partition {self.topic}-{self.partition}.")  # fmt: skip
+                if not h.attributes & CONTROL_BIT:
+                    keyless += [(i, why) for i, r in enumerate(iter_records(data, pos, h)) if r.key is None]
+            if keyless:  # (each one named, as Kafka's LogValidator: the client fails those and retries the rest)
+                raise InvalidRecordError(f"One or more records have been rejected due to {len(keyless)} record "
+                                         f"errors in total: {why}", keyless)  # fmt: skip
         return batches
 
     def _maybe_roll(self, incoming: int, now_ms: int, first_offset: int, last_offset: int) -> None:

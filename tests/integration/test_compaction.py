@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,13 +140,42 @@ def test_offsets_preserved_with_gaps_and_read_across_them(start_broker):
         rows = [o for rb in read_range(b.bootstrap, OffsetRange(topic, 0, start, end))
                 for o in rb.column("offset").to_pylist()]  # fmt: skip
         assert rows == want, (start, end)
-    with connect(b.bootstrap) as conn:  # a record without a key: refused, as Kafka refuses it
+    with connect(b.bootstrap) as conn:  # records without a key: refused, each named, as Kafka refuses them
         bb = BatchBuilder()
-        bb.append(int(time.time() * 1000), None, b"no key")
+        for i in range(5):
+            bb.append(int(time.time() * 1000), None if i in (1, 3) else b"k", b"v")
         (p,) = conn.request(ApiKey.PRODUCE, produce_body(topic, 0, bb.build()))["topics"][0]["partitions"]
     assert p["error_code"] == ErrorCode.INVALID_RECORD and "without key" in p["error_message"]
+    assert [e["batch_index"] for e in p["record_errors"]] == [1, 3]
+    assert all("without key" in e["message"] for e in p["record_errors"])
     line = ok(cli("inspect", "cleaner", b.log_dir))  # the cleaner's progress, read from the files
     assert f"{topic}-0: cleaner checkpoint {active} " in line and "dirty ratio 0.0000" in line
+
+
+def test_librdkafka_fails_exactly_the_keyless_records_of_a_batch_to_a_compacted_topic(start_broker):
+    """100 records in one batch, 10 of them without a key: the broker names each of the 10 (record_errors), so
+    librdkafka fails those with INVALID_RECORD and the other 90 with _INVALID_DIFFERENT_RECORD (not theirs: the
+    application may send them again), instead of failing all 100 for the first; nothing of the batch is stored."""
+    from confluent_kafka import KafkaError, Producer
+
+    b = start_broker(1)
+    topic = create_topic(b.bootstrap, unique("keyless"), 1, {"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 200, "batch.num.messages": 1000,
+                         "enable.idempotence": False, "retries": 0})  # fmt: skip
+    reports: dict[int, int] = {}
+
+    def report(i: int) -> Callable[[Any, Any], None]:
+        return lambda err, _msg: reports.__setitem__(i, err.code() if err else 0)
+
+    for i in range(100):
+        key = None if i % 10 == 3 else b"k%d" % i
+        producer.produce(topic, b"v%d" % i, key, partition=0, on_delivery=report(i))
+    producer.flush(30)
+    assert len(reports) == 100
+    assert {i for i, code in reports.items() if code == KafkaError.INVALID_RECORD} == set(range(3, 100, 10))
+    assert {i for i, code in reports.items() if code == KafkaError._INVALID_DIFFERENT_RECORD} == (
+        set(range(100)) - set(range(3, 100, 10)))  # fmt: skip
+    assert read_all(b.bootstrap, topic) == []
 
 
 def test_tombstones_are_kept_delete_retention_ms_then_removed(start_broker):

@@ -224,7 +224,8 @@ def _produce_partition(b: Services, topic: str, partition: int, records: memoryv
         out["error_code"] = ErrorCode.INVALID_RECORD if invalid else ErrorCode.CORRUPT_MESSAGE
         out["error_message"] = str(exc)
         if invalid:
-            out["record_errors"] = [{"batch_index": 0, "message": str(exc)}]
+            named = exc.record_errors if isinstance(exc, InvalidRecordError) else []
+            out["record_errors"] = [{"batch_index": i, "message": m} for i, m in named or [(0, str(exc))]]
         return out
     except RecordTooLargeError as exc:
         out["error_code"] = ErrorCode.MESSAGE_TOO_LARGE
