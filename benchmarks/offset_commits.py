@@ -13,8 +13,9 @@ epoch 0 on each commit unless `--no-epoch` (clients send the epoch they fetched 
 the offset).
 
 The broker answers a commit once written or after about a second still held, so answers do not time the
-writes: a round ends when ZooKeeper holds every offset it committed (its offset blocks read back pipelined,
-which itself takes a few tenths of a second). The first round creates the blocks; the later ones set them.
+writes: a round ends when ZooKeeper holds every offset it committed, read back (pipelined, untimed) from its
+offset blocks; its time is the last of those blocks' modification time (ZooKeeper's clock, the same machine's)
+less the round's start. The first round creates the blocks; the later ones set them.
 JSON on stdout: partition-offsets/s per round, and of the rounds after the first together.
 """
 
@@ -56,14 +57,15 @@ async def commit_round(conns: list[AsyncConnection], groups: int, partitions: in
     await asyncio.gather(*(one(g) for g in range(groups)))
 
 
-def wait_written(zk: KazooClient, groups: int, partitions: int, per_group: int, offset: int) -> None:
+def wait_written(zk: KazooClient, groups: int, partitions: int, per_group: int, offset: int) -> float:
     """Until ZooKeeper holds `offset` for every committed partition (its offset blocks read back pipelined, those
-    still missing some again)."""
+    still missing some again); when the last of those blocks was written (ZooKeeper's clock, epoch seconds)."""
     todo: dict[str, set[int]] = {}
     for g in range(groups):
         wanted = dict.fromkeys((TOPIC, p) for p in group_partitions(g, partitions, per_group))
         for path, part in consumers.by_block(f"bench-{g}", wanted).items():
             todo[path] = set(part)
+    last_ms = 0
     while todo:
         names = list(todo)
         for path, node in zip(names, batch.get_many(zk, names), strict=True):
@@ -71,8 +73,10 @@ def wait_written(zk: KazooClient, groups: int, partitions: int, per_group: int, 
             todo[path] = {p for p in todo[path] if p not in entries or entries[p].stored.offset != offset}
             if not todo[path]:
                 del todo[path]
+                last_ms = max(last_ms, node[1].mtime)
         if todo:
             time.sleep(0.05)
+    return last_ms / 1000
 
 
 async def run(port: int, zk_connect: str, args: argparse.Namespace) -> dict:
@@ -87,12 +91,12 @@ async def run(port: int, zk_connect: str, args: argparse.Namespace) -> dict:
     rounds = []
     try:
         for r in range(args.rounds):
-            start = time.monotonic()
+            start = time.time()
             epoch = -1 if args.no_epoch else 0
             await commit_round(conns, args.groups, args.partitions, args.per_group, 1000 + r, epoch)
-            answered = time.monotonic() - start
-            await asyncio.to_thread(wait_written, zk, args.groups, args.partitions, args.per_group, 1000 + r)
-            took = time.monotonic() - start
+            answered = time.time() - start
+            last = await asyncio.to_thread(wait_written, zk, args.groups, args.partitions, args.per_group, 1000 + r)
+            took = last - start
             n = args.groups * args.per_group
             rounds.append({"round": r, "offsets": n, "answered_s": round(answered, 2), "written_s": round(took, 2),
                            "offsets_per_s": round(n / took)})  # fmt: skip

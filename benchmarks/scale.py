@@ -13,7 +13,8 @@ partitions, and are compared as they are whatever --partitions is):
                 without idempotence: the slower idempotent round (<= 3 s and <= 3x the slower plain round)
     metadata    all-topics Metadata, 10 times (confluent-kafka list_topics; ours as an extra): p50 (<= 1 s)
     offsets     --groups groups each commit an offset of every partition, 2 rounds, OffsetCommit outside a
-                generation: partition offsets/s until answered and a sample of them is in ZooKeeper (>= 50,000/s)
+                generation: partition offsets/s until ZooKeeper holds them all (the last offset block's
+                modification time; read back untimed) (>= 50,000/s; benchmarks/offset_commits.py: 1,000 groups)
     txn         one transactional producer, one partition, 10 records per transaction, ~10 s (>= 200/s)
     shutdown    SIGTERM to a non-controller (a controlled shutdown): until its partitions are led elsewhere
                 (<= 3 s); the exit is an extra figure
@@ -45,7 +46,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import resource
 import shutil
 import signal
@@ -54,7 +54,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +62,7 @@ from broker.client.admin import Admin
 from broker.client.cluster import Cluster
 from broker.client.group_admin import _commit_offsets
 from broker.daemon import is_alive
-from broker.zk import batch, paths, registry
+from broker.zk import batch, consumers, paths, registry
 from broker.zk import client as zkclient
 
 NAME = "scale"
@@ -89,12 +88,6 @@ def states(address: str) -> dict[TP, State]:
 def lacking(seen: dict[TP, State], want: list[TP], ok: Callable[[State], bool]) -> list[TP]:
     """Those of `want` missing from `seen` or whose state is not `ok`."""
     return [tp for tp in want if tp not in seen or not ok(seen[tp])]
-
-
-def committed_in(node: tuple[bytes, object] | None, partition: int) -> int | None:
-    """The offset an offset block (`batch.get_many`'s answer) holds for `partition`; None: none."""
-    entry = paths.parse_offset_block(node[0]).get(partition) if node is not None else None
-    return None if entry is None else entry.stored.offset
 
 
 class Bench:
@@ -302,36 +295,41 @@ class Bench:
             except Exception as exc:
                 errors.append(f"{group}: {exc}")
 
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         threads = [threading.Thread(target=commit_all, args=(g,)) for g in groups]
         for th in threads:
             th.start()
         for th in threads:
             th.join()
         answered = time.monotonic() - t0
-        sample = [(g, tp) for g in groups for tp in [self.tps[-1], *random.sample(self.tps, min(50, len(self.tps)))]]
-        sample_size = len(sample)
+        # every block of every group read back (untimed), until each holds the second round's offsets; the
+        # time is the last of their modification times (ZooKeeper's clock, this machine's) less the start
+        todo = {
+            path: set(part) for g in groups for path, part in consumers.by_block(g, dict.fromkeys(self.tps)).items()
+        }
         written = None
+        last_ms = 0
         pending: dict[str, int] = {}
         with zkclient.session(self.status["zookeeper"]["address"]) as zk:
             while time.monotonic() - t0 < self.args.timeout:
-                blocks = {(g, t, p): paths.group_offset_block(g, t, paths.offset_block_of(p)) for g, (t, p) in sample}
-                names = sorted(set(blocks.values()))
-                read = dict(zip(names, batch.get_many(zk, names), strict=True))
-                values = [committed_in(read[blocks[(g, t, p)]], p) for g, (t, p) in sample]
-                sample = [s for s, v in zip(sample, values, strict=True) if v != 2]
-                pending = dict(Counter("missing" if v is None else str(v) for v in values if v != 2))
-                if not sample:
-                    written = time.monotonic() - t0
+                names = list(todo)
+                for path, node in zip(names, batch.get_many(zk, names), strict=True):
+                    entries = paths.parse_offset_block(node[0]) if node is not None else {}
+                    todo[path] = {p for p in todo[path] if p not in entries or entries[p].stored.offset != 2}
+                    if not todo[path]:
+                        del todo[path]
+                        last_ms = max(last_ms, node[1].mtime)
+                if not todo:
+                    written = last_ms / 1000 - wall0
                     break
                 time.sleep(POLL_S)
+        pending = {"partitions_not_written": sum(map(len, todo.values()))} if todo else {}
         count = 2 * len(groups) * len(self.tps)
         rate = count / written if written else None
         self.emit("offsets", rate, "offsets/s", ">= 50,000/s", bool(rate and rate >= 50000 and not errors),
                   groups=len(groups), commits=count, answered_s=round(answered, 3),
                   answered_per_s=round(count / answered), written_s=None if written is None else round(written, 3),
-                  sample_size=sample_size, not_written_in_sample=len(sample), pending_values=pending,
-                  errors=errors[:3])  # fmt: skip
+                  **pending, errors=errors[:3])  # fmt: skip
 
     def txn(self) -> None:
         from confluent_kafka import Producer

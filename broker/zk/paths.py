@@ -296,7 +296,12 @@ def group_offset(name: str, topic: str, partition: int) -> str:
 def group_offset_block(name: str, topic: str, block: int) -> str:
     """The znode holding the group's commits of the topic's partitions `block * OFFSET_BLOCK` up to the next
     block (`offset_block_json`)."""
-    return f"{group(name)}/offsets/{topic}/{BLOCK_PREFIX}{block}"
+    return f"{group_offset_blocks(name, topic)}{block}"
+
+
+def group_offset_blocks(name: str, topic: str) -> str:
+    """What the paths of the group's offset blocks of the topic begin with (the block number follows)."""
+    return f"{group(name)}/offsets/{topic}/{BLOCK_PREFIX}"
 
 
 def offset_block_of(partition: int) -> int:

@@ -110,7 +110,7 @@ UNREACHABLE = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Commit:
     stored: StoredOffset  # the offset, its leader epoch and metadata
     at_ms: int  # (wall clock) when it was accepted
@@ -555,7 +555,10 @@ class GroupStore:
                 deletion = self._deletions[0] if self._deletions else None
                 cut = deletion.seq if deletion is not None else self._seq + 1
                 generations = [g for g in self._generations if g.seq < cut]
-                commits = [(k, c) for k, c in self._held.items() if c.seq < cut]
+                if deletion is None:  # (all of them: a copy, not a look at each)
+                    commits = list(self._held.items())
+                else:
+                    commits = [(k, c) for k, c in self._held.items() if c.seq < cut]
             try:
                 ok = self._write_generations(generations) and self._write_commits(commits)
                 if ok and deletion is not None:
@@ -644,10 +647,10 @@ class GroupStore:
             for at in range(0, len(commits), WRITE_WINDOW):
                 window = commits[at : at + WRITE_WINDOW]
                 finished, reachable = self._write_window(window)
-                for key, c in window:
-                    if key not in finished:
-                        continue
-                    with self._cond:
+                with self._cond:
+                    for key, c in window:
+                        if key not in finished:
+                            continue
                         if self._held.get(key) is c:
                             del self._held[key]
                         if c.held and self._outage is not None:
@@ -678,9 +681,17 @@ class GroupStore:
             self._parents.clear()
             self._known_as_of = as_of
         todo: dict[str, dict[int, tuple[OffsetKey, _Commit]]] = {}
+        bases: dict[tuple[str, str], str] = {}
         for key, c in window:
             group, topic, p = key
-            todo.setdefault(paths.group_offset_block(group, topic, paths.offset_block_of(p)), {})[p] = (key, c)
+            base = bases.get((group, topic))
+            if base is None:
+                base = bases[(group, topic)] = paths.group_offset_blocks(group, topic)
+            path = f"{base}{paths.offset_block_of(p)}"
+            part = todo.get(path)
+            if part is None:
+                part = todo[path] = {}
+            part[p] = (key, c)
         try:
             alone = False
             while todo:
