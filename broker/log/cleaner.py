@@ -273,7 +273,11 @@ def clean_group(plog: PartitionLog, group: list[LogSegment], offset_map: OffsetM
                                 keep = list(compress(records, mask)) if any(mask) else []
                                 if deletes:  # (a tombstone of an unmapped batch's key stays: see OffsetMap)
                                     keep = [r for r in keep if r.value is not None or key_hash(r.key) in unmapped]
-                        if keep is records:
+                        if not records:  # an emptied batch a clean kept: only while it is its producer's last
+                            kept, kept_count = None, 0
+                            if h.base_offset in producers_last:
+                                kept = memoryview(data)[item.position : item.end]
+                        elif keep is records:
                             kept, kept_count = memoryview(data)[item.position : item.end], count
                         else:
                             kept_count, rebuilt = len(keep), True
@@ -425,7 +429,9 @@ def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap,
     below = [segments[b] for b in bases[:-1] if segments[b].next_offset <= first_dirty.first_dirty]
     horizon = (_mtime_ns(below[-1]) // 1_000_000 if below else 0) - plog.config.delete_retention_ms
     to_clean = [segments[b] for b in bases[:-1] if b < end]
-    producers_last = last_batches_of_producers(to_clean, active_producers)
+    # each producer's last batch in the whole log (Kafka's lastRecordsOfActiveProducers): one it wrote after the
+    # cleaned section empties its batches there for good, instead of leaving an empty batch at every clean
+    producers_last = last_batches_of_producers([segments[b] for b in bases], active_producers)
     for group in group_segments(to_clean, plog.config.segment_bytes):
         cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler, producers_last, end)
         try:

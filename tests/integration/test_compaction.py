@@ -273,6 +273,57 @@ def test_an_idempotent_producers_emptied_last_batch_is_read_past(start_broker):
     assert p.flush(15) == 0
 
 
+def test_a_producer_writing_on_leaves_one_empty_batch_and_librdkafka_never_grows_its_fetch_size(start_broker):
+    """An idempotent producer writes again after every clean: Kafka keeps one empty batch of it, its last, and so
+    does kafkactl now (it left one at each clean, and a fetch answer of empties alone makes librdkafka double
+    its fetch size for good: `Increasing max fetch bytes`, up to 1 GiB and then an error)."""
+    import logging
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    b = start_broker(1, FAST)
+    topic = create_topic(b.bootstrap, unique("rounds"), 1, {
+        "cleanup.policy": "compact", "segment.ms": "500", "min.cleanable.dirty.ratio": "0.01",
+    })  # fmt: skip
+    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for r in range(6):
+        for i in range(5):
+            p.produce(topic, key=b"k%d" % i, value=b"idem-%d" % r, partition=0)
+        assert p.flush(15) == 0
+        send(b.bootstrap, topic, [(b"k%d" % i, b"plain") for i in range(5)])  # every key overwritten
+        roll_with_sentinel(b.bootstrap, topic, 500)
+        active = segment_bases(b.log_dir, topic)[-1]
+        wait_until(lambda a=active: cleaner_checkpoint(b.log_dir, topic) == a, 30, f"clean {r}")
+    empties = [h.base_offset for h, _ in disk_batches(b.log_dir, topic, 0) if h.producer_id >= 0]
+    assert len(empties) == 1, empties  # the producer's last batch alone, emptied
+
+    lines: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(unique("rdkafka"))
+    logger.addHandler(Capture())
+    logger.setLevel(logging.DEBUG)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique("g"), "enable.auto.commit": False,
+                  "debug": "fetch", "fetch.message.max.bytes": 256, "logger": logger})  # fmt: skip
+    got = []
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while (not got or got[-1] != (b"~sentinel", b"roll")) and time.monotonic() < deadline:  # (the log's last)
+            for m in c.consume(100, 0.5):
+                assert not m.error(), m.error()
+                got.append((m.key(), m.value()))
+    finally:
+        c.close()
+    assert got[-6:] == [(b"k%d" % i, b"plain") for i in range(5)] + [(b"~sentinel", b"roll")]
+    assert not [x for x in lines if "Increasing max fetch bytes" in x], [x for x in lines if "Increasing" in x][:3]
+    p.produce(topic, key=b"k0", value=b"after", partition=0)  # its sequence goes on from the emptied batch
+    assert p.flush(15) == 0
+
+
 def test_deleting_a_topic_mid_clean_drops_the_clean(start_broker):
     b = start_broker(1, {**FAST, "log.cleaner.io.max.bytes.per.second": str(1 << 20)})
     topic = create_topic(b.bootstrap, unique("doomed"), 1, {

@@ -367,6 +367,27 @@ def test_a_producers_batches_keep_their_last_offset_and_its_last_batch_stays_eve
     assert [(h.base_offset, h.record_count) for h in partial] == [(12, 1)]
 
 
+def test_an_empty_batch_stays_only_while_it_is_its_producers_last_in_the_whole_log(open_log, layout, tmp_path):
+    """Kafka keeps one empty batch per producer, its last: a producer that wrote again after the cleaned section
+    (or after an earlier clean emptied a batch of it) leaves no empty batch behind, clean after clean (a run of
+    empties at a fetch's start made librdkafka double its fetch size each time)."""
+    log = open_log(segment_bytes=300)
+    for i in range(4):
+        log.append(build_batch([Record(0, T0, b"k", b"v%d" % i)], producer_id=6, producer_epoch=0, base_sequence=i))
+        log.append(build_batch([Record(0, T0, b"k", b"plain%d" % i)]))  # overwrites it at once
+        log.roll()
+        _clean(log)
+    heads = [i.header for _, items in layout(tmp_path / "orders-0") for i in items]
+    assert [(h.base_offset, h.record_count) for h in heads if h.producer_id == 6] == [(6, 0)]  # its last alone
+    log.append(build_batch([Record(0, T0, b"z", b"later")], producer_id=6, producer_epoch=0, base_sequence=4))
+    log.append(build_batch([Record(0, T0, b"k", b"plain4")]))
+    log.roll()
+    _clean(log)
+    heads = [i.header for _, items in layout(tmp_path / "orders-0") for i in items]
+    assert [(h.base_offset, h.record_count) for h in heads if h.producer_id == 6] == [(8, 1)]  # the empty one gone
+    assert [r.value for r in log.read_records(0)] == [b"later", b"plain4"]
+
+
 @pytest.mark.parametrize("read_bytes", [64, 200, 1000])
 def test_segments_are_read_in_chunks_whatever_their_batch_sizes(open_log, read_all, monkeypatch, read_bytes):
     import broker.log.cleaner_io as cleaner_io
