@@ -126,6 +126,29 @@ def allowed(a: Authorizer | None, operation: Operation, resource_type: ResourceT
     return a is None or a.allows(operation, resource_type, name, request, log_denial=log_denial)
 
 
+#: the operations an ACL can grant on each resource type (Kafka's AclEntry.supportedOperations)
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.DELETE,
+                         Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+                           Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE),
+    ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
+    ResourceType.DELEGATION_TOKEN: (Operation.DESCRIBE,),
+}  # fmt: skip
+
+
+def authorized_operations(a: Authorizer | None, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
+    """KIP-430's bit field of what the current principal may do on a resource (bit n: operation code n), as
+    Metadata, DescribeGroups and DescribeCluster answer it when asked: every supported operation without an
+    authorizer; no denial is logged (asking is not attempting)."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[resource_type]:
+        if allowed(a, op, resource_type, name, log_denial=False):
+            bits |= 1 << op
+    return bits
+
+
 def cluster_allowed(a: Authorizer | None, operation: Operation, request: str = "", *, log_denial: bool = True) -> bool:
     """Whether the current principal may do `operation` on the cluster."""
     return a is None or a.allows(operation, ResourceType.CLUSTER, CLUSTER_NAME, request, log_denial=log_denial)

@@ -491,3 +491,48 @@ def test_deleting_a_group_or_its_offsets_needs_delete_on_the_group_and_read_on_t
     (f,) = cf.delete_consumer_groups([group], request_timeout=30).values()
     assert f.result(30) is None
     assert committed() == {}
+
+
+def _operations(found) -> set[str]:
+    return {op.name for op in found or ()}
+
+
+def test_authorized_operations_are_what_the_principal_may_do(secured):
+    """KIP-430, through confluent-kafka's AdminClient: DescribeTopics (Metadata), DescribeCluster and
+    DescribeConsumerGroups with include_authorized_operations answer the operations the principal may do on
+    each resource (Read implies Describe); the super user may do every operation the resource supports."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    (b, sasl_port), _ = secured[0][0], secured[1]
+    topic = _topic(secured)
+    _grant(b, _acl(ResourceType.TOPIC, topic, "User:alice", Operation.READ))
+    group = f"g-{uuid.uuid4().hex[:6]}"  # (alice may Read every g- group: the fixture's grant)
+    alice = AdminClient(_sasl(sasl_port, "alice"))
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    for client, topic_ops, cluster_ops, group_ops in (
+        (alice, {"READ", "DESCRIBE"}, set(), {"READ", "DESCRIBE"}),
+        (admin, {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"},
+         {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"},
+         {"READ", "DESCRIBE", "DELETE"}),
+    ):  # fmt: skip
+        (described,) = client.describe_topics(TopicCollection([topic]), include_authorized_operations=True).values()
+        assert _operations(described.result(20).authorized_operations) == topic_ops
+        cluster = client.describe_cluster(include_authorized_operations=True).result(20)
+        assert _operations(cluster.authorized_operations) == cluster_ops
+        (g,) = client.describe_consumer_groups([group], include_authorized_operations=True).values()
+        assert _operations(g.result(20).authorized_operations) == group_ops
+
+
+def test_without_an_authorizer_every_supported_operation_is_authorized(broker):
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("kip430", 1, 1)
+    client = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (described,) = client.describe_topics(TopicCollection(["kip430"]), include_authorized_operations=True).values()
+    assert len(described.result(20).authorized_operations) == 8
+    assert len(client.describe_cluster(include_authorized_operations=True).result(20).authorized_operations) == 7
+    (g,) = client.describe_consumer_groups(["kip430-g"], include_authorized_operations=True).values()
+    assert _operations(g.result(20).authorized_operations) == {"READ", "DESCRIBE", "DELETE"}

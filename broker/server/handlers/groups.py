@@ -42,7 +42,7 @@ from broker.coordinator.txn.store import pending_partitions
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.security.acl import Operation, ResourceType
-from broker.security.acl_authorizer import allowed, cluster_allowed
+from broker.security.acl_authorizer import allowed, authorized_operations, cluster_allowed
 from broker.security.session import current
 from broker.server.handlers.transactions import find_txn_coordinator
 from broker.server.network import current_peer
@@ -233,6 +233,8 @@ async def handle_describe_groups(b: Services, header: RequestHeader, req: dict[s
         desc = b.coordinator.describe(gid)
         if desc["group_state"] == GroupState.DEAD and gid in await _stored_groups(b):
             desc.update(group_state=GroupState.EMPTY, protocol_type="consumer")  # no members, committed offsets
+        if req.get("include_authorized_operations"):  # (KIP-430, v3+)
+            desc["authorized_operations"] = authorized_operations(b.authorizer, ResourceType.GROUP, gid)
         out.append(desc)
     return {"groups": out}
 

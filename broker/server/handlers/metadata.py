@@ -27,7 +27,7 @@ from broker.protocol.api import api_versions_table
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.security.acl import Operation, ResourceType
-from broker.security.acl_authorizer import allowed, cluster_allowed
+from broker.security.acl_authorizer import allowed, authorized_operations, cluster_allowed
 from broker.security.session import current
 from broker.topics import assign_replicas, is_internal, topic_name_error
 from broker.zk import registry
@@ -85,20 +85,28 @@ async def handle_metadata(b: Services, header: RequestHeader, req: dict[str, Any
     if requested:  # v10+: a topic named by its id alone; kafkactl's topics have no ids, so none is known
         topics += [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": "", "topic_id": t["topic_id"], "partitions": []}
                    for t in requested if t["name"] is None]  # fmt: skip
+    if req.get("include_topic_authorized_operations"):  # (KIP-430, v8+)
+        for t in topics:
+            if not t["error_code"]:
+                t["topic_authorized_operations"] = authorized_operations(a, ResourceType.TOPIC, t["name"])
     brokers = listener_brokers(b)
-    return {
-        "brokers": brokers, "cluster_id": b.cache.cluster_id, "controller_id": b.cache.controller_id,
-        "topics": topics,
-    }  # fmt: skip
+    out = {"brokers": brokers, "cluster_id": b.cache.cluster_id, "controller_id": b.cache.controller_id,
+           "topics": topics}  # fmt: skip
+    if req.get("include_cluster_authorized_operations"):  # (v8-10)
+        out["cluster_authorized_operations"] = authorized_operations(a, ResourceType.CLUSTER)
+    return out
 
 
 async def handle_describe_cluster(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
-    """The live brokers at the request's listener, the cluster id and the controller (Kafka 2.8's answer,
-    without authorized operations, which kafkactl does not compute)."""
+    """The live brokers at the request's listener, the cluster id and the controller (Kafka 2.8's answer), and
+    when asked what the principal may do on the cluster (KIP-430)."""
     brokers = [{"broker_id": x["node_id"], "host": x["host"], "port": x["port"], "rack": x["rack"]}
                for x in listener_brokers(b)]  # fmt: skip
-    return {"error_code": 0, "cluster_id": b.cache.cluster_id or "", "controller_id": b.cache.controller_id,
-            "brokers": brokers}  # fmt: skip
+    out = {"error_code": 0, "cluster_id": b.cache.cluster_id or "", "controller_id": b.cache.controller_id,
+           "brokers": brokers}  # fmt: skip
+    if req.get("include_cluster_authorized_operations"):
+        out["cluster_authorized_operations"] = authorized_operations(b.authorizer, ResourceType.CLUSTER)
+    return out
 
 
 def _unauthorized(name: str) -> dict[str, Any]:
