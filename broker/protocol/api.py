@@ -59,6 +59,8 @@ class ApiKey(IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -132,6 +134,20 @@ APIS: dict[int, Api] = {
             quotas_msgs.ALTER_CLIENT_QUOTAS_RESPONSE,
             0,
             1,
+        ),  # fmt: skip
+        _api(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            security.DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
+            security.DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
+            0,
+            0,
+        ),  # fmt: skip
+        _api(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+            security.ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
+            security.ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
+            0,
+            0,
         ),  # fmt: skip
         _api(ApiKey.DESCRIBE_LOG_DIRS, admin.DESCRIBE_LOG_DIRS_REQUEST, admin.DESCRIBE_LOG_DIRS_RESPONSE, 0, 2),
         _api(ApiKey.CREATE_PARTITIONS, admin.CREATE_PARTITIONS_REQUEST, admin.CREATE_PARTITIONS_RESPONSE, 0, 3),

@@ -90,6 +90,11 @@ def write_user(zk: KazooClient, name: str, credentials: dict[str, ScramCredentia
     _update(zk, name, {m: c.encode() for m, c in credentials.items()})
 
 
+def alter_user(zk: KazooClient, name: str, upserts: dict[str, ScramCredential], deletes: list[str]) -> bool:
+    """Set some of the user's credentials and remove others, in one write (AlterUserScramCredentials)."""
+    return _update(zk, name, {**dict.fromkeys(deletes), **{m: c.encode() for m, c in upserts.items()}})
+
+
 def delete_user(zk: KazooClient, name: str, mechanisms: list[str] | None = None) -> bool:
     """Remove the user's credentials (of `mechanisms`, or all); False when it had none of them."""
     return _update(zk, name, {m: None for m in (mechanisms or list(MECHANISMS))})

@@ -95,9 +95,14 @@ def make_credential(mechanism: str, password: str, iterations: int = MIN_ITERATI
     """A fresh credential for `password` (a random salt unless one is given)."""
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ScramError(f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}, not {iterations}")
-    name = _hash(mechanism)
     salt = salt if salt is not None else secrets.token_bytes(32)
-    salted = salted_password(mechanism, password, salt, iterations)
+    return credential_from_salted(mechanism, salt, salted_password(mechanism, password, salt, iterations), iterations)
+
+
+def credential_from_salted(mechanism: str, salt: bytes, salted: bytes, iterations: int) -> ScramCredential:
+    """The credential of a salted password (what AlterUserScramCredentials carries: the client salts it, so
+    the password never reaches the broker)."""
+    name = _hash(mechanism)
     client_key = _hmac(name, salted, b"Client Key")
     return ScramCredential(salt, hashlib.new(name, client_key).digest(), _hmac(name, salted, b"Server Key"),
                            iterations)  # fmt: skip

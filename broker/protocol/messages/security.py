@@ -1,5 +1,6 @@
 """SaslHandshake (17), SaslAuthenticate (36), DescribeAcls (29), CreateAcls (30) and DeleteAcls (31), in
-their non-flexible versions (0-1 each).
+their non-flexible versions (0-1 each); DescribeUserScramCredentials (50) and AlterUserScramCredentials (51),
+v0 (flexible), whose SCRAM mechanism is an int8: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512 (0 unknown).
 
 After SaslHandshake v0 a client sends its SASL tokens as bare size-prefixed frames, with no request
 header (Kafka 0.10's way, still used by older clients); after v1 it wraps each in SaslAuthenticate.
@@ -122,4 +123,41 @@ DELETE_ACLS_RESPONSE = Struct(
         ),
     ),
     flexible_from=2,
+)
+
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST = Struct(
+    F("users", Array(Struct(F("name", STRING)), nullable_from=0)),  # (null or empty: every user)
+    flexible_from=0,
+)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32),
+    F("error_code", INT16),
+    F("error_message", NULLABLE_STRING),
+    F("results", Array(Struct(
+        F("user", STRING),
+        F("error_code", INT16),
+        F("error_message", NULLABLE_STRING),
+        F("credential_infos", Array(Struct(F("mechanism", INT8), F("iterations", INT32)))),
+    ))),
+    flexible_from=0,
+)  # fmt: skip
+
+ALTER_USER_SCRAM_CREDENTIALS_REQUEST = Struct(
+    F("deletions", Array(Struct(F("name", STRING), F("mechanism", INT8)))),
+    F("upsertions", Array(Struct(
+        F("name", STRING),
+        F("mechanism", INT8),
+        F("iterations", INT32),
+        F("salt", BYTES),
+        F("salted_password", BYTES),
+    ))),
+    flexible_from=0,
+)  # fmt: skip
+
+ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = Struct(
+    F("throttle_time_ms", INT32),
+    F("results", Array(Struct(F("user", STRING), F("error_code", INT16), F("error_message", NULLABLE_STRING)))),
+    flexible_from=0,
 )

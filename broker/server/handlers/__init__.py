@@ -24,7 +24,18 @@ from broker.protocol.messages.metadata import API_VERSIONS_RESPONSE
 from broker.protocol.messages.produce import encode_produce_response, read_produce_request
 from broker.protocol.primitives import DecodeError, Reader
 from broker.security.session import current
-from broker.server.handlers import acls, admin, elections, fetch, groups, metadata, produce, sasl, throttling
+from broker.server.handlers import (
+    acls,
+    admin,
+    elections,
+    fetch,
+    groups,
+    metadata,
+    produce,
+    sasl,
+    scram_credentials,
+    throttling,
+)
 from broker.server.handlers import configs as configs_handlers
 from broker.server.handlers import quotas as quotas_handlers
 from broker.server.handlers import records as records_handlers
@@ -70,6 +81,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs_handlers.handle_incremental_alter_configs,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas_handlers.handle_describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: quotas_handlers.handle_alter_client_quotas,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_credentials.handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter_user_scram_credentials,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
     ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
     ApiKey.ELECT_LEADERS: elections.handle_elect_leaders,

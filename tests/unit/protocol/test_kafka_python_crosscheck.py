@@ -66,6 +66,14 @@ KP = {
     ApiKey.ELECT_LEADERS: (kp_admin.ElectLeadersRequest, kp_admin.ElectLeadersResponse),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (kp_admin.DescribeClientQuotasRequest, kp_admin.DescribeClientQuotasResponse),
     ApiKey.ALTER_CLIENT_QUOTAS: (kp_admin.AlterClientQuotasRequest, kp_admin.AlterClientQuotasResponse),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (
+        kp_admin.DescribeUserScramCredentialsRequest,
+        kp_admin.DescribeUserScramCredentialsResponse,
+    ),  # fmt: skip
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (
+        kp_admin.AlterUserScramCredentialsRequest,
+        kp_admin.AlterUserScramCredentialsResponse,
+    ),  # fmt: skip
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (
         kp_admin.IncrementalAlterConfigsRequest,
         kp_admin.IncrementalAlterConfigsResponse,

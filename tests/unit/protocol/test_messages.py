@@ -347,7 +347,7 @@ def test_framed() -> None:
 KAFKA_2_8 = {
     0: 9, 1: 12, 2: 6, 3: 11, 8: 8, 9: 7, 10: 3, 11: 7, 12: 4, 13: 4, 14: 5, 15: 5, 16: 4, 17: 1, 18: 3,
     19: 7, 20: 6, 21: 2, 22: 4, 23: 4, 29: 2, 30: 2, 31: 2, 32: 4, 33: 2, 35: 2, 36: 2, 37: 3, 42: 2, 43: 2,
-    44: 1, 47: 0, 48: 1, 49: 1, 60: 0, 61: 0, 24: 3, 25: 3, 26: 3, 28: 3,
+    44: 1, 47: 0, 48: 1, 49: 1, 50: 0, 51: 0, 60: 0, 61: 0, 24: 3, 25: 3, 26: 3, 28: 3,
     27: 1,  # WriteTxnMarkers
     65: 0, 66: 0,  # (DescribeTransactions and ListTransactions: Kafka 3.0's, for `kafkactl txn`)
 }  # fmt: skip
@@ -406,6 +406,7 @@ def test_api_table_keys() -> None:
                      "DESCRIBE_CONFIGS": 32, "ALTER_CONFIGS": 33, "CREATE_PARTITIONS": 37, "ELECT_LEADERS": 43,
                      "DELETE_GROUPS": 42, "OFFSET_DELETE": 47, "DESCRIBE_CLUSTER": 60, "DESCRIBE_PRODUCERS": 61,
                      "INCREMENTAL_ALTER_CONFIGS": 44, "DESCRIBE_CLIENT_QUOTAS": 48, "ALTER_CLIENT_QUOTAS": 49,
+                     "DESCRIBE_USER_SCRAM_CREDENTIALS": 50, "ALTER_USER_SCRAM_CREDENTIALS": 51,
                      "DESCRIBE_LOG_DIRS": 35, "ADD_PARTITIONS_TO_TXN": 24, "ADD_OFFSETS_TO_TXN": 25,
                      "END_TXN": 26, "WRITE_TXN_MARKERS": 27, "TXN_OFFSET_COMMIT": 28, "DESCRIBE_TRANSACTIONS": 65,
                      "LIST_TRANSACTIONS": 66}  # fmt: skip
