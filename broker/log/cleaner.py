@@ -379,11 +379,10 @@ def _rebuild(h, records: list) -> bytes:
     return bytes(batch)
 
 
-def last_batches_of_producers(segments: list[LogSegment], active: set[int] | None = None) -> set[int]:
-    """The base offsets of each producer id's last data batch in `segments` (a header-only pass): a clean keeps
-    that batch, emptied if need be, so that the producer's last sequence survives the clean. With `active`
-    (the producer ids the partition's producer state holds), only those producers' (Kafka's
-    lastRecordsOfActiveProducers: an expired producer's sequence is not needed)."""
+def last_batches_of_producers(segments: list[LogSegment]) -> set[int]:
+    """The base offsets of each producer id's last data batch in `segments` (a header-only pass): without the
+    partition's producer state, a clean keeps that batch, emptied if need be, so that the producer's last
+    sequence survives the clean."""
     last: dict[int, int] = {}
     for seg in segments:
         for _, item in segment_batches(seg.log_path, seg.size):
@@ -392,27 +391,28 @@ def last_batches_of_producers(segments: list[LogSegment], active: set[int] | Non
             h = item.header
             if h is not None and h.producer_id >= 0 and not h.attributes & CONTROL_BIT:
                 last[h.producer_id] = h.base_offset
-    return {base for pid, base in last.items() if active is None or pid in active}
+    return set(last.values())
 
 
-def active_producer_ids(states) -> set[int] | None:
-    """The producer ids a partition's producer state (`broker.log.producer_state.ProducerStates`) holds, read
-    from the cleaner's thread (a dict copy is atomic); None (keep every producer's last batch) when there is
-    no state or it is unknown."""
+def producers_last_batches(states) -> set[int] | None:
+    """The base offsets of each active producer's last batch in the whole log, as the partition's producer state
+    holds them (Kafka's lastRecordsOfActiveProducers; read from the cleaner's thread: a copy of the dict, the
+    last of each deque); None when there is no state or it is unknown."""
     if states is None or getattr(states, "unknown", False):
         return None
-    return set(states.entries.copy())
+    return {batches[-1][2] for batches in [e.batches for e in states.entries.copy().values()] if batches}
 
 
 def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap, *, now_ms: int,
               run_locked: Callable[[Callable[[], object]], object] = lambda fn: fn(),
               stop: Callable[[], bool] = lambda: False, throttler: Throttler | None = None,
               retire: Callable[[list[LogSegment]], None] | None = None,
-              active_producers: set[int] | None = None) -> CleanStats:  # fmt: skip
+              producers_last: set[int] | None = None) -> CleanStats:  # fmt: skip
     """One clean of `plog` over its cleanable section; returns its stats (`end_offset`: the new first dirty
     offset). `run_locked(fn)` runs `fn` where the partition's log may be changed (the broker's event loop);
-    `retire` is given the replaced segments (closed at once without it); `active_producers`: the producer ids
-    whose emptied last batch stays (None: every producer's)."""
+    `retire` is given the replaced segments (closed at once without it); `producers_last`: the base offsets of
+    the active producers' last batches in the whole log (their emptied last batches stay); without it, each
+    producer's last batch in the cleaned section stays."""
     stats = CleanStats(plog.topic, plog.partition, first_dirty.first_dirty, started=time.monotonic(),
                        dirty_ratio=first_dirty.ratio)  # fmt: skip
     offset_map.clear()
@@ -429,9 +429,11 @@ def clean_log(plog: PartitionLog, first_dirty: Cleanable, offset_map: OffsetMap,
     below = [segments[b] for b in bases[:-1] if segments[b].next_offset <= first_dirty.first_dirty]
     horizon = (_mtime_ns(below[-1]) // 1_000_000 if below else 0) - plog.config.delete_retention_ms
     to_clean = [segments[b] for b in bases[:-1] if b < end]
-    # each producer's last batch in the whole log (Kafka's lastRecordsOfActiveProducers): one it wrote after the
-    # cleaned section empties its batches there for good, instead of leaving an empty batch at every clean
-    producers_last = last_batches_of_producers([segments[b] for b in bases], active_producers)
+    # each active producer's last batch in the whole log (Kafka's lastRecordsOfActiveProducers), from the producer
+    # state: one the producer wrote after the cleaned section empties its batches there for good, instead of
+    # leaving an empty batch at every clean; unknown, each producer's last in the cleaned section stays
+    if producers_last is None:
+        producers_last = last_batches_of_producers(to_clean)
     for group in group_segments(to_clean, plog.config.segment_bytes):
         cleaned = clean_group(plog, group, offset_map, horizon, stats, stop, throttler, producers_last, end)
         try:

@@ -47,13 +47,14 @@ class LogCleaner:
                  delete_delay_ms: int = 60000, loop: asyncio.AbstractEventLoop | None = None,
                  clock: Callable[[], float] = time.time,
                  stable_end: Callable[[PartitionLog], int] | None = None,
-                 active_producers: Callable[[PartitionLog], set[int] | None] | None = None) -> None:  # fmt: skip
+                 producers_last: Callable[[PartitionLog], set[int] | None] | None = None) -> None:  # fmt: skip
         self.manager = manager
         #: a log's high watermark as last stored, read only (called from the cleaner threads: recomputing it
         #: would write replication state off the event loop); None: the whole log is stable (a broker-less test)
         self.stable_end = stable_end
-        #: the producer ids a log's producer state holds (`active_producer_ids`); None: keep every producer's
-        self.active_producers = active_producers
+        #: the base offsets of the active producers' last batches of a log (`producers_last_batches`); None: keep
+        #: each producer's last batch of the section cleaned
+        self.producers_last = producers_last
         if log.getEffectiveLevel() > logging.INFO:  # each clean is reported, as Kafka's log-cleaner.log is
             log.setLevel(logging.INFO)
         self.threads = max(1, threads)
@@ -219,12 +220,12 @@ class LogCleaner:
 
     def _clean(self, tp: TopicPartition, plog: PartitionLog, c: Cleanable, omap: OffsetMap, now_ms: int,
                thread: int) -> bool:  # fmt: skip
-        active = self.active_producers(plog) if self.active_producers is not None else None
+        last = self.producers_last(plog) if self.producers_last is not None else None
         try:
             stats = clean_log(plog, c, omap, now_ms=now_ms, run_locked=self._locked_for(tp, plog),
                               stop=lambda: self._stop.is_set() or tp in self._aborted,
                               throttler=self._throttler, retire=self._retire,
-                              active_producers=active)  # fmt: skip
+                              producers_last=last)  # fmt: skip
         except (CleanDamage, CorruptRecordError) as exc:
             log.error("log cleaner thread %d: %s-%d is damaged and is not cleaned until the broker restarts "
                       "(kafkactl recover mends it): %s", thread, tp[0], tp[1], exc)  # fmt: skip
@@ -311,7 +312,7 @@ class LogCleaner:
     @classmethod
     def from_props(cls, manager, props: dict[str, str], loop: asyncio.AbstractEventLoop | None = None,
                    stable_end: Callable[[PartitionLog], int] | None = None,
-                   active_producers: Callable[[PartitionLog], set[int] | None] | None = None,
+                   producers_last: Callable[[PartitionLog], set[int] | None] | None = None,
                    ) -> LogCleaner:  # fmt: skip
         """The cleaner of a broker's config (Kafka's `log.cleaner.*` keys)."""
         return cls(
@@ -321,5 +322,5 @@ class LogCleaner:
             backoff_ms=int(props.get("log.cleaner.backoff.ms", "15000")),
             io_max_bytes_per_second=float(props.get("log.cleaner.io.max.bytes.per.second", "1.7e308")),
             delete_delay_ms=int(props.get("log.segment.delete.delay.ms", "60000")), loop=loop, stable_end=stable_end,
-            active_producers=active_producers,
+            producers_last=producers_last,
         )  # fmt: skip

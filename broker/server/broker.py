@@ -27,7 +27,7 @@ from broker.coordinator.txn.coordinator import TxnCoordinator
 from broker.coordinator.txn.producer_ids import ProducerIdPool, take_producer_id
 from broker.errors import KafkactlError
 from broker.log import producer_snapshot
-from broker.log.cleaner import active_producer_ids
+from broker.log.cleaner import producers_last_batches
 from broker.log.cleaner_threads import LogCleaner
 from broker.log.log import PartitionLog
 from broker.log.manager import LogManager
@@ -208,7 +208,7 @@ class Broker(ZkWatches):
             )  # (read only: another thread)
             self.logs.before_removal = self.cleaner.abort
             self.logs.on_truncate = self.cleaner.truncated
-            self.cleaner.active_producers = lambda plog: active_producer_ids(  # (Kafka's active producers)
+            self.cleaner.producers_last = lambda plog: producers_last_batches(  # (Kafka's active producers')
                 plog.producer_states
             )
             self.cleaner.start()

@@ -85,16 +85,22 @@ async def handle_metadata(b: Services, header: RequestHeader, req: dict[str, Any
     if requested:  # v10+: a topic named by its id alone; kafkactl's topics have no ids, so none is known
         topics += [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": "", "topic_id": t["topic_id"], "partitions": []}
                    for t in requested if t["name"] is None]  # fmt: skip
-    if req.get("include_topic_authorized_operations"):  # (KIP-430, v8+)
+    if req.get("include_topic_authorized_operations"):  # (KIP-430, v8+: each topic it may describe, as Kafka)
         for t in topics:
-            if not t["error_code"]:
+            if t["error_code"] not in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_ID):
                 t["topic_authorized_operations"] = authorized_operations(a, ResourceType.TOPIC, t["name"])
     brokers = listener_brokers(b)
     out = {"brokers": brokers, "cluster_id": b.cache.cluster_id, "controller_id": b.cache.controller_id,
            "topics": topics}  # fmt: skip
     if req.get("include_cluster_authorized_operations"):  # (v8-10)
-        out["cluster_authorized_operations"] = authorized_operations(a, ResourceType.CLUSTER)
+        out["cluster_authorized_operations"] = _cluster_operations(b)
     return out
+
+
+def _cluster_operations(b: Services) -> int:
+    """What the principal may do on the cluster (KIP-430), or 0 unless it may describe it (as Kafka)."""
+    a = b.authorizer
+    return authorized_operations(a, ResourceType.CLUSTER) if cluster_allowed(a, Operation.DESCRIBE) else 0
 
 
 async def handle_describe_cluster(b: Services, header: RequestHeader, req: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +111,7 @@ async def handle_describe_cluster(b: Services, header: RequestHeader, req: dict[
     out = {"error_code": 0, "cluster_id": b.cache.cluster_id or "", "controller_id": b.cache.controller_id,
            "brokers": brokers}  # fmt: skip
     if req.get("include_cluster_authorized_operations"):
-        out["cluster_authorized_operations"] = authorized_operations(b.authorizer, ResourceType.CLUSTER)
+        out["cluster_authorized_operations"] = _cluster_operations(b)
     return out
 
 

@@ -791,7 +791,9 @@ def test_a_swap_makes_its_deleted_renames_durable_before_the_final_rename(open_l
 def test_only_active_producers_keep_an_empty_last_batch(open_log):
     """Kafka's lastRecordsOfActiveProducers: a producer's emptied last batch stays only while the partition's
     producer state still holds that producer (the broker must know its last sequence); others go."""
-    from broker.log.cleaner import active_producer_ids
+    from collections import deque
+
+    from broker.log.cleaner import producers_last_batches
 
     log = open_log(segment_bytes=250)
     off = 0
@@ -803,19 +805,25 @@ def test_only_active_producers_keep_an_empty_last_batch(open_log):
         _append_raw(log, [(b"a", b"y" * 20)], off)
         off += 1
     log.roll()
-    clean_log(log, cleanable(log, None, T0 + 10), OffsetMap(1 << 20), now_ms=T0 + 10, active_producers={102})
-    from broker.log.scanner import scan
 
-    pids = [it.header.producer_id for b in log.bases for it in scan(log.segments[b].log_path.read_bytes(), 0)
-            if it.header.record_count == 0]  # fmt: skip
-    assert pids == [102]
+    class Entry:  # (the broker's producer state entry: its last batches, (first seq, last seq, base offset))
+        def __init__(self, *batches):
+            self.batches = deque(batches)
 
     class States:  # (the broker's ProducerStates, as the cleaner reads it)
         def __init__(self, entries, unknown=False):
             self.entries, self.unknown = entries, unknown
 
-    assert active_producer_ids(States({7: object(), 9: object()})) == {7, 9}
-    assert active_producer_ids(States({7: object()}, unknown=True)) is None and active_producer_ids(None) is None
+    last = producers_last_batches(States({102: Entry((0, 0, 2)), 107: Entry()}))  # (107: no batch left)
+    assert last == {2}
+    clean_log(log, cleanable(log, None, T0 + 10), OffsetMap(1 << 20), now_ms=T0 + 10, producers_last=last)
+    from broker.log.scanner import scan
+
+    pids = [it.header.producer_id for b in log.bases for it in scan(log.segments[b].log_path.read_bytes(), 0)
+            if it.header.record_count == 0]  # fmt: skip
+    assert pids == [102]
+    assert producers_last_batches(States({7: Entry((0, 4, 40))}, unknown=True)) is None
+    assert producers_last_batches(None) is None
 
 
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP], ids=["plain", "gzip"])
