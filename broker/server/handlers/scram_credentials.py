@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import KazooException
+
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.security import credentials
@@ -46,16 +48,29 @@ async def handle_describe_user_scram_credentials(b: Services, header: RequestHea
                           for n in names]  # fmt: skip
         return out
     if not names:
-        listed = await b.blocking(credentials.list_users, b.zk)
-        names = list(listed)
+        try:
+            names = list(await b.blocking(credentials.list_users, b.zk))
+        except (KazooException, ValueError) as exc:
+            out.update(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=_reason(exc))
+            return out
     twice = {n for n in names if names.count(n) > 1}
     for name in dict.fromkeys(names):
         result: dict[str, Any] = {"user": name, "error_code": 0, "error_message": None, "credential_infos": []}
         if name in twice:
             result.update(error_code=ErrorCode.DUPLICATE_RESOURCE, error_message="Cannot describe SCRAM credentials "
                           f"for the same user twice in a single request: {name}")  # fmt: skip
+        elif not name:
+            result.update(
+                error_code=ErrorCode.RESOURCE_NOT_FOUND,
+                error_message="Cannot describe SCRAM credentials for empty username",
+            )
         else:
-            found = await b.blocking(credentials.read_user, b.zk, name)
+            try:
+                found = await b.blocking(credentials.read_user, b.zk, name)
+            except (KazooException, ValueError) as exc:  # (ZooKeeper refused, or a name it cannot hold)
+                result.update(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=_reason(exc))
+                out["results"].append(result)
+                continue
             if not found:
                 result.update(
                     error_code=ErrorCode.RESOURCE_NOT_FOUND,
@@ -100,6 +115,8 @@ async def handle_alter_user_scram_credentials(b: Services, header: RequestHeader
             await b.blocking(credentials.alter_user, b.zk, name, upserts, deletes)
         except _Refused as exc:
             result.update(error_code=exc.code, error_message=exc.message)
+        except (KazooException, ValueError) as exc:  # (ZooKeeper refused, or a name it cannot hold)
+            result.update(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=_reason(exc))
     return {"throttle_time_ms": 0, "results": results}
 
 
@@ -108,9 +125,6 @@ def _checked(name: str, asked: list[tuple[str, dict[str, Any] | None]]
     """A user's upsertions (mechanism → credential) and deletions (mechanisms), or `_Refused` as Kafka refuses."""
     if not name:
         raise _Refused(ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-    codes = [code for code, _ in asked]
-    if len(set(codes)) < len(codes):
-        raise _Refused(ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
     upserts: dict[str, ScramCredential] = {}
     deletes: list[str] = []
     for code, upsertion in asked:
@@ -127,7 +141,14 @@ def _checked(name: str, asked: list[tuple[str, dict[str, Any] | None]]
             raise _Refused(ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
         upserts[mechanism] = credential_from_salted(mechanism, bytes(upsertion["salt"]),
                                                     bytes(upsertion["salted_password"]), iterations)  # fmt: skip
+    codes = [code for code, _ in asked]  # (after each change's own checks, in Kafka's order of refusals)
+    if len(set(codes)) < len(codes):
+        raise _Refused(ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
     return upserts, deletes
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _zookeeper_problem(b: Services) -> str | None:

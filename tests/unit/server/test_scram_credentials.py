@@ -102,3 +102,12 @@ def test_without_the_cluster_operation_nothing_is_described_or_written() -> None
     assert answer["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     assert [(r["user"], r["error_code"]) for r in answer["results"]] == [
         ("carol", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)]  # fmt: skip
+
+
+def test_a_zookeeper_that_fails_is_an_error_for_its_user_not_a_closed_connection() -> None:
+    zk = Zk()
+    b = services(zk)
+    zk.failing = True  # (ConnectionLoss on every call)
+    assert alter(b, [], [upsertion("carol", "x")])["carol"][0] == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert [r["error_code"] for r in describe(b, ["carol"])["results"]] == [ErrorCode.UNKNOWN_SERVER_ERROR]
+    assert describe(b, None)["error_code"] == ErrorCode.UNKNOWN_SERVER_ERROR
