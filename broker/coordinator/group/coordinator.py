@@ -39,6 +39,12 @@ from broker.protocol.primitives import DecodeError, Reader
 
 log = logging.getLogger(__name__)
 
+#: how long the leader's SyncGroup waits for the other members' SyncGroups of its generation, so that they are
+#: answered together (as Kafka's are, the followers' usually waiting when the leader's append completes): a
+#: member still assigning when the leader revokes and rejoins would otherwise get REBALANCE_IN_PROGRESS
+#: instead of the assignment of the generation it joined (librdkafka's cooperative rebalancing counts on it)
+SYNC_WAIT_S = 0.5
+
 
 def java_hash(text: str) -> int:
     """Kafka's `Utils.abs(groupId.hashCode())`: Java's String hash over UTF-16 code units, made non-negative."""
@@ -96,6 +102,8 @@ class Group:
     timer: asyncio.TimerHandle | None = None
     initial: bool = False  # this rebalance started from Empty: wait the initial delay for more members
     initial_deadline: float = 0.0  # (loop time) the initial delay is extended up to here
+    joined: set[str] = field(default_factory=set)  # the members that joined the current generation
+    assigned: bool = False  # the leader's assignment of the current generation is in
 
     def rebalance_timeout_s(self) -> float:
         """How long a rebalance waits for members to rejoin: the longest any member asked for."""
@@ -297,7 +305,8 @@ class GroupCoordinator:
             for m in group.members.values():
                 _resolve(m.sync, {"error_code": ErrorCode.REBALANCE_IN_PROGRESS})
         if group.state != GroupState.PREPARING:
-            log.info("group %s: preparing a rebalance (%s)", group.group_id, reason)
+            log.info("group %s: preparing a rebalance in state %s with old generation %d (%s)", group.group_id,
+                     group.state, group.generation, reason)  # fmt: skip
             group.initial = group.state == GroupState.EMPTY and self.initial_delay_ms > 0
             group.state = GroupState.PREPARING
             if group.timer is not None:
@@ -352,6 +361,7 @@ class GroupCoordinator:
         if group.leader not in group.members or group.leader not in {m.member_id for m in joined}:
             group.leader = joined[0].member_id
         group.state = GroupState.COMPLETING
+        group.joined, group.assigned = {m.member_id for m in joined}, False
         log.info("group %s: generation %d with %d member(s), leader %s", group.group_id, group.generation,
                  len(group.members), group.leader)  # fmt: skip
         for m in group.members.values():
@@ -423,17 +433,44 @@ class GroupCoordinator:
             given = {a["member_id"]: a["assignment"] or b"" for a in req["assignments"]}
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
-            group.state = GroupState.STABLE
-            log.info("group %s: generation %d is stable", group.group_id, group.generation)
-            self._store(group)
-            for m in group.members.values():
-                _resolve(m.sync, _synced(group, m))
+            group.assigned = True
+            log.info("group %s: the leader's assignment of generation %d is in", group.group_id, group.generation)
+        self._maybe_stable(group)
         try:
             return await fut
         finally:
             if member.sync is fut:
                 member.sync = None
             member.last_seen = time.monotonic()
+
+    def _maybe_stable(self, group: Group) -> None:
+        """Once the leader's assignment is in: the generation is stable when every member that joined it waits
+        in SyncGroup, or `SYNC_WAIT_S` after the assignment came; a member that syncs later is answered from
+        Stable."""
+        if group.state != GroupState.COMPLETING or not group.assigned:
+            return
+        missing = [m for m in group.members.values() if m.member_id in group.joined and (m.sync is None
+                                                                                         or m.sync.done())]  # fmt: skip
+        if not missing:
+            self._stable(group, group.generation)
+        elif group.timer is None:
+            group.timer = asyncio.get_running_loop().call_later(SYNC_WAIT_S, self._stable, group, group.generation)
+
+    def _stable(self, group: Group, generation: int) -> None:
+        """The generation is stable: every SyncGroup waiting gets its assignment."""
+        if group.state != GroupState.COMPLETING or group.generation != generation:
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        waiting = [m.member_id for m in group.members.values() if m.sync is not None and not m.sync.done()]
+        group.state = GroupState.STABLE
+        late = sorted(set(group.joined) - set(waiting))
+        log.info("group %s: generation %d is stable%s", group.group_id, generation,
+                 f" ({', '.join(late)} not synced yet: answered when they ask)" if late else "")  # fmt: skip
+        self._store(group)
+        for m in group.members.values():
+            _resolve(m.sync, _synced(group, m))
 
     def heartbeat(self, req: dict[str, Any]) -> dict[str, Any]:
         group, member, error = self._member(req["group_id"], req["member_id"], req["generation_id"],

@@ -273,6 +273,44 @@ def test_sync_follower_waits_for_the_leaders_assignment() -> None:
     run(main())
 
 
+def test_the_leaders_sync_waits_for_the_others_so_a_follower_gets_the_generation_it_joined(monkeypatch) -> None:
+    """librdkafka's cooperative rebalancing (its test 0113): the leader syncs first, gets its answer, revokes
+    and rejoins at once; a follower whose SyncGroup came after that got REBALANCE_IN_PROGRESS, and its first
+    assignment was the next generation's, already holding what the leader gave up. The leader's answer now
+    waits for the followers' SyncGroups (as Kafka's, answered together once its append is done), up to
+    SYNC_WAIT_S for one that does not come, which then gets its assignment from Stable."""
+    from broker.coordinator.group import coordinator as coordinator_module
+
+    monkeypatch.setattr(coordinator_module, "SYNC_WAIT_S", 0.2)
+
+    async def main() -> None:
+        c = coord(initial_delay_ms=30)
+        a1, a2 = await asyncio.gather(join_task(c, join_req()), join_task(c, join_req()))
+        gen, leader = a1["generation_id"], a1["leader"]
+        follower = a2["member_id"] if leader == a1["member_id"] else a1["member_id"]
+        lead = asyncio.create_task(c.sync(sync_req(leader, gen, {leader: b"p0", follower: b""})))
+        await asyncio.sleep(0.05)
+        assert not lead.done() and c.groups[GID].state == GroupState.COMPLETING  # (the follower still assigning)
+        follow = asyncio.create_task(c.sync(sync_req(follower, gen)))
+        assert await lead == synced(b"p0") and await follow == synced(b"")  # together, the same generation
+        rejoin = join_task(c, join_req(leader))  # the leader revokes p1 and rejoins: the next generation
+        await settle()
+        assert hb(c, follower, gen) == ErrorCode.REBALANCE_IN_PROGRESS
+        f, a = await asyncio.gather(join_task(c, join_req(follower)), rejoin)
+        assert f["generation_id"] == a["generation_id"] == gen + 1
+
+        # a follower that does not sync: the leader is answered SYNC_WAIT_S later, the follower from Stable
+        gen += 1
+        lead = asyncio.create_task(c.sync(sync_req(leader, gen, {leader: b"p0", follower: b"p1"})))
+        await asyncio.sleep(0.05)
+        assert not lead.done() and c.groups[GID].state == GroupState.COMPLETING
+        assert await lead == synced(b"p0")
+        assert c.groups[GID].state == GroupState.STABLE
+        assert await c.sync(sync_req(follower, gen)) == synced(b"p1")
+
+    run(main())
+
+
 def test_sync_errors() -> None:
     async def main() -> None:
         c = coord()
