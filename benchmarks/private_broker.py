@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,7 +51,8 @@ def _start_broker(root: Path, zk_connect: str) -> tuple[subprocess.Popen, int]:
 
 @contextlib.contextmanager
 def private_broker() -> Iterator[tuple[int, int, str]]:
-    """(the broker's pid, its port, ZooKeeper's connect string); both stopped at the end."""
+    """(the broker's pid, its port, ZooKeeper's connect string); both stopped, and their files removed, at the
+    end."""
     root = Path(tempfile.mkdtemp(prefix="kafkactl-bench-"))
     zk = ZooKeeperServer(root / "zookeeper", free_port())
     zk.start()
@@ -67,3 +69,4 @@ def private_broker() -> Iterator[tuple[int, int, str]]:
                 broker.kill()
                 broker.wait(10)
         zk.stop()
+        shutil.rmtree(root, ignore_errors=True)  # (its log dirs and ZooKeeper's data)
